@@ -1,0 +1,7 @@
+"""Keras 3 attention layers: D2L chapter 11 and "Attention Is All You Need"."""
+from keras_attn.layers.additive_attention import AdditiveAttention
+from keras_attn.layers.dot_product_attention import DotProductAttention
+from keras_attn.layers.masked_softmax import MaskedSoftmax
+from keras_attn.layers.multi_head_attention import MultiHeadAttention
+from keras_attn.layers.nadaraya_watson import NadarayaWatson
+from keras_attn.layers.positional_encoding import LearnedPositionalEmbedding, PositionalEncoding

@@ -1,0 +1,47 @@
+"""Argument validation shared by the layers: one message style, naming argument and value."""
+
+
+def check_rate(name, value):
+    """A dropout rate must be a number in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"`{name}` must be a float in [0, 1). Received: {name}={value!r}")
+    return float(value)
+
+
+def check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return value
+
+
+def check_rank(name, tensor, ranks):
+    """Raise ValueError unless ``tensor``'s rank is in ``ranks`` (an int or a tuple)."""
+    ranks = (ranks,) if isinstance(ranks, int) else tuple(ranks)
+    shape = tuple(tensor.shape)
+    if len(shape) not in ranks:
+        expected = " or ".join(str(r) for r in ranks)
+        raise ValueError(
+            f"`{name}` must have rank {expected}. Received: {name} with shape={shape}"
+        )
+
+
+def check_same_dim(name_a, a, name_b, b, axis, what):
+    """Raise ValueError when the static sizes of ``axis`` differ (unknown sizes pass)."""
+    da, db = a.shape[axis], b.shape[axis]
+    if da is not None and db is not None and da != db:
+        raise ValueError(
+            f"`{name_a}` and `{name_b}` must have the same {what}. Received: "
+            f"{name_a} with shape={tuple(a.shape)}, {name_b} with shape={tuple(b.shape)}"
+        )
+
+
+def check_qkv(queries, keys, values, feature_match=False):
+    """The checks every (B, Q, d) / (B, K, d) / (B, K, v) attention layer makes."""
+    check_rank("queries", queries, 3)
+    check_rank("keys", keys, 3)
+    check_rank("values", values, 3)
+    check_same_dim("queries", queries, "keys", keys, 0, "batch size")
+    check_same_dim("queries", queries, "values", values, 0, "batch size")
+    check_same_dim("keys", keys, "values", values, 1, "length (number of keys)")
+    if feature_match:
+        check_same_dim("queries", queries, "keys", keys, -1, "feature size")

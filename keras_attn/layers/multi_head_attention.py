@@ -1,0 +1,119 @@
+"""Multi-head attention with parallel heads (one matmul per projection, heads by reshape)."""
+import math
+
+import keras
+from keras import ops
+
+from keras_attn import ops as attn_ops
+from keras_attn.layers import _checks
+from keras_attn.layers._masking import attention_mask
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head scaled dot-product attention.
+
+    ``MultiHead(Q, K, V) = Concat(head_1..head_h) W_o`` with
+    ``head_i = softmax(Q W_q^i (K W_k^i)^T / sqrt(d_h)) V W_v^i``; the heads are computed in
+    parallel by splitting the ``num_hiddens`` outputs of one projection into
+    ``num_heads`` groups of ``num_hiddens / num_heads``.
+
+    Args:
+        num_hiddens: model width; each projection maps to ``num_hiddens`` features.
+        num_heads: number of heads; must divide ``num_hiddens``.
+        dropout: rate applied to the attention weights while training.
+        use_bias: whether the four projections have biases.
+
+    Sub-layers: ``W_q``, ``W_k``, ``W_v``, ``W_o`` (Dense, kernels ``(in, num_hiddens)``).
+
+    Call arguments:
+        queries ``(B, Q, dq)``, keys ``(B, K, dk)``, values ``(B, K, dv)``.
+        valid_lens: optional int ``(B,)`` or ``(B, Q)``. mask: optional bool ``(B, K)`` or
+        ``(B, Q, K)`` applied to every head. use_causal_mask: query i sees keys <= i.
+        return_attention_scores: also return weights ``(B, H, Q, K)`` (before dropout).
+
+    Returns: ``(B, Q, num_hiddens)``, or ``(output, weights)``.
+
+    Example:
+        >>> mha = MultiHeadAttention(num_hiddens=100, num_heads=5)
+        >>> mha(np.ones((2, 4, 100)), np.ones((2, 6, 100)), np.ones((2, 6, 100))).shape
+        (2, 4, 100)
+
+    References: Vaswani et al. 2017, section 3.2.2; D2L 11.5.
+    """
+
+    def __init__(self, num_hiddens, num_heads, dropout=0.0, use_bias=False, **kwargs):
+        super().__init__(**kwargs)
+        self.num_hiddens = _checks.check_positive_int("num_hiddens", num_hiddens)
+        self.num_heads = _checks.check_positive_int("num_heads", num_heads)
+        if num_hiddens % num_heads:
+            raise ValueError(
+                "`num_hiddens` must be divisible by `num_heads`. "
+                f"Received: num_hiddens={num_hiddens}, num_heads={num_heads}"
+            )
+        self.dropout = _checks.check_rate("dropout", dropout)
+        self.use_bias = bool(use_bias)
+        self.head_dim = num_hiddens // num_heads
+        self.supports_masking = True
+
+    def build(self, queries_shape, keys_shape=None, values_shape=None, *args, **kwargs):
+        keys_shape = keys_shape or queries_shape
+        values_shape = values_shape or keys_shape
+        kw = dict(use_bias=self.use_bias, dtype=self.dtype_policy)
+        self.W_q = keras.layers.Dense(self.num_hiddens, name="W_q", **kw)
+        self.W_k = keras.layers.Dense(self.num_hiddens, name="W_k", **kw)
+        self.W_v = keras.layers.Dense(self.num_hiddens, name="W_v", **kw)
+        self.W_o = keras.layers.Dense(self.num_hiddens, name="W_o", **kw)
+        self.W_q.build(queries_shape)
+        self.W_k.build(keys_shape)
+        self.W_v.build(values_shape)
+        self.W_o.build(tuple(queries_shape[:-1]) + (self.num_hiddens,))
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.built = True
+
+    def split_heads(self, x):
+        """``(B, L, num_hiddens)`` -> ``(B, L, H, d_h)`` (a reshape, no copy)."""
+        shape = ops.shape(x)
+        return ops.reshape(x, (shape[0], shape[1], self.num_heads, self.head_dim))
+
+    def project_key_value(self, keys, values):
+        """Projected, head-split keys and values ``(B, K, H, d_h)``: what a decoder caches."""
+        return self.split_heads(self.W_k(keys)), self.split_heads(self.W_v(values))
+
+    def attend(self, queries, k, v, keep=None, valid_lens=None, training=None):
+        """Attention of raw ``queries`` over projected ``k``, ``v`` ``(B, K, H, d_h)``.
+
+        ``keep`` is a bool mask broadcastable to ``(B, Q, K)`` (the same for every head).
+        Returns ``(output (B, Q, num_hiddens), weights (B, H, Q, K))``.
+        """
+        q = self.split_heads(self.W_q(queries))  # (B, Q, H, dh)
+        scale = ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype)
+        scores = ops.einsum("bqhd,bkhd->bhqk", q * scale, k)  # (B, H, Q, K)
+        if keep is not None and len(keep.shape) == 3:
+            keep = ops.expand_dims(keep, 1)  # same mask for every head
+        weights = attn_ops.masked_softmax(scores, valid_lens=valid_lens, mask=keep)
+        context = ops.einsum("bhqk,bkhd->bqhd", self.dropout_layer(weights, training=training), v)
+        shape = ops.shape(context)
+        context = ops.reshape(context, (shape[0], shape[1], self.num_hiddens))
+        return self.W_o(context), weights
+
+    def call(self, queries, keys, values, valid_lens=None, mask=None,
+             return_attention_scores=False, training=None, use_causal_mask=False,
+             queries_mask=None, keys_mask=None, values_mask=None):
+        _checks.check_qkv(queries, keys, values)
+        keep = attention_mask(queries, keys, mask, queries_mask, keys_mask, values_mask,
+                              use_causal_mask)
+        k, v = self.project_key_value(keys, values)
+        output, weights = self.attend(queries, k, v, keep, valid_lens, training)
+        return (output, weights) if return_attention_scores else output
+
+    def compute_mask(self, queries, keys=None, values=None, valid_lens=None, mask=None, **kwargs):
+        return kwargs.get("queries_mask")
+
+    def compute_output_shape(self, queries_shape, *args, **kwargs):
+        return tuple(queries_shape[:-1]) + (self.num_hiddens,)
+
+    def get_config(self):
+        return {**super().get_config(), "num_hiddens": self.num_hiddens,
+                "num_heads": self.num_heads, "dropout": self.dropout,
+                "use_bias": self.use_bias}

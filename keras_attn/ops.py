@@ -1,0 +1,182 @@
+"""Masking and masked softmax, the numerical core of every attention layer.
+
+All functions use ``keras.ops`` so they work eagerly, in ``tf.function`` and under XLA.
+Masks are boolean with True = "may attend" (keep), as in Keras.
+
+References: D2L 11.3 (masked softmax), Vaswani et al. 2017, section 3.2.3 (causal mask).
+"""
+import keras
+from keras import ops
+
+
+def large_negative(dtype):
+    """The fill value for masked scores that is finite in ``dtype``.
+
+    -3e4 for float16 (its max is 65504; D2L's -1e6 overflows to -inf and gives NaN for a
+    fully masked row), -1e9 otherwise. The one place this constant lives.
+    """
+    return -3e4 if keras.backend.standardize_dtype(dtype) == "float16" else -1e9
+
+
+def _static_dim(x, axis):
+    shape = getattr(x, "shape", None)
+    if shape is None or len(shape) <= abs(axis) - (axis < 0):
+        return None
+    return shape[axis]
+
+
+def sequence_mask(lengths, maxlen):
+    """Boolean mask ``(*lengths.shape, maxlen)``, True where index < length.
+
+    Args:
+        lengths: integer tensor of any shape.
+        maxlen: int or scalar tensor, the size of the new last axis.
+
+    Example:
+        >>> sequence_mask([1, 3], 4)
+        [[True, False, False, False], [True, True, True, False]]
+    """
+    lengths = ops.convert_to_tensor(lengths)
+    if "float" in keras.backend.standardize_dtype(lengths.dtype):
+        raise ValueError(
+            "`lengths` must be an integer tensor. "
+            f"Received: lengths with dtype={lengths.dtype}"
+        )
+    positions = ops.arange(maxlen, dtype="int32")
+    return ops.less(positions, ops.expand_dims(ops.cast(lengths, "int32"), -1))
+
+
+def causal_mask(num_queries, num_keys=None):
+    """Lower-triangular boolean mask ``(Q, K)``: query i may attend keys 0..i.
+
+    With ``num_keys > num_queries`` the queries are the last ones of the key sequence.
+    """
+    num_keys = num_queries if num_keys is None else num_keys
+    row = ops.expand_dims(ops.arange(num_queries, dtype="int32"), -1)
+    col = ops.expand_dims(ops.arange(num_keys, dtype="int32"), 0)
+    return ops.greater_equal(row + (num_keys - num_queries), col)
+
+
+def valid_lens_to_mask(valid_lens, num_keys, rank):
+    """Turn D2L ``valid_lens`` into a bool mask that broadcasts against scores of ``rank``.
+
+    ``valid_lens`` ``(B,)`` masks keys per batch row, ``(B, Q)`` per query. Negative values
+    count as 0 (no key), values above ``num_keys`` as all keys.
+    """
+    valid_lens = ops.convert_to_tensor(valid_lens)
+    vl_rank = len(valid_lens.shape)
+    if vl_rank not in (1, 2):
+        raise ValueError(
+            "`valid_lens` must have shape (B,) or (B, Q). "
+            f"Received: valid_lens with shape={tuple(valid_lens.shape)}"
+        )
+    mask = sequence_mask(valid_lens, num_keys)  # (B, K) or (B, Q, K)
+    return _expand_mask(mask, rank, per_query=vl_rank == 2)
+
+
+def _expand_mask(mask, rank, per_query):
+    """Insert axes so a (B, K) / (B, Q, K) mask broadcasts against (B, Q, K) or (B, H, Q, K)."""
+    if not per_query:  # (B, K)
+        mask = ops.expand_dims(mask, 1)  # (B, 1, K)
+    if rank == 4 and len(mask.shape) == 3:
+        mask = ops.expand_dims(mask, 1)  # (B, 1, Q|1, K)
+    return mask
+
+
+def normalize_mask(mask, rank):
+    """Expand a bool mask of shape (B, K), (B, Q, K) or the scores' shape for scores of ``rank``."""
+    mask = ops.convert_to_tensor(mask)
+    if mask.dtype != "bool":
+        mask = ops.cast(mask, "bool")
+    m_rank = len(mask.shape)
+    if m_rank == rank:
+        return mask
+    if m_rank == 2:
+        return _expand_mask(mask, rank, per_query=False)
+    if m_rank == 3 and rank == 4:
+        return _expand_mask(mask, rank, per_query=True)
+    raise ValueError(
+        f"`mask` must have shape (B, K), (B, Q, K) or the scores' shape (rank {rank}). "
+        f"Received: mask with shape={tuple(mask.shape)}"
+    )
+
+
+def combine_masks(*masks):
+    """Logical AND of the masks that are not None (broadcasting); None if all are None."""
+    result = None
+    for m in masks:
+        if m is None:
+            continue
+        m = ops.cast(m, "bool") if m.dtype != "bool" else m
+        result = m if result is None else ops.logical_and(result, m)
+    return result
+
+
+def masked_softmax(scores, valid_lens=None, mask=None):
+    """Softmax over the last axis that gives exactly 0 to masked keys.
+
+    The softmax is computed in float32 and cast back to the scores' dtype, so float16 and
+    bfloat16 scores neither overflow the fill value nor lose the normalisation. A row
+    with no valid key returns all zeros (never NaN).
+
+    Args:
+        scores: float ``(B, Q, K)`` or ``(B, H, Q, K)``.
+        valid_lens: optional int ``(B,)`` or ``(B, Q)`` (D2L semantics): keys at index
+            ``>= valid_len`` are masked. Negative values mask every key.
+        mask: optional bool, True = keep: ``(B, K)``, ``(B, Q, K)`` or the scores' shape.
+            For 4-D scores a ``(B, K)`` or ``(B, Q, K)`` mask applies to every head.
+
+    Returns:
+        Attention weights with the scores' shape and dtype.
+
+    Example:
+        >>> masked_softmax(np.random.rand(2, 2, 4), valid_lens=[2, 3])  # zeros beyond 2 / 3
+    """
+    scores = ops.convert_to_tensor(scores)
+    rank = len(scores.shape)
+    if rank not in (3, 4):
+        raise ValueError(
+            "`scores` must have rank 3 (B, Q, K) or 4 (B, H, Q, K). "
+            f"Received: scores with shape={tuple(scores.shape)}"
+        )
+    keep = None
+    if valid_lens is not None:
+        valid_lens = ops.convert_to_tensor(valid_lens)
+        if "int" not in keras.backend.standardize_dtype(valid_lens.dtype):
+            raise ValueError(
+                "`valid_lens` must be an integer tensor. "
+                f"Received: valid_lens with dtype={valid_lens.dtype}"
+            )
+        check_batch(scores, valid_lens, "valid_lens")
+        if len(valid_lens.shape) == 2:
+            q_scores, q_lens = _static_dim(scores, -2), valid_lens.shape[1]
+            if q_scores is not None and q_lens is not None and q_scores != q_lens:
+                raise ValueError(
+                    f"`valid_lens` of shape (B, Q) must have Q={q_scores} (the number of "
+                    f"queries). Received: valid_lens with shape={tuple(valid_lens.shape)}"
+                )
+        keep = valid_lens_to_mask(valid_lens, ops.shape(scores)[-1], rank)
+    if mask is not None:
+        mask = normalize_mask(mask, rank)
+        check_batch(scores, mask, "mask")
+        keep = combine_masks(keep, mask)
+    dtype = scores.dtype
+    x = ops.cast(scores, "float32")
+    if keep is None:
+        return ops.cast(ops.softmax(x, axis=-1), dtype)
+    x = ops.where(keep, x, large_negative("float32"))
+    weights = ops.softmax(x, axis=-1)
+    # Rows with no valid key got a uniform softmax of the fill value: zero them, and
+    # masked entries are exactly 0 in every row.
+    weights = ops.where(keep, weights, ops.zeros_like(weights))
+    return ops.cast(weights, dtype)
+
+
+def check_batch(reference, other, name, reference_name="scores"):
+    """Raise ValueError when the static batch sizes of two tensors differ (broadcast 1 ok)."""
+    b_ref, b_other = _static_dim(reference, 0), _static_dim(other, 0)
+    if b_ref is not None and b_other is not None and b_ref != b_other and b_other != 1:
+        raise ValueError(
+            f"`{name}` must have the batch size of `{reference_name}` ({b_ref}). "
+            f"Received: {name} with shape={tuple(other.shape)}"
+        )

@@ -1,0 +1,36 @@
+"""Packaging for keras_attn."""
+import pathlib
+import re
+
+from setuptools import find_packages, setup
+
+HERE = pathlib.Path(__file__).parent
+VERSION = re.search(
+    r'__version__ = "([^"]+)"', (HERE / "keras_attn" / "__init__.py").read_text()
+).group(1)
+
+setup(
+    name="keras_attn",
+    version=VERSION,
+    description="Attention layers, Transformer and Bahdanau translators for Keras 3, "
+    "trained with model.fit and exported to TF Serving and TFLite.",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["keras_attn", "keras_attn.*"]),
+    python_requires=">=3.9",
+    install_requires=[
+        "tensorflow==2.21.*",
+        "tensorflow-text==2.21.*",
+        "keras>=3.15",
+        "numpy",
+        "sacrebleu>=2.3",
+        "matplotlib>=3.7",
+        "ai-edge-litert",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "pytest-xdist", "hypothesis>=6"],
+        "bench": ["keras-hub"],
+        "serving": ["tensorflow-serving-api==2.21.*"],
+    },
+    entry_points={"console_scripts": ["keras-attn=keras_attn.cli:main"]},
+)
