@@ -7,4 +7,4 @@ beam search), ``export`` (SavedModel / TFLite) and ``viz`` (attention heatmaps).
 """
 __version__ = "0.1.0"
 
-from keras_attn import layers, ops  # noqa: F401,E402
+from keras_attn import layers, losses, models, ops, schedules  # noqa: F401,E402

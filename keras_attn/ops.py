@@ -157,8 +157,9 @@ def masked_softmax(scores, valid_lens=None, mask=None):
                 )
         keep = valid_lens_to_mask(valid_lens, ops.shape(scores)[-1], rank)
     if mask is not None:
+        mask = ops.convert_to_tensor(mask)
+        check_batch(scores, mask, "mask")  # before expanding: report the shape received
         mask = normalize_mask(mask, rank)
-        check_batch(scores, mask, "mask")
         keep = combine_masks(keep, mask)
     dtype = scores.dtype
     x = ops.cast(scores, "float32")

@@ -5,3 +5,8 @@ from keras_attn.layers.masked_softmax import MaskedSoftmax
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.nadaraya_watson import NadarayaWatson
 from keras_attn.layers.positional_encoding import LearnedPositionalEmbedding, PositionalEncoding
+from keras_attn.layers.add_norm import AddNorm
+from keras_attn.layers.bahdanau import BahdanauDecoder, Seq2SeqEncoder
+from keras_attn.layers.ffn import PositionWiseFFN
+from keras_attn.layers.transformer import TiedLogits, TransformerDecoder, TransformerEncoder
+from keras_attn.layers.transformer_blocks import TransformerDecoderBlock, TransformerEncoderBlock

@@ -113,6 +113,17 @@ class MultiHeadAttention(keras.layers.Layer):
     def compute_output_shape(self, queries_shape, *args, **kwargs):
         return tuple(queries_shape[:-1]) + (self.num_hiddens,)
 
+    def compute_output_spec(self, queries, keys, values, valid_lens=None, mask=None,
+                            return_attention_scores=False, **kwargs):
+        # compute_output_shape alone cannot see return_attention_scores (symbolic calls).
+        output = keras.KerasTensor(
+            self.compute_output_shape(queries.shape, keys.shape, values.shape),
+            dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return output
+        weights = keras.KerasTensor((queries.shape[0], self.num_heads, queries.shape[1], keys.shape[1]), dtype=self.compute_dtype)  # (B, H, Q, K)
+        return output, weights
+
     def get_config(self):
         return {**super().get_config(), "num_hiddens": self.num_hiddens,
                 "num_heads": self.num_heads, "dropout": self.dropout,

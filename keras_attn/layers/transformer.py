@@ -1,0 +1,265 @@
+"""Transformer encoder and decoder stacks: embedding, positions and a stack of blocks."""
+import math
+
+import keras
+from keras import ops
+
+from keras_attn.layers import _checks
+from keras_attn.layers.positional_encoding import PositionalEncoding
+from keras_attn.layers.transformer_blocks import TransformerDecoderBlock, TransformerEncoderBlock
+
+PAD_ID = 0
+
+
+def clean_token_ids(tokens, vocab_size):
+    """int32 ids with anything outside ``[0, vocab_size)`` replaced by 1 (``[UNK]``).
+
+    Keeps a bad id from crashing the embedding lookup (a CPU gather error) or silently
+    reading a zero vector on GPU; the output for such input is defined and finite.
+    """
+    tokens = ops.cast(tokens, "int32")
+    ok = ops.logical_and(ops.greater_equal(tokens, 0), ops.less(tokens, vocab_size))
+    return ops.where(ok, tokens, ops.ones_like(tokens) * min(1, vocab_size - 1))
+
+
+class _StackBase(keras.layers.Layer):
+    """Arguments, config and the scaled embedding shared by the two stacks."""
+
+    block_class = None
+
+    def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers,
+                 dropout=0.0, use_bias=False, max_len=1000, norm_first=False, epsilon=1e-5,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = _checks.check_positive_int("vocab_size", vocab_size)
+        self.num_hiddens = _checks.check_positive_int("num_hiddens", num_hiddens)
+        self.ffn_num_hiddens = _checks.check_positive_int("ffn_num_hiddens", ffn_num_hiddens)
+        self.num_heads = _checks.check_positive_int("num_heads", num_heads)
+        if num_hiddens % num_heads:
+            raise ValueError(
+                "`num_hiddens` must be divisible by `num_heads`. "
+                f"Received: num_hiddens={num_hiddens}, num_heads={num_heads}"
+            )
+        self.num_layers = _checks.check_positive_int("num_layers", num_layers)
+        self.dropout = _checks.check_rate("dropout", dropout)
+        self.use_bias = bool(use_bias)
+        self.max_len = _checks.check_positive_int("max_len", max_len)
+        self.norm_first = bool(norm_first)
+        self.epsilon = float(epsilon)
+        self.embedding = keras.layers.Embedding(vocab_size, num_hiddens, name="embedding",
+                                                dtype=self.dtype_policy)
+        self.pos_encoding = PositionalEncoding(max_len, dropout, name="pos_encoding",
+                                               dtype=self.dtype_policy)
+        self.blks = [
+            self.block_class(num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias,
+                             norm_first, epsilon, name=f"block_{i}", dtype=self.dtype_policy)
+            for i in range(num_layers)
+        ]
+        self.final_norm = (keras.layers.LayerNormalization(epsilon=epsilon, name="final_norm",
+                                                           dtype=self.dtype_policy)
+                           if norm_first else None)
+
+    def embed(self, tokens, training=None, start_index=0):
+        """``pos_encoding(embedding(tokens) * sqrt(num_hiddens))`` -> ``(B, L, num_hiddens)``."""
+        x = self.embedding(clean_token_ids(tokens, self.vocab_size))
+        x = x * ops.cast(math.sqrt(self.num_hiddens), x.dtype)
+        return self.pos_encoding(x, training=training, start_index=start_index)
+
+    def _finish(self, x):
+        return self.final_norm(x) if self.final_norm is not None else x
+
+    def _check_tokens(self, tokens):
+        _checks.check_rank("tokens", tokens, 2)
+
+    def get_config(self):
+        return {**super().get_config(), "vocab_size": self.vocab_size,
+                "num_hiddens": self.num_hiddens, "ffn_num_hiddens": self.ffn_num_hiddens,
+                "num_heads": self.num_heads, "num_layers": self.num_layers,
+                "dropout": self.dropout, "use_bias": self.use_bias, "max_len": self.max_len,
+                "norm_first": self.norm_first, "epsilon": self.epsilon}
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerEncoder(_StackBase):
+    """Token embedding (scaled by ``sqrt(num_hiddens)``), sinusoidal positions, N blocks.
+
+    Token id 0 is padding and is masked automatically; the output carries that Keras mask.
+
+    Args:
+        vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers: sizes.
+        dropout: rate everywhere (positions, attention, residuals, FFN).
+        use_bias: biases in the attention projections. max_len: longest sequence.
+        norm_first: pre-norm blocks plus a final LayerNorm. epsilon: LayerNorm epsilon.
+
+    Sub-layers: ``embedding``, ``pos_encoding``, ``blks`` (list of
+    :class:`TransformerEncoderBlock`), ``final_norm`` (only with ``norm_first``).
+
+    Call arguments:
+        tokens: int ``(B, L)``. valid_lens: optional int ``(B,)``.
+        return_attention_scores: also return a list of ``(B, H, L, L)`` per layer.
+
+    Example:
+        >>> enc = TransformerEncoder(200, 24, 48, 8, 2, 0.5)
+        >>> enc(np.ones((2, 100), "int32"), valid_lens=np.array([3, 2])).shape  # (2, 100, 24)
+
+    References: Vaswani et al. 2017, section 3.1; D2L 11.7.4.
+    """
+
+    block_class = TransformerEncoderBlock
+
+    def build(self, tokens_shape, *args, **kwargs):
+        self.embedding.build(tokens_shape)
+        x_shape = tuple(tokens_shape) + (self.num_hiddens,)
+        self.pos_encoding.build(x_shape)
+        for blk in self.blks:
+            blk.build(x_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(x_shape)
+        self.built = True
+
+    def call(self, tokens, valid_lens=None, training=None, return_attention_scores=False):
+        self._check_tokens(tokens)
+        mask = ops.not_equal(tokens, PAD_ID)
+        x = self.embed(tokens, training)
+        weights = []
+        for blk in self.blks:
+            x, w = blk(x, valid_lens=valid_lens, mask=mask, training=training,
+                       return_attention_scores=True)
+            weights.append(w)
+        x = self._finish(x)
+        return (x, weights) if return_attention_scores else x
+
+    def compute_mask(self, tokens, valid_lens=None, mask=None, **kwargs):
+        return ops.not_equal(tokens, PAD_ID)
+
+    def compute_output_shape(self, tokens_shape, *args, **kwargs):
+        return tuple(tokens_shape) + (self.num_hiddens,)
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerDecoder(_StackBase):
+    """Target embedding, positions, N decoder blocks and a ``dense`` to vocabulary logits.
+
+    Token id 0 of ``tokens`` is padding and masked automatically; padding of the source
+    comes from the Keras mask of ``enc_outputs`` (set by :class:`TransformerEncoder`) and/or
+    ``enc_valid_lens``. Arguments as :class:`TransformerEncoder`, plus
+    ``tie_embeddings``: logits use the transposed target embedding (the paper's weight
+    sharing) plus a bias, instead of a separate ``dense`` kernel.
+
+    Sub-layers: ``embedding``, ``pos_encoding``, ``blks``, ``dense``, ``final_norm``.
+
+    Call arguments:
+        tokens: int ``(B, T)``. enc_outputs: ``(B, S, num_hiddens)``.
+        enc_valid_lens: optional int ``(B,)``.
+        return_attention_scores: also return ``{"self": [...], "cross": [...]}``, lists of
+            ``(B, H, T, T)`` and ``(B, H, T, S)`` per layer.
+
+    Returns: logits ``(B, T, vocab_size)``.
+
+    Example:
+        >>> dec = TransformerDecoder(200, 24, 48, 8, 2, 0.5)
+        >>> dec(np.ones((2, 100), "int32"), enc_outputs).shape   # (2, 100, 200)
+
+    References: Vaswani et al. 2017, sections 3.1 and 3.4; D2L 11.7.5.
+    """
+
+    block_class = TransformerDecoderBlock
+
+    def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers,
+                 dropout=0.0, use_bias=False, max_len=1000, norm_first=False, epsilon=1e-5,
+                 tie_embeddings=False, **kwargs):
+        super().__init__(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers,
+                         dropout, use_bias, max_len, norm_first, epsilon, **kwargs)
+        self.tie_embeddings = bool(tie_embeddings)
+        self.dense = (TiedLogits(name="dense", dtype=self.dtype_policy) if tie_embeddings
+                      else keras.layers.Dense(vocab_size, name="dense", dtype=self.dtype_policy))
+
+    def build(self, tokens_shape, enc_outputs_shape=None, *args, **kwargs):
+        self.embedding.build(tokens_shape)
+        x_shape = tuple(tokens_shape) + (self.num_hiddens,)
+        enc_shape = enc_outputs_shape or x_shape
+        self.pos_encoding.build(x_shape)
+        for blk in self.blks:
+            blk.build(x_shape, enc_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(x_shape)
+        if self.tie_embeddings:
+            self.dense.build(self.vocab_size)
+        else:
+            self.dense.build(x_shape)
+        self.built = True
+
+    def logits(self, x):
+        """Vocabulary logits from the last hidden states."""
+        if self.tie_embeddings:
+            return self.dense(x, self.embedding.embeddings)
+        return self.dense(x)
+
+    def call(self, tokens, enc_outputs, enc_valid_lens=None, training=None, tokens_mask=None,
+             enc_outputs_mask=None, return_attention_scores=False):
+        self._check_tokens(tokens)
+        _checks.check_rank("enc_outputs", enc_outputs, 3)
+        x_mask = ops.not_equal(tokens, PAD_ID)
+        x = self.embed(tokens, training)
+        maps = {"self": [], "cross": []}
+        for blk in self.blks:
+            x, (w_self, w_cross) = blk(x, enc_outputs, enc_valid_lens=enc_valid_lens,
+                                       training=training, x_mask=x_mask,
+                                       enc_outputs_mask=enc_outputs_mask,
+                                       return_attention_scores=True)
+            maps["self"].append(w_self)
+            maps["cross"].append(w_cross)
+        logits = self.logits(self._finish(x))
+        return (logits, maps) if return_attention_scores else logits
+
+    # --- incremental decoding -----------------------------------------------------------
+    def init_cache(self, batch_size, max_len):
+        """Per-layer self-attention key/value buffers ``(B, max_len, H, d_h)``."""
+        return tuple(blk.init_cache(batch_size, max_len) for blk in self.blks)
+
+    def cross_key_values(self, enc_outputs):
+        """Per-layer cross-attention keys/values, computed once from the encoder output."""
+        return tuple(blk.cross_key_value(enc_outputs) for blk in self.blks)
+
+    def call_step(self, tokens, index, cache, cross_kvs, cross_keep=None):
+        """Logits for position ``index`` given the token there, updating the cache.
+
+        Args:
+            tokens: int ``(B, 1)``. index: scalar int. cache: from :meth:`init_cache`.
+            cross_kvs: from :meth:`cross_key_values`. cross_keep: bool ``(B, 1, S)``.
+
+        Returns: ``(logits (B, vocab_size), new_cache, cross_weights)``, the last a list
+        of ``(B, H, 1, S)`` per layer.
+        """
+        x = self.embed(tokens, training=False, start_index=index)
+        new_cache, cross = [], []
+        for blk, layer_cache, kv in zip(self.blks, cache, cross_kvs):
+            x, layer_cache, w = blk.call_step(x, index, layer_cache, kv, cross_keep)
+            new_cache.append(layer_cache)
+            cross.append(w)
+        return self.logits(self._finish(x))[:, 0, :], tuple(new_cache), cross
+
+    def compute_mask(self, *args, **kwargs):
+        return None  # the masked loss handles target padding
+
+    def compute_output_shape(self, tokens_shape, *args, **kwargs):
+        return tuple(tokens_shape) + (self.vocab_size,)
+
+    def get_config(self):
+        return {**super().get_config(), "tie_embeddings": self.tie_embeddings}
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TiedLogits(keras.layers.Layer):
+    """``x @ embeddings^T + bias``: the output projection tied to an input embedding.
+
+    Call arguments: ``x`` ``(..., d)``, ``embeddings`` ``(vocab_size, d)``.
+    """
+
+    def build(self, vocab_size, *args):
+        self.bias = self.add_weight(name="bias", shape=(vocab_size,), initializer="zeros")
+        self.built = True
+
+    def call(self, x, embeddings):
+        return ops.matmul(x, ops.transpose(ops.cast(embeddings, x.dtype))) + ops.cast(
+            self.bias, x.dtype)

@@ -1,0 +1,228 @@
+"""Transformer encoder and decoder blocks (post-norm as in the paper, or pre-norm)."""
+import keras
+from keras import ops
+
+from keras_attn.layers import _checks
+from keras_attn.layers.add_norm import AddNorm
+from keras_attn.layers.ffn import PositionWiseFFN
+from keras_attn.layers.multi_head_attention import MultiHeadAttention
+
+
+class _BlockBase(keras.layers.Layer):
+    """Constructor arguments and config shared by the encoder and decoder blocks."""
+
+    def __init__(self, num_hiddens, ffn_num_hiddens, num_heads, dropout=0.0, use_bias=False,
+                 norm_first=False, epsilon=1e-5, **kwargs):
+        super().__init__(**kwargs)
+        self.num_hiddens = _checks.check_positive_int("num_hiddens", num_hiddens)
+        self.ffn_num_hiddens = _checks.check_positive_int("ffn_num_hiddens", ffn_num_hiddens)
+        self.num_heads = _checks.check_positive_int("num_heads", num_heads)
+        self.dropout = _checks.check_rate("dropout", dropout)
+        self.use_bias = bool(use_bias)
+        self.norm_first = bool(norm_first)
+        self.epsilon = float(epsilon)
+        self.supports_masking = True
+
+    def _attention(self, name):
+        return MultiHeadAttention(self.num_hiddens, self.num_heads, self.dropout,
+                                  self.use_bias, name=name, dtype=self.dtype_policy)
+
+    def _addnorm(self, name):
+        return AddNorm(self.dropout, self.epsilon, name=name, dtype=self.dtype_policy)
+
+    def _ffn(self):
+        return PositionWiseFFN(self.ffn_num_hiddens, self.num_hiddens, dropout=self.dropout,
+                               name="ffn", dtype=self.dtype_policy)
+
+    def _check_width(self, x):
+        _checks.check_rank("x", x, 3)
+        if x.shape[-1] is not None and x.shape[-1] != self.num_hiddens:
+            raise ValueError(
+                f"The last axis of `x` must equal num_hiddens={self.num_hiddens}. "
+                f"Received: x with shape={tuple(x.shape)}"
+            )
+
+    def compute_output_shape(self, x_shape, *args, **kwargs):
+        return x_shape
+
+    def get_config(self):
+        return {**super().get_config(), "num_hiddens": self.num_hiddens,
+                "ffn_num_hiddens": self.ffn_num_hiddens, "num_heads": self.num_heads,
+                "dropout": self.dropout, "use_bias": self.use_bias,
+                "norm_first": self.norm_first, "epsilon": self.epsilon}
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerEncoderBlock(_BlockBase):
+    """Self-attention and a position-wise FFN, each wrapped in a residual + LayerNorm.
+
+    Post-norm (``norm_first=False``): ``x = ln1(x + drop(att(x)))``,
+    ``x = ln2(x + drop(ffn(x)))`` — with ``use_bias=True`` exactly
+    ``torch.nn.TransformerEncoderLayer(batch_first=True)``. Pre-norm: ``x + drop(f(ln(x)))``.
+
+    Args:
+        num_hiddens: model width. ffn_num_hiddens: FFN hidden width. num_heads: heads.
+        dropout: rate for attention weights, residual branches and the FFN hidden layer.
+        use_bias: biases in the attention projections. norm_first: pre-norm variant.
+        epsilon: LayerNorm epsilon.
+
+    Sub-layers: ``attention``, ``addnorm1``, ``ffn``, ``addnorm2``.
+
+    Call arguments:
+        x: ``(B, L, num_hiddens)``. valid_lens: optional int ``(B,)``.
+        mask: optional bool ``(B, L)``, the padding of ``x`` (True = real token).
+        return_attention_scores: also return the weights ``(B, H, L, L)``.
+
+    Example:
+        >>> blk = TransformerEncoderBlock(24, 48, 8, 0.5)
+        >>> blk(np.ones((2, 100, 24)), valid_lens=np.array([3, 2])).shape   # (2, 100, 24)
+
+    References: Vaswani et al. 2017, section 3.1; D2L 11.7.4.
+    """
+
+    def build(self, x_shape, *args, **kwargs):
+        self.attention = self._attention("attention")
+        self.addnorm1 = self._addnorm("addnorm1")
+        self.ffn = self._ffn()
+        self.addnorm2 = self._addnorm("addnorm2")
+        for layer in (self.attention, self.addnorm1, self.ffn, self.addnorm2):
+            layer.build(x_shape)
+        self.built = True
+
+    def call(self, x, valid_lens=None, mask=None, training=None, return_attention_scores=False):
+        self._check_width(x)
+        weights = []
+
+        def self_attention(h):
+            out, w = self.attention(h, h, h, valid_lens=valid_lens, mask=mask,
+                                    return_attention_scores=True, training=training)
+            weights.append(w)
+            return out
+
+        x = self.addnorm1.residual(x, self_attention, training, self.norm_first)
+        x = self.addnorm2.residual(x, lambda h: self.ffn(h, training=training), training,
+                                   self.norm_first)
+        return (x, weights[0]) if return_attention_scores else x
+
+    def compute_mask(self, x, valid_lens=None, mask=None, **kwargs):
+        return mask
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerDecoderBlock(_BlockBase):
+    """Causal self-attention, cross-attention over the encoder output, then an FFN.
+
+    Post-norm by default (``torch.nn.TransformerDecoderLayer(batch_first=True)`` with
+    ``use_bias=True``); ``norm_first=True`` for pre-norm. Arguments as
+    :class:`TransformerEncoderBlock`.
+
+    Sub-layers: ``attention1`` (causal self), ``addnorm1``, ``attention2`` (cross),
+    ``addnorm2``, ``ffn``, ``addnorm3``.
+
+    Call arguments:
+        x: ``(B, T, num_hiddens)``. enc_outputs: ``(B, S, num_hiddens)``.
+        enc_valid_lens: optional int ``(B,)``: source keys at index >= it are ignored.
+        x_mask, enc_outputs_mask: Keras padding masks ``(B, T)``, ``(B, S)`` (filled by
+            Keras from ``Embedding(mask_zero=True)`` tensors).
+        return_attention_scores: also return ``(self_weights, cross_weights)``.
+
+    Example:
+        >>> blk = TransformerDecoderBlock(24, 48, 8, 0.5)
+        >>> blk(np.ones((2, 100, 24)), enc, enc_valid_lens=np.array([3, 2])).shape
+
+    References: Vaswani et al. 2017, section 3.1; D2L 11.7.5.
+    """
+
+    def build(self, x_shape, enc_outputs_shape=None, *args, **kwargs):
+        enc_shape = enc_outputs_shape or x_shape
+        self.attention1 = self._attention("attention1")
+        self.addnorm1 = self._addnorm("addnorm1")
+        self.attention2 = self._attention("attention2")
+        self.addnorm2 = self._addnorm("addnorm2")
+        self.ffn = self._ffn()
+        self.addnorm3 = self._addnorm("addnorm3")
+        self.attention1.build(x_shape)
+        self.attention2.build(x_shape, enc_shape, enc_shape)
+        for layer in (self.addnorm1, self.addnorm2, self.ffn, self.addnorm3):
+            layer.build(x_shape)
+        self.built = True
+
+    def _cross_and_ffn(self, x, cross, training):
+        """Shared by the full and the step-by-step paths: cross-attention and the FFN."""
+        x = self.addnorm2.residual(x, cross, training, self.norm_first)
+        return self.addnorm3.residual(x, lambda h: self.ffn(h, training=training), training,
+                                      self.norm_first)
+
+    def call(self, x, enc_outputs, enc_valid_lens=None, training=None, x_mask=None,
+             enc_outputs_mask=None, return_attention_scores=False):
+        self._check_width(x)
+        _checks.check_rank("enc_outputs", enc_outputs, 3)
+        weights = []
+
+        def self_attention(h):
+            out, w = self.attention1(h, h, h, use_causal_mask=True, queries_mask=x_mask,
+                                     keys_mask=x_mask, return_attention_scores=True,
+                                     training=training)
+            weights.append(w)
+            return out
+
+        def cross_attention(h):
+            out, w = self.attention2(h, enc_outputs, enc_outputs, valid_lens=enc_valid_lens,
+                                     keys_mask=enc_outputs_mask,
+                                     return_attention_scores=True, training=training)
+            weights.append(w)
+            return out
+
+        x = self.addnorm1.residual(x, self_attention, training, self.norm_first)
+        x = self._cross_and_ffn(x, cross_attention, training)
+        return (x, tuple(weights)) if return_attention_scores else x
+
+    # --- incremental decoding -----------------------------------------------------------
+    def init_cache(self, batch_size, max_len, dtype=None):
+        """Zero key/value buffers ``(B, max_len, H, d_h)`` for the self-attention."""
+        shape = (batch_size, max_len, self.num_heads, self.num_hiddens // self.num_heads)
+        dtype = dtype or self.compute_dtype
+        return ops.zeros(shape, dtype), ops.zeros(shape, dtype)
+
+    def cross_key_value(self, enc_outputs):
+        """Cross-attention keys and values, computed once per source."""
+        return self.attention2.project_key_value(enc_outputs, enc_outputs)
+
+    def call_step(self, x, index, cache, cross_kv, cross_keep=None):
+        """One decoding step (inference, no dropout).
+
+        Args:
+            x: ``(B, 1, num_hiddens)`` the input at position ``index``.
+            index: scalar int, the position being decoded.
+            cache: ``(k, v)`` buffers from :meth:`init_cache`; position ``index`` is written.
+            cross_kv: from :meth:`cross_key_value`.
+            cross_keep: bool ``(B, 1, S)`` source padding mask, True = real token.
+
+        Returns: ``(y (B, 1, num_hiddens), new_cache, cross_weights (B, H, 1, S))``.
+        """
+        k_cache, v_cache = cache
+        max_len = ops.shape(k_cache)[1]
+        keep = ops.less_equal(ops.arange(max_len, dtype="int32"), index)[None, None, :]
+        new_cache = []
+
+        def self_attention(h):
+            k_new, v_new = self.attention1.project_key_value(h, h)
+            start = (0, index, 0, 0)
+            k = ops.slice_update(k_cache, start, ops.cast(k_new, k_cache.dtype))
+            v = ops.slice_update(v_cache, start, ops.cast(v_new, v_cache.dtype))
+            new_cache.extend([k, v])
+            return self.attention1.attend(h, k, v, keep)[0]
+
+        cross_weights = []
+
+        def cross_attention(h):
+            out, w = self.attention2.attend(h, cross_kv[0], cross_kv[1], cross_keep)
+            cross_weights.append(w)
+            return out
+
+        x = self.addnorm1.residual(x, self_attention, False, self.norm_first)
+        x = self._cross_and_ffn(x, cross_attention, False)
+        return x, tuple(new_cache), cross_weights[0]
+
+    def compute_mask(self, x, enc_outputs=None, enc_valid_lens=None, mask=None, **kwargs):
+        return kwargs.get("x_mask")

@@ -1,0 +1,86 @@
+"""Masked token-level loss and accuracy for sequence models (padding id 0 ignored)."""
+import keras
+from keras import ops
+
+PAD_ID = 0
+
+
+def masked_cross_entropy(y_true, logits, label_smoothing=0.0, pad_id=PAD_ID):
+    """Mean over real tokens of the (label-smoothed) cross-entropy, computed in float32.
+
+    With smoothing ``eps`` the target is ``(1 - eps) * one_hot + eps / V``, so the loss per
+    token is ``(1 - eps) * (-log p_y) + eps * mean_k(-log p_k)``.
+
+    Args:
+        y_true: int ``(B, T)``, ``pad_id`` where there is no token.
+        logits: ``(B, T, V)``.
+    Returns: scalar; 0 when the batch has no real token.
+    """
+    y_true = ops.cast(y_true, "int32")
+    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    vocab = ops.shape(log_probs)[-1]
+    nll = -ops.sum(log_probs * ops.one_hot(y_true, vocab, dtype="float32"), axis=-1)
+    if label_smoothing:
+        nll = (1.0 - label_smoothing) * nll - label_smoothing * ops.mean(log_probs, axis=-1)
+    mask = ops.cast(ops.not_equal(y_true, pad_id), "float32")
+    return ops.sum(nll * mask) / ops.maximum(ops.sum(mask), 1.0)
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
+    """Sparse categorical cross-entropy from logits, averaged over non-padding tokens.
+
+    Args:
+        label_smoothing: ``eps`` in [0, 1) (0.1 in the paper).
+        pad_id: target id that is ignored.
+
+    Example:
+        >>> model.compile("adam", loss=MaskedSparseCategoricalCrossentropy(0.1))
+    """
+
+    def __init__(self, label_smoothing=0.0, pad_id=PAD_ID, name="masked_sparse_ce", **kwargs):
+        if not 0 <= label_smoothing < 1:
+            raise ValueError("`label_smoothing` must be in [0, 1). "
+                             f"Received: label_smoothing={label_smoothing!r}")
+        super().__init__(name=name, **kwargs)
+        self.label_smoothing = float(label_smoothing)
+        self.pad_id = int(pad_id)
+
+    def call(self, y_true, y_pred):
+        return masked_cross_entropy(y_true, y_pred, self.label_smoothing, self.pad_id)
+
+    def get_config(self):
+        return {**super().get_config(), "label_smoothing": self.label_smoothing,
+                "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MaskedAccuracy(keras.metrics.Metric):
+    """Token accuracy over non-padding positions, accumulated over batches.
+
+    Example:
+        >>> model.compile("adam", loss=..., metrics=[MaskedAccuracy()])
+    """
+
+    def __init__(self, pad_id=PAD_ID, name="masked_accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = int(pad_id)
+        self.correct = self.add_weight(name="correct", initializer="zeros")
+        self.count = self.add_weight(name="count", initializer="zeros")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
+        pred = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+        mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
+        self.correct.assign_add(ops.sum(ops.cast(ops.equal(pred, y_true), "float32") * mask))
+        self.count.assign_add(ops.sum(mask))
+
+    def result(self):
+        return self.correct / ops.maximum(self.count, 1.0)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.count.assign(0.0)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}

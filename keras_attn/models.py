@@ -1,0 +1,107 @@
+"""Functional-API builders for the two translators, and access to their attention maps.
+
+Both models take ``{"source": int32 (B, S), "target_in": int32 (B, T)}`` (0 = padding) and
+return logits ``(B, T, tgt_vocab_size)``. Padding masks come from id 0 automatically.
+"""
+import keras
+from keras import ops
+
+from keras_attn.layers import (BahdanauDecoder, Seq2SeqEncoder, TransformerDecoder,
+                               TransformerEncoder)
+
+
+def _inputs():
+    return {"source": keras.Input((None,), dtype="int32", name="source"),
+            "target_in": keras.Input((None,), dtype="int32", name="target_in")}
+
+
+def transformer_seq2seq(src_vocab_size, tgt_vocab_size, num_hiddens=256, ffn_num_hiddens=1024,
+                        num_heads=4, num_layers=2, dropout=0.1, max_len=256, use_bias=False,
+                        norm_first=False, tie_embeddings=False, name="transformer_seq2seq"):
+    """Encoder–decoder Transformer (Vaswani et al. 2017) as a functional ``keras.Model``.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (id 0 = padding).
+        num_hiddens, ffn_num_hiddens, num_heads, num_layers: sizes (layers per stack).
+        dropout: rate everywhere. max_len: longest source/target sequence.
+        use_bias: biases in the attention projections. norm_first: pre-norm blocks.
+        tie_embeddings: share the target embedding with the output projection (section 3.4).
+
+    Sub-layers reachable as ``model.get_layer("encoder")`` / ``"decoder"``.
+
+    Example:
+        >>> model = transformer_seq2seq(100, 120, num_hiddens=32, ffn_num_hiddens=64)
+        >>> model({"source": src, "target_in": tgt_in}).shape   # (B, T, 120)
+    """
+    inputs = _inputs()
+    encoder = TransformerEncoder(src_vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
+                                 num_layers, dropout, use_bias, max_len, norm_first,
+                                 name="encoder")
+    decoder = TransformerDecoder(tgt_vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
+                                 num_layers, dropout, use_bias, max_len, norm_first,
+                                 tie_embeddings=tie_embeddings, name="decoder")
+    enc_outputs = encoder(inputs["source"])
+    logits = decoder(inputs["target_in"], enc_outputs)
+    return keras.Model(inputs, logits, name=name)
+
+
+def bahdanau_seq2seq(src_vocab_size, tgt_vocab_size, embed_size=256, num_hiddens=256,
+                     num_layers=2, dropout=0.1, name="bahdanau_seq2seq"):
+    """GRU encoder–decoder with additive attention (Bahdanau et al. 2015).
+
+    Example:
+        >>> model = bahdanau_seq2seq(100, 120, embed_size=16, num_hiddens=32)
+        >>> model({"source": src, "target_in": tgt_in}).shape   # (B, T, 120)
+    """
+    inputs = _inputs()
+    encoder = Seq2SeqEncoder(src_vocab_size, embed_size, num_hiddens, num_layers, dropout,
+                             name="encoder")
+    decoder = BahdanauDecoder(tgt_vocab_size, embed_size, num_hiddens, num_layers, dropout,
+                              name="decoder")
+    enc_outputs, enc_states = encoder(inputs["source"])
+    source_mask = ops.not_equal(inputs["source"], 0)
+    logits = decoder(inputs["target_in"], enc_outputs, enc_states,
+                     enc_outputs_mask=source_mask)
+    return keras.Model(inputs, logits, name=name)
+
+
+def model_kind(model):
+    """``"transformer"`` or ``"bahdanau"`` for a model built by this module."""
+    decoder = model.get_layer("decoder")
+    if isinstance(decoder, TransformerDecoder):
+        return "transformer"
+    if isinstance(decoder, BahdanauDecoder):
+        return "bahdanau"
+    raise ValueError(f"`model` was not built by keras_attn.models. Received: {model.name}")
+
+
+def attention_maps(model, batch):
+    """Every attention map of ``model`` for ``batch``, as named numpy ``(B, H, Q, K)`` arrays.
+
+    Transformer: ``encoder/self/layer_i``, ``decoder/self/layer_i``, ``decoder/cross/layer_i``.
+    Bahdanau: ``decoder/cross`` ``(B, 1, T, S)`` (the additive weights of every step).
+
+    Args:
+        model: from :func:`transformer_seq2seq` or :func:`bahdanau_seq2seq`.
+        batch: ``{"source": (B, S), "target_in": (B, T)}`` int arrays.
+    """
+    source = ops.convert_to_tensor(batch["source"], "int32")
+    target_in = ops.convert_to_tensor(batch["target_in"], "int32")
+    encoder, decoder = model.get_layer("encoder"), model.get_layer("decoder")
+    maps = {}
+    if model_kind(model) == "transformer":
+        enc_outputs, enc_maps = encoder(source, return_attention_scores=True)
+        _, dec_maps = decoder(target_in, enc_outputs,
+                              enc_outputs_mask=ops.not_equal(source, 0),
+                              return_attention_scores=True)
+        for i, w in enumerate(enc_maps):
+            maps[f"encoder/self/layer_{i}"] = w
+        for kind in ("self", "cross"):
+            for i, w in enumerate(dec_maps[kind]):
+                maps[f"decoder/{kind}/layer_{i}"] = w
+    else:
+        enc_outputs, enc_states = encoder(source)
+        _, w = decoder(target_in, enc_outputs, enc_states,
+                       enc_outputs_mask=ops.not_equal(source, 0), return_attention_scores=True)
+        maps["decoder/cross"] = ops.expand_dims(w, 1)
+    return {k: ops.convert_to_numpy(v) for k, v in maps.items()}
