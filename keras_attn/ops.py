@@ -163,14 +163,22 @@ def masked_softmax(scores, valid_lens=None, mask=None):
         keep = combine_masks(keep, mask)
     dtype = scores.dtype
     x = ops.cast(scores, "float32")
+    if keep is not None:
+        x = ops.where(keep, x, large_negative("float32"))
+    weights = _softmax(x)
     if keep is None:
-        return ops.cast(ops.softmax(x, axis=-1), dtype)
-    x = ops.where(keep, x, large_negative("float32"))
-    weights = ops.softmax(x, axis=-1)
+        return ops.cast(weights, dtype)
     # Rows with no valid key got a uniform softmax of the fill value: zero them, and
     # masked entries are exactly 0 in every row.
     weights = ops.where(keep, weights, ops.zeros_like(weights))
     return ops.cast(weights, dtype)
+
+
+def _softmax(x):
+    """Softmax over the last axis (written out: ``ops.softmax`` warns on a size-1 axis,
+    which is legitimate here, e.g. the first decoding step)."""
+    e = ops.exp(x - ops.max(x, axis=-1, keepdims=True))
+    return e / ops.sum(e, axis=-1, keepdims=True)
 
 
 def check_batch(reference, other, name, reference_name="scores"):
