@@ -21,6 +21,7 @@ setup(
     install_requires=[
         "tensorflow==2.21.*",
         "tensorflow-text==2.21.*",
+        "tensorboard",
         "keras>=3.15",
         "numpy",
         "sacrebleu>=2.3",

@@ -39,7 +39,8 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
     """
 
     def __init__(self, label_smoothing=0.0, pad_id=PAD_ID, name="masked_sparse_ce", **kwargs):
-        if not 0 <= label_smoothing < 1:
+        if (isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float))
+                or not 0 <= label_smoothing < 1):
             raise ValueError("`label_smoothing` must be in [0, 1). "
                              f"Received: label_smoothing={label_smoothing!r}")
         super().__init__(name=name, **kwargs)

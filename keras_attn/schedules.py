@@ -6,7 +6,9 @@ from keras import ops
 
 
 def _check_positive(name, value):
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+    # `not 0 < value < inf` also rejects NaN, which `value <= 0` let through.
+    if (not isinstance(value, (int, float)) or isinstance(value, bool)
+            or not 0 < value < math.inf):
         raise ValueError(f"`{name}` must be positive. Received: {name}={value!r}")
 
 
@@ -62,7 +64,8 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
         _check_positive("peak_lr", peak_lr)
         _check_positive("warmup_steps", warmup_steps)
         _check_positive("decay_steps", decay_steps)
-        if not 0 <= alpha <= 1:
+        if (isinstance(alpha, bool) or not isinstance(alpha, (int, float))
+                or not 0 <= alpha <= 1):
             raise ValueError(f"`alpha` must be in [0, 1]. Received: alpha={alpha!r}")
         self.peak_lr = peak_lr
         self.warmup_steps = warmup_steps

@@ -314,10 +314,12 @@ class Tokenizer(tf.Module):
         self._vocab_list = vocab
         self.vocab_size = len(vocab)
         self.char_level = " " in vocab
+        # Character mode: the whole input is one "word"; no byte limit, so a long input is
+        # tokenized in full and then truncated (instead of becoming a single [UNK]).
         self._tokenizer = tf_text.FastWordpieceTokenizer(
             vocab,
             suffix_indicator=SUFFIX,
-            max_bytes_per_word=4096 if self.char_level else 100,
+            max_bytes_per_word=2**31 - 1 if self.char_level else 100,
             token_out_type=tf.int32,
             unknown_token=UNK,
             no_pretokenization=self.char_level,
@@ -346,7 +348,7 @@ class Tokenizer(tf.Module):
         self._detokenizer = tf_text.FastWordpieceTokenizer(
             extended,
             suffix_indicator=SUFFIX,
-            max_bytes_per_word=4096 if self.char_level else 100,
+            max_bytes_per_word=2**31 - 1 if self.char_level else 100,
             token_out_type=tf.int32,
             unknown_token=UNK,
             no_pretokenization=self.char_level,

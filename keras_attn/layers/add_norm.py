@@ -56,7 +56,8 @@ class AddNorm(keras.layers.Layer):
         return x_shape
 
     def compute_mask(self, x, y=None, mask=None, **kwargs):
-        return kwargs.get("x_mask", mask)
+        x_mask = kwargs.get("x_mask")
+        return getattr(x, "_keras_mask", None) if x_mask is None else x_mask
 
     def get_config(self):
         return {**super().get_config(), "dropout": self.dropout, "epsilon": self.epsilon}

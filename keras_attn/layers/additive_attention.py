@@ -74,7 +74,11 @@ class AdditiveAttention(keras.layers.Layer):
         return (output, weights) if return_attention_scores else output
 
     def compute_mask(self, queries, keys=None, values=None, valid_lens=None, mask=None, **kwargs):
-        return kwargs.get("queries_mask")
+        # Keras calls compute_mask(queries, previous_mask), never with `queries_mask`: the
+        # output has the queries' positions, so it carries the queries' Keras mask (as
+        # keras.layers.MultiHeadAttention does).
+        queries_mask = kwargs.get("queries_mask")
+        return getattr(queries, "_keras_mask", None) if queries_mask is None else queries_mask
 
     def compute_output_shape(self, queries_shape, keys_shape, values_shape, *args, **kwargs):
         return tuple(queries_shape[:-1]) + (values_shape[-1],)

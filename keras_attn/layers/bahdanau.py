@@ -1,5 +1,6 @@
 """GRU encoder and GRU decoder with Bahdanau (additive) attention."""
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_attn import ops as attn_ops
@@ -187,10 +188,11 @@ class BahdanauDecoder(_RNNBase):
             states = list(carry[0])
             h, new_states, weights = self.step(x_t, states, enc_outputs, projected_keys, keep,
                                                training)
-            new = (tuple(new_states), h, ops.cast(weights, self.compute_dtype))
-            return new, new
+            return (tuple(new_states), h, ops.cast(weights, self.compute_dtype))
 
-        _, (_, outputs, weights) = ops.scan(body, init, ops.transpose(emb, (1, 0, 2)))
+        # tf.scan, not keras.ops.scan: the latter's while_loop has no maximum_iterations, so
+        # its gradient cannot be compiled by XLA (model.compile(jit_compile=True) failed).
+        _, outputs, weights = tf.scan(body, ops.transpose(emb, (1, 0, 2)), init)
         logits = self.dense(ops.transpose(outputs, (1, 0, 2)))  # (B, T, V)
         if return_attention_scores:
             return logits, ops.transpose(weights, (1, 0, 2))

@@ -27,5 +27,11 @@ class MaskedSoftmax(keras.layers.Layer):
     def call(self, scores, valid_lens=None, mask=None, training=None):
         return attn_ops.masked_softmax(scores, valid_lens=valid_lens, mask=mask)
 
+    def compute_mask(self, scores, mask=None):
+        # `mask` is an attention mask, not a Keras padding mask of `scores`: defining
+        # compute_mask makes Keras accept it without a "does not support masking" warning;
+        # the weights get no mask.
+        return None
+
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -68,5 +68,11 @@ class NadarayaWatson(keras.layers.Layer):
         output = ops.sum(weights * vals, axis=-1)
         return (output, weights) if return_attention_scores else output
 
+    def compute_mask(self, queries, keys=None, values=None, valid_lens=None, mask=None,
+                     **kwargs):
+        # `mask` selects keys, it is no Keras padding mask: defining compute_mask makes Keras
+        # accept it without a "does not support masking" warning; the output gets no mask.
+        return None
+
     def get_config(self):
         return {**super().get_config(), "learnable": self.learnable}

@@ -225,4 +225,6 @@ class TransformerDecoderBlock(_BlockBase):
         return x, tuple(new_cache), cross_weights[0]
 
     def compute_mask(self, x, enc_outputs=None, enc_valid_lens=None, mask=None, **kwargs):
-        return kwargs.get("x_mask")
+        # Keras passes the previous masks, not `x_mask`: the output keeps x's padding.
+        x_mask = kwargs.get("x_mask")
+        return getattr(x, "_keras_mask", None) if x_mask is None else x_mask

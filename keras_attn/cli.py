@@ -1,0 +1,140 @@
+"""``keras-attn``: train, translate, evaluate and export from the command line.
+
+Examples::
+
+    keras-attn train                                  # dates task, defaults, ./runs/dates
+    keras-attn train --task tatoeba --data ../shared/data/fra-eng --output runs/fra
+    keras-attn translate runs/dates "3 March 2021"    # or lines on stdin
+    keras-attn evaluate runs/dates --split test
+    keras-attn export runs/dates
+"""
+import argparse
+import dataclasses
+import os
+import sys
+
+
+def _train_parser(sub):
+    from keras_attn.training import TrainConfig
+
+    p = sub.add_parser("train", help="train a model (default: Transformer on the dates task)")
+    p.add_argument("--task", choices=["dates", "tatoeba"], default="dates")
+    p.add_argument("--data", default="", help="Tatoeba file, folder (train.txt/dev.txt) or URL")
+    p.add_argument("--model", choices=["transformer", "bahdanau"])
+    for name, typ in [("num-hiddens", int), ("ffn-num-hiddens", int), ("num-heads", int),
+                      ("num-layers", int), ("dropout", float), ("batch-size", int),
+                      ("epochs", int), ("warmup", int), ("lr-scale", float),
+                      ("label-smoothing", float), ("max-len", int), ("vocab-size", int),
+                      ("num-train", int), ("num-valid", int), ("num-test", int)]:
+        p.add_argument(f"--{name}", type=typ)
+    p.add_argument("--steps", type=int, default=0, help="total training steps (overrides epochs)")
+    p.add_argument("--schedule", choices=["noam", "cosine"], default="noam")
+    p.add_argument("--peak-lr", type=float, default=TrainConfig.peak_lr)
+    p.add_argument("--mixed-precision", choices=["", "mixed_float16", "mixed_bfloat16"],
+                   default="")
+    p.add_argument("--jit-compile", action="store_true", help="XLA-compile the train step")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", default=None, help="run directory (default runs/<task>)")
+    p.add_argument("--no-export", action="store_true", help="skip exporting after training")
+
+
+def _config_from_args(args):
+    from keras_attn.training import TASK_DEFAULTS, TrainConfig
+
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    values = {k: v for k, v in TASK_DEFAULTS[args.task].items() if k in names}
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None:
+            values[name] = value
+    return TrainConfig(**values)
+
+
+def cmd_train(args):
+    from keras_attn import training
+
+    config = _config_from_args(args)
+    run_dir = args.output or os.path.join("runs", config.task)
+    metrics = training.train(config, run_dir)
+    if not args.no_export:
+        from keras_attn import export
+
+        export.export_run(run_dir)
+    print(f"run directory: {run_dir}")
+    return 0 if metrics else 1
+
+
+def cmd_translate(args):
+    from keras_attn.translator import Translator
+
+    translator = Translator.from_run_dir(args.run_dir)
+    sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
+    for line in translator.translate(sentences, beam_size=args.beam_size, alpha=args.alpha):
+        print(line)
+    return 0
+
+
+def cmd_evaluate(args):
+    from keras_attn import runs, training
+    from keras_attn.translator import Translator
+
+    config = training.TrainConfig(**runs.read_json(runs.paths(args.run_dir)["config"]))
+    splits, refs = training.load_splits(config)
+    pairs = splits[args.split]
+    if args.limit:
+        pairs = pairs[: args.limit]
+        refs = refs[: args.limit] if refs else None
+    result = training.evaluate(Translator.from_run_dir(args.run_dir), pairs, config.task,
+                               refs if args.split == "test" else None, beam_size=args.beam_size)
+    summary = {k: v for k, v in result.items() if k != "samples"}
+    print(summary)
+    return 0
+
+
+def cmd_export(args):
+    from keras_attn import export
+
+    export.export_run(args.run_dir, export_dir=args.export_dir, version=args.version,
+                      overwrite=args.overwrite, beam_size=args.beam_size)
+    return 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="keras-attn", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _train_parser(sub)
+    p = sub.add_parser("translate", help="translate sentences with a trained run")
+    p.add_argument("run_dir")
+    p.add_argument("sentences", nargs="*", help="sentences (default: lines of stdin)")
+    p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--alpha", type=float, default=0.6)
+    p = sub.add_parser("evaluate", help="score a run on a split")
+    p.add_argument("run_dir")
+    p.add_argument("--split", choices=["train", "valid", "test"], default="test")
+    p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--limit", type=int, default=0)
+    p = sub.add_parser("export", help="export a run as SavedModel and TFLite")
+    p.add_argument("run_dir")
+    p.add_argument("--export-dir", default=None)
+    p.add_argument("--version", type=int, default=1)
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--beam-size", type=int, default=1)
+    return parser
+
+
+COMMANDS = {"train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate,
+            "export": cmd_export}
+
+
+def main(argv=None):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (FileNotFoundError, ValueError, OSError, UnicodeDecodeError) as e:
+        print(f"keras-attn {args.command}: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The run directory: what a training run writes and what inference/export read back.
+
+Layout of ``RUN_DIR``::
+
+    config.json          every option of the run, vocabulary sizes, special ids
+    src_vocab.txt        source vocabulary (one token a line; id = line number)
+    tgt_vocab.txt        target vocabulary
+    backup/              BackupAndRestore state (resume after an interruption)
+    checkpoints/         best weights by validation loss
+    logs/                TensorBoard logs;  training_log.csv: one row an epoch
+    model.keras          the final model (also loadable without keras_attn's source)
+    metrics.json         test-split results and sample translations
+    export/              SavedModel and TFLite files (``keras-attn export``)
+"""
+import json
+import os
+import tempfile
+
+
+def atomic_write_text(path, text):
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename,
+    so a reader never sees half a file, even if the process is killed mid-write."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path, obj):
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def paths(run_dir):
+    """Named paths inside a run directory."""
+    return {
+        "config": os.path.join(run_dir, "config.json"),
+        "src_vocab": os.path.join(run_dir, "src_vocab.txt"),
+        "tgt_vocab": os.path.join(run_dir, "tgt_vocab.txt"),
+        "backup": os.path.join(run_dir, "backup"),
+        "best": os.path.join(run_dir, "checkpoints", "best.weights.h5"),
+        "logs": os.path.join(run_dir, "logs"),
+        "csv": os.path.join(run_dir, "training_log.csv"),
+        "model": os.path.join(run_dir, "model.keras"),
+        "metrics": os.path.join(run_dir, "metrics.json"),
+        "export": os.path.join(run_dir, "export"),
+    }

@@ -1,0 +1,285 @@
+"""The main job: build data and tokenizers, train with a warmup schedule, evaluate.
+
+``keras-attn train`` (see :mod:`keras_attn.cli`) calls :func:`train` with the parsed
+options. Re-running the same command after an interruption resumes from the last saved
+epoch (``BackupAndRestore``); vocabularies and config already in the run directory are
+reused, so the resumed run sees exactly the same data.
+"""
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import keras
+import tensorflow as tf
+
+from keras_attn import data, losses, models, runs, schedules, text
+
+# Defaults per task: a small char-level Transformer for dates (minutes on 2 CPU cores),
+# the D2L/paper-sized one for English-French.
+TASK_DEFAULTS = {
+    "dates": dict(model="transformer", num_hiddens=128, ffn_num_hiddens=256, num_heads=4,
+                  num_layers=2, dropout=0.1, batch_size=128, epochs=10, warmup=800,
+                  lr_scale=1.0, label_smoothing=0.1, max_len=48, vocab_size=0,
+                  num_train=30000, num_valid=1000, num_test=2000),
+    "tatoeba": dict(model="transformer", num_hiddens=256, ffn_num_hiddens=1024, num_heads=4,
+                    num_layers=2, dropout=0.1, batch_size=64, epochs=8, warmup=4000,
+                    lr_scale=1.0, label_smoothing=0.1, max_len=64, vocab_size=8000,
+                    num_train=0, num_valid=2000, num_test=0),
+}
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Every option of a run (written to ``config.json``)."""
+    task: str = "dates"
+    data: str = ""
+    model: str = "transformer"
+    num_hiddens: int = 128
+    ffn_num_hiddens: int = 256
+    num_heads: int = 4
+    num_layers: int = 2
+    dropout: float = 0.1
+    batch_size: int = 128
+    epochs: int = 10
+    steps: int = 0
+    schedule: str = "noam"
+    warmup: int = 800
+    lr_scale: float = 1.0
+    peak_lr: float = 1e-3
+    label_smoothing: float = 0.1
+    mixed_precision: str = ""
+    jit_compile: bool = False
+    seed: int = 0
+    max_len: int = 48
+    vocab_size: int = 0
+    num_train: int = 30000
+    num_valid: int = 1000
+    num_test: int = 2000
+    src_vocab_size: int = 0
+    tgt_vocab_size: int = 0
+    start_id: int = text.START_ID
+    end_id: int = text.END_ID
+
+    # Options that may change between the first run and a resumed one.
+    RESUMABLE = ("epochs", "steps", "jit_compile")
+
+
+def build_model(config):
+    """The model a config describes (``config`` a dict or :class:`TrainConfig`)."""
+    c = config if isinstance(config, dict) else dataclasses.asdict(config)
+    if c["model"] == "transformer":
+        return models.transformer_seq2seq(
+            c["src_vocab_size"], c["tgt_vocab_size"], c["num_hiddens"], c["ffn_num_hiddens"],
+            c["num_heads"], c["num_layers"], c["dropout"], max_len=c["max_len"] + 2)
+    if c["model"] == "bahdanau":
+        return models.bahdanau_seq2seq(c["src_vocab_size"], c["tgt_vocab_size"],
+                                       c["num_hiddens"], c["num_hiddens"], c["num_layers"],
+                                       c["dropout"])
+    raise ValueError(f"`model` must be 'transformer' or 'bahdanau'. Received: model={c['model']!r}")
+
+
+def load_splits(config, log=print):
+    """``{"train", "valid", "test"}`` lists of (source, target) pairs, plus references."""
+    if config.task == "dates":
+        splits = data.dates_splits(config.num_train, config.num_valid, config.num_test,
+                                   seed=config.seed)
+        refs = None
+    elif config.task == "tatoeba":
+        splits, refs = tatoeba_splits(config.data, num_valid=config.num_valid,
+                                      max_pairs=config.num_train or None, seed=config.seed,
+                                      log=log)
+    else:
+        raise ValueError(f"`task` must be 'dates' or 'tatoeba'. Received: task={config.task!r}")
+    return splits, refs
+
+
+TATOEBA_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
+SHARED_CORPUS = os.path.join("..", "shared", "data", "fra-eng")
+
+
+def tatoeba_splits(data_arg="", num_valid=2000, max_pairs=None, seed=0, log=print):
+    """Train/valid/test pairs from a Tatoeba file or a folder with train.txt and dev.txt.
+
+    ``data_arg``: a file, a folder (``train.txt`` and ``dev.txt``: dev becomes the test
+    split, with all references of each English sentence for BLEU), or a URL (downloaded,
+    then split). Empty: ``../shared/data/fra-eng`` if present, else D2L's public file.
+    ``valid`` is held out of the training file by English sentence (never in train).
+    """
+    import random
+
+    data_arg = data_arg or (SHARED_CORPUS if os.path.isdir(SHARED_CORPUS) else TATOEBA_URL)
+    path = data.resolve_data(data_arg)
+    dev_path = None
+    if os.path.isdir(path):
+        dev_path = os.path.join(path, "dev.txt")
+        path = os.path.join(path, "train.txt")
+        dev_path = dev_path if os.path.exists(dev_path) else None
+    pairs, report = data.load_tatoeba(path, normalize=True, max_pairs=max_pairs)
+    if report.bad_lines:
+        log(report.summary())
+    english = sorted({s for s, _ in pairs})
+    random.Random(seed).shuffle(english)
+    valid_en = set(english[:num_valid])
+    test_en = set() if dev_path else set(english[num_valid: 2 * num_valid])
+    splits = {"train": [p for p in pairs if p[0] not in valid_en and p[0] not in test_en],
+              "valid": [p for p in pairs if p[0] in valid_en],
+              "test": [p for p in pairs if p[0] in test_en]}
+    refs = None
+    if dev_path:
+        sources, refs = data.load_tatoeba_references(dev_path, normalize=True)
+        splits["test"] = [(s, r[0]) for s, r in zip(sources, refs)]
+    return splits, refs
+
+
+def _tokenizers(config, splits, run_paths, log=print):
+    """Load the run's vocabularies, or learn them from the training split and save them."""
+    if os.path.exists(run_paths["src_vocab"]) and os.path.exists(run_paths["tgt_vocab"]):
+        return (text.Tokenizer.from_file(run_paths["src_vocab"]),
+                text.Tokenizer.from_file(run_paths["tgt_vocab"]))
+    sources = [s for s, _ in splits["train"]]
+    targets = [t for _, t in splits["train"]]
+    t0 = time.time()
+    if config.task == "dates":
+        # Sources keep printable ASCII and French letters (an unseen character would turn
+        # the whole input into [UNK]); targets only need the characters they use.
+        src_vocab, tgt_vocab = text.char_vocab(sources), text.char_vocab(targets, extra_chars="")
+    else:
+        src_vocab = text.learn_wordpiece_vocab(sources, config.vocab_size)
+        tgt_vocab = text.learn_wordpiece_vocab(targets, config.vocab_size)
+    text.save_vocab(src_vocab, run_paths["src_vocab"])
+    text.save_vocab(tgt_vocab, run_paths["tgt_vocab"])
+    log(f"vocabularies: source {len(src_vocab)}, target {len(tgt_vocab)} tokens "
+        f"({time.time() - t0:.1f} s)")
+    return text.Tokenizer(src_vocab), text.Tokenizer(tgt_vocab)
+
+
+def _schedule(config, steps_per_epoch):
+    if config.schedule == "noam":
+        return schedules.NoamSchedule(config.num_hiddens, config.warmup, config.lr_scale)
+    if config.schedule == "cosine":
+        total = config.steps or steps_per_epoch * config.epochs
+        return schedules.WarmupCosineDecay(config.peak_lr, config.warmup,
+                                           max(total - config.warmup, 1), alpha=0.05)
+    raise ValueError(f"`schedule` must be 'noam' or 'cosine'. Received: {config.schedule!r}")
+
+
+def compile_model(model, config, steps_per_epoch):
+    optimizer = keras.optimizers.Adam(_schedule(config, steps_per_epoch), beta_1=0.9,
+                                      beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
+    model.compile(optimizer=optimizer,
+                  loss=losses.MaskedSparseCategoricalCrossentropy(config.label_smoothing),
+                  metrics=[losses.MaskedAccuracy()], jit_compile=config.jit_compile)
+    return model
+
+
+def _prepare_run_dir(config, run_dir):
+    """Create the run directory, or check that a resumed run has the same options."""
+    p = runs.paths(run_dir)
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except OSError as e:
+        raise OSError(f"cannot create the output directory {run_dir!r}: {e.strerror}") from None
+    if not os.access(run_dir, os.W_OK):
+        raise OSError(f"the output directory {run_dir!r} is not writable")
+    if os.path.exists(p["config"]):
+        old = runs.read_json(p["config"])
+        new = dataclasses.asdict(config)
+        diff = {k: (old.get(k), v) for k, v in new.items()
+                if k not in TrainConfig.RESUMABLE and k not in ("src_vocab_size", "tgt_vocab_size")
+                and old.get(k) != v}
+        if diff:
+            raise ValueError(
+                f"{run_dir!r} holds a run with other options {diff}; use another --output "
+                "or the same options to resume")
+    return p
+
+
+def evaluate(translator, pairs, task, references=None, beam_size=1, batch_size=256):
+    """Exact match (dates) or corpus BLEU/chrF with sacrebleu (text) on ``pairs``."""
+    import sacrebleu
+
+    sources = [s for s, _ in pairs]
+    t0 = time.time()
+    hyps = translator.translate(sources, beam_size=beam_size, batch_size=batch_size)
+    seconds = time.time() - t0
+    targets = [t for _, t in pairs]
+    result = {"num_sentences": len(pairs), "decode_seconds": round(seconds, 2),
+              "beam_size": beam_size}
+    result["exact_match"] = sum(h == t for h, t in zip(hyps, targets)) / max(len(pairs), 1)
+    if task != "dates":
+        refs = references or [[t] for t in targets]
+        max_refs = max(len(r) for r in refs)
+        ref_streams = [[r[i] if i < len(r) else r[0] for r in refs] for i in range(max_refs)]
+        result["bleu"] = round(sacrebleu.corpus_bleu(hyps, ref_streams).score, 2)
+        result["chrf"] = round(sacrebleu.corpus_chrf(hyps, ref_streams).score, 2)
+    result["samples"] = [{"source": s, "target": t, "output": h}
+                         for s, t, h in list(zip(sources, targets, hyps))[:10]]
+    return result
+
+
+def train(config, run_dir, log=print):
+    """Train ``config`` into ``run_dir``; returns the metrics dict (also in metrics.json)."""
+    keras.utils.set_random_seed(config.seed)
+    if config.mixed_precision:
+        keras.mixed_precision.set_global_policy(config.mixed_precision)
+    p = _prepare_run_dir(config, run_dir)
+    splits, refs = load_splits(config, log)
+    log(f"data: {len(splits['train'])} train, {len(splits['valid'])} valid, "
+        f"{len(splits['test'])} test pairs")
+    src_tok, tgt_tok = _tokenizers(config, splits, p, log)
+    config.src_vocab_size, config.tgt_vocab_size = src_tok.vocab_size, tgt_tok.vocab_size
+    runs.write_json(p["config"], dataclasses.asdict(config))
+
+    train_ds = data.make_dataset(splits["train"], src_tok, tgt_tok, config.batch_size,
+                                 shuffle=True, seed=config.seed, max_len=config.max_len)
+    valid_ds = data.make_dataset(splits["valid"], src_tok, tgt_tok, config.batch_size,
+                                 shuffle=False, max_len=config.max_len)
+    steps_per_epoch = sum(1 for _ in train_ds)
+    epochs = config.epochs
+    if config.steps:
+        epochs = max(1, -(-config.steps // steps_per_epoch))
+        train_ds = train_ds.repeat()
+        steps_per_epoch = min(steps_per_epoch, config.steps)
+    model = compile_model(build_model(config), config, steps_per_epoch)
+    log(f"model: {config.model}, {model.count_params():,} parameters; "
+        f"{steps_per_epoch} steps x {epochs} epochs")
+
+    os.makedirs(os.path.dirname(p["best"]), exist_ok=True)
+    callbacks = [
+        keras.callbacks.BackupAndRestore(p["backup"], delete_checkpoint=False),
+        keras.callbacks.ModelCheckpoint(p["best"], monitor="val_loss", save_best_only=True,
+                                        save_weights_only=True),
+        keras.callbacks.TensorBoard(p["logs"]),
+        keras.callbacks.CSVLogger(p["csv"], append=True),
+        keras.callbacks.TerminateOnNaN(),
+    ]
+    t0 = time.time()
+    model.fit(train_ds, validation_data=valid_ds, epochs=epochs,
+              steps_per_epoch=steps_per_epoch if config.steps else None,
+              callbacks=callbacks, shuffle=False, verbose=1 if sys.stdout.isatty() else 2)
+    train_seconds = time.time() - t0
+    if os.path.exists(p["best"]):
+        model.load_weights(p["best"])
+    _save_model(model, p["model"])
+
+    from keras_attn.translator import Translator
+
+    translator = Translator(model, src_tok, tgt_tok, config.max_len,
+                            normalize=config.task == "tatoeba")
+    metrics = evaluate(translator, splits["test"], config.task, refs)
+    metrics["train_seconds"] = round(train_seconds, 1)
+    metrics["task"] = config.task
+    runs.write_json(p["metrics"], metrics)
+    log(json.dumps({k: v for k, v in metrics.items() if k != "samples"}))
+    for sample in metrics["samples"][:5]:
+        log(f"  {sample['source']!r} -> {sample['output']!r} (reference {sample['target']!r})")
+    return metrics
+
+
+def _save_model(model, path):
+    """Save ``.keras`` atomically: write next to the target, then rename."""
+    tmp = os.path.join(os.path.dirname(path), ".tmp-" + os.path.basename(path))
+    model.save(tmp)
+    os.replace(tmp, path)

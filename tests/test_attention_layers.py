@@ -1,0 +1,557 @@
+"""The attention layers against NumPy forward passes, D2L 11.2-11.5 worked examples and the
+checks every layer gets (layer_checks).
+
+NumPy references are written from the formulas with each layer's own weights:
+  dot product  softmax(Q K^T / sqrt(d)) V
+  additive     softmax(w_v^T tanh(W_q q + W_k k)) V
+  multi-head   Concat(head_1..head_h) W_o, head_i = softmax(Q_i K_i^T / sqrt(d_h)) V_i
+  Nadaraya-Watson  softmax(-((q - k) w)^2 / 2) . v
+"""
+import functools
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import layer_checks as lc
+from keras_attn.layers import (AdditiveAttention, DotProductAttention, MultiHeadAttention,
+                               NadarayaWatson)
+
+B, Q, K, D, V = 2, 3, 5, 4, 6  # batch, queries, keys, query/key features, value features
+HIDDEN, HEADS = 8, 2
+
+
+def rand(*shape, seed=0, scale=1.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype("float32")
+
+
+def np_(x):
+    return lc.as_numpy(x)
+
+
+QUERIES, KEYS, VALUES = rand(B, Q, D, seed=1), rand(B, K, D, seed=2), rand(B, K, V, seed=3)
+
+# name -> factory(dropout, **kwargs); one entry per single/multi-head attention layer.
+LAYERS = {
+    "dot": lambda dropout=0.0, **kw: DotProductAttention(dropout=dropout, **kw),
+    "additive": lambda dropout=0.0, **kw: AdditiveAttention(HIDDEN, dropout=dropout, **kw),
+    "mha": lambda dropout=0.0, **kw: MultiHeadAttention(HIDDEN, HEADS, dropout=dropout, **kw),
+}
+
+
+def reference(layer, q, k, v, keep=None):
+    """NumPy forward pass of ``layer`` from its own weights; ``keep`` broadcasts to (B,Q,K)."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    keep = np.ones((q.shape[0], q.shape[1], k.shape[1]), bool) if keep is None else keep
+    if isinstance(layer, MultiHeadAttention):
+        return lc.np_multi_head_attention(layer, q, k, v, keep)
+    if isinstance(layer, DotProductAttention):
+        scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    else:  # additive: w_v^T tanh(W_q q + W_k k), each (B, Q, K, h) feature vector scored
+        features = np.tanh(lc.dense_np(layer.W_q, q)[:, :, None] + lc.dense_np(layer.W_k, k)[:, None])
+        scores = lc.dense_np(layer.w_v, features)[..., 0]
+    weights = lc.np_softmax_keep(scores, keep)
+    return weights @ v, weights
+
+
+def call(layer, *args, **kwargs):
+    return np_(layer(*args, return_attention_scores=True, **kwargs))
+
+
+# ------------------------------------------------------------------------------------- D2L
+
+@pytest.mark.parametrize("name, query_size", [("additive", 20), ("dot", 2)])
+def test_d2l_worked_example(name, query_size):
+    """D2L 11.3: identical keys give uniform weights over the valid keys, so the output is
+    the mean of the first 2 (resp. 6) value rows whatever the weights."""
+    queries = np.random.default_rng(0).normal(0, 1, (2, 1, query_size)).astype("float32")
+    keys = np.ones((2, 10, 2), "float32")
+    values = np.repeat(np.arange(40, dtype="float32").reshape(1, 10, 4), 2, axis=0)
+    layer = (AdditiveAttention(num_hiddens=8, dropout=0.1) if name == "additive"
+             else DotProductAttention(dropout=0.5))
+    output, weights = call(layer, queries, keys, values, valid_lens=np.array([2, 6]),
+                           training=False)
+    np.testing.assert_allclose(output, [[[2, 3, 4, 5]], [[10, 11, 12, 13]]], rtol=1e-5)
+    assert weights.shape == (2, 1, 10)
+    np.testing.assert_allclose(weights[0, 0], [0.5] * 2 + [0] * 8, rtol=1e-6)
+    np.testing.assert_allclose(weights[1, 0], [1 / 6] * 6 + [0] * 4, rtol=1e-6)
+
+
+def test_d2l_multi_head_attention_shapes():
+    mha = MultiHeadAttention(num_hiddens=100, num_heads=5, dropout=0.5)
+    x, y = rand(2, 4, 100, seed=4), rand(2, 6, 100, seed=5)
+    output, weights = mha(x, y, y, valid_lens=np.array([3, 2]), return_attention_scores=True)
+    assert tuple(output.shape) == (2, 4, 100)
+    assert tuple(weights.shape) == (2, 5, 4, 6)
+    assert mha.W_q.kernel.shape == (100, 100) and mha.W_o.kernel.shape == (100, 100)
+    np.testing.assert_allclose(np_(output), reference(mha, x, y, y, lc.np_keep_from_valid_lens(
+        [3, 2], 6))[0], rtol=1e-4, atol=1e-5)
+
+
+# -------------------------------------------------------------------- NumPy forward passes
+
+LENS = np.array([4, 0])  # (B,), a row with no key
+LENS_BQ = np.array([[1, 3, 5], [2, 0, 9]])  # (B, Q), 9 > K
+MASK_BK = np.array([[1, 0, 1, 1, 0], [0, 1, 1, 0, 1]], bool)
+MASK_BQK = rand(B, Q, K, seed=9) > 0
+CAUSAL = np.tril(np.ones((Q, K), bool), k=K - Q)[None]  # queries are the last K positions
+
+MASK_CASES = {
+    # name: (call kwargs, keep (broadcasts to B, Q, K), layers it applies to)
+    "none": ({}, None, LAYERS),
+    "valid_lens (B,)": ({"valid_lens": LENS}, lc.np_keep_from_valid_lens(LENS, K), LAYERS),
+    "valid_lens (B,Q)": ({"valid_lens": LENS_BQ}, lc.np_keep_from_valid_lens(LENS_BQ, K), LAYERS),
+    "mask (B,K)": ({"mask": MASK_BK}, MASK_BK[:, None], LAYERS),
+    "mask (B,Q,K)": ({"mask": MASK_BQK}, MASK_BQK, LAYERS),
+    "causal": ({"use_causal_mask": True}, CAUSAL, ("dot", "mha")),
+    "causal AND valid_lens": ({"use_causal_mask": True, "valid_lens": np.array([2, 5])},
+                              CAUSAL & lc.np_keep_from_valid_lens([2, 5], K), ("dot", "mha")),
+}
+PARITY = [(n, c) for c, (_, _, names) in MASK_CASES.items() for n in names]
+
+
+@pytest.mark.parametrize("name, case", PARITY)
+def test_matches_numpy_forward_pass(name, case):
+    kwargs, keep, _ = MASK_CASES[case]
+    values = VALUES if name != "mha" else rand(B, K, 7, seed=3)  # MHA: any value size
+    layer = LAYERS[name]()
+    output, weights = call(layer, QUERIES, KEYS, values, **kwargs)
+    expected_output, expected_weights = reference(layer, QUERIES, KEYS, values, keep)
+    np.testing.assert_allclose(weights, expected_weights, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(output, expected_output, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["none", "valid_lens (B,)", "valid_lens (B,Q)", "causal"])
+@pytest.mark.parametrize("use_bias", [False, True])
+def test_multi_head_attention_matches_numpy(use_bias, case):
+    kwargs, keep, _ = MASK_CASES[case]
+    layer = MultiHeadAttention(HIDDEN, HEADS, use_bias=use_bias)
+    queries, keys, values = rand(B, Q, 3, seed=1), rand(B, K, 5, seed=2), rand(B, K, 7, seed=3)
+    layer(queries, keys, values)
+    for dense in (layer.W_q, layer.W_k, layer.W_v, layer.W_o):
+        assert dense.kernel.shape[-1] == HIDDEN and (dense.bias is not None) == use_bias
+        if use_bias:  # non-zero biases, so a missing bias would show
+            dense.bias.assign(rand(HIDDEN, seed=7))
+    output, weights = call(layer, queries, keys, values, **kwargs)
+    assert weights.shape == (B, HEADS, Q, K)
+    expected_output, expected_weights = reference(layer, queries, keys, values, keep)
+    np.testing.assert_allclose(weights, expected_weights, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(output, expected_output, rtol=1e-5, atol=1e-5)
+
+
+def test_additive_queries_and_keys_of_different_sizes():
+    layer = AdditiveAttention(num_hiddens=HIDDEN)
+    queries, keys = rand(B, Q, 7, seed=1), rand(B, K, 3, seed=2)
+    output, weights = call(layer, queries, keys, VALUES, valid_lens=LENS_BQ)
+    assert layer.W_q.kernel.shape == (7, HIDDEN) and layer.W_k.kernel.shape == (3, HIDDEN)
+    assert layer.w_v.kernel.shape == (HIDDEN, 1) and not layer.W_q.use_bias
+    expected = reference(layer, queries, keys, VALUES, lc.np_keep_from_valid_lens(LENS_BQ, K))
+    np.testing.assert_allclose(output, expected[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(weights, expected[1], rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------ masks
+
+def _tokens():
+    """Two padded key sequences (id 0 = padding) and their lengths."""
+    return np.array([[3, 1, 4, 0, 0], [5, 9, 2, 6, 5]], "int32"), np.array([3, 5])
+
+
+@pytest.mark.parametrize("attention", ["self", "cross", "cross, both padded"])
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_keras_mask_matches_valid_lens_and_bool_masks(name, attention):
+    """Keras masks from Embedding(mask_zero=True) in a functional model give, at the real
+    query positions, what valid_lens and bool (B, K) / (B, Q, K) masks give; padded queries
+    attend nothing (zero weights), as in keras.layers.MultiHeadAttention."""
+    tokens, lens = _tokens()
+    query_tokens = np.array([[2, 7, 0], [1, 0, 0]], "int32")  # Q != K, its own padding
+    embedding = keras.layers.Embedding(10, D, mask_zero=True)
+    layer = LAYERS[name]()
+    token_input = keras.Input((None,), dtype="int32")
+    x = embedding(token_input)
+    if attention == "self":
+        inputs, queries_in, arrays = token_input, x, tokens
+        queries, real = embedding(tokens), tokens != 0
+    elif attention == "cross":
+        inputs = [keras.Input((None, D)), token_input]
+        queries_in, arrays = inputs[0], [QUERIES, tokens]
+        queries, real = QUERIES, np.ones((B, Q), bool)
+    else:
+        inputs = [keras.Input((None,), dtype="int32"), token_input]
+        queries_in, arrays = embedding(inputs[0]), [query_tokens, tokens]
+        queries, real = embedding(query_tokens), query_tokens != 0
+    model = keras.Model(inputs, layer(queries_in, x, x, return_attention_scores=True))
+    out_keras, w_keras = np_(model(arrays))
+
+    emb = embedding(tokens)
+    keep_bk = np.arange(K) < lens[:, None]
+    explicit = {
+        "valid_lens": call(layer, queries, emb, emb, valid_lens=lens),
+        "mask (B,K)": call(layer, queries, emb, emb, mask=keep_bk),
+        "mask (B,Q,K)": call(layer, queries, emb, emb,
+                             mask=np.broadcast_to(keep_bk[:, None], (B, real.shape[1], K))),
+    }
+    if name == "mha":  # (B, H, Q, K) -> (B, Q, H, K), so [real] picks query positions
+        w_keras = w_keras.transpose(0, 2, 1, 3)
+    for form, (output, weights) in explicit.items():
+        weights = weights if name != "mha" else weights.transpose(0, 2, 1, 3)
+        np.testing.assert_allclose(out_keras[real], output[real], atol=1e-6, err_msg=form)
+        np.testing.assert_allclose(w_keras[real], weights[real], atol=1e-6, err_msg=form)
+    assert np.all(w_keras[~real] == 0)
+    assert np.all(w_keras[0][..., 3:] == 0)  # padded keys of row 0
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_keras_mask_propagates_to_the_next_layer(name):
+    """The output carries the queries' Keras mask: a second attention layer downstream
+    ignores the padded positions, as with keras.layers.MultiHeadAttention."""
+    tokens, lens = _tokens()
+    embedding = keras.layers.Embedding(10, D, mask_zero=True)
+    first, second = LAYERS[name](), (LAYERS[name]() if name != "additive" else
+                                     AdditiveAttention(HIDDEN))
+    token_input = keras.Input((None,), dtype="int32")
+    x = embedding(token_input)
+    h = first(x, x, x)
+    model = keras.Model(token_input, second(h, h, h, return_attention_scores=True))
+    out_keras, w_keras = np_(model(tokens))
+
+    e = embedding(tokens)
+    h = first(e, e, e, valid_lens=lens)
+    output, weights = call(second, h, h, h, valid_lens=lens)
+    real = tokens != 0
+    np.testing.assert_allclose(out_keras[real], output[real], rtol=1e-5, atol=1e-6)
+    assert np.all(w_keras[0][..., 3:] == 0)  # padded keys of row 0 hidden downstream too
+    y = first(e, e, e)
+    np.testing.assert_array_equal(np_(y._keras_mask), real)  # eager: mask on the output
+
+
+MASKED_ONLY = {  # a mask and the keys it hides from every query: changing those is harmless
+    "valid_lens": ({"valid_lens": np.array([2, 4])}, np.arange(K) >= np.array([[2], [4]])),
+    "mask (B,K)": ({"mask": MASK_BK}, ~MASK_BK),
+    "mask (B,Q,K)": ({"mask": MASK_BQK & MASK_BK[:, None]}, ~MASK_BK),
+}
+
+
+@pytest.mark.parametrize("form", list(MASKED_ONLY))
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_values_at_masked_positions_change_nothing(name, form):
+    kwargs, hidden = MASKED_ONLY[form]
+    layer = LAYERS[name]()
+    output, weights = call(layer, QUERIES, KEYS, VALUES, **kwargs)
+    junk_keys = np.where(hidden[..., None], rand(B, K, D, seed=11, scale=100), KEYS)
+    junk_values = np.where(hidden[..., None], rand(B, K, V, seed=12, scale=100), VALUES)
+    output2, weights2 = call(layer, QUERIES, junk_keys, junk_values, **kwargs)
+    np.testing.assert_allclose(output2, output, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(weights2, weights, rtol=1e-6, atol=1e-7)
+    weights = weights if name != "mha" else weights.max(1)  # (B, Q, K) over every head
+    assert np.all(weights[np.broadcast_to(hidden[:, None], (B, Q, K))] == 0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_row_without_valid_key_gives_zeros_not_nan(name, dtype):
+    layer = LAYERS[name](dtype=dtype)
+    output, weights = layer(QUERIES, KEYS, VALUES, valid_lens=np.array([0, 3]),
+                            return_attention_scores=True)
+    assert keras.backend.standardize_dtype(output.dtype) == dtype
+    assert keras.backend.standardize_dtype(weights.dtype) == dtype
+    output, weights = np_(output), np_(weights)
+    assert np.all(np.isfinite(output)) and np.all(np.isfinite(weights))
+    assert np.all(weights[0] == 0) and np.all(output[0] == 0)  # no bias: zero context
+    np.testing.assert_allclose(weights[1].sum(-1), 1.0, atol=2e-2)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_out_of_range_valid_lens(name):
+    layer = LAYERS[name]()
+    expected = call(layer, QUERIES, KEYS, VALUES, valid_lens=np.array([0, K]))
+    for lens in ([-3, K + 4], [-1, 1000]):
+        got = call(layer, QUERIES, KEYS, VALUES, valid_lens=np.array(lens))
+        lc.assert_close(got, expected, rtol=0, atol=0)
+    lc.assert_close(call(layer, QUERIES, KEYS, VALUES, valid_lens=np.array([K, K + 1])),
+                    call(layer, QUERIES, KEYS, VALUES), rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------------------ gradients, dropout, round trip
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_gradients_exist_and_are_finite(name):
+    layer = LAYERS[name]()
+    q, k, v = (tf.constant(x) for x in (QUERIES, KEYS, VALUES))
+    layer(q, k, v)
+    assert len(layer.trainable_weights) == {"dot": 0, "additive": 3, "mha": 4}[name]
+    lens = np.array([0, 3])  # including a row with no valid key
+    lc.check_grads_finite(lambda: layer(q, k, v, valid_lens=lens),
+                          list(layer.trainable_weights) + [q, k, v])
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_dropout_only_when_training(name):
+    lc.check_dropout(lambda rate: LAYERS[name](dropout=rate), QUERIES, KEYS, VALUES,
+                     valid_lens=np.array([3, 5]))
+    # The returned weights are taken before dropout.
+    layer = LAYERS[name](dropout=0.5)
+    _, evaluated = call(layer, QUERIES, KEYS, VALUES, training=False)
+    _, trained = call(layer, QUERIES, KEYS, VALUES, training=True)
+    np.testing.assert_allclose(trained, evaluated, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_config_round_trip(name):
+    layer = LAYERS[name](dropout=0.25, name=f"att_{name}")
+    clone = lc.check_config_round_trip(layer, QUERIES, KEYS, VALUES, valid_lens=LENS)
+    assert clone.dropout == 0.25
+    if name == "mha":
+        layer = MultiHeadAttention(12, 3, dropout=0.1, use_bias=True)
+        clone = lc.check_config_round_trip(layer, QUERIES, KEYS, VALUES, use_causal_mask=True)
+        assert (clone.num_hiddens, clone.num_heads, clone.use_bias) == (12, 3, True)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_functional_model_unknown_lengths_save_load_and_xla(name, tmp_path):
+    layer = LAYERS[name](dropout=0.1)
+    extra = {"use_causal_mask": True} if name == "mha" else {}
+
+    def wire(q, k, v, lens):
+        return layer(q, k, v, valid_lens=lens, return_attention_scores=True, **extra)
+
+    specs = [((None, D), "float32"), ((None, D), "float32"), ((None, V), "float32"),
+             ((), "int32")]
+    batches = [(QUERIES, KEYS, VALUES, np.array([2, 5], "int32")),
+               (rand(B, 6, D, seed=5), rand(B, 7, D, seed=6), rand(B, 7, V, seed=7),
+                np.array([0, 7], "int32"))]
+    model = lc.check_functional_model(wire, specs, batches)
+    loaded = lc.check_save_load(model, list(batches[1]), tmp_path)
+    lc.check_jit(lambda *a: loaded(list(a)), *(tf.constant(x) for x in batches[0]))
+    lc.check_jit(wire, *(tf.constant(x) for x in batches[1]))
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_mixed_float16(name):
+    outputs = lc.check_mixed_float16(lambda: LAYERS[name](), QUERIES, KEYS, VALUES,
+                                     valid_lens=np.array([0, 4]), return_attention_scores=True)
+    np.testing.assert_allclose(np_(outputs[1]).sum(-1)[1], 1.0, atol=1e-2)
+
+
+# ----------------------------------------------------------------------------------- errors
+
+CONSTRUCTOR_ERRORS = [
+    (lambda: MultiHeadAttention(10, 3), ["num_hiddens=10", "num_heads=3"]),
+    (lambda: MultiHeadAttention(8, 0), ["num_heads=0"]),
+    (lambda: MultiHeadAttention(8, -2), ["num_heads=-2"]),
+    (lambda: MultiHeadAttention(0, 2), ["num_hiddens=0"]),
+    (lambda: AdditiveAttention(0), ["num_hiddens=0"]),
+] + [(functools.partial(LAYERS[n], dropout=r), [f"dropout={r!r}"])
+     for n in LAYERS for r in (-0.1, 1.0, 1.5)]
+
+
+@pytest.mark.parametrize("make, words", CONSTRUCTOR_ERRORS)
+def test_bad_constructor_arguments(make, words):
+    with pytest.raises(ValueError) as info:
+        make()
+    assert "Received" in str(info.value)
+    for word in words:
+        assert word in str(info.value)
+
+
+CALL_ERRORS = {
+    # name: (queries, keys, values, call kwargs, words the message must contain)
+    "queries rank": (rand(B, D), KEYS, VALUES, {}, ["queries", f"({B}, {D})"]),
+    "keys rank": (QUERIES, rand(B, 1, K, D), VALUES, {}, ["keys", f"({B}, 1, {K}, {D})"]),
+    "values rank": (QUERIES, KEYS, rand(B, K), {}, ["values", f"({B}, {K})"]),
+    "keys batch": (QUERIES, rand(3, K, D), VALUES, {}, ["keys", f"(3, {K}, {D})"]),
+    "values batch": (QUERIES, KEYS, rand(3, K, V), {}, ["values", f"(3, {K}, {V})"]),
+    "valid_lens batch": (QUERIES, KEYS, VALUES, {"valid_lens": np.array([1, 2, 3])},
+                         ["valid_lens", "(3,)"]),
+    "keys/values length": (QUERIES, KEYS, rand(B, K + 1, V), {},
+                           ["keys", "values", f"({B}, {K + 1}, {V})"]),
+    "valid_lens rank": (QUERIES, KEYS, VALUES, {"valid_lens": np.ones((B, Q, 1), "int32")},
+                        ["valid_lens", f"({B}, {Q}, 1)"]),
+    "float valid_lens": (QUERIES, KEYS, VALUES, {"valid_lens": np.array([1.0, 2.0], "float32")},
+                         ["valid_lens", "float32"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CALL_ERRORS))
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_bad_call_arguments(name, case):
+    queries, keys, values, kwargs, words = CALL_ERRORS[case]
+    with pytest.raises(ValueError) as info:
+        LAYERS[name]()(queries, keys, values, **kwargs)
+    assert "Received" in str(info.value)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_dot_product_feature_sizes_must_match():
+    with pytest.raises(ValueError, match=r"queries.*keys.*feature size.*\(2, 5, 3\)"):
+        DotProductAttention()(QUERIES, rand(B, K, 3), VALUES)
+    MultiHeadAttention(HIDDEN, HEADS)(QUERIES, rand(B, K, 3), VALUES)  # projections: fine
+
+
+# ------------------------------------------------------------------------------- properties
+
+@functools.lru_cache(maxsize=None)
+def _cached_layer(name, value_size=V):
+    """One built layer per name for all of a property test's examples."""
+    keras.utils.set_random_seed(1)
+    layer = LAYERS[name]() if name != "mha+bias" else MultiHeadAttention(HIDDEN, HEADS,
+                                                                        use_bias=True)
+    layer(QUERIES, KEYS, VALUES[..., :value_size])
+    return layer
+
+
+@pytest.mark.parametrize("name", ["mha", "mha+bias"])
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_property_self_attention_is_permutation_equivariant(name, data):
+    length = data.draw(st.integers(1, 6), label="length")
+    x = data.draw(hnp.arrays(np.float32, (1, length, D), elements=st.floats(-3, 3, width=32)))
+    perm = np.array(data.draw(st.permutations(range(length)), label="perm"))
+    layer = _cached_layer(name, value_size=D)
+    out = np_(layer(x, x, x))
+    out_perm = np_(layer(x[:, perm], x[:, perm], x[:, perm]))
+    np.testing.assert_allclose(out_perm, out[:, perm], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_property_key_padding_changes_nothing(name, data):
+    num_keys = data.draw(st.integers(1, 5), label="num_keys")
+    pad = data.draw(st.integers(1, 3), label="pad")
+    lens = data.draw(hnp.arrays(np.int32, (B,), elements=st.integers(0, num_keys)), label="lens")
+    floats = st.floats(-3, 3, width=32)
+    junk = st.floats(-1e3, 1e3, width=32)
+    keys = data.draw(hnp.arrays(np.float32, (B, num_keys, D), elements=floats))
+    values = data.draw(hnp.arrays(np.float32, (B, num_keys, V), elements=floats))
+    pad_keys = data.draw(hnp.arrays(np.float32, (B, pad, D), elements=junk))
+    pad_values = data.draw(hnp.arrays(np.float32, (B, pad, V), elements=junk))
+    layer = _cached_layer(name)
+    expected = np_(layer(QUERIES, keys, values, valid_lens=lens))
+    padded = np_(layer(QUERIES, np.concatenate([keys, pad_keys], 1),
+                       np.concatenate([values, pad_values], 1), valid_lens=lens))
+    np.testing.assert_allclose(padded, expected, rtol=1e-5, atol=1e-5)
+    # The same padding hidden by a bool mask instead of valid_lens.
+    mask = np.arange(num_keys + pad) < num_keys
+    masked = np_(layer(QUERIES, np.concatenate([keys, pad_keys], 1),
+                       np.concatenate([values, pad_values], 1), mask=np.stack([mask] * B)))
+    np.testing.assert_allclose(masked, np_(layer(QUERIES, keys, values)), rtol=1e-5, atol=1e-5)
+
+
+# -------------------------------------------------------------------------- Nadaraya-Watson
+
+def _nw_data(n=8, seed=0):
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.random(n) * 5).astype("float32")
+    y = (2 * np.sin(x) + x ** 0.8 + rng.normal(0, 0.5, n)).astype("float32")
+    return x, y
+
+
+def np_nadaraya_watson(queries, keys, values, w=1.0):
+    keys = keys if keys.ndim == 2 else np.broadcast_to(keys, (len(queries), len(keys)))
+    values = values if values.ndim == 2 else np.broadcast_to(values, keys.shape)
+    weights = lc.np_softmax_keep(-((queries[:, None] - keys) * w) ** 2 / 2, True)
+    return (weights * values).sum(-1), weights
+
+
+@pytest.mark.parametrize("learnable", [False, True])
+def test_nadaraya_watson_shared_keys(learnable):
+    x, y = _nw_data()
+    queries = np.arange(0, 5, 0.5, dtype="float32")
+    out, weights = np_(NadarayaWatson(learnable=learnable)(queries, x, y,
+                                                           return_attention_scores=True))
+    expected_out, expected_weights = np_nadaraya_watson(queries, x, y)  # w starts at 1.0
+    assert out.shape == (10,) and weights.shape == (10, 8)
+    np.testing.assert_allclose(weights, expected_weights, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(out, expected_out, rtol=1e-5, atol=1e-6)
+
+
+def test_nadaraya_watson_per_query_keys_d2l_training_setup():
+    """D2L 11.2.4: each training point attends to all the other points."""
+    x, y = _nw_data()
+    n = len(x)
+    others = ~np.eye(n, dtype=bool)
+    keys, values = x[None].repeat(n, 0)[others].reshape(n, n - 1), \
+        y[None].repeat(n, 0)[others].reshape(n, n - 1)
+    layer = NadarayaWatson(learnable=True)
+    out = np_(layer(x, keys, values))
+    np.testing.assert_allclose(out, np_nadaraya_watson(x, keys, values)[0], rtol=1e-5, atol=1e-6)
+    layer.w.assign(2.5)
+    out = np_(layer(x, keys, values))
+    np.testing.assert_allclose(out, np_nadaraya_watson(x, keys, values, 2.5)[0],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_nadaraya_watson_learnable_weight():
+    x, y = _nw_data()
+    layer = NadarayaWatson(learnable=True)
+    layer(x, x, y)
+    assert [w.path.split("/")[-1] for w in layer.trainable_weights] == ["w"]
+    assert float(layer.w.numpy()) == 1.0 and layer.w.shape == ()
+    (grad,) = lc.check_grads_finite(lambda: layer(x[:4], x, y) - y[:4], [layer.w])
+    assert float(grad) != 0
+    # One SGD step moves w; the fixed-bandwidth layer has no weights at all.
+    keras.optimizers.SGD(0.01).apply([grad], [layer.w])
+    assert float(layer.w.numpy()) != 1.0
+    fixed = NadarayaWatson()
+    fixed(x, x, y)
+    assert fixed.weights == []
+
+
+def test_nadaraya_watson_mask_and_valid_lens_drop_keys():
+    x, y = _nw_data()
+    queries = np.array([0.5, 2.0, 4.0], "float32")
+    keep = np.array([1, 0, 1, 1, 0, 1, 1, 0], bool)
+    layer = NadarayaWatson()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # `mask` is not a Keras padding mask: no warning
+        got = np_(layer(queries, x, y, mask=keep))
+    np.testing.assert_allclose(got, np_nadaraya_watson(queries, x[keep], y[keep])[0], rtol=1e-5)
+    got = np_(layer(queries, x, y, valid_lens=np.array([3, 8, 5])))
+    for i, n in enumerate([3, 8, 5]):
+        np.testing.assert_allclose(got[i], np_nadaraya_watson(queries[i:i + 1], x[:n], y[:n])[0][0],
+                                   rtol=1e-5)
+
+
+@pytest.mark.parametrize("learnable", [False, True])
+def test_nadaraya_watson_config_save_load_xla(learnable, tmp_path):
+    x, y = _nw_data()
+    queries = np.arange(0, 5, 0.5, dtype="float32")
+    layer = NadarayaWatson(learnable=learnable, name="nw")
+    clone = lc.check_config_round_trip(layer, queries, x, y)
+    assert clone.learnable is learnable
+    if learnable:
+        layer.w.assign(1.7)
+    q_in, k_in = keras.Input(batch_shape=(None,)), keras.Input(batch_shape=(None,))
+    v_in = keras.Input(batch_shape=(None,))
+    model = keras.Model([q_in, k_in, v_in], layer(q_in, k_in, v_in))
+    loaded = lc.check_save_load(model, [queries, x, y], tmp_path)
+    if learnable:
+        assert float(loaded.get_layer("nw").w.numpy()) == pytest.approx(1.7)
+    lc.check_jit(lambda q, k, v: layer(q, k, v), *(tf.constant(a) for a in (queries, x, y)))
+
+
+def test_nadaraya_watson_mixed_float16():
+    x, y = _nw_data()
+    lc.check_mixed_float16(lambda: NadarayaWatson(learnable=True), x, x, y)
+
+
+@pytest.mark.parametrize("queries, keys, values, words", [
+    (np.zeros(3), np.zeros(4), np.zeros(5), ["keys", "values", "(4,)", "(5,)"]),
+    (np.zeros((3, 1)), np.zeros(4), np.zeros(4), ["queries", "(3, 1)"]),
+    (np.zeros(3), np.zeros((3, 4, 1)), np.zeros((3, 4, 1)), ["keys", "(3, 4, 1)"]),
+    (np.zeros(3), np.zeros((2, 4)), np.zeros((2, 4)), ["queries", "keys", "(2, 4)"]),
+])
+def test_nadaraya_watson_bad_arguments(queries, keys, values, words):
+    with pytest.raises(ValueError) as info:
+        NadarayaWatson()(queries.astype("float32"), keys.astype("float32"),
+                         values.astype("float32"))
+    assert "Received" in str(info.value)
+    for word in words:
+        assert word in str(info.value)
