@@ -248,9 +248,10 @@ def train(config, run_dir, log=print):
 
     os.makedirs(os.path.dirname(p["best"]), exist_ok=True)
     callbacks = [
-        keras.callbacks.BackupAndRestore(p["backup"], delete_checkpoint=False),
-        keras.callbacks.ModelCheckpoint(p["best"], monitor="val_loss", save_best_only=True,
-                                        save_weights_only=True),
+        # double_checkpoint: a kill while the backup is written falls back to the one before.
+        keras.callbacks.BackupAndRestore(p["backup"], double_checkpoint=True,
+                                         delete_checkpoint=False),
+        BestWeightsCheckpoint(p["best"]),
         keras.callbacks.TensorBoard(p["logs"]),
         keras.callbacks.CSVLogger(p["csv"], append=True),
         keras.callbacks.TerminateOnNaN(),
@@ -276,6 +277,38 @@ def train(config, run_dir, log=print):
     for sample in metrics["samples"][:5]:
         log(f"  {sample['source']!r} -> {sample['output']!r} (reference {sample['target']!r})")
     return metrics
+
+
+class BestWeightsCheckpoint(keras.callbacks.Callback):
+    """Keep the weights with the lowest ``monitor`` value, written atomically.
+
+    Unlike ``keras.callbacks.ModelCheckpoint`` the file is written to a temporary name and
+    renamed, so a kill mid-write never leaves a truncated checkpoint, and the best value is
+    kept in a JSON sidecar so a resumed run does not overwrite a better checkpoint.
+    """
+
+    def __init__(self, path, monitor="val_loss"):
+        super().__init__()
+        self.path = path
+        self.monitor = monitor
+        self.state_path = path + ".json"
+
+    def _best(self):
+        if os.path.exists(self.state_path) and os.path.exists(self.path):
+            return runs.read_json(self.state_path)["best"]
+        return float("inf")
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None or not value < self._best():
+            return
+        folder = os.path.dirname(self.path)
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, ".tmp-" + os.path.basename(self.path))
+        self.model.save_weights(tmp, overwrite=True)
+        os.replace(tmp, self.path)
+        runs.write_json(self.state_path, {"best": float(value), "epoch": epoch + 1,
+                                          "monitor": self.monitor})
 
 
 def _save_model(model, path):

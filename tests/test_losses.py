@@ -1,0 +1,163 @@
+"""Masked token loss and accuracy against NumPy on tiny padded batches.
+
+Reference (written here): with target distribution ``q = (1 - eps) * one_hot(y) + eps / V``
+the token loss is ``-sum_k q_k log softmax(z)_k``; the batch loss is its mean over the
+non-padding tokens (id 0) only.
+"""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.losses import (MaskedAccuracy, MaskedSparseCategoricalCrossentropy,
+                               masked_cross_entropy)
+
+V = 5
+Y = np.array([[3, 1, 4, 0], [2, 0, 0, 0]], "int32")  # 4 real tokens, 4 padding
+LOGITS = np.random.default_rng(0).standard_normal((2, 4, V)).astype("float32") * 2
+
+
+def np_loss(y, logits, eps=0.0, pad=0):
+    z = np.asarray(logits, np.float64)
+    log_p = z - z.max(-1, keepdims=True)
+    log_p = log_p - np.log(np.exp(log_p).sum(-1, keepdims=True))
+    q = (1 - eps) * np.eye(V)[y] + eps / V
+    per_token = -(q * log_p).sum(-1)
+    real = y != pad
+    return per_token[real].sum() / real.sum() if real.any() else 0.0
+
+
+def np_accuracy(y, logits):
+    real = y != 0
+    return (np.asarray(logits).argmax(-1) == y)[real].sum(), real.sum()
+
+
+def f(x):
+    return float(keras.ops.convert_to_numpy(x))
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_loss_matches_numpy(eps):
+    expected = np_loss(Y, LOGITS, eps)
+    assert f(masked_cross_entropy(Y, LOGITS, label_smoothing=eps)) == pytest.approx(
+        expected, rel=1e-5)
+    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=eps)
+    assert f(loss(Y, LOGITS)) == pytest.approx(expected, rel=1e-5)
+    # Padding logits do not matter; real ones do.
+    junk = LOGITS.copy()
+    junk[Y == 0] = 50.0
+    assert f(loss(Y, junk)) == pytest.approx(expected, rel=1e-5)
+    junk[0, 0, 0] = 50.0
+    assert f(loss(Y, junk)) > expected + 1
+
+
+def test_loss_hand_values():
+    """Uniform logits: -log(1/V) per token, smoothed or not; a confident right answer: ~0."""
+    assert f(masked_cross_entropy(Y, np.zeros((2, 4, V)))) == pytest.approx(np.log(V), rel=1e-6)
+    assert f(masked_cross_entropy(Y, np.zeros((2, 4, V)), 0.1)) == pytest.approx(np.log(V),
+                                                                                 rel=1e-6)
+    # Two tokens, logits favour the right one by log(3): p = 3/(3 + V - 1) each.
+    y = np.array([[1, 2, 0]], "int32")
+    z = np.zeros((1, 3, V), "float32")
+    z[0, 0, 1] = z[0, 1, 2] = np.log(3.0)
+    assert f(masked_cross_entropy(y, z)) == pytest.approx(-np.log(3 / (3 + V - 1)), rel=1e-6)
+    # Smoothing 0.1: 0.9 * -log(3/7) + 0.1 * mean_k(-log p_k), p = (3/7, 1/7 x 4).
+    smoothed = 0.9 * -np.log(3 / 7) + 0.1 * (-np.log(3 / 7) - 4 * np.log(1 / 7)) / V
+    assert f(masked_cross_entropy(y, z, 0.1)) == pytest.approx(smoothed, rel=1e-6)
+
+
+def test_loss_is_mean_over_real_tokens_not_positions():
+    """Appending padding (more positions, same tokens) leaves the loss unchanged."""
+    padded_y = np.pad(Y, ((0, 0), (0, 3)))
+    padded_logits = np.pad(LOGITS, ((0, 0), (0, 3), (0, 0)), constant_values=7.0)
+    assert f(masked_cross_entropy(padded_y, padded_logits)) == pytest.approx(
+        f(masked_cross_entropy(Y, LOGITS)), rel=1e-6)
+
+
+def test_all_padding_batch_gives_zero_loss_and_finite_gradient():
+    y = np.zeros((2, 3), "int32")
+    logits = tf.constant(LOGITS[:, :3])
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        loss = MaskedSparseCategoricalCrossentropy(0.1)(y, logits)
+    grad = tape.gradient(loss, logits).numpy()
+    assert f(loss) == 0.0
+    assert np.all(np.isfinite(grad)) and not grad.any()
+
+
+def test_loss_in_float16_logits():
+    expected = np_loss(Y, LOGITS)
+    loss = masked_cross_entropy(Y, LOGITS.astype("float16"))
+    assert keras.backend.standardize_dtype(loss.dtype) == "float32"
+    assert f(loss) == pytest.approx(expected, rel=2e-3)
+
+
+def test_custom_pad_id():
+    y = np.where(Y == 0, 1, np.where(Y == 1, 0, Y)).astype("int32")  # swap the roles of 0 and 1
+    loss = MaskedSparseCategoricalCrossentropy(pad_id=1)
+    assert f(loss(y, LOGITS)) == pytest.approx(np_loss(y, LOGITS, pad=1), rel=1e-5)
+
+
+@pytest.mark.parametrize("eps", [-0.1, 1.0, 1.5, float("nan"), "0.1"])
+def test_bad_label_smoothing(eps):
+    with pytest.raises(ValueError, match="label_smoothing"):
+        MaskedSparseCategoricalCrossentropy(label_smoothing=eps)
+
+
+def test_masked_accuracy_accumulates():
+    rng = np.random.default_rng(1)
+    y2 = np.array([[4, 4, 2, 1, 0, 0]], "int32")
+    logits2 = rng.standard_normal((1, 6, V)).astype("float32")
+    logits2[0, 0, 4] = 10.0  # at least one right, one wrong
+    logits2[0, 1, 0] = 10.0
+    metric = MaskedAccuracy()
+    metric.update_state(Y, LOGITS)
+    c1, n1 = np_accuracy(Y, LOGITS)
+    assert f(metric.result()) == pytest.approx(c1 / n1)
+    metric.update_state(y2, logits2)
+    c2, n2 = np_accuracy(y2, logits2)
+    assert n1 + n2 == 8
+    assert f(metric.result()) == pytest.approx((c1 + c2) / (n1 + n2))
+    assert 0 < (c1 + c2) < (n1 + n2)  # a value that can tell right from wrong
+    metric.reset_state()
+    assert f(metric.result()) == 0.0
+    metric.update_state(np.zeros((2, 3), "int32"), LOGITS[:, :3])  # all padding
+    assert f(metric.result()) == 0.0 and np.isfinite(f(metric.result()))
+
+
+def test_masked_accuracy_ignores_padding_predictions():
+    y = np.array([[1, 2, 0, 0]], "int32")
+    z = np.zeros((1, 4, V), "float32")
+    z[0, 0, 1] = z[0, 1, 2] = 1.0  # both real tokens right; padding predicts class 0
+    metric = MaskedAccuracy()
+    metric.update_state(y, z)
+    assert f(metric.result()) == 1.0
+    z[0, 1, 2] = -1.0  # now predicts 0 at a real token: wrong
+    metric.update_state(y, z)
+    assert f(metric.result()) == pytest.approx(3 / 4)
+
+
+def test_config_round_trip():
+    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1, pad_id=0)
+    restored = keras.losses.deserialize(keras.losses.serialize(loss))
+    assert isinstance(restored, MaskedSparseCategoricalCrossentropy)
+    assert restored.get_config() == loss.get_config()
+    assert restored.label_smoothing == 0.1
+    metric = MaskedAccuracy(name="acc")
+    restored = keras.metrics.deserialize(keras.metrics.serialize(metric))
+    assert isinstance(restored, MaskedAccuracy) and restored.name == "acc"
+    assert restored.get_config() == metric.get_config()
+
+
+def test_compiled_model_reports_numpy_values():
+    """Through ``model.evaluate``: the loss and metric equal the NumPy references."""
+    inputs = keras.Input((4,), dtype="int32")
+    # A "model" whose output is always LOGITS (batch of 2).
+    outputs = keras.layers.Lambda(
+        lambda t: keras.ops.cast(t, "float32")[..., None] * 0.0 + LOGITS)(inputs)
+    model = keras.Model(inputs, outputs)
+    model.compile(loss=MaskedSparseCategoricalCrossentropy(0.1), metrics=[MaskedAccuracy()])
+    results = model.evaluate(Y, Y, batch_size=2, verbose=0, return_dict=True)
+    c, n = np_accuracy(Y, LOGITS)
+    assert results["loss"] == pytest.approx(np_loss(Y, LOGITS, 0.1), rel=1e-5)
+    assert results["masked_accuracy"] == pytest.approx(c / n)
