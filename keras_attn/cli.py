@@ -78,13 +78,14 @@ def cmd_evaluate(args):
     from keras_attn import runs, training
     from keras_attn.translator import Translator
 
+    translator = Translator.from_run_dir(args.run_dir)  # first: checks it is a run directory
     config = training.TrainConfig(**runs.read_json(runs.paths(args.run_dir)["config"]))
     splits, refs = training.load_splits(config)
     pairs = splits[args.split]
     if args.limit:
         pairs = pairs[: args.limit]
         refs = refs[: args.limit] if refs else None
-    result = training.evaluate(Translator.from_run_dir(args.run_dir), pairs, config.task,
+    result = training.evaluate(translator, pairs, config.task,
                                refs if args.split == "test" else None, beam_size=args.beam_size)
     summary = {k: v for k, v in result.items() if k != "samples"}
     print(summary)

@@ -28,11 +28,36 @@ def atomic_write_text(path, text):
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _default_file_mode())  # mkstemp makes it 0600; open() would not
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_save(path, save):
+    """Call ``save(tmp)`` with a temporary path next to ``path`` (same suffix, so
+    ``.keras`` / ``.weights.h5`` writers accept it), then rename it to ``path``. A crash or
+    an error while saving leaves any previous ``path`` intact; an error removes the
+    temporary file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, ".tmp-" + os.path.basename(path))
+    try:
+        save(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _default_file_mode():
+    """The mode ``open(path, "w")`` gives a new file: 0o666 less the process umask."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def write_json(path, obj):
@@ -41,7 +66,10 @@ def write_json(path, obj):
 
 def read_json(path):
     with open(path, encoding="utf-8") as f:
-        return json.load(f)
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:  # a ValueError that does not name the file
+            raise ValueError(f"{path} is not valid JSON: {e}") from None
 
 
 def paths(run_dir):

@@ -219,8 +219,43 @@ def evaluate(translator, pairs, task, references=None, beam_size=1, batch_size=2
     return result
 
 
+def check_config(config):
+    """Raise ValueError (naming the option and value) for options no run can use.
+
+    Called before anything is written, so a typo never leaves a run directory whose
+    config.json then refuses the corrected command ("holds a run with other options").
+    """
+    def fail(name, rule):
+        raise ValueError(f"`{name}` must be {rule}. Received: {name}={getattr(config, name)!r}")
+
+    for name in ("num_hiddens", "ffn_num_hiddens", "num_heads", "num_layers", "batch_size",
+                 "num_valid"):
+        if getattr(config, name) < 1:
+            fail(name, "a positive integer")
+    if config.task == "dates":
+        for name in ("num_train", "num_test"):
+            if getattr(config, name) < 1:
+                fail(name, "a positive integer for the dates task")
+    if config.max_len < 2:
+        fail("max_len", "at least 2 (a token and [END])")
+    if config.steps < 0:
+        fail("steps", ">= 0 (0: use epochs)")
+    if config.steps == 0 and config.epochs < 1:
+        fail("epochs", "a positive integer (or give --steps)")
+    for name in ("warmup", "num_train", "num_test", "vocab_size"):
+        if getattr(config, name) < 0:
+            fail(name, ">= 0")
+    if not 0 <= config.label_smoothing < 1:
+        fail("label_smoothing", "a float in [0, 1)")
+    if config.schedule not in ("noam", "cosine"):
+        fail("schedule", "'noam' or 'cosine'")
+    # The model's own checks (num_heads dividing num_hiddens, dropout, model name...).
+    build_model({**dataclasses.asdict(config), "src_vocab_size": 8, "tgt_vocab_size": 8})
+
+
 def train(config, run_dir, log=print):
     """Train ``config`` into ``run_dir``; returns the metrics dict (also in metrics.json)."""
+    check_config(config)
     keras.utils.set_random_seed(config.seed)
     if config.mixed_precision:
         keras.mixed_precision.set_global_policy(config.mixed_precision)
@@ -302,17 +337,11 @@ class BestWeightsCheckpoint(keras.callbacks.Callback):
         value = (logs or {}).get(self.monitor)
         if value is None or not value < self._best():
             return
-        folder = os.path.dirname(self.path)
-        os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, ".tmp-" + os.path.basename(self.path))
-        self.model.save_weights(tmp, overwrite=True)
-        os.replace(tmp, self.path)
+        runs.atomic_save(self.path, lambda tmp: self.model.save_weights(tmp, overwrite=True))
         runs.write_json(self.state_path, {"best": float(value), "epoch": epoch + 1,
                                           "monitor": self.monitor})
 
 
 def _save_model(model, path):
     """Save ``.keras`` atomically: write next to the target, then rename."""
-    tmp = os.path.join(os.path.dirname(path), ".tmp-" + os.path.basename(path))
-    model.save(tmp)
-    os.replace(tmp, path)
+    runs.atomic_save(path, model.save)

@@ -42,10 +42,14 @@ class Translator:
 
         if os.path.exists(p["model"]):
             model = keras.models.load_model(p["model"], compile=False)
-        else:
+        elif os.path.exists(p["best"]):
+            # Interrupted before the end: the best checkpoint so far.
             model = training.build_model(config)
-        if weights == "best" and os.path.exists(p["best"]) and not os.path.exists(p["model"]):
             model.load_weights(p["best"])
+        else:
+            raise FileNotFoundError(
+                f"{run_dir!r} has no trained weights yet (neither model.keras nor "
+                "checkpoints/best.weights.h5): finish or resume the training first")
         src_tok = text.Tokenizer.from_file(p["src_vocab"])
         tgt_tok = text.Tokenizer.from_file(p["tgt_vocab"])
         return cls(model, src_tok, tgt_tok, config["max_len"], config["task"] == "tatoeba")

@@ -10,3 +10,13 @@ from keras_attn.layers.bahdanau import BahdanauDecoder, Seq2SeqEncoder
 from keras_attn.layers.ffn import PositionWiseFFN
 from keras_attn.layers.transformer import TiedLogits, TransformerDecoder, TransformerEncoder
 from keras_attn.layers.transformer_blocks import TransformerDecoderBlock, TransformerEncoderBlock
+
+# from_config of every layer raises ValueError for unknown keys (Keras raises TypeError).
+from keras_attn.layers import _checks as _checks_module  # noqa: E402
+
+for _cls in (AdditiveAttention, DotProductAttention, MaskedSoftmax, MultiHeadAttention,
+             NadarayaWatson, LearnedPositionalEmbedding, PositionalEncoding, AddNorm,
+             BahdanauDecoder, Seq2SeqEncoder, PositionWiseFFN, TiedLogits, TransformerDecoder,
+             TransformerEncoder, TransformerDecoderBlock, TransformerEncoderBlock):
+    _cls.from_config = classmethod(_checks_module.strict_from_config)
+del _cls

@@ -45,3 +45,46 @@ def check_qkv(queries, keys, values, feature_match=False):
     check_same_dim("keys", keys, "values", values, 1, "length (number of keys)")
     if feature_match:
         check_same_dim("queries", queries, "keys", keys, -1, "feature size")
+
+
+def _config_arg_names(cls):
+    """Constructor argument names of ``cls`` and the classes its ``**kwargs`` reach, up to
+    ``keras.layers.Layer`` (whose ``**kwargs`` also take ``input_dim`` / ``input_shape``)."""
+    import inspect
+
+    import keras
+
+    names = {"input_dim", "input_shape"}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = list(inspect.signature(init).parameters.values())
+        names |= {p.name for p in params[1:]
+                  if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        if klass is keras.layers.Layer or not any(p.kind == p.VAR_KEYWORD for p in params):
+            break
+    return names
+
+
+def strict_from_config(cls, config):
+    """``from_config`` that raises ``ValueError`` naming unknown keys and their values.
+
+    ``keras.layers.Layer.from_config`` turns every error (ours included) into a
+    ``TypeError`` that quotes the whole config; this one lets the constructor's own
+    ``ValueError`` through and names unknown keys, as the API contract promises.
+    """
+    import keras
+
+    unknown = sorted(set(config) - _config_arg_names(cls))
+    if unknown:
+        received = ", ".join(f"{k}={config[k]!r}" for k in unknown)
+        raise ValueError(f"Unknown config key(s) for {cls.__name__}: {unknown}. "
+                         f"Received: {received}")
+    config = dict(config)
+    if isinstance(config.get("dtype"), dict):  # as keras.layers.Layer.from_config does
+        policy = keras.dtype_policies.deserialize(config["dtype"])
+        plain = (not isinstance(policy, keras.dtype_policies.DTypePolicyMap)
+                 and policy.quantization_mode is None)
+        config["dtype"] = policy.name if plain else policy
+    return cls(**config)

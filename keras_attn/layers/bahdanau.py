@@ -73,6 +73,13 @@ class Seq2SeqEncoder(_RNNBase):
         self.built = True
 
     def call(self, tokens, training=None):
+        length = None
+        if len(tokens.shape) == 2 and tokens.shape[1] in (None, 0):
+            # A GRU cannot run over zero steps (a bare TensorFlow slice error): give an
+            # empty source one padding step (masked: the states stay zero) and drop it
+            # from the outputs below.
+            length = ops.shape(tokens)[1]
+            tokens = tf.pad(tokens, [[0, 0], [0, ops.maximum(1 - length, 0)]])
         mask = ops.not_equal(tokens, PAD_ID)
         x = self._embed(tokens)
         states = []
@@ -81,7 +88,7 @@ class Seq2SeqEncoder(_RNNBase):
                 x = self.dropout_layer(x, training=training)
             x, state = gru(x, mask=mask, training=training)
             states.append(state)
-        return x, states
+        return (x if length is None else x[:, :length]), states
 
     def compute_mask(self, tokens, mask=None):
         return None
