@@ -1,9 +1,8 @@
 """Export a trained translator: a TF-Serving SavedModel and TFLite flatbuffers.
 
-Everything a client needs is inside the exported graphs: the source/target tokenizers
-(tensorflow-text ``FastWordpieceTokenizer``), the Keras model's weights and the decoding
-loop (``keras_attn.decoding``). ``export_run`` writes, under ``RUN_DIR/export`` (or
-``export_dir``)::
+Everything a client needs is inside the exported graphs: the source/target tokenizers, the
+Keras model's weights and the decoding loop (``keras_attn.decoding``). ``export_run``
+writes, under ``RUN_DIR/export`` (or ``export_dir``)::
 
     saved_model/translator/1/              TF Serving layout <base>/<model_name>/<version>/
     saved_model/translator/1.report.json   signatures, non-core ops, file sizes
@@ -11,7 +10,7 @@ loop (``keras_attn.decoding``). ``export_run`` writes, under ``RUN_DIR/export`` 
     tflite/text_int8.tflite                (dynamic-range int8 weights)
     tflite/builtin_float32/                encoder.tflite + decoder_step.tflite (builtin
     tflite/builtin_int8/                    ops only) + metadata.json + vocabularies
-    export_report.json                     every artefact above: sizes, ops, signatures
+    export_report.json                     all of the above + sample translations
 
 SavedModel signatures:
 
@@ -21,41 +20,59 @@ SavedModel signatures:
 * ``translate_ids``: ``source`` int32 ``(B, S)`` -> ``tokens`` int32 ``(B, T)`` (0 after
   ``[END]``), ``lengths`` int32 ``(B,)``, ``score`` float32 ``(B,)``.
 
-It loads with ``tf.saved_model.load`` in a process that imports only ``tensorflow`` and
-``tensorflow_text`` (the text ops must be registered), and with ``saved_model_cli run``.
+Which ops the SavedModel needs. A character vocabulary (the dates task) is tokenized with
+core TensorFlow ops (:class:`CoreCharTokenizer`): the graph has no custom op, loads in any
+TensorFlow process (``saved_model_cli run`` included) and in any TF Serving image. A
+WordPiece vocabulary (Tatoeba) needs tensorflow-text's ``FastWordpieceTokenizeWithOffsets``
+and ``TFText>FastWordpieceDetokenize``: ``import tensorflow_text`` before loading, and a TF
+Serving image whose TF-Text build has them (tensorflow/serving issue 4057); the report
+lists them with the tensorflow-text version. ``saved_model_cli`` cannot register them.
 
-Portable graphs. Keras's TF backend implements ``keras.ops.slice_update`` (used by the
-decoding buffers and the key/value cache) with ``XlaDynamicUpdateSlice``, an XLA op that
-TF Serving runs only with XLA:CPU JIT enabled and that the GPU delegates of TFLite do not
-take. While exporting, :func:`portable_graph_ops` swaps it for a ``tf.where`` over a
-position mask (core ops; ``SELECT_V2`` in TFLite); the report checks that no ``Xla*`` op
-is left. TFLite targets:
+Portable graphs. Keras's TF backend implements ``keras.ops.slice_update`` (the decoding
+buffers and the key/value cache) with ``XlaDynamicUpdateSlice``, an XLA op that TF Serving
+compiles on demand and refuses unless started with ``--xla_cpu_compilation_enabled``
+(tensorflow/serving issue 2217). While exporting, :func:`portable_graph_ops` swaps it for
+:func:`portable_slice_update` (``tf.where`` over a position mask: core ops, ``SELECT_V2``
+in TFLite instead of ``DYNAMIC_UPDATE_SLICE``); the export fails if an ``Xla*`` op is left.
 
-* ``"text"``: one flatbuffer, strings in and strings out, tokenizer + encoder + decoding
-  ``WHILE`` loop + detokenizer. Custom ops ``FastWordpieceTokenizeWithOffsets``,
-  ``TFText>FastWordpieceDetokenize``, ``RaggedTensorToTensor``; run it with
-  ``InterpreterWithCustomOps(custom_op_registerers=tensorflow_text.tflite_registrar
-  .SELECT_TFTEXT_OPS)``. It detokenizes with ``Tokenizer.detokenize_tflite`` (no
+TFLite targets:
+
+* ``"text"``: one flatbuffer, strings in and strings out: tokenizer, encoder, decoding
+  ``WHILE`` loop (stops at ``[END]``), detokenizer. Custom ops
+  ``FastWordpieceTokenizeWithOffsets``, ``RaggedTensorToTensor``,
+  ``TFText>FastWordpieceDetokenize``; run it with ``InterpreterWithCustomOps(
+  custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS)``
+  (:func:`run_tflite_text`). It detokenizes with ``Tokenizer.detokenize_tflite`` (no
   ``repair`` regexes) and does not normalise its input (``StringLower`` and
-  ``StaticRegexReplace`` need Flex): normalise with ``keras_attn.text.normalize_text``
-  before calling it (only the Tatoeba task normalises; dates do not).
-* ``"builtin"`` (Transformer only): two flatbuffers with TFLite builtin ops only, fixed
-  shapes, batch 1. ``encoder.tflite`` (signature ``encode``): ``source`` int32
-  ``(1, max_len)`` -> ``encoder_output``, ``source_mask`` float32 ``(1, max_len)`` and
-  per layer ``cross_k_<i>``/``cross_v_<i>`` ``(1, max_len, H, d_h)``.
-  ``decoder_step.tflite`` (signature ``decode_step``): ``token`` int32 ``(1, 1)``,
+  ``StaticRegexReplace`` exist only as Flex ops): call ``keras_attn.text.normalize_text``
+  first for a model trained on normalised text (Tatoeba; dates are not normalised).
+  Transformers take any batch; a Bahdanau model takes exactly one sentence per call
+  (Keras's GRU loops need a static batch in TFLite; :func:`run_tflite_text` loops).
+* ``"builtin"`` (Transformer only): two flatbuffers with TFLite builtin ops only (no Flex,
+  no custom op; checked), fixed shapes, batch 1; the application runs the greedy loop
+  (:func:`run_tflite_builtin` is the reference). ``encoder.tflite`` (signature
+  ``encode``): ``source`` int32 ``(1, max_len)`` -> ``encoder_output``, ``source_mask``
+  float32 ``(1, max_len)``, per layer ``cross_k_<i>``/``cross_v_<i>`` ``(1, max_len, H,
+  d_h)``. ``decoder_step.tflite`` (signature ``decode_step``): ``token`` int32 ``(1, 1)``,
   ``index`` int32 ``()``, ``source_mask``, ``cross_k_<i>``, ``cross_v_<i>``,
   ``cache_k_<i>``, ``cache_v_<i>`` ``(1, max_len, H, d_h)`` -> ``logits`` float32
-  ``(1, V)`` and ``cache_k_<i>``, ``cache_v_<i>`` (the cache with position ``index``
-  written). The application runs the loop; :func:`run_tflite_builtin` is the reference.
+  ``(1, V)`` and the updated ``cache_k_<i>``, ``cache_v_<i>``.
 
-References: TF Serving REST/gRPC APIs; OpenNMT-tf ``opennmt/utils/exporters.py``.
+Quantization: ``float32``; ``float16`` (float16 weights, dequantized at load);
+``int8`` (dynamic-range: int8 weights, float activations).
+
+Atomicity: every artefact is written under a temporary name in its destination folder
+(starting with ``.tmp-``, never an integer, so TF Serving ignores it) and renamed into
+place; existing artefacts are replaced only with ``overwrite=True``.
+
+References: TF Serving SavedModel/REST/gRPC docs; OpenNMT-tf ``opennmt/utils/exporters.py``.
 """
 import contextlib
 import dataclasses
 import datetime
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -127,7 +144,8 @@ def _parts(translator_or_parts, max_len=None):
 
 def _check_beam(beam_size):
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"`beam_size` must be a positive integer. Received: beam_size={beam_size!r}")
+        raise ValueError(
+            f"`beam_size` must be a positive integer. Received: beam_size={beam_size!r}")
 
 
 # --- XLA-free graphs ---------------------------------------------------------------------
@@ -265,6 +283,16 @@ class CoreCharTokenizer(tf.Module):
 
 
 # --- the exported module -------------------------------------------------------------------
+def _track_variables(module, concrete_functions):
+    """Attach the variables that ``concrete_functions`` capture to ``module`` (SavedModel
+    and TFLite conversion both find variables through the tracked objects)."""
+    captured = {}
+    for fn in concrete_functions:
+        for variable in fn.variables:
+            captured[id(variable)] = variable
+    module.captured_variables = list(captured.values())
+
+
 class _Untracked:
     """Holds an object without making it a SavedModel dependency."""
 
@@ -282,10 +310,11 @@ class TranslatorModule(tf.Module):
         for_tflite: detokenize with ``detokenize_tflite`` and skip input normalisation.
         text_ops: ``"core"`` (:class:`CoreCharTokenizer`, character vocabularies only),
             ``"tftext"`` (the ``Tokenizer`` objects) or ``"auto"`` (core when possible).
+        batch_size: fixed batch of ``serve`` (None: any).
     """
 
     def __init__(self, parts, beam_size=1, alpha=0.6, for_tflite=False, text_ops="auto",
-                 name="translator"):
+                 batch_size=None, name="translator"):
         super().__init__(name=name)
         _check_beam(beam_size)
         # The Keras model is not a SavedModel dependency: `track_variables` records the
@@ -306,7 +335,7 @@ class TranslatorModule(tf.Module):
             self.src_tokenizer = parts.src_tokenizer
             self.tgt_tokenizer = parts.tgt_tokenizer
         self.serve = tf.function(
-            self._serve, input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+            self._serve, input_signature=[tf.TensorSpec([batch_size], tf.string, name="text")])
         self.translate_ids = tf.function(
             self._translate_ids,
             input_signature=[tf.TensorSpec([None, None], tf.int32, name="source")])
@@ -317,11 +346,7 @@ class TranslatorModule(tf.Module):
 
     def track_variables(self, concrete_functions):
         """Make the variables the traced functions read part of the SavedModel."""
-        captured = {}
-        for fn in concrete_functions:
-            for variable in fn.variables:
-                captured[id(variable)] = variable
-        self.captured_variables = list(captured.values())
+        _track_variables(self, concrete_functions)
 
     def encode_text(self, strings):
         """Strings ``(B,)`` -> source ids ``(B, S)`` (``[END]`` appended, 0-padded),
@@ -352,10 +377,16 @@ class TranslatorModule(tf.Module):
         return out["tokens"][:, 0], out["lengths"][:, 0], out["scores"][:, 0]
 
     def _serve(self, strings):
+        batch = tf.shape(strings)[0]
         source, truncated = self.encode_text(strings)
+        if self.for_tflite:
+            # TFLite leaves the WHILE loop's outputs unallocated for an empty batch (reading
+            # them fails): decode one padding row instead and return none of it.
+            source = tf.pad(source, [[0, tf.maximum(1 - batch, 0)], [0, 0]])
         tokens, _, score = self.decode(source)
         if self.for_tflite:  # no regex repair (Flex); identity in character mode anyway
             translation = self.tgt_tokenizer.detokenize_tflite(tokens)
+            translation, score, truncated = (t[:batch] for t in (translation, score, truncated))
         else:
             translation = self.tgt_tokenizer.detokenize(tokens)
         return {"translation": translation, "score": score, "truncated": truncated}
@@ -403,11 +434,19 @@ def _publish_dir(tmp, final, overwrite):
         if not overwrite:
             raise FileExistsError(f"{final} already exists; pass overwrite=True (CLI: "
                                   "--overwrite) to replace it, or export another version")
+        # Two renames: for a moment there is no `final` (a server unloads the version and
+        # loads the new one); a new version number avoids even that.
         old = tempfile.mkdtemp(prefix=".old-" + os.path.basename(final) + "-",
                                dir=os.path.dirname(final))
-        os.rename(final, os.path.join(old, "replaced"))
-        os.rename(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
+        replaced = os.path.join(old, "replaced")
+        os.rename(final, replaced)
+        try:
+            os.rename(tmp, final)
+        except BaseException:
+            os.rename(replaced, final)  # put the previous version back
+            raise
+        finally:
+            shutil.rmtree(old, ignore_errors=True)
         return
     try:
         os.rename(tmp, final)
@@ -456,7 +495,7 @@ def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, v
         raise FileExistsError(f"{final} already exists; pass overwrite=True (CLI: "
                               "--overwrite) to replace it, or export another version")
     os.makedirs(base, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=base)
+    tmp = _mkdtemp(f".tmp-{version}-", base)
     try:
         module = TranslatorModule(parts, beam_size, alpha, for_tflite=False, text_ops=text_ops)
         with portable_graph_ops():
@@ -478,7 +517,7 @@ def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, v
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     report["path"] = os.path.abspath(final)
-    runs.write_json(os.path.join(base, f"{version}.report.json"), report)
+    _write_json(os.path.join(base, f"{version}.report.json"), report)
     return report
 
 
@@ -564,8 +603,8 @@ from tensorflow.python.framework import op_def_registry as registry
 ops = json.load(sys.stdin)
 missing = [op for op in ops if registry.get(op) is None]
 import tensorflow_text
-print(json.dumps({"missing_in_tensorflow": missing,
-                  "missing_with_tensorflow_text": [op for op in missing if registry.get(op) is None]}))
+still = [op for op in missing if registry.get(op) is None]
+print(json.dumps({"missing_in_tensorflow": missing, "missing_with_tensorflow_text": still}))
 """
 
 
@@ -680,19 +719,34 @@ def run_tflite_text(model, texts):
     else:
         interpreter = text_interpreter(model_path=os.fspath(model))
     runner = interpreter.get_signature_runner(TFLITE_TEXT_SIGNATURE)
-    return runner(text=_bytes_array(texts))
+    texts = _bytes_array(texts)
+    if list(runner.get_input_details()["text"]["shape_signature"]) != [1]:
+        return runner(text=texts)
+    # A fixed batch of one (Bahdanau models): one call per sentence.
+    rows = [runner(text=texts[i: i + 1]) for i in range(len(texts))]
+    if not rows:
+        return {"translation": np.zeros((0,), object), "score": np.zeros((0,), np.float32),
+                "truncated": np.zeros((0,), bool)}
+    return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
 
 
 def _bytes_array(texts):
     """A 1-D object array of ``bytes`` (str is UTF-8 encoded) for a string input."""
-    return np.array([t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
-                    + [], dtype=object).reshape(-1)
+    return np.array([t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts],
+                    dtype=object).reshape(-1)
 
 
 def _tflite_text_model(parts, quantization, beam_size, alpha):
-    module = TranslatorModule(parts, beam_size, alpha, for_tflite=True, text_ops="tftext")
+    from keras_attn.models import model_kind
+
+    # Keras's GRU loops keep per-step TensorLists whose element shape must be static for
+    # TFLite: a Bahdanau model gets a batch of exactly one sentence.
+    batch_size = 1 if model_kind(parts.model) == "bahdanau" else None
+    module = TranslatorModule(parts, beam_size, alpha, for_tflite=True, text_ops="tftext",
+                              batch_size=batch_size)
     with portable_graph_ops():
         fn = module.serve.get_concrete_function()
+        module.track_variables([fn])
         content = _convert(_converter(fn, module, quantization, builtin_only=False),
                            "the text target")
     ops = tflite_ops(content)
@@ -764,9 +818,12 @@ def _tflite_builtin_models(parts, quantization):
     module = _BuiltinModule(parts.model, parts.max_len)
     contents, ops = {}, {}
     with portable_graph_ops():
-        for name, fn in (("encoder", module.encode), ("decoder_step", module.step)):
-            content = _convert(_converter(fn.get_concrete_function(), module, quantization,
-                                          builtin_only=True), f"the builtin {name}")
+        fns = {"encoder": module.encode.get_concrete_function(),
+               "decoder_step": module.step.get_concrete_function()}
+        _track_variables(module, fns.values())
+        for name, fn in fns.items():
+            content = _convert(_converter(fn, module, quantization, builtin_only=True),
+                               f"the builtin {name}")
             ops[name] = check_builtin_only(content, f"builtin {name}.tflite")
             contents[name] = content
     meta = {"max_len": parts.max_len, "start_id": text.START_ID, "end_id": text.END_ID,
@@ -834,6 +891,9 @@ def export_tflite(translator_or_parts, path, target="text", quantization="float3
     if target == "text":
         content, ops = _tflite_text_model(parts, quantization, beam_size, alpha)
         _atomic_write_bytes(path, content)
+        if parts.normalize:
+            report["notes"] = ["the model was trained on normalised text: apply "
+                               "keras_attn.text.normalize_text to the input first"]
         report.update(
             ops=ops, decoding=_decoding_info(parts, beam_size, alpha, False),
             runtime="ai_edge_litert InterpreterWithCustomOps with tensorflow_text."
@@ -844,14 +904,15 @@ def export_tflite(translator_or_parts, path, target="text", quantization="float3
         contents["encoder"] = _signature_key_rename(contents["encoder"], TFLITE_ENCODER_SIGNATURE)
         contents["decoder_step"] = _signature_key_rename(contents["decoder_step"],
                                                          TFLITE_STEP_SIGNATURE)
-        tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=folder)
+        tmp = _mkdtemp(".tmp-" + os.path.basename(path) + "-", folder)
         try:
             for name, content in contents.items():
-                with open(os.path.join(tmp, f"{name}.tflite"), "wb") as f:
-                    f.write(content)
-            text.save_vocab(parts.src_tokenizer.vocab, os.path.join(tmp, "src_vocab.txt"))
-            text.save_vocab(parts.tgt_tokenizer.vocab, os.path.join(tmp, "tgt_vocab.txt"))
-            runs.write_json(os.path.join(tmp, "metadata.json"), meta)
+                _atomic_write_bytes(os.path.join(tmp, f"{name}.tflite"), content)
+            for name, tok in (("src_vocab.txt", parts.src_tokenizer),
+                              ("tgt_vocab.txt", parts.tgt_tokenizer)):  # text.save_vocab format
+                _atomic_write_bytes(os.path.join(tmp, name),
+                                    "".join(t + "\n" for t in tok.vocab).encode("utf-8"))
+            _write_json(os.path.join(tmp, "metadata.json"), meta)
             _publish_dir(tmp, path, overwrite)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -879,7 +940,7 @@ def _tflite_signature(content):
     runner = interpreter.get_signature_runner(key)
 
     def spec(details):
-        return {name: {"dtype": np.dtype(d["dtype"]).name,
+        return {name: {"dtype": _dtype_name(d["dtype"]),
                        "shape": [int(s) for s in d["shape_signature"]]}
                 for name, d in sorted(details.items())}
 
@@ -887,10 +948,36 @@ def _tflite_signature(content):
             "outputs": spec(runner.get_output_details())}
 
 
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _mkdtemp(prefix, folder):
+    """``tempfile.mkdtemp`` with the usual permissions (mkdtemp gives 0700, which a server
+    running as another user cannot read once the folder is renamed into place)."""
+    tmp = tempfile.mkdtemp(prefix=prefix, dir=folder)
+    os.chmod(tmp, 0o777 & ~_umask())
+    return tmp
+
+
+def _write_json(path, obj):
+    _atomic_write_bytes(path, (json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True)
+                               + "\n").encode("utf-8"))
+
+
+def _dtype_name(dtype):
+    dtype = np.dtype(dtype)
+    return "string" if dtype.kind in "OSU" else dtype.name
+
+
 def _atomic_write_bytes(path, content):
+    """Write through a temporary file in the same folder and ``os.replace``."""
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path),
                                prefix=".tmp-" + os.path.basename(path) + "-")
     try:
+        os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(content)
             f.flush()
@@ -1025,16 +1112,56 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
                                               overwrite=overwrite)
         log(f"  TFLite {key}: {report['tflite'][key]['path']} "
             f"({report['tflite'][key]['total_bytes'] / 1e6:.2f} MB)")
-    runs.write_json(os.path.join(export_dir, "export_report.json"), report)
+    report["samples"] = _sample_outputs(translator, report, _sample_sources(run_dir))
+    for key, agree in report["samples"]["agreement_with_saved_model"].items():
+        log(f"  {key}: {agree:.0%} of {len(report['samples']['sources'])} sample translations "
+            "equal the SavedModel's")
+    _write_json(os.path.join(export_dir, "export_report.json"), report)
     base = os.path.join(saved_base, MODEL_NAME)
-    non_core = ", ".join(o["op"] for o in report["saved_model"]["non_core_ops"]) or "none"
+    non_core = ", ".join(o["op"] for o in report["saved_model"]["non_core_ops"])
+    needs = (f"the image's TF-Text build must provide {non_core}" if non_core
+             else "core TensorFlow ops only: any recent image")
+    example = report["samples"]["sources"][0]
+    body = json.dumps({"instances": [{"text": example}]}, ensure_ascii=False)
     log(f"report: {os.path.join(export_dir, 'export_report.json')}\n"
-        f"serve it (TF Serving; the image's TF-Text must provide: {non_core}):\n"
-        f"  {SERVING_DOCKER.format(base=base, name=MODEL_NAME)}\n"
-        f"  curl -d '{{\"instances\": [{{\"text\": \"3 March 2021\"}}]}}' "
-        f"http://localhost:8501/v1/models/{MODEL_NAME}:predict\n"
-        f"  python scripts/serve_client.py --rest localhost:8501 \"3 March 2021\"")
+        f"serve it with TF Serving ({needs}):\n"
+        f"  {SERVING_DOCKER.format(base=shlex.quote(base), name=MODEL_NAME)}\n"
+        f"  curl -d {shlex.quote(body)} http://localhost:8501/v1/models/{MODEL_NAME}:predict\n"
+        f"  python scripts/serve_client.py --rest localhost:8501 {shlex.quote(example)}")
     return report
+
+
+def _sample_sources(run_dir, limit=10):
+    """Source sentences to check every artefact on: the run's test samples, else dates."""
+    path = runs.paths(run_dir)["metrics"]
+    if os.path.exists(path):
+        samples = runs.read_json(path).get("samples") or []
+        sources = [s["source"] for s in samples if isinstance(s, dict) and "source" in s]
+        if sources:
+            return sources[:limit]
+    return ["3 March 2021", "1999-07-04", "le 4 juillet 1999"]
+
+
+def _sample_outputs(translator, report, sources):
+    """Translations of ``sources`` by each artefact and their agreement with the SavedModel."""
+    loaded = tf.saved_model.load(report["saved_model"]["path"])
+    saved = loaded.signatures[SERVING_SIGNATURE](text=tf.constant(sources, tf.string))
+    outputs = {"saved_model": [t.decode("utf-8", "replace")
+                               for t in saved["translation"].numpy().tolist()]}
+    for key, rep in report["tflite"].items():
+        if rep["target"] == "text":
+            texts = sources
+            if translator.normalize:  # the text target does not normalise its input
+                texts = [text.normalize_text(s) for s in sources]
+            got = run_tflite_text(rep["path"], texts)["translation"].tolist()
+        else:
+            ids = run_tflite_builtin(rep["path"], translator.encode(sources).numpy())["tokens"]
+            got = translator.tgt_tokenizer.detokenize(tf.constant(ids)).numpy().tolist()
+        outputs[key] = [t.decode("utf-8", "replace") for t in got]
+    reference = outputs["saved_model"]
+    agreement = {k: sum(a == b for a, b in zip(v, reference)) / max(len(sources), 1)
+                 for k, v in outputs.items() if k != "saved_model"}
+    return {"sources": sources, "translations": outputs, "agreement_with_saved_model": agreement}
 
 
 def _tflite_path(tflite_dir, target, quantization):

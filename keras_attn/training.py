@@ -272,6 +272,8 @@ def train(config, run_dir, log=print):
     valid_ds = data.make_dataset(splits["valid"], src_tok, tgt_tok, config.batch_size,
                                  shuffle=False, max_len=config.max_len)
     steps_per_epoch = sum(1 for _ in train_ds)
+    # Bucketing hides the cardinality; state it so Keras neither guesses nor warns.
+    train_ds = train_ds.apply(tf.data.experimental.assert_cardinality(steps_per_epoch))
     epochs = config.epochs
     if config.steps:
         epochs = max(1, -(-config.steps // steps_per_epoch))

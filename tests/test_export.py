@@ -1,0 +1,602 @@
+"""keras_attn.export: SavedModel (TF Serving), TFLite text/builtin targets, serving client.
+
+One small dates Transformer is trained once per module (~20 s on 2 CPU cores); every
+artefact is compared with ``Translator.translate`` (``keras_attn.decoding``) on the same
+inputs.
+"""
+import base64
+import http.server
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn import cli, data, export, models, runs, text, training
+from keras_attn.translator import Translator
+
+pytestmark = pytest.mark.slow  # trains a small model (~20 s) and exports it (~40 s)
+
+REPO = Path(__file__).resolve().parents[1]
+NUM_INPUTS = 60
+LONG = ("3 March 2021 " * 800)[:10_000]
+ROBUST = {
+    "empty": b"",
+    "whitespace": b" \t   ",
+    "10k_chars": LONG.encode(),
+    "invalid_utf8": b"\xff\xfe 3 May \xc3",
+}
+FRESH_PROCESS = r"""
+import json, sys
+sys.modules["keras_attn"] = None  # importing keras_attn would fail: prove it is not needed
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the ops of a WordPiece export)
+
+path, inputs = sys.argv[1], json.load(open(sys.argv[2]))
+model = tf.saved_model.load(path)
+serve = model.signatures["serving_default"]
+out = serve(text=tf.constant([bytes.fromhex(h) for h in inputs], tf.string))
+empty = serve(text=tf.zeros([0], tf.string))
+print(json.dumps({
+    "translation": [t.decode("utf-8") for t in out["translation"].numpy().tolist()],
+    "score": out["score"].numpy().tolist(),
+    "truncated": out["truncated"].numpy().tolist(),
+    "empty": {k: list(v.shape) for k, v in empty.items()},
+    "loaded": sorted(m for m in sys.modules if m.startswith("keras_attn") and sys.modules[m]),
+}))
+"""
+
+
+# --- fixtures ------------------------------------------------------------------------------
+def _train_tiny_run(run_dir):
+    """A dates run directory (config, vocabularies, model.keras, metrics samples)."""
+    config = training.TrainConfig(
+        task="dates", num_hiddens=64, ffn_num_hiddens=128, num_heads=4, num_layers=2,
+        dropout=0.0, batch_size=64, epochs=3, warmup=200, max_len=32, num_train=3000,
+        num_valid=100, num_test=200, label_smoothing=0.0)
+    keras.utils.set_random_seed(0)
+    splits = data.dates_splits(config.num_train, config.num_valid, config.num_test, seed=0)
+    p = runs.paths(run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    src = text.char_vocab([s for s, _ in splits["train"]])
+    tgt = text.char_vocab([t for _, t in splits["train"]])
+    text.save_vocab(src, p["src_vocab"])
+    text.save_vocab(tgt, p["tgt_vocab"])
+    config.src_vocab_size, config.tgt_vocab_size = len(src), len(tgt)
+    import dataclasses
+
+    runs.write_json(p["config"], dataclasses.asdict(config))
+    ds = data.make_dataset(splits["train"], text.Tokenizer(src), text.Tokenizer(tgt),
+                           config.batch_size, max_len=config.max_len)
+    model = training.compile_model(training.build_model(config), config, 50)
+    model.fit(ds, epochs=config.epochs, verbose=0)
+    model.save(p["model"])
+    runs.write_json(p["metrics"], {"samples": [{"source": s, "target": t, "output": ""}
+                                               for s, t in splits["test"][:8]]})
+    return [s for s, _ in splits["test"]]
+
+
+@pytest.fixture(scope="module")
+def artefacts(tmp_path_factory):
+    """The trained run and its ``export_run`` output, built once per test session.
+
+    Under pytest-xdist (``pytest -n 2``) the workers share one copy: the first builds it
+    under a file lock, the others wait and read it (they only read it).
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    root = (tmp_path_factory.getbasetemp().parent / "export_artefacts" if worker
+            else tmp_path_factory.mktemp("export_artefacts"))
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except ImportError:  # no POSIX locks: build a private copy
+            root = tmp_path_factory.mktemp("export_artefacts")
+        done = root / "done.json"
+        if not done.exists():
+            run_dir, export_dir = str(root / "run"), str(root / "export")
+            sources = _train_tiny_run(run_dir)
+            export.export_run(run_dir, export_dir=export_dir)
+            done.write_text(json.dumps({"run_dir": run_dir, "export_dir": export_dir,
+                                        "inputs": sources[:NUM_INPUTS]}))
+        return json.loads(done.read_text())
+
+
+@pytest.fixture(scope="module")
+def run(artefacts):
+    return {"dir": artefacts["run_dir"], "inputs": artefacts["inputs"]}
+
+
+@pytest.fixture(scope="module")
+def translator(run):
+    return Translator.from_run_dir(run["dir"])
+
+
+@pytest.fixture(scope="module")
+def reference(run, translator):
+    return translator.translate(run["inputs"])
+
+
+@pytest.fixture(scope="module")
+def exported(artefacts):
+    export_dir = artefacts["export_dir"]
+    return {"dir": export_dir,
+            "report": runs.read_json(os.path.join(export_dir, "export_report.json")),
+            "saved_model": os.path.join(export_dir, "saved_model", "translator", "1")}
+
+
+@pytest.fixture(scope="module")
+def loaded(exported):
+    return tf.saved_model.load(exported["saved_model"])
+
+
+def _decode(strings):
+    return [s.decode("utf-8") for s in np.asarray(strings).tolist()]
+
+
+def _serve_client():
+    path = REPO / "scripts" / "serve_client.py"
+    spec = importlib.util.spec_from_file_location("serve_client", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- layout and report ---------------------------------------------------------------------
+def test_export_run_layout_and_report(exported):
+    d, report = exported["dir"], exported["report"]
+    assert os.path.isfile(os.path.join(exported["saved_model"], "saved_model.pb"))
+    sm = runs.read_json(os.path.join(d, "saved_model", "translator", "1.report.json"))
+    assert sm["signatures"]["serving_default"] == {
+        "method": "tensorflow/serving/predict",
+        "inputs": {"text": {"dtype": "string", "shape": [-1]}},
+        "outputs": {"score": {"dtype": "float32", "shape": [-1]},
+                    "translation": {"dtype": "string", "shape": [-1]},
+                    "truncated": {"dtype": "bool", "shape": [-1]}}}
+    assert sm["signatures"]["translate_ids"]["inputs"] == {
+        "source": {"dtype": "int32", "shape": [-1, -1]}}
+    assert set(sm["signatures"]["translate_ids"]["outputs"]) == {"tokens", "lengths", "score"}
+    # Character vocabularies: core ops only, no XLA op, nothing for TF Serving to lack.
+    assert sm["text_ops"] == "core" and sm["non_core_ops"] == [] and sm["xla_ops"] == []
+    assert sm["total_bytes"] == sum(sm["files"].values()) > 0
+    assert report["saved_model"]["signatures"] == sm["signatures"]
+    assert set(report["tflite"]) == {"text_float32", "text_int8", "builtin_float32",
+                                     "builtin_int8"}
+    for key, rep in report["tflite"].items():
+        assert os.path.exists(rep["path"]) and rep["total_bytes"] > 0, key
+    for q in ("float32", "int8"):
+        assert sorted(os.listdir(os.path.join(d, "tflite", f"builtin_{q}"))) == [
+            "decoder_step.tflite", "encoder.tflite", "metadata.json", "src_vocab.txt",
+            "tgt_vocab.txt"]
+    tfl = report["tflite"]
+    assert tfl["text_int8"]["total_bytes"] < 0.6 * tfl["text_float32"]["total_bytes"]
+    assert tfl["builtin_int8"]["total_bytes"] < 0.6 * tfl["builtin_float32"]["total_bytes"]
+    assert tfl["text_float32"]["ops"]["custom"] == [
+        "FastWordpieceTokenizeWithOffsets", "RaggedTensorToTensor",
+        "TFText>FastWordpieceDetokenize"]
+    assert tfl["text_float32"]["ops"]["flex"] == []
+    assert tfl["text_float32"]["signatures"]["serving_default"]["inputs"] == {
+        "text": {"dtype": "string", "shape": [-1]}}
+    # Every artefact was run on the run's sample sentences; float32 agrees exactly.
+    agreement = report["samples"]["agreement_with_saved_model"]
+    assert agreement["text_float32"] == agreement["builtin_float32"] == 1.0
+    assert set(agreement) == set(report["tflite"])
+    print("int8 agreement with the SavedModel:", agreement["text_int8"], agreement["builtin_int8"])
+    # Nothing that looks like a version but is not one; no temporary leftovers.
+    listing = sorted(os.listdir(os.path.join(d, "saved_model", "translator")))
+    assert listing == ["1", "1.report.json"]
+
+
+# --- SavedModel ------------------------------------------------------------------------------
+def test_saved_model_in_fresh_process_matches_translator(run, exported, reference, tmp_path):
+    raw = [s.encode() for s in run["inputs"]] + list(ROBUST.values())
+    (tmp_path / "inputs.json").write_text(json.dumps([b.hex() for b in raw]))
+    script = tmp_path / "load_saved_model.py"
+    script.write_text(FRESH_PROCESS)
+    proc = subprocess.run([sys.executable, str(script), exported["saved_model"],
+                           str(tmp_path / "inputs.json")], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["loaded"] == []
+    n = len(run["inputs"])
+    assert out["translation"][:n] == reference
+    assert out["truncated"] == [False] * n + [False, False, True, False]
+    assert np.all(np.isfinite(out["score"]))
+    assert out["empty"] == {"score": [0], "translation": [0], "truncated": [0]}
+    assert len(out["translation"]) == len(raw)
+
+
+def test_saved_model_cli_run(exported, translator):
+    cli_path = shutil.which("saved_model_cli") or os.path.join(os.path.dirname(sys.executable),
+                                                               "saved_model_cli")
+    proc = subprocess.run(
+        [cli_path, "run", "--dir", exported["saved_model"], "--tag_set", "serve",
+         "--signature_def", "serving_default", "--input_exprs", 'text=["3 March 2021"]'],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    expected = translator.translate(["3 March 2021"])[0]
+    assert "Result for output key translation:" in proc.stdout
+    assert f"[b'{expected}']" in proc.stdout
+
+
+def test_translate_ids_signature(loaded, translator, run):
+    source = translator.encode(run["inputs"][:20])
+    out = loaded.signatures["translate_ids"](source=source)
+    np.testing.assert_array_equal(out["tokens"].numpy(),
+                                  translator.translate_ids(source).numpy())
+    assert out["lengths"].dtype == tf.int32 and out["score"].dtype == tf.float32
+    # Width 0, empty batch and out-of-vocabulary ids are answered, not crashed on.
+    ids_fn = loaded.signatures["translate_ids"]
+    assert ids_fn(source=tf.zeros((2, 0), tf.int32))["tokens"].shape[0] == 2
+    assert ids_fn(source=tf.zeros((0, 5), tf.int32))["tokens"].shape[0] == 0
+    bad = ids_fn(source=tf.constant([[10 ** 6, -5, 3]], tf.int32))
+    assert np.isfinite(bad["score"].numpy()).all()
+
+
+@pytest.mark.parametrize("case", sorted(ROBUST))
+def test_saved_model_robust_inputs(loaded, case):
+    out = loaded.signatures["serving_default"](text=tf.constant([ROBUST[case]], tf.string))
+    assert out["translation"].shape == (1,) and np.isfinite(out["score"].numpy()).all()
+    assert out["truncated"].numpy().tolist() == [case == "10k_chars"]
+
+
+def test_saved_model_empty_batch(loaded):
+    out = loaded.signatures["serving_default"](text=tf.zeros([0], tf.string))
+    assert {k: tuple(v.shape) for k, v in out.items()} == {
+        "translation": (0,), "score": (0,), "truncated": (0,)}
+
+
+# --- TFLite ---------------------------------------------------------------------------------
+def test_tflite_text_float32_matches_translator(exported, run, reference):
+    out = export.run_tflite_text(exported["report"]["tflite"]["text_float32"]["path"],
+                                 run["inputs"])
+    assert _decode(out["translation"]) == reference
+    assert not out["truncated"].any()
+
+
+def test_tflite_builtin_float32_matches_translator(exported, run, translator, reference):
+    source = translator.encode(run["inputs"]).numpy()
+    out = export.run_tflite_builtin(exported["report"]["tflite"]["builtin_float32"]["path"],
+                                    source)
+    got = _decode(translator.tgt_tokenizer.detokenize(tf.constant(out["tokens"])))
+    assert got == reference
+    expected = translator.translate_ids(source).numpy()  # the same ids, not just the text
+    width = expected.shape[1]
+    np.testing.assert_array_equal(out["tokens"][:, :width], expected)
+    assert not out["tokens"][:, width:].any()
+
+
+def test_tflite_int8_runs(exported, run, translator, reference):
+    tfl = exported["report"]["tflite"]
+    text_out = _decode(
+        export.run_tflite_text(tfl["text_int8"]["path"], run["inputs"])["translation"])
+    ids = export.run_tflite_builtin(tfl["builtin_int8"]["path"],
+                                    translator.encode(run["inputs"]).numpy())["tokens"]
+    builtin_out = _decode(translator.tgt_tokenizer.detokenize(tf.constant(ids)))
+    agree_text = np.mean([a == b for a, b in zip(text_out, reference)])
+    agree_builtin = np.mean([a == b for a, b in zip(builtin_out, reference)])
+    print(f"int8 exact agreement with float32 Keras on {len(reference)} inputs: "
+          f"text {agree_text:.0%}, builtin {agree_builtin:.0%}")
+    assert len(text_out) == len(builtin_out) == len(reference)
+    # Same model, 8-bit weights: mostly the same output, and dates of the same shape.
+    assert agree_text >= 0.5 and agree_builtin >= 0.5
+
+
+@pytest.mark.parametrize("case", sorted(ROBUST) + ["empty_batch"])
+def test_tflite_text_robust_inputs(exported, loaded, case):
+    path = exported["report"]["tflite"]["text_float32"]["path"]
+    batch = [] if case == "empty_batch" else [ROBUST[case]]
+    out = export.run_tflite_text(path, batch)
+    assert out["translation"].shape == out["score"].shape == out["truncated"].shape == (len(batch),)
+    if batch:
+        assert np.isfinite(out["score"]).all()
+        assert out["truncated"].tolist() == [case == "10k_chars"]
+        saved = loaded.signatures["serving_default"](text=tf.constant(batch, tf.string))
+        assert out["translation"].tolist() == saved["translation"].numpy().tolist()
+
+
+def test_builtin_flatbuffers_have_only_builtin_ops(exported):
+    for q in ("float32", "int8"):
+        folder = exported["report"]["tflite"][f"builtin_{q}"]["path"]
+        for name in ("encoder.tflite", "decoder_step.tflite"):
+            with open(os.path.join(folder, name), "rb") as f:
+                ops = export.check_builtin_only(f.read(), name)
+            assert ops["flex"] == ops["custom"] == [] and "FULLY_CONNECTED" in ops["builtin"]
+
+
+def test_builtin_check_rejects_flex_and_custom_ops(exported):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def shout(s):
+        return tf.strings.regex_replace(s, "a", "A")
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([shout.get_concrete_function()])
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS,
+                                           tf.lite.OpsSet.SELECT_TF_OPS]
+    flex_model = converter.convert()
+    assert export.tflite_ops(flex_model)["flex"] == ["FlexStaticRegexReplace"]
+    with pytest.raises(ValueError, match="FlexStaticRegexReplace"):
+        export.check_builtin_only(flex_model, "shout")
+    with open(exported["report"]["tflite"]["text_float32"]["path"], "rb") as f:
+        with pytest.raises(ValueError, match="FastWordpieceTokenizeWithOffsets"):
+            export.check_builtin_only(f.read(), "text model")
+
+
+def test_builtin_target_needs_a_transformer(translator, tmp_path):
+    model = models.bahdanau_seq2seq(translator.src_tokenizer.vocab_size,
+                                    translator.tgt_tokenizer.vocab_size, 8, 8, 1)
+    parts = export.Parts(model, translator.src_tokenizer, translator.tgt_tokenizer, 16)
+    with pytest.raises(ValueError, match="Transformer models only"):
+        export.export_tflite(parts, tmp_path / "b", target="builtin")
+    assert not (tmp_path / "b").exists()
+
+
+def test_bahdanau_saved_model_and_text_tflite(translator, tmp_path):
+    keras.utils.set_random_seed(0)
+    model = models.bahdanau_seq2seq(translator.src_tokenizer.vocab_size,
+                                    translator.tgt_tokenizer.vocab_size, 16, 32, 1)
+    tr = Translator(model, translator.src_tokenizer, translator.tgt_tokenizer, max_len=16)
+    sources = ["3 March 2021", "", "4 May 1999", LONG]
+    reference = tr.translate(sources)
+    report = export.export_saved_model(tr, tmp_path / "sm")
+    assert report["xla_ops"] == [] and report["non_core_ops"] == []
+    out = tf.saved_model.load(report["path"]).signatures["serving_default"](
+        text=tf.constant(sources))
+    assert _decode(out["translation"]) == reference
+    assert out["truncated"].numpy().tolist() == [False, False, False, True]
+    tfl = export.export_tflite(tr, tmp_path / "text.tflite", "text")
+    # Keras's GRU loops need a static batch in TFLite: one sentence per call.
+    assert tfl["signatures"]["serving_default"]["inputs"]["text"]["shape"] == [1]
+    assert _decode(export.run_tflite_text(tfl["path"], sources)["translation"]) == reference
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"target": "gpu"}, "target"), ({"quantization": "int4"}, "quantization"),
+    ({"beam_size": 0}, "beam_size"), ({"max_len": 1}, "max_len")])
+def test_export_tflite_bad_arguments(translator, tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        export.export_tflite(translator, tmp_path / "m.tflite", **kwargs)
+
+
+# --- atomicity and overwrite ----------------------------------------------------------------
+def _raise_midway(module, path, signatures):
+    os.makedirs(os.path.join(path, "variables"), exist_ok=True)
+    with open(os.path.join(path, "saved_model.pb"), "wb") as f:
+        f.write(b"half a model")
+    raise KeyboardInterrupt  # as if the user pressed Ctrl-C while saving
+
+
+def test_interrupted_saved_model_export_leaves_no_version(translator, tmp_path, monkeypatch):
+    monkeypatch.setattr(export, "_save", _raise_midway)
+    with pytest.raises(KeyboardInterrupt):
+        export.export_saved_model(translator, tmp_path, version=3)
+    assert os.listdir(tmp_path / "translator") == []  # no "3", no temporary folder
+
+
+def test_interrupted_builtin_export_leaves_no_folder(translator, tmp_path, monkeypatch):
+    # Conversion is stubbed: what is tested is writing the folder (two files, then fail).
+    monkeypatch.setattr(export, "_tflite_builtin_models", lambda parts, q: (
+        {"encoder": b"enc", "decoder_step": b"dec"}, {}, {}))
+    monkeypatch.setattr(export, "_signature_key_rename", lambda content, key: content)
+
+    def fail(path, obj):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(export, "_write_json", fail)
+    with pytest.raises(OSError, match="disk full"):
+        export.export_tflite(translator, tmp_path / "builtin_float32", target="builtin")
+    assert os.listdir(tmp_path) == []
+
+
+def test_reexport_refuses_existing_version(run, exported, translator, capsys):
+    base = os.path.join(exported["dir"], "saved_model")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        export.export_saved_model(translator, base, version=1)
+    with pytest.raises(FileExistsError, match="overwrite"):
+        export.export_run(run["dir"], export_dir=exported["dir"])
+    with pytest.raises(FileExistsError):
+        export.export_tflite(translator, exported["report"]["tflite"]["text_int8"]["path"])
+    assert cli.main(["export", run["dir"], "--export-dir", exported["dir"]]) == 1
+    assert "already exist" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def overwritten(exported, translator, tmp_path_factory):
+    """A copy of the exported version 1, overwritten by a tensorflow-text, beam-2 export."""
+    base = tmp_path_factory.mktemp("overwrite")
+    shutil.copytree(exported["saved_model"], base / "translator" / "1")
+    report = export.export_saved_model(translator, base, version=1, overwrite=True,
+                                       beam_size=2, text_ops="tftext")
+    return {"base": base, "report": report}
+
+
+def test_overwrite_replaces_version(overwritten, translator, run):
+    base, report = overwritten["base"], overwritten["report"]
+    assert sorted(os.listdir(base / "translator")) == ["1", "1.report.json"]
+    assert report["decoding"]["beam_size"] == 2 and report["text_ops"] == "tftext"
+    import tensorflow_text
+
+    assert report["non_core_ops"] == [
+        {"op": op, "registered_by": "tensorflow_text", "version": tensorflow_text.__version__}
+        for op in ("FastWordpieceTokenizeWithOffsets", "TFText>FastWordpieceDetokenize")]
+    out = tf.saved_model.load(report["path"]).signatures["serving_default"](
+        text=tf.constant(run["inputs"][:20]))
+    assert _decode(out["translation"]) == translator.translate(run["inputs"][:20], beam_size=2)
+
+
+def test_tftext_saved_model_in_fresh_process(overwritten, translator, run, tmp_path):
+    script = tmp_path / "load_saved_model.py"
+    script.write_text(FRESH_PROCESS)
+    inputs = run["inputs"][:10]
+    (tmp_path / "inputs.json").write_text(json.dumps([s.encode().hex() for s in inputs]))
+    proc = subprocess.run([sys.executable, str(script), overwritten["report"]["path"],
+                           str(tmp_path / "inputs.json")], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["translation"] == translator.translate(inputs, beam_size=2)
+
+
+# --- pieces ---------------------------------------------------------------------------------
+def test_core_char_tokenizer_matches_tokenizer(translator):
+    for tok in (translator.src_tokenizer, translator.tgt_tokenizer):
+        core = export.CoreCharTokenizer(tok)
+        strings = [b"", b"   ", b"3 March 2021", "\u00e9t\u00e9 1999".encode(), "ab\u4e00".encode(),
+                   b"\xff\xfe abc", LONG.encode(), b"x[END]", b"#a", b"[UN"]
+        assert (core.tokenize(tf.constant(strings)).to_list()
+                == tok.tokenize(tf.constant(strings)).to_list())
+        rng = np.random.default_rng(0)
+        ids = rng.integers(-3, tok.vocab_size + 5, size=(500, 12)).astype(np.int32)
+        ids[rng.random(ids.shape) < 0.2] = text.UNK_ID
+        ids[rng.random(ids.shape) < 0.1] = text.PAD_ID
+        np.testing.assert_array_equal(core.detokenize(tf.constant(ids)).numpy(),
+                                      tok.detokenize(tf.constant(ids)).numpy())
+    word_tok = text.Tokenizer(text.learn_wordpiece_vocab(["je suis là ."] * 5, vocab_size=40))
+    assert not export.CoreCharTokenizer.supports(word_tok)
+
+
+@pytest.mark.parametrize("shape, start, update", [
+    ((2, 5), (0, 3), (2, 1)), ((2, 5, 3, 4), (0, 2, 0, 0), (2, 1, 3, 4)),
+    ((3, 6), (1, 2), (2, 3)), ((4,), (0,), (4,))])
+def test_portable_slice_update_matches_keras(shape, start, update):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=shape).astype("float32")
+    u = rng.normal(size=update).astype("float32")
+    expected = keras.ops.convert_to_numpy(keras.ops.slice_update(x, start, u))
+    dynamic_axis = 1 if len(shape) > 1 else 0  # one start index is a graph tensor
+
+    @tf.function
+    def update(x, u, index):
+        starts = list(start)
+        starts[dynamic_axis] = index
+        return export.portable_slice_update(x, tuple(starts), u)
+
+    got = update(tf.constant(x), tf.constant(u), tf.constant(start[dynamic_axis]))
+    np.testing.assert_array_equal(got.numpy(), expected)
+    assert "Xla" not in str([op.type for op in update.get_concrete_function(
+        tf.constant(x), tf.constant(u), tf.constant(0)).graph.get_operations()])
+
+
+# --- serving client -------------------------------------------------------------------------
+def _signature_inputs(loaded):
+    return loaded.signatures["serving_default"].structured_input_signature[1]
+
+
+def test_rest_request_matches_signature(loaded):
+    client = _serve_client()
+    inputs = _signature_inputs(loaded)
+    url, payload = client.build_rest_request(["3 March 2021", b"\xff"], "translator")
+    assert url == "http://localhost:8501/v1/models/translator:predict"
+    assert payload["signature_name"] in loaded.signatures
+    assert all(set(row) == set(inputs) for row in payload["instances"])
+    assert inputs["text"].dtype == tf.string and inputs["text"].shape.as_list() == [None]
+    assert payload["instances"][0]["text"] == "3 March 2021"
+    assert payload["instances"][1]["text"] == {"b64": base64.b64encode(b"\xff").decode()}
+    _, columnar = client.build_rest_request(["a", "b"], columnar=True)
+    assert set(columnar["inputs"]) == set(inputs) and columnar["inputs"]["text"] == ["a", "b"]
+
+
+def test_grpc_request_matches_signature(loaded):
+    pytest.importorskip("tensorflow_serving.apis",
+                        reason="tensorflow-serving-api is not installed (pip install "
+                               "'tensorflow-serving-api==2.21.*')")
+    client = _serve_client()
+    inputs = _signature_inputs(loaded)
+    request = client.build_grpc_request(["3 March 2021", "x"], "translator")
+    assert request.model_spec.name == "translator"
+    assert request.model_spec.signature_name in loaded.signatures
+    assert set(request.inputs) == set(inputs)
+    tensor = request.inputs["text"]
+    assert tensor.dtype == inputs["text"].dtype.as_datatype_enum
+    assert [d.size for d in tensor.tensor_shape.dim] == [2]
+    assert tf.make_ndarray(tensor).tolist() == [b"3 March 2021", b"x"]
+
+
+class _FakeRestServing(http.server.BaseHTTPRequestHandler):
+    """Answers ``/v1/models/translator:predict`` like TF Serving, with the SavedModel."""
+    loaded = None
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        fn = self.loaded.signatures[body.get("signature_name", "serving_default")]
+        names = set(fn.structured_input_signature[1])
+        rows = body.get("instances")
+        columns = body.get("inputs") or {n: [r[n] for r in rows] for n in names}
+        if self.path != "/v1/models/translator:predict" or set(columns) != names:
+            self.send_response(400)
+            self.end_headers()
+            self.wfile.write(json.dumps({"error": f"bad request {sorted(columns)}"}).encode())
+            return
+        values = [base64.b64decode(v["b64"]) if isinstance(v, dict) else v.encode()
+                  for v in columns["text"]]
+        out = {k: v.numpy().tolist() for k, v in fn(text=tf.constant(values, tf.string)).items()}
+        out["translation"] = [t.decode("utf-8") for t in out["translation"]]
+        answer = ({"predictions": [{k: out[k][i] for k in out} for i in range(len(values))]}
+                  if rows is not None else {"outputs": out})
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(json.dumps(answer).encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("columnar", [False, True])
+def test_rest_client_round_trip(loaded, translator, columnar):
+    client = _serve_client()
+    _FakeRestServing.loaded = loaded
+    server = http.server.HTTPServer(("127.0.0.1", 0), _FakeRestServing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        host = f"127.0.0.1:{server.server_port}"
+        texts = ["3 March 2021", "1999-07-04", LONG]
+        rows = client.send_rest(*client.build_rest_request(texts, host=host, columnar=columnar))
+        assert [r["translation"] for r in rows] == translator.translate(texts)
+        assert [r["truncated"] for r in rows] == [False, False, True]
+        with pytest.raises(RuntimeError, match="HTTP 400"):
+            client.send_rest(*client.build_rest_request(texts, "other_model", host=host))
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_grpc_client_round_trip(loaded, translator):
+    pytest.importorskip("tensorflow_serving.apis",
+                        reason="tensorflow-serving-api is not installed")
+    import grpc
+    from concurrent import futures
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    class Servicer(prediction_service_pb2_grpc.PredictionServiceServicer):
+        def Predict(self, request, context):
+            fn = loaded.signatures[request.model_spec.signature_name]
+            out = fn(**{k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()})
+            response = predict_pb2.PredictResponse()
+            for k, v in out.items():
+                response.outputs[k].CopyFrom(tf.make_tensor_proto(v.numpy()))
+            return response
+
+    client = _serve_client()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(Servicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        texts = ["3 March 2021", "le 4 juillet 1999"]
+        rows = client.send_grpc(client.build_grpc_request(texts), f"127.0.0.1:{port}")
+        assert [r["translation"] for r in rows] == translator.translate(texts)
+        assert [r["truncated"] for r in rows] == [False, False]
+    finally:
+        server.stop(None)
