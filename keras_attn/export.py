@@ -890,7 +890,7 @@ def export_tflite(translator_or_parts, path, target="text", quantization="float3
               "created": _now(), "versions": _versions()}
     if target == "text":
         content, ops = _tflite_text_model(parts, quantization, beam_size, alpha)
-        _atomic_write_bytes(path, content)
+        runs.atomic_write_bytes(path, content)
         if parts.normalize:
             report["notes"] = ["the model was trained on normalised text: apply "
                                "keras_attn.text.normalize_text to the input first"]
@@ -907,10 +907,10 @@ def export_tflite(translator_or_parts, path, target="text", quantization="float3
         tmp = _mkdtemp(".tmp-" + os.path.basename(path) + "-", folder)
         try:
             for name, content in contents.items():
-                _atomic_write_bytes(os.path.join(tmp, f"{name}.tflite"), content)
+                runs.atomic_write_bytes(os.path.join(tmp, f"{name}.tflite"), content)
             for name, tok in (("src_vocab.txt", parts.src_tokenizer),
                               ("tgt_vocab.txt", parts.tgt_tokenizer)):  # text.save_vocab format
-                _atomic_write_bytes(os.path.join(tmp, name),
+                runs.atomic_write_bytes(os.path.join(tmp, name),
                                     "".join(t + "\n" for t in tok.vocab).encode("utf-8"))
             _write_json(os.path.join(tmp, "metadata.json"), meta)
             _publish_dir(tmp, path, overwrite)
@@ -963,30 +963,13 @@ def _mkdtemp(prefix, folder):
 
 
 def _write_json(path, obj):
-    _atomic_write_bytes(path, (json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True)
+    runs.atomic_write_bytes(path, (json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True)
                                + "\n").encode("utf-8"))
 
 
 def _dtype_name(dtype):
     dtype = np.dtype(dtype)
     return "string" if dtype.kind in "OSU" else dtype.name
-
-
-def _atomic_write_bytes(path, content):
-    """Write through a temporary file in the same folder and ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path),
-                               prefix=".tmp-" + os.path.basename(path) + "-")
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _log_softmax(logits):

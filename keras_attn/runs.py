@@ -17,15 +17,16 @@ import os
 import tempfile
 
 
-def atomic_write_text(path, text):
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename,
-    so a reader never sees half a file, even if the process is killed mid-write."""
+def atomic_write_bytes(path, content):
+    """Write ``content`` to ``path`` through a temporary file in the same folder and a
+    rename, so a reader never sees half a file, even if the process is killed mid-write.
+    The one implementation used for configs, metrics, vocabularies and TFLite files."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, _default_file_mode())  # mkstemp makes it 0600; open() would not
@@ -34,6 +35,11 @@ def atomic_write_text(path, text):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_text(path, text):
+    """:func:`atomic_write_bytes` for UTF-8 text (newlines written as given)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_save(path, save):

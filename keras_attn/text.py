@@ -39,10 +39,11 @@ import os
 import random
 import re
 import string
-import tempfile
 
 import tensorflow as tf
 import tensorflow_text as tf_text
+
+from keras_attn import runs
 
 PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
 PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
@@ -226,20 +227,7 @@ def save_vocab(vocab, path):
     """
     _check_vocab(vocab)
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write("".join(token + "\n" for token in vocab))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    runs.atomic_write_text(path, "".join(token + "\n" for token in vocab))
 
 
 def load_vocab(path):
