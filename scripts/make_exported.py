@@ -6,7 +6,8 @@
 
 Writes ``exported/saved_model/translator/1/`` (TF Serving layout), ``exported/tflite/``
 (text-to-text and builtin-ops targets, float32 and int8), ``exported/export_report.json``,
-``exported/metrics.json`` and ``exported/MODEL_CARD.md``. The training is the README's main
+``exported/metrics.json``, ``exported/MODEL_CARD.md`` and ``exported/run/`` (a minimal run
+directory for ``keras-attn translate exported/run ...``). The training is the README's main
 job (``keras-attn train`` with defaults, seed 0), so the artefacts are reproducible up to
 floating-point non-determinism of multi-threaded CPU kernels.
 """
@@ -43,6 +44,23 @@ CARD = """# Model card: keras_attn default dates translator
 """
 
 
+def _copy_run(run_dir, out):
+    """A minimal run directory (config, vocabularies, model without optimizer state) that
+    ``keras-attn translate exported/run ...`` and ``Translator.from_run_dir`` accept."""
+    import keras
+
+    from keras_attn import runs, training
+
+    src = runs.paths(run_dir)
+    dst = runs.paths(out)
+    os.makedirs(out, exist_ok=True)
+    for key in ("config", "src_vocab", "tgt_vocab", "metrics"):
+        shutil.copyfile(src[key], dst[key])
+    model = training.build_model(runs.read_json(src["config"]))
+    model.set_weights(keras.models.load_model(src["model"], compile=False).get_weights())
+    runs.atomic_save(dst["model"], model.save)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run-dir", default=os.path.join(ROOT, "runs", "exported-dates"))
@@ -60,6 +78,7 @@ def main():
         shutil.rmtree(os.path.join(args.out, sub), ignore_errors=True)
     export.export_run(args.run_dir, export_dir=args.out, overwrite=True)
     runs.write_json(os.path.join(args.out, "metrics.json"), metrics)
+    _copy_run(args.run_dir, os.path.join(args.out, "run"))
     card = CARD.format(num_formats=len(data.DATE_FORMATS), **config,
                        **{k: metrics[k] for k in ("exact_match", "num_sentences", "train_seconds")})
     runs.atomic_write_text(os.path.join(args.out, "MODEL_CARD.md"), card)

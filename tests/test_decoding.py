@@ -1,0 +1,159 @@
+"""Greedy and beam search (issue 5): cache vs reference, beam vs greedy, graph modes, a
+trained model through ``translate``."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn import data, decoding, models
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RUN = ROOT / "exported" / "run"
+START, END = 2, 3
+
+
+@pytest.fixture(scope="module", params=["transformer", "transformer_prenorm", "bahdanau"])
+def model(request):
+    tf.keras.utils.set_random_seed(1)
+    if request.param == "bahdanau":
+        return models.bahdanau_seq2seq(40, 30, embed_size=16, num_hiddens=32, num_layers=2,
+                                       dropout=0.0)
+    return models.transformer_seq2seq(40, 30, num_hiddens=32, ffn_num_hiddens=64, num_heads=4,
+                                      num_layers=2, dropout=0.0, max_len=64,
+                                      norm_first=request.param.endswith("prenorm"))
+
+
+SOURCE = np.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0], [11, 12, 13, 14, 15, 16, 3]],
+                  "int32")
+
+
+def _check_rows(tokens):
+    """Rows end at END (included) and are 0 after it; 0 and START never appear before."""
+    for row in np.asarray(tokens):
+        ends = np.flatnonzero(row == END)
+        body = row[: ends[0] + 1] if len(ends) else row
+        assert 0 not in body and START not in body
+        if len(ends):
+            assert (row[ends[0] + 1:] == 0).all()
+
+
+def test_cached_equals_naive(model):
+    cached = decoding.greedy_search(model, SOURCE, 20, START, END, use_cache=True)
+    naive = decoding.greedy_search(model, SOURCE, 20, START, END, use_cache=False)
+    np.testing.assert_array_equal(cached, naive)
+    _check_rows(cached)
+
+
+def test_cached_equals_naive_on_a_model_that_stops():
+    """A model trained a little so that rows end at different steps (padding after END)."""
+    tf.keras.utils.set_random_seed(0)
+    m = models.transformer_seq2seq(12, 12, 16, 32, 2, 1, dropout=0.0, max_len=32)
+    out = decoding.greedy_decode_fixed(m, SOURCE % 12, 16, START, END)
+    ref = decoding.greedy_decode_fixed(m, SOURCE % 12, 16, START, END, use_cache=False)
+    for key in ("tokens", "lengths"):
+        np.testing.assert_array_equal(out[key], ref[key])
+    np.testing.assert_allclose(out["log_prob"], ref["log_prob"], rtol=1e-4, atol=1e-4)
+
+
+def test_beam_size_one_equals_greedy(model):
+    greedy = decoding.greedy_search(model, SOURCE, 20, START, END)
+    tokens, scores = decoding.beam_search(model, SOURCE, beam_size=1, alpha=0.6, max_len=20,
+                                          start_id=START, end_id=END)
+    np.testing.assert_array_equal(tokens[:, 0], greedy)
+    assert np.isfinite(scores).all()
+
+
+def test_best_beam_scores_at_least_greedy(model):
+    alpha = 0.6
+    greedy = decoding.greedy_decode_fixed(model, SOURCE, 20, START, END)
+    greedy_score = greedy["log_prob"] / decoding.length_penalty(greedy["lengths"], alpha)
+    # The greedy sequence scored independently by teacher forcing agrees with the search.
+    np.testing.assert_allclose(
+        decoding.sequence_log_prob(model, SOURCE, greedy["tokens"], START),
+        greedy["log_prob"], rtol=1e-4, atol=1e-4)
+    tokens, scores = decoding.beam_search(model, SOURCE, beam_size=4, alpha=alpha, max_len=20,
+                                          start_id=START, end_id=END)
+    assert tokens.shape[:2] == (3, 4)
+    assert (np.asarray(scores[:, 0]) >= np.asarray(greedy_score) - 1e-4).all()
+    assert (np.diff(np.asarray(scores), axis=1) <= 1e-6).all()  # best first
+    for b in range(4):
+        _check_rows(tokens[:, b])
+
+
+def test_eager_function_and_xla_agree(model):
+    def run(s):
+        return decoding.greedy_decode_fixed(model, s, 16, START, END)["tokens"]
+
+    eager = run(tf.constant(SOURCE))
+    graph = tf.function(run)(tf.constant(SOURCE))
+    xla = tf.function(run, jit_compile=True)(tf.constant(SOURCE))
+    np.testing.assert_array_equal(eager, graph)
+    np.testing.assert_array_equal(eager, xla)
+
+
+def test_beam_search_under_xla(model):
+    def run(s):
+        return decoding.beam_decode_fixed(model, s, 3, 0.6, 12, START, END)["tokens"]
+
+    np.testing.assert_array_equal(run(tf.constant(SOURCE)),
+                                  tf.function(run, jit_compile=True)(tf.constant(SOURCE)))
+
+
+def test_cross_attention_weights_per_token(model):
+    tokens, weights = decoding.greedy_search(model, SOURCE, 10, START, END,
+                                             return_attention=True)
+    weights = np.asarray(weights)
+    assert weights.shape == (3, tokens.shape[1], SOURCE.shape[1])
+    np.testing.assert_array_equal(weights[SOURCE[:, None, :].repeat(tokens.shape[1], 1) == 0], 0)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(max_len=0), "max_len"), (dict(start_id=0), "start_id"), (dict(end_id=-1), "end_id")])
+def test_bad_arguments(model, kwargs, match):
+    args = dict(max_len=5, start_id=START, end_id=END) | kwargs
+    with pytest.raises(ValueError, match=match):
+        decoding.greedy_search(model, SOURCE, **args)
+
+
+def test_bad_source_and_beam(model):
+    with pytest.raises(ValueError, match="source"):
+        decoding.greedy_search(model, SOURCE.astype("float32"), 5, START, END)
+    with pytest.raises(ValueError, match="beam_size"):
+        decoding.beam_search(model, SOURCE, beam_size=0, start_id=START, end_id=END)
+
+
+needs_run = pytest.mark.skipif(not (RUN / "model.keras").exists(),
+                               reason="exported/run (the committed default model) is missing")
+
+
+@needs_run
+def test_trained_dates_model_translates_held_out_dates():
+    from keras_attn.translator import Translator
+
+    translator = Translator.from_run_dir(str(RUN))
+    pairs = data.dates_splits(30000, 1000, 2000, seed=0)["test"][:300]
+    greedy = translator.translate([s for s, _ in pairs])
+    assert np.mean([o == t for o, (_, t) in zip(greedy, pairs)]) >= 0.98
+    beam = translator.translate([s for s, _ in pairs[:50]], beam_size=3)
+    assert np.mean([o == t for o, (_, t) in zip(beam, pairs[:50])]) >= 0.96
+
+
+@needs_run
+def test_translate_command_line():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, "-m", "keras_attn.cli", "translate", str(RUN),
+                           "3 March 2021", "le 14 juillet 1989"], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    assert proc.stdout.split() == ["2021-03-03", "1989-07-14"]
+    proc = subprocess.run([sys.executable, "-m", "keras_attn.cli", "translate", str(RUN)],
+                          input="Wed, 3 Mar 2021\n04/03/2021\n", capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    assert proc.stdout.split() == ["2021-03-03", "2021-03-04"]
