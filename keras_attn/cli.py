@@ -36,6 +36,11 @@ def _train_parser(sub):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=None, help="run directory (default runs/<task>)")
     p.add_argument("--no-export", action="store_true", help="skip exporting after training")
+    p.add_argument("--distribute", choices=["", "mirrored", "multiworker"], default="",
+                   help="mirrored: all local GPUs (or --cpu-devices); multiworker: "
+                        "MultiWorkerMirroredStrategy from TF_CONFIG (see docs/distributed.md)")
+    p.add_argument("--cpu-devices", type=int, default=0,
+                   help="split the CPU into N logical devices (testing mirrored runs)")
 
 
 def _config_from_args(args):
@@ -55,7 +60,10 @@ def cmd_train(args):
 
     config = _config_from_args(args)
     run_dir = args.output or os.path.join("runs", config.task)
-    metrics = training.train(config, run_dir)
+    metrics = training.train(config, run_dir, distribute=args.distribute,
+                             cpu_devices=args.cpu_devices)
+    if metrics and metrics.get("chief") is False:
+        return 0  # a non-chief worker: the chief evaluates and exports
     if not args.no_export:
         from keras_attn import export
 

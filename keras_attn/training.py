@@ -165,11 +165,143 @@ def _schedule(config, steps_per_epoch):
     raise ValueError(f"`schedule` must be 'noam' or 'cosine'. Received: {config.schedule!r}")
 
 
+@keras.saving.register_keras_serializable(package="keras_attn")
+class ReplicaMeanMaskedCrossentropy(losses.MaskedSparseCategoricalCrossentropy):
+    """The masked loss, divided by the number of replicas under a distribution strategy.
+
+    Keras divides a loss by ``num_replicas_in_sync`` only when it reduces a per-sample
+    loss itself; a loss that already returns a scalar (like the masked mean) is left as
+    is, so under ``MirroredStrategy`` the summed gradients and the reported loss (Keras
+    multiplies it back) would be ``num_replicas`` times too large. Dividing here makes a
+    distributed step the mean of the per-replica token means, as on one device.
+    """
+
+    def call(self, y_true, y_pred):
+        loss = super().call(y_true, y_pred)
+        if tf.distribute.has_strategy():
+            replicas = tf.distribute.get_strategy().num_replicas_in_sync
+            if replicas > 1:
+                loss = loss / replicas
+        return loss
+
+
+def make_strategy(distribute="", cpu_devices=0):
+    """The ``tf.distribute`` strategy for ``--distribute`` (call before TF touches devices).
+
+    ``""``: the default (one device). ``"mirrored"``: ``MirroredStrategy`` over all local
+    GPUs, or over the logical CPU devices when there is no GPU. ``"multiworker"``:
+    ``MultiWorkerMirroredStrategy`` configured from ``TF_CONFIG``. ``cpu_devices`` > 1 splits
+    the CPU into that many logical devices (for testing without GPUs).
+    """
+    if cpu_devices and cpu_devices > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        # Skip when already split (e.g. by the caller, before TensorFlow started).
+        if len(tf.config.get_logical_device_configuration(cpu) or []) != cpu_devices:
+            try:
+                tf.config.set_logical_device_configuration(
+                    cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_devices)
+            except RuntimeError as e:
+                raise ValueError("--cpu-devices must be set before TensorFlow starts: "
+                                 f"{e}") from None
+    if not distribute:
+        return tf.distribute.get_strategy()
+    if distribute == "mirrored":
+        if tf.config.list_physical_devices("GPU"):
+            return tf.distribute.MirroredStrategy()
+        devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+        # NCCL needs GPUs; on CPU devices reduce through host memory.
+        return tf.distribute.MirroredStrategy(
+            devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    if distribute == "multiworker":
+        if "TF_CONFIG" not in os.environ:
+            raise ValueError("--distribute multiworker needs TF_CONFIG (see docs/distributed.md)")
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    raise ValueError("`distribute` must be '', 'mirrored' or 'multiworker'. "
+                     f"Received: distribute={distribute!r}")
+
+
+def worker_info(strategy):
+    """``(is_chief, task_index)`` of this process (``(True, 0)`` outside multi-worker)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None)
+    if resolver is None or not task_type:
+        return True, 0
+    task_id = resolver.task_id or 0
+    if task_type == "chief":
+        return True, 0
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    # Index among all workers, the chief counted first, for the non-chief temp dir.
+    return (task_type == "worker" and task_id == 0 and not has_chief,
+            task_id + (1 if has_chief else 0))
+
+
+def _build_from_local_batch(model, strategy):
+    """Work around Keras 3 building a model from a distributed batch.
+
+    Before the first step Keras builds the model from the first batch reduced with
+    ``strategy.reduce("MEAN", batch)``: ``MultiWorkerMirroredStrategy`` rejects a nested
+    (dict) batch ("Attempt to convert a value ({'source': PerReplica...}) with an unsupported
+    type (<class 'dict'>) to a Tensor"), and ``MirroredStrategy`` fails when a bucketed
+    batch of odd size splits into parts of different shapes ("Inputs to operation AddN ...
+    must have the same size and shape"). Only shapes and dtypes matter there, so build from
+    this worker's first replica's part of the batch instead (no collective op).
+    """
+    def local(value):
+        if isinstance(value, tf.distribute.DistributedValues):
+            return strategy.experimental_local_results(value)[0]
+        return value
+
+    def maybe_symbolic_build(iterator=None, data_batch=None):
+        if iterator is not None:
+            for _, _, it in iterator:
+                data_batch = next(it)
+                break
+        with strategy.scope():
+            model._symbolic_build(data_batch=tf.nest.map_structure(local, data_batch))
+
+    model._maybe_symbolic_build = maybe_symbolic_build
+
+
+def _patch_multiworker_log_reduction():
+    """Work around Keras 3 averaging the step logs under ``MultiWorkerMirroredStrategy``.
+
+    Keras reduces each (scalar) log with ``strategy.reduce("MEAN", v, axis=0)``, which fails
+    for a scalar ("Invalid reduction dimension 0 for input with 0 dimensions"); reduce the
+    scalars with ``axis=None`` (the mean over all replicas) instead. Installed once, only
+    for multi-worker runs.
+    """
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+
+    original = tf_trainer.reduce_per_replica
+    if getattr(original, "_keras_attn_patched", False):
+        return
+
+    def reduce_per_replica(values, strategy, reduction):
+        if (reduction in ("auto", "mean")
+                and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)):
+            def reduce(v):
+                shape = getattr(v, "shape", None)
+                if shape is None and isinstance(v, tf.distribute.DistributedValues):
+                    shape = strategy.experimental_local_results(v)[0].shape
+                axis = None if shape is not None and len(shape) == 0 else 0
+                return strategy.reduce("MEAN", v, axis=axis)
+            return tf.nest.map_structure(reduce, values)
+        return original(values, strategy, reduction)
+
+    reduce_per_replica._keras_attn_patched = True
+    tf_trainer.reduce_per_replica = reduce_per_replica
+
+
 def compile_model(model, config, steps_per_epoch):
     optimizer = keras.optimizers.Adam(_schedule(config, steps_per_epoch), beta_1=0.9,
                                       beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
-    model.compile(optimizer=optimizer,
-                  loss=losses.MaskedSparseCategoricalCrossentropy(config.label_smoothing),
+    # Under a multi-replica strategy (compile inside its scope) the loss must be divided by
+    # the number of replicas; one device keeps the plain loss (and the saved compile config).
+    distributed = (tf.distribute.has_strategy()
+                   and tf.distribute.get_strategy().num_replicas_in_sync > 1)
+    loss_class = (ReplicaMeanMaskedCrossentropy if distributed
+                  else losses.MaskedSparseCategoricalCrossentropy)
+    model.compile(optimizer=optimizer, loss=loss_class(config.label_smoothing),
                   metrics=[losses.MaskedAccuracy()], jit_compile=config.jit_compile)
     return model
 
@@ -253,13 +385,28 @@ def check_config(config):
     build_model({**dataclasses.asdict(config), "src_vocab_size": 8, "tgt_vocab_size": 8})
 
 
-def train(config, run_dir, log=print):
-    """Train ``config`` into ``run_dir``; returns the metrics dict (also in metrics.json)."""
+def train(config, run_dir, log=print, distribute="", cpu_devices=0):
+    """Train ``config`` into ``run_dir``; returns the metrics dict (also in metrics.json).
+
+    ``distribute``/``cpu_devices``: see :func:`make_strategy`; ``batch_size`` is global
+    (split across replicas). In a multi-worker run only the chief writes ``run_dir``; the
+    other workers write their backups to ``run_dir/.worker-<index>``, skip evaluation and
+    return ``{"chief": False, "worker": index}``.
+    """
+    # First: the strategy must exist before TensorFlow creates any tensor or device.
+    strategy = make_strategy(distribute, cpu_devices)
+    is_chief, worker_index = worker_info(strategy)
     check_config(config)
     keras.utils.set_random_seed(config.seed)
     if config.mixed_precision:
         keras.mixed_precision.set_global_policy(config.mixed_precision)
+    if not is_chief:
+        run_dir = os.path.join(run_dir, f".worker-{worker_index}")
     p = _prepare_run_dir(config, run_dir)
+    if strategy.num_replicas_in_sync > 1 or distribute:
+        log(f"distribute: {distribute or 'default'}, {strategy.num_replicas_in_sync} replicas"
+            f" (global batch {config.batch_size}), "
+            f"{'chief' if is_chief else f'worker {worker_index}'}")
     splits, refs = load_splits(config, log)
     log(f"data: {len(splits['train'])} train, {len(splits['valid'])} valid, "
         f"{len(splits['test'])} test pairs")
@@ -267,10 +414,18 @@ def train(config, run_dir, log=print):
     config.src_vocab_size, config.tgt_vocab_size = src_tok.vocab_size, tgt_tok.vocab_size
     runs.write_json(p["config"], dataclasses.asdict(config))
 
+    # Batched with the global batch size; model.fit splits each batch across replicas.
     train_ds = data.make_dataset(splits["train"], src_tok, tgt_tok, config.batch_size,
                                  shuffle=True, seed=config.seed, max_len=config.max_len)
     valid_ds = data.make_dataset(splits["valid"], src_tok, tgt_tok, config.batch_size,
                                  shuffle=False, max_len=config.max_len)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        # Every worker builds the same batches; each keeps its part of every batch
+        # (the files are not split, so FILE sharding would not apply).
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.DATA)
+        train_ds, valid_ds = train_ds.with_options(options), valid_ds.with_options(options)
     steps_per_epoch = sum(1 for _ in train_ds)
     # Bucketing hides the cardinality; state it so Keras neither guesses nor warns.
     train_ds = train_ds.apply(tf.data.experimental.assert_cardinality(steps_per_epoch))
@@ -279,25 +434,43 @@ def train(config, run_dir, log=print):
         epochs = max(1, -(-config.steps // steps_per_epoch))
         train_ds = train_ds.repeat()
         steps_per_epoch = min(steps_per_epoch, config.steps)
-    model = compile_model(build_model(config), config, steps_per_epoch)
+    compile_config = config
+    if (config.jit_compile and distribute == "mirrored" and strategy.num_replicas_in_sync > 1
+            and not tf.config.list_physical_devices("GPU")):
+        # XLA on CPU cannot read a mirrored variable that lives on another logical CPU
+        # device ("Trying to access resource ... located in device CPU:1 from CPU:0").
+        log("jit_compile: off (XLA does not support MirroredStrategy over logical CPU devices)")
+        compile_config = dataclasses.replace(config, jit_compile=False)
+    with strategy.scope():
+        model = compile_model(build_model(config), compile_config, steps_per_epoch)
+    if strategy.num_replicas_in_sync > 1 or distribute:
+        _build_from_local_batch(model, strategy)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        _patch_multiworker_log_reduction()
     log(f"model: {config.model}, {model.count_params():,} parameters; "
         f"{steps_per_epoch} steps x {epochs} epochs")
 
-    os.makedirs(os.path.dirname(p["best"]), exist_ok=True)
+    if is_chief:
+        os.makedirs(os.path.dirname(p["best"]), exist_ok=True)
     callbacks = [
         # double_checkpoint: a kill while the backup is written falls back to the one before.
+        # Every worker keeps its own backup (non-chief ones under .worker-<index>); the
+        # weights are in sync, so each restores the same state.
         keras.callbacks.BackupAndRestore(p["backup"], double_checkpoint=True,
                                          delete_checkpoint=False),
-        BestWeightsCheckpoint(p["best"]),
-        keras.callbacks.TensorBoard(p["logs"]),
-        keras.callbacks.CSVLogger(p["csv"], append=True),
         keras.callbacks.TerminateOnNaN(),
     ]
+    if is_chief:
+        callbacks[1:1] = [BestWeightsCheckpoint(p["best"]),
+                          keras.callbacks.TensorBoard(p["logs"]),
+                          keras.callbacks.CSVLogger(p["csv"], append=True)]
     t0 = time.time()
     model.fit(train_ds, validation_data=valid_ds, epochs=epochs,
               steps_per_epoch=steps_per_epoch if config.steps else None,
               callbacks=callbacks, shuffle=False, verbose=1 if sys.stdout.isatty() else 2)
     train_seconds = time.time() - t0
+    if not is_chief:
+        return {"chief": False, "worker": worker_index, "train_seconds": round(train_seconds, 1)}
     if os.path.exists(p["best"]):
         model.load_weights(p["best"])
     _save_model(model, p["model"])
