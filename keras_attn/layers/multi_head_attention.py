@@ -87,12 +87,27 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns ``(output (B, Q, num_hiddens), weights (B, H, Q, K))``.
         """
         q = self.split_heads(self.W_q(queries))  # (B, Q, H, dh)
-        scale = ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype)
-        scores = ops.einsum("bqhd,bkhd->bhqk", q * scale, k)  # (B, H, Q, K)
+        q = q * ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype)
         if keep is not None and len(keep.shape) == 3:
             keep = ops.expand_dims(keep, 1)  # same mask for every head
-        weights = attn_ops.masked_softmax(scores, valid_lens=valid_lens, mask=keep)
-        context = ops.einsum("bhqk,bkhd->bqhd", self.dropout_layer(weights, training=training), v)
+        if queries.shape[1] == 1:
+            # One query (a decoding step): matrix-vector products as multiply + sum in the
+            # cache's (B, K, H, dh) layout. The einsum below would transpose the whole
+            # key/value cache of every layer at every step.
+            f32 = "float32"  # accumulate in float32, as the matmul does
+            scores = ops.sum(ops.cast(k, f32) * ops.cast(q, f32), axis=-1)  # (B, K, H)
+            scores = ops.expand_dims(ops.transpose(scores, (0, 2, 1)), 2)  # (B, H, 1, K)
+            weights = attn_ops.masked_softmax(ops.cast(scores, q.dtype), valid_lens=valid_lens,
+                                              mask=keep)
+            w = ops.transpose(self.dropout_layer(weights, training=training), (0, 3, 1, 2))
+            context = ops.sum(ops.cast(v, f32) * ops.cast(w, f32), axis=1,
+                              keepdims=True)  # (B, K, H, 1) x (B, K, H, dh) -> (B, 1, H, dh)
+            context = ops.cast(context, q.dtype)
+        else:
+            scores = ops.einsum("bqhd,bkhd->bhqk", q, k)  # (B, H, Q, K)
+            weights = attn_ops.masked_softmax(scores, valid_lens=valid_lens, mask=keep)
+            context = ops.einsum("bhqk,bkhd->bqhd",
+                                 self.dropout_layer(weights, training=training), v)
         shape = ops.shape(context)
         context = ops.reshape(context, (shape[0], shape[1], self.num_hiddens))
         return self.W_o(context), weights

@@ -1,0 +1,206 @@
+"""Timing, FLOP counts and op profiles for ``scripts/bench.py`` (issue 8).
+
+Every comparison runs both sides in one process, interleaved (ours, theirs, theirs, ours,
+...), after warm-up, and reports medians. Throughput is given against the machine's
+measured float32 matmul peak.
+
+Clocks: ``"wall"`` (``time.perf_counter``, what users see) or ``"cpu"``
+(``time.process_time``: CPU seconds of this process, all threads). On a loaded machine the
+CPU clock with one TensorFlow thread (``configure_threads(1)``) is far steadier than the
+wall clock for *relative* comparisons; with more threads it also counts the threadpool's
+spin-waiting, so use it with one thread only.
+
+Example:
+    >>> configure_threads(1)
+    >>> times = interleaved({"ours": f, "theirs": g}, repeats=9, warmup=2, clock="cpu")
+    >>> summarize(times["ours"])["median_ms"]
+"""
+import collections
+import glob
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import tensorflow as tf
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+# --- setup -----------------------------------------------------------------------------
+def configure_threads(threads):
+    """Intra- and inter-op threads of TensorFlow (0 = TensorFlow's default).
+
+    Must run before the first TensorFlow op executes.
+    """
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(int(threads))
+        tf.config.threading.set_inter_op_parallelism_threads(int(threads))
+
+
+def machine_info():
+    """CPU model, cores, load average and library versions (for the results file)."""
+    model = platform.processor() or platform.machine()
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model in ("", platform.machine()):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    import keras
+
+    info = {"cpu": model, "cpu_count": os.cpu_count(),
+            "simd": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni",
+                                    "amx_bf16", "amx_tile"}),
+            "tensorflow": tf.__version__, "keras": keras.__version__,
+            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
+    if hasattr(os, "getloadavg"):
+        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    return info
+
+
+# --- timing ------------------------------------------------------------------------------
+def block(out):
+    """Wait for ``out`` (any nest of tensors) to be computed."""
+    for t in tf.nest.flatten(out):
+        if hasattr(t, "numpy"):
+            t.numpy()
+    return out
+
+
+def time_once(fn, clock="wall"):
+    """Seconds one call of ``fn()`` takes, its outputs fetched."""
+    now = CLOCKS[clock]
+    t0 = now()
+    block(fn())
+    return now() - t0
+
+
+def interleaved(fns, repeats=7, warmup=2, clock="wall"):
+    """Time the callables of ``fns`` (name -> zero-argument callable) in alternation.
+
+    Each gets ``warmup`` untimed calls (tracing, compilation, caches), then the names are
+    cycled ``repeats`` times, the order reversed on every other round so that neither
+    side always runs first. Returns name -> list of seconds.
+    """
+    if clock not in CLOCKS:
+        raise ValueError(f"`clock` must be one of {sorted(CLOCKS)}. Received: clock={clock!r}")
+    for fn in fns.values():
+        for _ in range(warmup):
+            block(fn())
+    names = list(fns)
+    times = {name: [] for name in names}
+    for r in range(repeats):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            times[name].append(time_once(fns[name], clock))
+    return times
+
+
+def summarize(seconds):
+    """Median, min and spread (ms) of a list of seconds."""
+    ms = np.asarray(seconds, dtype=np.float64) * 1e3
+    return {"median_ms": round(float(np.median(ms)), 3), "min_ms": round(float(ms.min()), 3),
+            "iqr_ms": round(float(np.percentile(ms, 75) - np.percentile(ms, 25)), 3),
+            "repeats": int(ms.size)}
+
+
+def gflops(flops, seconds):
+    return round(flops / seconds / 1e9, 1)
+
+
+def matmul_peak(n=4096, repeats=7, warmup=2, clock="wall"):
+    """float32 GFLOP/s of a ``tf.function`` ``n x n`` matmul (median of ``repeats``)."""
+    a = tf.random.normal((n, n), seed=1)
+    b = tf.random.normal((n, n), seed=2)
+    fn = tf.function(tf.matmul)
+    times = interleaved({"matmul": lambda: fn(a, b)}, repeats, warmup, clock)["matmul"]
+    return {"n": n, "gflops": gflops(2 * n ** 3, statistics.median(times)),
+            "best_gflops": gflops(2 * n ** 3, min(times))}
+
+
+# --- FLOP counts -----------------------------------------------------------------------------
+def mha_flops(batch, length, d_model, backward=False):
+    """Self-attention FLOPs: 4 projections ``4*2*B*L*d^2`` plus ``Q K^T`` and ``A V``
+    ``2*2*B*L^2*d``; forward + backward counts 3x the forward."""
+    forward = 4 * 2 * batch * length * d_model ** 2 + 2 * 2 * batch * length ** 2 * d_model
+    return forward * (3 if backward else 1)
+
+
+def seq2seq_forward_flops(batch, src_len, tgt_len, d_model, ffn, num_layers, vocab):
+    """Forward FLOPs of an encoder-decoder Transformer (matmuls only, full attention).
+
+    Encoder layer, per source token: projections ``4*2*d^2``, attention ``2*2*S*d``, FFN
+    ``2*2*d*f``. Decoder layer, per target token: self projections ``4*2*d^2``, self
+    attention ``2*2*T*d`` (counted in full, not halved for the causal mask), cross
+    ``Q``/``O`` projections ``2*2*d^2`` and attention ``2*2*S*d``, FFN ``2*2*d*f``; plus
+    the cross ``K``/``V`` projections ``2*2*d^2`` per source token. Output projection
+    ``2*d*V`` per target token. Embedding lookups, LayerNorm and softmax are not counted.
+    """
+    d, f, S, T = d_model, ffn, src_len, tgt_len
+    enc = S * (8 * d * d + 4 * S * d + 4 * d * f)
+    dec = T * (8 * d * d + 4 * T * d + 4 * d * d + 4 * S * d + 4 * d * f) + S * 4 * d * d
+    return batch * (num_layers * (enc + dec) + T * 2 * d * vocab)
+
+
+def seq2seq_train_flops(*args, **kwargs):
+    """A training step: 3x :func:`seq2seq_forward_flops` (forward, two backward matmuls)."""
+    return 3 * seq2seq_forward_flops(*args, **kwargs)
+
+
+# --- where the time goes -----------------------------------------------------------------------
+def op_profile(fn, steps=3):
+    """Time per TensorFlow op type (ms per call of ``fn()``) from ``tf.profiler`` traces.
+
+    Durations are wall times of the op kernels on their threads; each op instance counts
+    its median duration times its runs per call, so a thread descheduled now and then on a
+    loaded machine does not dominate. Use the shares more than the sums.
+
+    Returns: list of ``(op_type, ms)`` sorted by time, and the list of
+    ``(op_name:op_type, ms)`` for the 15 most expensive op instances.
+    """
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    block(fn())
+    logdir = tempfile.mkdtemp(prefix="keras_attn_profile_")
+    tf.profiler.experimental.start(logdir)
+    try:
+        for _ in range(steps):
+            block(fn())
+    finally:
+        tf.profiler.experimental.stop()
+    durations = collections.defaultdict(list)  # "name:type" -> every event's ms
+    spaces = []
+    for path in glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True):
+        space = xplane_pb2.XSpace()
+        with open(path, "rb") as f:
+            space.ParseFromString(f.read())
+        spaces.append(space)
+    shutil.rmtree(logdir, ignore_errors=True)
+    for space in spaces:
+        for plane in space.planes:
+            if not plane.name.startswith("/host:CPU"):
+                continue
+            for line in plane.lines:
+                for event in line.events:
+                    name = plane.event_metadata[event.metadata_id].name
+                    if ":" not in name or "::" in name or name.startswith("$"):
+                        continue  # framework events, not op kernels
+                    op_type = name.rsplit(":", 1)[1]
+                    if op_type and (op_type[0].isupper() or op_type[0] == "_"):
+                        durations[name].append(event.duration_ps / 1e9)
+    # Per op: median duration x runs per call (robust to a thread descheduled once).
+    by_type, by_name = collections.Counter(), collections.Counter()
+    for name, ms in durations.items():
+        cost = float(np.median(ms)) * len(ms) / steps
+        by_name[name] = cost
+        by_type[name.rsplit(":", 1)[1].lstrip("_").replace("Mkl", "", 1)] += cost
+    return ([(k, round(v, 2)) for k, v in by_type.most_common()],
+            [(k, round(v, 2)) for k, v in by_name.most_common(15)])

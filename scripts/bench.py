@@ -1,0 +1,663 @@
+#!/usr/bin/env python
+"""Benchmark suite (issue 8): keras_attn against Keras / keras_hub, one process, interleaved.
+
+Sections (``--sections``, comma-separated; default all):
+
+* ``mha``: ``MultiHeadAttention`` vs ``keras.layers.MultiHeadAttention(num_heads=8,
+  key_dim=64)``, self-attention, B=16, d=512, L=64/128/256/512, dropout 0, forward and
+  forward+backward (grads wrt input and weights), ``tf.function`` with and without XLA.
+* ``train``: a training step of ``keras_attn.models.transformer_seq2seq`` vs the same
+  config built from keras_hub layers (d 256, 4 heads, FFN 1024, 2+2 layers, vocab 8000,
+  batch 32, lengths 64, Adam, dropout 0.1, post-norm), float32 and mixed_bfloat16, with
+  and without XLA: target tokens/s and model FLOP utilisation.
+* ``decode``: greedy decoding of 64 tokens, batch 8, same config, random weights (the end
+  id is never produced): ours cached (``tf.function``, XLA), ours naive (``use_cache=False``)
+  and keras_hub's cached ``TransformerDecoder`` loop: ms/token overall and per step at
+  positions 8, 32, 64 (8-step windows of the loop ending there).
+* ``export``: SavedModel vs TFLite (float32, int8) translation latency per sentence and
+  file sizes, for a trained run (``--run-dir``) with ``keras_attn.export``.
+
+Every comparison alternates the two sides on every repeat after warm-up and reports the
+median, the ratio ours/theirs (< 1: ours is faster) and GFLOP/s against the measured
+float32 matmul peak. Writes ``--json`` and a Markdown table ``--md``.
+
+    python scripts/bench.py                          # full suite (quiet machine!)
+    python scripts/bench.py --quick                  # smoke run, tiny sizes
+    python scripts/bench.py --sections mha,decode --threads 1 --clock cpu
+
+On a busy machine ``--threads 1 --clock cpu`` gives steadier relative numbers (CPU seconds
+of this process); the headline numbers are wall-clock with TensorFlow's default threads.
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_attn import benchmarks as bm  # noqa: E402
+
+SECTIONS = ("mha", "train", "decode", "export")
+SEQ2SEQ = dict(vocab=8000, d=256, heads=4, ffn=1024, layers=2)
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+def ratio(ours, theirs):
+    return round(ours["median_ms"] / theirs["median_ms"], 3)
+
+
+def profiles(args, fns):
+    """With ``--profile``: the op types taking most time in each of ``fns`` (name -> ms, %).
+
+    Under XLA the compiled cluster shows as one op.
+    """
+    if not args.profile:
+        return None
+    out = {}
+    for name, fn in fns.items():
+        by_type, _ = bm.op_profile(fn, steps=3)
+        total = sum(ms for _, ms in by_type) or 1.0
+        out[str(name)] = [(op, ms, round(100 * ms / total, 1)) for op, ms in by_type[:12]]
+        top = ", ".join(f"{op} {pct}%" for op, _, pct in out[str(name)][:6])
+        log(f"    profile {name}: {top}")
+    return out
+
+
+# --- 1. multi-head attention -----------------------------------------------------------------
+def bench_mha(args, peak):
+    import keras
+
+    from keras_attn.layers import MultiHeadAttention
+
+    batch, d, heads = (2, 64, 8) if args.quick else (16, 512, 8)
+    lengths = args.mha_lengths or ([16, 32] if args.quick else [64, 128, 256, 512])
+    rows = []
+    for length in lengths:
+        x = tf.random.normal((batch, length, d), seed=0)
+        ours = MultiHeadAttention(d, heads, use_bias=True)  # Keras's MHA has biases too
+        theirs = keras.layers.MultiHeadAttention(num_heads=heads, key_dim=d // heads)
+        ours(x, x, x)
+        theirs(x, x)
+
+        def call_ours(t):
+            return ours(t, t, t)
+
+        def call_keras(t):
+            return theirs(t, t)
+
+        calls = {"ours": call_ours, "keras": call_keras}
+        layers = {"ours": ours, "keras": theirs}
+        for jit in (False, True):
+            for backward in (False, True):
+                fns = {}
+                for name, call in calls.items():
+                    fn = tf.function(_with_grads(call, layers[name]) if backward else call,
+                                     jit_compile=jit)
+                    fns[name] = (lambda f: lambda: f(x))(fn)
+                times = bm.interleaved(fns, args.repeats, args.warmup, args.clock)
+                stats = {k: bm.summarize(v) for k, v in times.items()}
+                flops = bm.mha_flops(batch, length, d, backward)
+                row = {"L": length, "jit": jit,
+                       "mode": "forward+backward" if backward else "forward",
+                       "ours": stats["ours"], "keras": stats["keras"],
+                       "ratio": ratio(stats["ours"], stats["keras"]), "gflop": flops / 1e9,
+                       "profile": profiles(args, fns)}
+                for k in ("ours", "keras"):
+                    g = flops / stats[k]["median_ms"] * 1e3 / 1e9
+                    row[f"{k}_gflops"] = round(g, 1)
+                    row[f"{k}_pct_peak"] = round(100 * g / peak["gflops"], 1)
+                rows.append(row)
+                log(f"  mha L={length:4d} jit={jit!s:5} {row['mode']:16s} ours "
+                    f"{stats['ours']['median_ms']:8.2f} ms keras {stats['keras']['median_ms']:8.2f}"
+                    f" ms  ratio {row['ratio']:.3f}  {row['ours_gflops']:.0f} vs "
+                    f"{row['keras_gflops']:.0f} GFLOP/s")
+    at_256 = [r["ratio"] for r in rows
+              if r["L"] == 256 and not r["jit"] and r["mode"] == "forward+backward"]
+    return {"target_met": (at_256[0] <= 0.8) if at_256 else None,
+            "config": {"batch": batch, "d": d, "heads": heads, "lengths": lengths,
+                       "dropout": 0.0, "attention": "self (q = k = v)",
+                       "ours": "MultiHeadAttention(d, 8, use_bias=True)",
+                       "keras": "keras.layers.MultiHeadAttention(num_heads=8, key_dim=d/8)"},
+            "target": "forward+backward at L=256: ours <= 0.8x Keras", "rows": rows}
+
+
+def _with_grads(call, layer):
+    """forward + backward: gradients of sum(y^2) wrt the input and every weight."""
+    def fn(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = call(x)
+            loss = tf.reduce_sum(tf.square(tf.cast(y, tf.float32)))
+        return tape.gradient(loss, [x] + list(layer.trainable_variables))
+    return fn
+
+
+# --- 2. training step ------------------------------------------------------------------------
+def keras_hub_seq2seq(vocab, d, heads, ffn, layers, dropout, max_len):
+    """The keras_hub encoder-decoder with our configuration (post-norm, learned positions)."""
+    import keras
+    import keras_hub
+
+    source = keras.Input((None,), dtype="int32", name="source")
+    target_in = keras.Input((None,), dtype="int32", name="target_in")
+    # Explicit padding masks (as ours builds them from id 0) instead of Keras masks.
+    src_mask = keras.ops.not_equal(source, 0)
+    tgt_mask = keras.ops.not_equal(target_in, 0)
+    x = keras_hub.layers.TokenAndPositionEmbedding(vocab, max_len, d)(source)
+    for _ in range(layers):
+        x = keras_hub.layers.TransformerEncoder(ffn, heads, dropout=dropout)(
+            x, padding_mask=src_mask)
+    y = keras_hub.layers.TokenAndPositionEmbedding(vocab, max_len, d)(target_in)
+    for _ in range(layers):
+        y = keras_hub.layers.TransformerDecoder(ffn, heads, dropout=dropout)(
+            y, x, decoder_padding_mask=tgt_mask, encoder_padding_mask=src_mask)
+    logits = keras.layers.Dense(vocab, name="logits")(y)
+    return keras.Model({"source": source, "target_in": target_in}, logits, name="keras_hub")
+
+
+def _seq2seq_models(cfg, dropout, max_len):
+    from keras_attn import models
+
+    ours = models.transformer_seq2seq(cfg["vocab"], cfg["vocab"], cfg["d"], cfg["ffn"],
+                                      cfg["heads"], cfg["layers"], dropout=dropout,
+                                      max_len=max_len)
+    theirs = keras_hub_seq2seq(cfg["vocab"], cfg["d"], cfg["heads"], cfg["ffn"],
+                               cfg["layers"], dropout, max_len)
+    return ours, theirs
+
+
+def bench_train(args, peak):
+    import keras
+
+    from keras_attn.losses import MaskedSparseCategoricalCrossentropy
+
+    cfg = dict(SEQ2SEQ, vocab=500, d=64, ffn=128) if args.quick else dict(SEQ2SEQ)
+    batch, length = (4, 16) if args.quick else (32, 64)
+    rng = tf.random.Generator.from_seed(0)
+    data = {k: rng.uniform((batch, length), 4, cfg["vocab"], tf.int32)
+            for k in ("source", "target_in", "target_out")}
+    x = {"source": data["source"], "target_in": data["target_in"]}
+    y = data["target_out"]  # no padding: every position is a real target token
+    flops = bm.seq2seq_train_flops(batch, length, length, cfg["d"], cfg["ffn"],
+                                   cfg["layers"], cfg["vocab"])
+    rows = []
+    for policy in args.train_policies:
+        for jit in (False, True):
+            keras.mixed_precision.set_global_policy(policy)
+            try:
+                tf.random.set_seed(0)
+                ours, theirs = _seq2seq_models(cfg, dropout=0.1, max_len=max(length, 64))
+            finally:
+                keras.mixed_precision.set_global_policy("float32")
+            ours.compile(keras.optimizers.Adam(1e-4), MaskedSparseCategoricalCrossentropy(),
+                         jit_compile=jit)
+            theirs.compile(keras.optimizers.Adam(1e-4),
+                           keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                      ignore_class=0),
+                           jit_compile=jit)
+            fns = {"ours": lambda m=ours: m.train_on_batch(x, y),
+                   "keras_hub": lambda m=theirs: m.train_on_batch(x, y)}
+            times = bm.interleaved(fns, args.repeats, args.warmup + 1, args.clock)
+            stats = {k: bm.summarize(v) for k, v in times.items()}
+            row = {"policy": policy, "jit": jit, "ours": stats["ours"],
+                   "keras_hub": stats["keras_hub"], "profile": profiles(args, fns)}
+            for k in ("ours", "keras_hub"):
+                sec = stats[k]["median_ms"] / 1e3
+                row[f"{k}_tokens_per_s"] = round(batch * length / sec)
+                row[f"{k}_mfu_pct"] = round(100 * flops / sec / 1e9 / peak["gflops"], 1)
+            row["speedup"] = round(row["ours_tokens_per_s"] / row["keras_hub_tokens_per_s"], 3)
+            rows.append(row)
+            log(f"  train {policy:15s} jit={jit!s:5} ours {row['ours_tokens_per_s']:7d} tok/s "
+                f"({row['ours_mfu_pct']}% MFU)  keras_hub {row['keras_hub_tokens_per_s']:7d} "
+                f"tok/s ({row['keras_hub_mfu_pct']}%)  speedup {row['speedup']:.3f}")
+            del ours, theirs
+    f32 = [r["speedup"] for r in rows if r["policy"] == "float32" and not r["jit"]]
+    return {"target_met": (f32[0] >= 1.2) if f32 else None,
+            "config": dict(cfg, batch=batch, src_len=length, tgt_len=length, dropout=0.1,
+                           optimizer="Adam", norm="post",
+                           loss="masked sparse CE from logits (ours: MaskedSparseCategorical"
+                                "Crossentropy; keras_hub model: SparseCategoricalCrossentropy("
+                                "ignore_class=0))", padding="none (all tokens real)"),
+            "train_gflop_per_step": round(flops / 1e9, 2),
+            "flops": "3 x forward; forward = per layer projections, attention (full, not "
+                     "causal-halved), FFN, plus the output projection 2*d*V per target token",
+            "target": "float32 tokens/s >= 1.2x keras_hub", "rows": rows}
+
+
+# --- 3. greedy decoding ----------------------------------------------------------------------
+class KerasHubGreedy:
+    """Cached greedy decoding with keras_hub's ``TransformerDecoder`` caches.
+
+    Built from the layers of :func:`keras_hub_seq2seq`; ``decode`` runs the encoder, seeds
+    the cross-attention caches with the first step (``cross_attention_cache_update_index
+    =0``) and then runs a ``tf.while_loop`` that reuses them (index ``None``) and writes the
+    self-attention caches at the step index. Same token rules as ours (0 and ``start_id``
+    are never chosen).
+    """
+
+    def __init__(self, model, num_tokens, start_id):
+        import keras_hub
+
+        layers = model.layers
+        embeddings = [layer for layer in layers
+                      if isinstance(layer, keras_hub.layers.TokenAndPositionEmbedding)]
+        self.src_embedding, self.tgt_embedding = embeddings
+        self.encoders = [layer for layer in layers
+                         if isinstance(layer, keras_hub.layers.TransformerEncoder)]
+        self.decoders = [layer for layer in layers
+                         if isinstance(layer, keras_hub.layers.TransformerDecoder)]
+        self.dense = model.get_layer("logits")
+        self.num_tokens = num_tokens
+        self.start_id = start_id
+
+    def encode(self, source):
+        mask = tf.not_equal(source, 0)
+        x = self.src_embedding(source)
+        for layer in self.encoders:
+            x = layer(x, padding_mask=mask, training=False)
+        return x, mask
+
+    def init_caches(self, batch, src_len):
+        self_caches, cross_caches = [], []
+        for layer in self.decoders:
+            heads = layer.num_heads
+            dh = layer._self_attention_layer.key_dim  # noqa: SLF001 (cache shape only)
+            self_caches.append(tf.zeros((batch, 2, self.num_tokens, heads, dh)))
+            cross_caches.append(tf.zeros((batch, 2, src_len, heads, dh)))
+        return self_caches, cross_caches
+
+    def step(self, token, index, enc, enc_mask, self_caches, cross_caches, cross_index):
+        x = self.tgt_embedding(token[:, None], start_index=index)
+        new_self, new_cross = [], []
+        for layer, sc, cc in zip(self.decoders, self_caches, cross_caches):
+            x, sc, cc = layer(x, enc, encoder_padding_mask=enc_mask, self_attention_cache=sc,
+                              self_attention_cache_update_index=index, cross_attention_cache=cc,
+                              cross_attention_cache_update_index=cross_index, training=False)
+            new_self.append(sc)
+            new_cross.append(cc)
+        logits = tf.cast(self.dense(x)[:, 0], tf.float32)
+        vocab = tf.shape(logits)[-1]
+        ids = tf.range(vocab)
+        banned = tf.logical_or(tf.equal(ids, 0), tf.equal(ids, self.start_id))
+        log_probs = tf.nn.log_softmax(tf.where(banned[None], -1e9, logits))
+        return tf.argmax(log_probs, -1, output_type=tf.int32), new_self, new_cross
+
+    def decode(self, source):
+        enc, enc_mask = self.encode(source)
+        batch, src_len = tf.shape(source)[0], tf.shape(source)[1]
+        self_caches, cross_caches = self.init_caches(batch, src_len)
+        start = tf.fill([batch], self.start_id)
+        token, self_caches, cross_caches = self.step(start, 0, enc, enc_mask, self_caches,
+                                                     cross_caches, 0)
+        tokens = tf.zeros((batch, self.num_tokens), tf.int32)
+        tokens = tf.tensor_scatter_nd_update(tokens, _column(batch, 0), token)
+
+        def body(i, token, self_caches, tokens):
+            token, self_caches, _ = self.step(token, i, enc, enc_mask, self_caches,
+                                              cross_caches, None)
+            return i + 1, token, self_caches, tf.tensor_scatter_nd_update(
+                tokens, _column(batch, i), token)
+
+        return tf.while_loop(lambda i, *_: i < self.num_tokens, body,
+                             (tf.constant(1), token, self_caches, tokens))[3]
+
+    def seed(self, source):
+        """Encoder output, its mask and the filled cross-attention caches (outside the loop)."""
+        enc, enc_mask = self.encode(source)
+        self_caches, cross_caches = self.init_caches(tf.shape(source)[0], tf.shape(source)[1])
+        _, _, cross_caches = self.step(tf.fill([tf.shape(source)[0]], 5), 0, enc, enc_mask,
+                                       self_caches, cross_caches, 0)
+        return enc, enc_mask, cross_caches
+
+    def window(self, seeded, first, steps):
+        """``steps`` loop iterations from position ``first``, as ours: fresh self-attention
+        caches, cross-attention caches computed beforehand (:meth:`seed`)."""
+        enc, enc_mask, cross_caches = seeded
+        self_caches, _ = self.init_caches(tf.shape(enc)[0], tf.shape(enc)[1])
+
+        def body(i, token, self_caches):
+            token, self_caches, _ = self.step(token, i, enc, enc_mask, self_caches,
+                                              cross_caches, None)
+            return i + 1, token, self_caches
+
+        return tf.while_loop(lambda i, *_: i < first + steps, body,
+                             (first, tf.fill([tf.shape(enc)[0]], 5), self_caches))[1]
+
+
+def _column(batch, i):
+    """Indices ``[[b, i]]`` for writing a column of a ``(B, T)`` buffer."""
+    return tf.stack([tf.range(batch), tf.fill([batch], i)], axis=1)
+
+
+def bench_decode(args, peak):
+    from keras_attn import decoding
+
+    cfg = dict(SEQ2SEQ, vocab=500, d=64, ffn=128) if args.quick else dict(SEQ2SEQ)
+    batch, n, src_len, window = (2, 16, 8, 4) if args.quick else (8, 64, 32, 8)
+    positions = [window, n // 2, n]
+    tf.random.set_seed(0)
+    ours, theirs = _seq2seq_models(cfg, dropout=0.0, max_len=max(n, src_len, 64))
+    source = tf.random.uniform((batch, src_len), 4, cfg["vocab"], dtype=tf.int32, seed=1)
+    never = cfg["vocab"]  # an id the model cannot produce: every run decodes n tokens
+    spec = [tf.TensorSpec([None, None], tf.int32)]
+    hub = KerasHubGreedy(theirs, n, start_id=2)
+
+    def ours_fn(use_cache, jit=False):
+        return tf.function(lambda s: decoding.greedy_decode_fixed(
+            ours, s, n, 2, never, use_cache=use_cache)["tokens"], input_signature=spec,
+            jit_compile=jit)
+
+    fns = {"ours_cached": ours_fn(True), "ours_cached_xla": ours_fn(True, True),
+           "keras_hub_cached": tf.function(hub.decode, input_signature=spec),
+           "keras_hub_cached_xla": tf.function(hub.decode, input_signature=spec,
+                                               jit_compile=True),
+           "ours_naive": ours_fn(False)}
+    tokens = {k: f(source).numpy() for k, f in fns.items()}
+    times = bm.interleaved({k: (lambda f=f: f(source)) for k, f in fns.items()},
+                           args.repeats, args.warmup, args.clock)
+    stats = {k: bm.summarize(v) for k, v in times.items()}
+    profile = profiles(args, {k: (lambda f=f: f(source)) for k, f in fns.items()
+                              if k in ("ours_cached", "keras_hub_cached")})
+    per_token = {k: round(v["median_ms"] / n, 3) for k, v in stats.items()}
+    for k, v in per_token.items():
+        log(f"  decode {k:22s} {v:7.3f} ms/token")
+
+    # Per-step cost at a position: an 8-step window of the loop ending there.
+    encoder, decoder = ours.get_layer("encoder"), ours.get_layer("decoder")
+    enc = encoder(source)
+    cross = decoder.cross_key_values(enc)
+    keep = tf.not_equal(source, 0)[:, None, :]
+
+    @tf.function
+    def ours_window(first):
+        cache = decoder.init_cache(batch, n)
+
+        def body(i, cache, token):
+            logits, cache, _ = decoder.call_step(token, i, cache, cross, keep)
+            return i + 1, cache, tf.argmax(logits, -1, output_type=tf.int32)[:, None]
+
+        return tf.while_loop(lambda i, *_: i < first + window, body,
+                             (first, cache, tf.fill([batch, 1], 5)))[2]
+
+    @tf.function
+    def naive_window(first):
+        def body(i, token):
+            prefix = tf.fill([batch, i + 1], 5)
+            logits = decoder(prefix, enc, enc_outputs_mask=keep[:, 0])[:, -1]
+            return i + 1, tf.argmax(logits, -1, output_type=tf.int32)[:, None]
+
+        return tf.while_loop(lambda i, *_: i < first + window, body,
+                             (first, tf.fill([batch, 1], 5)))[1]
+
+    seeded = hub.seed(source)
+    hub_window = tf.function(lambda first: hub.window(seeded, first, window))
+    windows = {"ours_cached": ours_window, "keras_hub_cached": hub_window,
+               "ours_naive": naive_window}
+    # Every (decoder, position) pair in one interleaved run: a machine whose load drifts
+    # does not make later positions look slower.
+    fns = {(k, pos): (lambda f=f, first=tf.constant(pos - window): f(first))
+           for pos in positions for k, f in windows.items()}
+    wt = bm.interleaved(fns, args.repeats * 2, args.warmup, args.clock)
+    at = {str(pos): {k: round(bm.summarize(wt[(k, pos)])["median_ms"] / window, 3)
+                     for k in windows} for pos in positions}
+    for pos in positions:
+        log(f"  decode step at {pos:3d}: " + "  ".join(f"{k} {v:.3f} ms"
+                                                      for k, v in at[str(pos)].items()))
+    first, last = str(positions[0]), str(positions[-1])
+    speed = per_token["ours_cached"] / per_token["keras_hub_cached"]
+    flat = at[last]["ours_cached"] / at[first]["ours_cached"]
+    return {"target_met": bool(speed <= 0.8 and flat <= 1.2),
+            "config": dict(cfg, batch=batch, tokens=n, src_len=src_len, window=window,
+                           weights="random", end_id="never produced"),
+            "total": stats, "ms_per_token": per_token, "profile": profile,
+            "identical_tokens_ours_cached_vs_naive": bool(
+                (tokens["ours_cached"] == tokens["ours_naive"]).all()
+                and (tokens["ours_cached"] == tokens["ours_cached_xla"]).all()),
+            "ratio_ours_vs_keras_hub": round(speed, 3),
+            "ratio_ours_vs_keras_hub_xla": round(
+                per_token["ours_cached_xla"] / per_token["keras_hub_cached_xla"], 3),
+            "step_ms_at_position": at,
+            "ours_step_ratio_last_vs_first": round(flat, 3),
+            "keras_hub_step_ratio_last_vs_first": round(
+                at[last]["keras_hub_cached"] / at[first]["keras_hub_cached"], 3),
+            "targets": "ours <= 0.8x keras_hub ms/token; ours step at 64 <= 1.2x step at 8"}
+
+
+# --- 4. export -------------------------------------------------------------------------------
+def bench_export(args, peak):
+    try:
+        from keras_attn import export
+    except ImportError as e:
+        return {"available": False, "reason": f"keras_attn.export does not import: {e}"}
+    missing = [f for f in ("export_saved_model", "export_tflite", "run_tflite_text")
+               if not hasattr(export, f)]
+    if missing:
+        return {"available": False, "reason": f"keras_attn.export lacks {missing}"}
+    if not os.path.exists(os.path.join(args.run_dir, "config.json")):
+        return {"available": False, "reason": f"no trained run at {args.run_dir}"}
+    from keras_attn.translator import Translator
+
+    translator = Translator.from_run_dir(args.run_dir)
+    out = tempfile.mkdtemp(prefix="keras_attn_bench_export_")
+    try:
+        return _time_exports(args, export, translator, out)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _sentences(run_dir, n):
+    """Inputs for the run's task: generated dates, or short English sentences."""
+    from keras_attn import data
+
+    with open(os.path.join(run_dir, "config.json")) as f:
+        task = json.load(f).get("task")
+    if task == "dates":
+        return [s for s, _ in data.generate_dates(n, seed=123)]
+    english = ["I am cold.", "Where is the station?", "We have to go now.", "He runs.",
+               "This book is mine.", "Can you help me?", "It is raining.", "I lost my keys."]
+    return (english * n)[:n]
+
+
+def _time_exports(args, export, translator, out):
+    """Export SavedModel + TFLite text float32/int8 into ``out``; time one sentence per call."""
+    log(f"  exporting {args.run_dir} -> {out}")
+    reports = {"saved_model": export.export_saved_model(translator, os.path.join(out, "sm"))}
+    for q in ("float32", "int8"):
+        reports[f"tflite_{q}"] = export.export_tflite(
+            translator, os.path.join(out, f"text_{q}.tflite"), "text", q)
+    sentences = _sentences(args.run_dir, 4 if args.quick else 20)
+    if translator.normalize:  # the TFLite text target does not normalise its input
+        from keras_attn import text
+        sentences = [text.normalize_text(s) for s in sentences]
+    loaded = tf.saved_model.load(reports["saved_model"]["path"])
+    serve = loaded.signatures[export.SERVING_SIGNATURE]
+    runners = {f"tflite_{q}": export.text_interpreter(model_path=reports[f"tflite_{q}"]["path"])
+               .get_signature_runner(export.TFLITE_TEXT_SIGNATURE) for q in ("float32", "int8")}
+    calls = {"saved_model": lambda s: serve(text=tf.constant([s]))["translation"].numpy()[0]}
+    for k, r in runners.items():
+        calls[k] = (lambda r: lambda s: r(
+            text=np.array([s.encode("utf-8")], dtype=object))["translation"][0])(r)
+    results = {k: [] for k in calls}
+    agree = {k: 0 for k in calls}
+    for s in sentences:  # one sentence per call (batch 1): latency
+        t = bm.interleaved({k: (lambda c=c: c(s)) for k, c in calls.items()}, args.repeats,
+                           1, args.clock)
+        ref = calls["saved_model"](s)
+        for k in calls:
+            results[k].append(bm.summarize(t[k])["median_ms"])
+            agree[k] += calls[k](s) == ref
+    rows = {}
+    for k, v in results.items():
+        rows[k] = {"latency_ms_median": round(float(sorted(v)[len(v) // 2]), 2),
+                   "latency_ms_mean": round(sum(v) / len(v), 2),
+                   "bytes": reports[k]["total_bytes"],
+                   "agreement_with_saved_model": agree[k] / len(sentences)}
+        log(f"  export {k:16s} {rows[k]['latency_ms_median']:8.2f} ms/sentence  "
+            f"{rows[k]['bytes'] / 1e6:6.2f} MB")
+    return {"available": True, "run_dir": os.path.abspath(args.run_dir),
+            "sentences": len(sentences), "batch": 1, "rows": rows,
+            "note": "TFLite text target: tokenizer + greedy WHILE loop + detokenizer in one "
+                    "flatbuffer; latency = median over sentences of each sentence's median"}
+
+
+# --- output ----------------------------------------------------------------------------------
+def _kv(config):
+    return ", ".join(f"{k} {v}" for k, v in config.items())
+
+
+def markdown(results):
+    m = results["machine"]
+    lines = ["# keras_attn benchmarks", "",
+             f"{results['created']} - {m['cpu']}, {m['cpu_count']} cores, TF {m['tensorflow']}, "
+             f"Keras {m['keras']}; clock `{results['clock']}`, threads "
+             f"{results['threads'] or 'default'}, load average at start {m.get('load_average')}"
+             + (" (--quick: tiny sizes, not comparable)" if results["quick"] else ""), ""]
+    if results.get("note"):
+        lines += [f"Note: {results['note']}", ""]
+    lines += [f"float32 matmul peak ({results['peak']['n']}x{results['peak']['n']}): "
+              f"**{results['peak']['gflops']} GFLOP/s**", ""]
+    s = results["sections"]
+    if "mha" in s:
+        lines += ["## Multi-head attention (ours / keras.layers.MultiHeadAttention)", "",
+                  f"Config: {_kv(s['mha']['config'])}. Target: {s['mha']['target']} "
+                  f"(met: {s['mha']['target_met']}).", "",
+                  "| L | XLA | pass | ours ms | Keras ms | ratio | ours GFLOP/s (% peak) "
+                  "| Keras GFLOP/s (% peak) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in s["mha"]["rows"]:
+            lines.append(f"| {r['L']} | {'yes' if r['jit'] else 'no'} | {r['mode']} | "
+                         f"{r['ours']['median_ms']:.2f} | {r['keras']['median_ms']:.2f} | "
+                         f"**{r['ratio']:.3f}** | {r['ours_gflops']:.0f} ({r['ours_pct_peak']}%) | "
+                         f"{r['keras_gflops']:.0f} ({r['keras_pct_peak']}%) |")
+        lines.append("")
+    if "train" in s:
+        lines += ["## Training step (ours / keras_hub)", "",
+                  f"Config: {_kv(s['train']['config'])}; "
+                  f"{s['train']['train_gflop_per_step']} GFLOP "
+                  f"per step ({s['train']['flops']}). Target: {s['train']['target']} "
+                  f"(met: {s['train']['target_met']}).", "",
+                  "| policy | XLA | ours tokens/s (MFU) | keras_hub tokens/s (MFU) | speedup |",
+                  "|---|---|---|---|---|"]
+        for r in s["train"]["rows"]:
+            lines.append(f"| {r['policy']} | {'yes' if r['jit'] else 'no'} | "
+                         f"{r['ours_tokens_per_s']} ({r['ours_mfu_pct']}%) | "
+                         f"{r['keras_hub_tokens_per_s']} ({r['keras_hub_mfu_pct']}%) | "
+                         f"**{r['speedup']:.3f}** |")
+        lines.append("")
+    if "decode" in s:
+        d = s["decode"]
+        pos = list(d["step_ms_at_position"])
+        lines += ["## Greedy decoding", "", f"Config: {_kv(d['config'])}. Targets: {d['targets']} "
+                  f"(met: {d['target_met']}).", "",
+                  "| decoder | ms/token | " + " | ".join(f"step ms at {p}" for p in pos) + " |",
+                  "|---|---|" + "---|" * len(pos)]
+        for k, v in d["ms_per_token"].items():
+            steps = [d["step_ms_at_position"][p].get(k) for p in pos]
+            lines.append(f"| {k} | {v:.3f} | " + " | ".join(
+                "" if x is None else f"{x:.3f}" for x in steps) + " |")
+        lines += ["", f"ours / keras_hub ms/token: **{d['ratio_ours_vs_keras_hub']}** "
+                  f"(XLA: {d['ratio_ours_vs_keras_hub_xla']}); ours step at {pos[-1]} / at "
+                  f"{pos[0]}: **{d['ours_step_ratio_last_vs_first']}** (keras_hub "
+                  f"{d['keras_hub_step_ratio_last_vs_first']}); cached tokens equal naive: "
+                  f"{d['identical_tokens_ours_cached_vs_naive']}", ""]
+    if "export" in s:
+        e = s["export"]
+        lines += ["## Export: translation latency per sentence", ""]
+        if not e.get("available"):
+            lines += [f"Not available: {e['reason']}", ""]
+        else:
+            lines += [f"Run `{e['run_dir']}`, {e['sentences']} sentences, batch 1. {e['note']}.",
+                      "", "| artefact | ms/sentence (median) | size MB "
+                      "| same output as SavedModel |",
+                      "|---|---|---|---|"]
+            for k, r in e["rows"].items():
+                lines.append(f"| {k} | {r['latency_ms_median']:.2f} | {r['bytes'] / 1e6:.2f} | "
+                             f"{r['agreement_with_saved_model']:.0%} |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help=f"comma-separated subset of {','.join(SECTIONS)}")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes and repeats (smoke run)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed repeats (default 9; quick 3)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed calls (default 2; quick 1)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="TF intra/inter-op threads (0 = default)")
+    ap.add_argument("--clock", choices=sorted(bm.CLOCKS), default="wall",
+                    help="wall (default) or cpu (process CPU time; use with --threads 1)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also record the op types taking most time on each side")
+    ap.add_argument("--mha-lengths", type=lambda s: [int(x) for x in s.split(",")], default=None)
+    ap.add_argument("--train-policies", type=lambda s: s.split(","),
+                    default=["float32", "mixed_bfloat16"])
+    ap.add_argument("--run-dir", default="/tmp/run_default", help="trained run for 'export'")
+    ap.add_argument("--note", default="", help="free text for the results (machine state, ...)")
+    ap.add_argument("--render", metavar="JSON", default=None,
+                    help="only rewrite --md from an existing results file")
+    ap.add_argument("--json", default="docs/benchmarks/bench.json")
+    ap.add_argument("--md", default="docs/benchmarks/bench.md")
+    args = ap.parse_args(argv)
+    args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    bad = sorted(set(args.sections) - set(SECTIONS))
+    if bad:
+        ap.error(f"unknown sections {bad}; choose from {','.join(SECTIONS)}")
+    if args.repeats is None:
+        args.repeats = 3 if args.quick else 9
+    if args.warmup is None:
+        args.warmup = 1 if args.quick else 2
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.render:
+        with open(args.render) as f:
+            results = json.load(f)
+        if args.note:
+            results["note"] = args.note
+        _write(args.md, markdown(results))
+        log(f"wrote {args.md}")
+        return results
+    bm.configure_threads(args.threads)
+    results = {"created": datetime.datetime.now().isoformat(timespec="seconds"),
+               "command": " ".join(sys.argv), "quick": args.quick, "clock": args.clock,
+               "threads": args.threads, "repeats": args.repeats, "warmup": args.warmup,
+               "note": args.note, "machine": bm.machine_info()}
+    results["peak"] = bm.matmul_peak(1024 if args.quick else 4096, args.repeats, args.warmup,
+                                     args.clock)
+    log(f"float32 matmul peak: {results['peak']['gflops']} GFLOP/s; "
+        f"load average {results['machine'].get('load_average')}")
+    results["sections"] = {}
+    runners = {"mha": bench_mha, "train": bench_train, "decode": bench_decode,
+               "export": bench_export}
+    for name in args.sections:
+        log(f"[{name}]")
+        results["sections"][name] = runners[name](args, results["peak"])
+    if hasattr(os, "getloadavg"):
+        results["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    _write(args.json, json.dumps(results, indent=2))
+    _write(args.md, markdown(results))
+    log(f"wrote {args.json} and {args.md}")
+    return results
+
+
+def _write(path, content):
+    if path:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w") as f:
+            f.write(content + "\n")
+
+
+if __name__ == "__main__":
+    main()
