@@ -1,4 +1,5 @@
 """Combining the masks an attention layer can receive into one bool (B, [1,] Q, K) mask."""
+import keras
 from keras import ops
 
 from keras_attn import ops as attn_ops
@@ -38,3 +39,18 @@ def attention_mask(queries, keys, mask=None, queries_mask=None, keys_mask=None,
         q_len, k_len = ops.shape(queries)[1], ops.shape(keys)[1]
         parts.append(ops.expand_dims(attn_ops.causal_mask(q_len, k_len), 0))  # (1, Q, K)
     return attn_ops.combine_masks(*parts)
+
+
+def attention_output_spec(layer, queries, keys, values, return_attention_scores,
+                          heads=None):
+    """Symbolic outputs of an attention layer: ``output`` and, when asked, the weights
+    ``(B, Q, K)`` or ``(B, heads, Q, K)``. ``compute_output_shape`` alone cannot see
+    ``return_attention_scores`` (functional models)."""
+    output = keras.KerasTensor(
+        layer.compute_output_shape(queries.shape, keys.shape, values.shape),
+        dtype=layer.compute_dtype)
+    if not return_attention_scores:
+        return output
+    head_axis = () if heads is None else (heads,)
+    shape = (queries.shape[0], *head_axis, queries.shape[1], keys.shape[1])
+    return output, keras.KerasTensor(shape, dtype=layer.compute_dtype)

@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
-from keras_attn.layers._masking import attention_mask
+from keras_attn.layers._masking import attention_mask, attention_output_spec
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -63,14 +63,7 @@ class DotProductAttention(keras.layers.Layer):
 
     def compute_output_spec(self, queries, keys, values, valid_lens=None, mask=None,
                             return_attention_scores=False, **kwargs):
-        # compute_output_shape alone cannot see return_attention_scores (symbolic calls).
-        output = keras.KerasTensor(
-            self.compute_output_shape(queries.shape, keys.shape, values.shape),
-            dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return output
-        weights = keras.KerasTensor((queries.shape[0], queries.shape[1], keys.shape[1]), dtype=self.compute_dtype)  # (B, Q, K)
-        return output, weights
+        return attention_output_spec(self, queries, keys, values, return_attention_scores)
 
     def get_config(self):
         return {**super().get_config(), "dropout": self.dropout}
