@@ -156,7 +156,7 @@ def seq2seq_train_flops(*args, **kwargs):
 
 
 # --- where the time goes -----------------------------------------------------------------------
-def op_profile(fn, steps=3):
+def op_profile(fn, steps=3, top=15):
     """Time per TensorFlow op type (ms per call of ``fn()``) from ``tf.profiler`` traces.
 
     Durations are wall times of the op kernels on their threads; each op instance counts
@@ -164,7 +164,7 @@ def op_profile(fn, steps=3):
     loaded machine does not dominate. Use the shares more than the sums.
 
     Returns: list of ``(op_type, ms)`` sorted by time, and the list of
-    ``(op_name:op_type, ms)`` for the 15 most expensive op instances.
+    ``(op_name:op_type, ms)`` for the ``top`` most expensive op instances.
     """
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
@@ -203,4 +203,4 @@ def op_profile(fn, steps=3):
         by_name[name] = cost
         by_type[name.rsplit(":", 1)[1].lstrip("_").replace("Mkl", "", 1)] += cost
     return ([(k, round(v, 2)) for k, v in by_type.most_common()],
-            [(k, round(v, 2)) for k, v in by_name.most_common(15)])
+            [(k, round(v, 2)) for k, v in by_name.most_common(top)])

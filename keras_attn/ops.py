@@ -164,15 +164,31 @@ def masked_softmax(scores, valid_lens=None, mask=None):
         keep = combine_masks(keep, mask)
     dtype = scores.dtype
     x = ops.cast(scores, "float32")
-    if keep is not None:
-        x = ops.where(keep, x, large_negative("float32"))
-    weights = _softmax(x)
     if keep is None:
-        return ops.cast(weights, dtype)
-    # Rows with no valid key got a uniform softmax of the fill value: zero them, and
-    # masked entries are exactly 0 in every row.
-    weights = ops.where(keep, weights, ops.zeros_like(weights))
-    return ops.cast(weights, dtype)
+        return ops.cast(_softmax(x), dtype)
+    return ops.cast(_softmax_keep(x, keep), dtype)
+
+
+def _softmax_keep(x, keep):
+    """``where(keep, softmax(where(keep, x, fill)), 0)`` with its gradient written out.
+
+    Rows with no valid key get a uniform softmax of the fill value, which is zeroed: masked
+    entries are exactly 0 in every row. The gradient is the softmax gradient of the zeroed
+    weights ``w * (g - sum(g * w))``, which is already 0 wherever ``keep`` is False and on
+    rows with no valid key, so the two selects need no counterpart in the backward pass
+    (autodiff would add two more passes over ``(B, H, Q, K)``).
+    """
+    @tf.custom_gradient
+    def fn(x):
+        weights = _softmax(tf.where(keep, x, large_negative("float32")))
+        weights = tf.where(keep, weights, tf.zeros_like(weights))  # keep broadcasts
+
+        def grad(upstream):
+            return weights * (upstream - tf.reduce_sum(upstream * weights, -1, keepdims=True))
+
+        return weights, grad
+
+    return fn(x)
 
 
 def _softmax(x):

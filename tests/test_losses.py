@@ -161,3 +161,49 @@ def test_compiled_model_reports_numpy_values():
     c, n = np_accuracy(Y, LOGITS)
     assert results["loss"] == pytest.approx(np_loss(Y, LOGITS, 0.1), rel=1e-5)
     assert results["masked_accuracy"] == pytest.approx(c / n)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_gradient_matches_numpy(eps):
+    """d loss / d z = (softmax(z) - q) / n on real tokens, 0 on padding (q as above)."""
+    z = tf.constant(LOGITS)
+    with tf.GradientTape() as tape:
+        tape.watch(z)
+        loss = masked_cross_entropy(Y, z, label_smoothing=eps)
+    grad = tape.gradient(loss, z).numpy()
+    p = np.exp(LOGITS - LOGITS.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    q = (1 - eps) * np.eye(V)[Y] + eps / V
+    real = (Y != 0)[..., None]
+    np.testing.assert_allclose(grad, (p - q) * real / real.sum(), atol=1e-7)
+
+
+def test_gradient_agrees_with_finite_differences():
+    z = tf.constant(LOGITS.astype("float64"))
+    theoretical, numerical = tf.test.compute_gradient(
+        lambda t: masked_cross_entropy(Y, tf.cast(t, "float32"), 0.1), [z])
+    np.testing.assert_allclose(theoretical[0], numerical[0], atol=2e-3)
+
+
+def test_gradient_under_xla_and_bfloat16():
+    z = tf.constant(LOGITS)
+
+    @tf.function(jit_compile=True)
+    def grad(z, eps):
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            loss = masked_cross_entropy(Y, tf.cast(z, "bfloat16"), eps)
+        return tape.gradient(loss, z)
+
+    with tf.GradientTape() as tape:
+        tape.watch(z)
+        loss = masked_cross_entropy(Y, tf.cast(z, "bfloat16"), 0.1)
+    np.testing.assert_allclose(grad(z, 0.1).numpy(), tape.gradient(loss, z).numpy(),
+                               atol=1e-6)
+
+
+def test_out_of_range_target_ids_raise():
+    with pytest.raises(tf.errors.InvalidArgumentError, match="vocabulary size"):
+        masked_cross_entropy(np.array([[1, V]], "int32"), LOGITS[:1, :2])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=">= 0"):
+        masked_cross_entropy(np.array([[1, -2]], "int32"), LOGITS[:1, :2])

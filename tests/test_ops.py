@@ -323,3 +323,32 @@ def test_masked_softmax_gradient_is_finite_with_empty_rows():
         [scores])
     g = grads[0].numpy()
     assert np.all(g[0] == 0) and np.all(g[1, :, 2:] == 0)  # no gradient through masked keys
+
+
+@pytest.mark.parametrize("rank", [3, 4])
+def test_masked_softmax_gradient_matches_numpy(rank):
+    """Gradient of sum(c * masked_softmax(s)) against the softmax Jacobian written in NumPy:
+    kept keys get w * (c - sum(c * w)), masked keys and fully masked rows get 0."""
+    rng = np.random.default_rng(3)
+    shape = (2, 3, 3, 5)[-rank:] if rank == 3 else (2, 2, 3, 5)
+    scores = rng.standard_normal(shape).astype("float32")
+    c = rng.standard_normal(shape).astype("float32")
+    keep = rng.random(shape) > 0.4
+    keep[0, ..., 1, :] = False  # a row with no valid key
+    s = tf.constant(scores)
+    with tf.GradientTape() as tape:
+        tape.watch(s)
+        w = attn_ops.masked_softmax(s, mask=keep)
+        loss = tf.reduce_sum(w * c)
+    grad = tape.gradient(loss, s).numpy()
+    e = np.where(keep, np.exp(scores - scores.max(-1, keepdims=True)), 0.0)
+    denom = e.sum(-1, keepdims=True)
+    w_np = np.divide(e, denom, out=np.zeros_like(e), where=denom > 0)
+    expected = w_np * (c - (c * w_np).sum(-1, keepdims=True))
+    np.testing.assert_allclose(w.numpy(), w_np, atol=1e-6)
+    np.testing.assert_allclose(grad, expected, atol=1e-6)
+    assert not grad[0, ..., 1, :].any()
+    theoretical, numerical = tf.test.compute_gradient(
+        lambda t: tf.reduce_sum(attn_ops.masked_softmax(tf.cast(t, "float32"), mask=keep) * c),
+        [tf.constant(scores.astype("float64"))])
+    np.testing.assert_allclose(theoretical[0], numerical[0], atol=2e-3)

@@ -28,8 +28,8 @@ from hypothesis.extra import numpy as hnp
 import layer_checks as lc
 from keras_attn import data, decoding, layers, models, runs, text, training
 from keras_attn.layers import (AddNorm, AdditiveAttention, BahdanauDecoder,
-                               DotProductAttention, LearnedPositionalEmbedding, MaskedSoftmax,
-                               MultiHeadAttention, NadarayaWatson, PositionalEncoding,
+                               DotProductAttention, Dropout, LearnedPositionalEmbedding,
+                               MaskedSoftmax, MultiHeadAttention, NadarayaWatson, PositionalEncoding,
                                PositionWiseFFN, Seq2SeqEncoder, TiedLogits, TransformerDecoder,
                                TransformerDecoderBlock, TransformerEncoder,
                                TransformerEncoderBlock)
@@ -54,6 +54,7 @@ LAYER_FACTORIES = {
     AdditiveAttention: lambda: AdditiveAttention(8),
     BahdanauDecoder: lambda: BahdanauDecoder(VOCAB, 6, 8, 1),
     DotProductAttention: lambda: DotProductAttention(0.1),
+    Dropout: lambda: Dropout(0.1, seed=1),
     LearnedPositionalEmbedding: lambda: LearnedPositionalEmbedding(16),
     MaskedSoftmax: lambda: MaskedSoftmax(),
     MultiHeadAttention: lambda: MultiHeadAttention(8, 2),

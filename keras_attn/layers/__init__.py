@@ -1,6 +1,7 @@
 """Keras 3 attention layers: D2L chapter 11 and "Attention Is All You Need"."""
 from keras_attn.layers.additive_attention import AdditiveAttention
 from keras_attn.layers.dot_product_attention import DotProductAttention
+from keras_attn.layers.dropout import Dropout
 from keras_attn.layers.masked_softmax import MaskedSoftmax
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.nadaraya_watson import NadarayaWatson
@@ -14,7 +15,7 @@ from keras_attn.layers.transformer_blocks import TransformerDecoderBlock, Transf
 # from_config of every layer raises ValueError for unknown keys (Keras raises TypeError).
 from keras_attn.layers import _checks as _checks_module  # noqa: E402
 
-for _cls in (AdditiveAttention, DotProductAttention, MaskedSoftmax, MultiHeadAttention,
+for _cls in (AdditiveAttention, DotProductAttention, Dropout, MaskedSoftmax, MultiHeadAttention,
              NadarayaWatson, LearnedPositionalEmbedding, PositionalEncoding, AddNorm,
              BahdanauDecoder, Seq2SeqEncoder, PositionWiseFFN, TiedLogits, TransformerDecoder,
              TransformerEncoder, TransformerDecoderBlock, TransformerEncoderBlock):

@@ -2,6 +2,7 @@
 import keras
 
 from keras_attn.layers import _checks
+from keras_attn.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -34,7 +35,7 @@ class AddNorm(keras.layers.Layer):
         self.ln = keras.layers.LayerNormalization(epsilon=self.epsilon, name="ln",
                                                   dtype=self.dtype_policy)
         self.ln.build(x_shape)
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True
 
     def call(self, x, y, training=None):

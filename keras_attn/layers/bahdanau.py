@@ -6,6 +6,7 @@ from keras import ops
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
 from keras_attn.layers.additive_attention import AdditiveAttention
+from keras_attn.layers.dropout import Dropout
 from keras_attn.layers.transformer import PAD_ID, clean_token_ids
 
 
@@ -19,7 +20,7 @@ class _RNNBase(keras.layers.Layer):
         self.dropout = _checks.check_rate("dropout", dropout)
         self.embedding = keras.layers.Embedding(vocab_size, embed_size, name="embedding",
                                                 dtype=self.dtype_policy)
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
 
     def _embed(self, tokens):
         _checks.check_rank("tokens", tokens, 2)

@@ -7,6 +7,7 @@ from keras import ops
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
 from keras_attn.layers._masking import attention_mask, attention_output_spec
+from keras_attn.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -35,7 +36,7 @@ class DotProductAttention(keras.layers.Layer):
     def __init__(self, dropout=0.0, **kwargs):
         super().__init__(**kwargs)
         self.dropout = _checks.check_rate("dropout", dropout)
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
         self.supports_masking = True
 
     def call(self, queries, keys, values, valid_lens=None, mask=None,

@@ -2,6 +2,7 @@
 import keras
 
 from keras_attn.layers import _checks
+from keras_attn.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -36,7 +37,7 @@ class PositionWiseFFN(keras.layers.Layer):
                                          name="dense1", dtype=self.dtype_policy)
         self.dense2 = keras.layers.Dense(self.ffn_num_outputs, name="dense2",
                                          dtype=self.dtype_policy)
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
         self.dense1.build(input_shape)
         self.dense2.build(tuple(input_shape[:-1]) + (self.ffn_num_hiddens,))
         self.built = True

@@ -7,6 +7,7 @@ from keras import ops
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
 from keras_attn.layers._masking import attention_mask, attention_output_spec
+from keras_attn.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -68,7 +69,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.W_k.build(keys_shape)
         self.W_v.build(values_shape)
         self.W_o.build(tuple(queries_shape[:-1]) + (self.num_hiddens,))
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True
 
     def split_heads(self, x):

@@ -5,6 +5,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_attn.layers import _checks
+from keras_attn.layers.dropout import Dropout
 
 
 def sinusoidal_table(max_len, num_hiddens):
@@ -25,7 +26,7 @@ class _PositionBase(keras.layers.Layer):
         super().__init__(**kwargs)
         self.max_len = _checks.check_positive_int("max_len", max_len)
         self.dropout = _checks.check_rate("dropout", dropout)
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
         self.supports_masking = True
 
     def _check_length(self, x, start_index):
