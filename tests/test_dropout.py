@@ -162,3 +162,21 @@ def test_masks_propagate():
     x = keras.layers.Embedding(10, 4, mask_zero=True)(inputs)
     y = Dropout(0.1)(x)
     assert y._keras_mask is not None
+
+
+@pytest.mark.parametrize("op, dtype", [("StatelessRandomUniformFullIntV2", "uint32"),
+                                       ("GreaterEqual", "uint16"), ("SelectV2", "float32"),
+                                       ("SelectV2", "float16"), ("SelectV2", "bfloat16"),
+                                       ("TensorScatterSub", "float32")])
+def test_ops_of_the_fast_paths_have_gpu_kernels(op, dtype):
+    """No GPU here: check the installed TensorFlow registers GPU kernels for the ops the
+    dropout and the loss gradient use, so they are not silently placed on the host."""
+    from tensorflow.python.framework import kernels
+
+    registered = [k for k in kernels.get_registered_kernels_for_op(op).kernel
+                  if k.device_type == "GPU"]
+    if not registered:
+        pytest.skip("this TensorFlow build has no GPU kernels at all")
+    types = {tf.dtypes.as_dtype(t).name for k in registered for c in k.constraint
+             for t in c.allowed_values.list.type}
+    assert dtype in types
