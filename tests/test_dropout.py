@@ -180,3 +180,28 @@ def test_ops_of_the_fast_paths_have_gpu_kernels(op, dtype):
     types = {tf.dtypes.as_dtype(t).name for k in registered for c in k.constraint
              for t in c.allowed_values.list.type}
     assert dtype in types
+
+
+def test_noise_shape_shares_decisions():
+    x = np.ones((64, 5, 32), "float32")
+    y = Dropout(0.5, seed=3, noise_shape=(None, 1, None))(x, training=True).numpy()
+    assert (y == y[:, :1, :]).all()  # the same decision along axis 1
+    assert 0.3 < (y[:, 0] == 0).mean() < 0.7
+    spec = tf.TensorSpec((None, None, 32), tf.float32)
+    layer = Dropout(0.5, seed=3, noise_shape=(None, 1, None))
+    dynamic = tf.function(lambda t: layer(t, training=True), input_signature=[spec])
+    y = dynamic(tf.ones((4, 7, 32))).numpy()
+    assert (y == y[:, :1, :]).all()
+    config = layer.get_config()
+    assert Dropout.from_config(config).noise_shape == (None, 1, None)
+
+
+@pytest.mark.parametrize("noise_shape", [(0, 1), "x", (1.5,), (True,)])
+def test_bad_noise_shape(noise_shape):
+    with pytest.raises(ValueError, match="noise_shape"):
+        Dropout(0.1, noise_shape=noise_shape)
+
+
+def test_noise_shape_of_wrong_rank():
+    with pytest.raises(ValueError, match="noise_shape"):
+        Dropout(0.1, noise_shape=(1, None))(np.ones((2, 3, 4), "float32"), training=True)

@@ -60,7 +60,7 @@ def _draw_seed(seed):
     return seed
 
 
-def dropout16(x, rate, seed):
+def dropout16(x, rate, seed, noise_shape=None):
     """``x`` with each element zeroed with probability ``quantized_rate(rate)`` and the rest
     scaled by ``1 / (1 - quantized_rate(rate))``.
 
@@ -69,6 +69,8 @@ def dropout16(x, rate, seed):
         rate: Python float in [0, 1).
         seed: a ``keras.random.SeedGenerator`` (advanced on every call) or an integer
             tensor of shape ``(2,)`` (a stateless seed).
+        noise_shape: optional tuple, one entry per axis of ``x``: 1 to share the decision
+            along that axis, None (or the axis size) for independent decisions.
     """
     threshold = round(float(rate) * _LEVELS)
     if threshold == 0:
@@ -77,10 +79,19 @@ def dropout16(x, rate, seed):
         return ops.zeros_like(x)
     seed = _draw_seed(seed)
     x = tf.convert_to_tensor(x)
+    dims = x.shape.as_list()
+    if noise_shape is not None:
+        if len(noise_shape) != len(dims):
+            raise ValueError(f"`noise_shape` must have one entry per axis of the inputs "
+                             f"(rank {len(dims)}). Received: noise_shape={noise_shape}")
+        dims = [d if n is None else n for d, n in zip(dims, noise_shape)]
     # A static shape keeps the random numbers independent of ``x``: the executor can draw
     # them while the ops producing ``x`` still run.
-    shape = tf.constant(x.shape.as_list(), tf.int32) if x.shape.is_fully_defined() \
-        else tf.shape(x)
+    if None not in dims:
+        shape = tf.constant(dims, tf.int32)
+    else:
+        dynamic = tf.shape(x)
+        shape = tf.stack([dynamic[i] if d is None else d for i, d in enumerate(dims)])
     keep = _uniform16(shape, seed) >= tf.constant(threshold, tf.uint16)
     scale = _LEVELS / (_LEVELS - threshold)
     # mask = scale or 0: one Select; the multiply is the only op on the gradient path.
@@ -98,6 +109,8 @@ class Dropout(keras.layers.Layer):
             65536`` (see :func:`quantized_rate`), kept values scaled so the expectation
             is unchanged.
         seed: optional int, for reproducible masks.
+        noise_shape: optional tuple as in ``keras.layers.Dropout``: 1 on an axis shares
+            the keep/drop decision along it, None keeps that axis of the inputs.
 
     Call arguments: ``inputs`` any shape; ``training`` (dropout only when True).
     Shapes: output = input.
@@ -110,9 +123,17 @@ class Dropout(keras.layers.Layer):
     References: Srivastava et al. 2014; Vaswani et al. 2017, section 5.4.
     """
 
-    def __init__(self, rate, seed=None, **kwargs):
+    def __init__(self, rate, seed=None, noise_shape=None, **kwargs):
         super().__init__(**kwargs)
         self.rate = _checks.check_rate("rate", rate)
+        if noise_shape is not None:
+            if (not isinstance(noise_shape, (tuple, list)) or not all(
+                    n is None or (isinstance(n, int) and not isinstance(n, bool) and n > 0)
+                    for n in noise_shape)):
+                raise ValueError("`noise_shape` must be a tuple of positive integers or None. "
+                                 f"Received: noise_shape={noise_shape!r}")
+            noise_shape = tuple(noise_shape)
+        self.noise_shape = noise_shape
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
         self.seed = seed
@@ -122,11 +143,12 @@ class Dropout(keras.layers.Layer):
 
     def call(self, inputs, training=False):
         if training and self.rate > 0:
-            return dropout16(inputs, self.rate, self.seed_generator)
+            return dropout16(inputs, self.rate, self.seed_generator, self.noise_shape)
         return inputs
 
     def compute_output_shape(self, input_shape):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "rate": self.rate, "seed": self.seed}
+        return {**super().get_config(), "rate": self.rate, "seed": self.seed,
+                "noise_shape": self.noise_shape}
