@@ -523,8 +523,8 @@ def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, v
 
 def _save(module, path, signatures):
     """``tf.saved_model.save`` (a separate function so tests can interrupt it)."""
-    # Serving needs no gradients: without them the graph is ~12 % smaller (the custom
-    # gradients of the loss, dropout-free softmax, ... are not traced into the file).
+    # Serving needs no gradients: the custom-gradient functions (the masked softmax's) are
+    # left out of the file.
     tf.saved_model.save(module, path, signatures=signatures,
                         options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
 
