@@ -480,3 +480,21 @@ def test_mixed_float16_training_of_the_default_dates_model_stays_finite(tmp_path
         assert np.all(np.isfinite(np_(w))), w.path
     for key in ("num_hiddens", "ffn_num_hiddens", "num_heads", "num_layers"):
         assert getattr(config, key) == defaults[key]
+
+
+def test_training_does_not_warn_that_input_ran_out(tmp_path):
+    """Keras warned "Your input ran out of data; interrupting training" after the first
+    validation pass (bucketed datasets hide their cardinality); nothing is interrupted, but
+    a user reading the log cannot know that."""
+    import warnings
+
+    from keras_attn import training
+
+    config = training.TrainConfig(num_train=300, num_valid=40, num_test=5, num_hiddens=16,
+                                  ffn_num_hiddens=32, num_heads=2, num_layers=1,
+                                  batch_size=64, epochs=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metrics = training.train(config, str(tmp_path / "run"), log=lambda *a: None)
+    assert not [w for w in caught if "ran out of data" in str(w.message)]
+    assert metrics["num_sentences"] == 5
