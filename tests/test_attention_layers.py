@@ -555,3 +555,29 @@ def test_nadaraya_watson_bad_arguments(queries, keys, values, words):
     assert "Received" in str(info.value)
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_one_query_path_matches_general_path(dtype):
+    """A single query (a decoding step) takes the keys-first fast path; the same query
+    repeated twice takes the einsum path. Outputs and weights must agree, masks included
+    (a row with no valid key gives zero weights and the output bias only)."""
+    rng = np.random.default_rng(5)
+    layer = MultiHeadAttention(16, 4, use_bias=True, dtype=dtype)
+    q = rng.standard_normal((3, 1, 16)).astype("float32")
+    kv = rng.standard_normal((3, 6, 16)).astype("float32")
+    keep = rng.random((3, 1, 6)) > 0.3
+    keep[2] = False  # no valid key
+    one, w_one = layer(q, kv, kv, mask=keep, return_attention_scores=True)
+    two, w_two = layer(np.repeat(q, 2, axis=1), kv, kv, mask=np.repeat(keep, 2, axis=1),
+                       return_attention_scores=True)
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(np_(one), np_(two)[:, :1], atol=tol)
+    np.testing.assert_allclose(np_(w_one), np_(w_two)[:, :, :1], atol=tol)
+    assert not np_(w_one)[2].any()
+    assert not np_(w_one)[~np.broadcast_to(keep[:, None], np_(w_one).shape)].any()
+    # no mask, and a (B, K) mask
+    q2 = np.repeat(q, 2, axis=1)
+    np.testing.assert_allclose(np_(layer(q, kv, kv)), np_(layer(q2, kv, kv))[:, :1], atol=tol)
+    np.testing.assert_allclose(np_(layer(q, kv, kv, mask=keep[:, 0])),
+                               np_(layer(q2, kv, kv, mask=keep[:, 0]))[:, :1], atol=tol)

@@ -89,22 +89,27 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         q = self.split_heads(self.W_q(queries))  # (B, Q, H, dh)
         q = q * ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype)
-        if keep is not None and len(keep.shape) == 3:
-            keep = ops.expand_dims(keep, 1)  # same mask for every head
-        if queries.shape[1] == 1:
-            # One query (a decoding step): matrix-vector products as multiply + sum in the
-            # cache's (B, K, H, dh) layout. The einsum below would transpose the whole
-            # key/value cache of every layer at every step.
+        if queries.shape[1] == 1 and valid_lens is None and (keep is None
+                                                            or len(keep.shape) in (2, 3)):
+            # One query (a decoding step): matrix-vector products as multiply + sum, and the
+            # softmax over the keys axis, all in the cache's (B, K, H, dh) layout. The
+            # einsums below would transpose every layer's whole key/value cache at every
+            # step; transposing the scores for a last-axis softmax costs more than the
+            # softmax itself at this size (oneDNN's per-op overhead).
             f32 = "float32"  # accumulate in float32, as the matmul does
             scores = ops.sum(ops.cast(k, f32) * ops.cast(q, f32), axis=-1)  # (B, K, H)
-            scores = ops.expand_dims(ops.transpose(scores, (0, 2, 1)), 2)  # (B, H, 1, K)
-            weights = attn_ops.masked_softmax(ops.cast(scores, q.dtype), valid_lens=valid_lens,
-                                              mask=keep)
-            w = ops.transpose(self.dropout_layer(weights, training=training), (0, 3, 1, 2))
-            context = ops.sum(ops.cast(v, f32) * ops.cast(w, f32), axis=1,
+            scores = ops.cast(ops.cast(scores, q.dtype), f32)  # the general path's rounding
+            if keep is not None:  # (B, 1, K) or (B, K) -> (B, K, 1)
+                keep = ops.expand_dims(keep[:, 0, :] if len(keep.shape) == 3 else keep, -1)
+            weights = ops.cast(_softmax_over_keys(scores, keep), q.dtype)  # (B, K, H)
+            w = ops.cast(self.dropout_layer(weights, training=training), f32)
+            context = ops.sum(ops.cast(v, f32) * ops.expand_dims(w, -1), axis=1,
                               keepdims=True)  # (B, K, H, 1) x (B, K, H, dh) -> (B, 1, H, dh)
             context = ops.cast(context, q.dtype)
+            weights = ops.expand_dims(ops.transpose(weights, (0, 2, 1)), 2)  # (B, H, 1, K)
         else:
+            if keep is not None and len(keep.shape) == 3:
+                keep = ops.expand_dims(keep, 1)  # same mask for every head
             scores = ops.einsum("bqhd,bkhd->bhqk", q, k)  # (B, H, Q, K)
             weights = attn_ops.masked_softmax(scores, valid_lens=valid_lens, mask=keep)
             context = ops.einsum("bhqk,bkhd->bqhd",
@@ -142,3 +147,19 @@ class MultiHeadAttention(keras.layers.Layer):
         return {**super().get_config(), "num_hiddens": self.num_hiddens,
                 "num_heads": self.num_heads, "dropout": self.dropout,
                 "use_bias": self.use_bias}
+
+
+def _softmax_over_keys(scores, keep=None):
+    """:func:`keras_attn.ops.masked_softmax` over axis 1 of float32 ``(B, K, H)`` scores.
+
+    ``keep``: bool ``(B or 1, K, 1)`` or None. Masked keys get exactly 0, a row with no
+    valid key all zeros.
+    """
+    if keep is not None:
+        scores = ops.where(keep, scores, attn_ops.large_negative("float32"))
+    e = ops.exp(scores - ops.max(scores, axis=1, keepdims=True))
+    if keep is not None:
+        e = ops.where(keep, e, ops.zeros_like(e))
+    total = ops.sum(e, axis=1, keepdims=True)
+    # 0 / 1 on rows with no valid key (DivNoNan would do, but is not a TFLite builtin op)
+    return e / ops.where(total > 0, total, ops.ones_like(total))
