@@ -2,6 +2,7 @@
 import math
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_attn import ops as attn_ops
@@ -157,7 +158,8 @@ def _softmax_over_keys(scores, keep=None):
     """
     if keep is not None:
         scores = ops.where(keep, scores, attn_ops.large_negative("float32"))
-    e = ops.exp(scores - ops.max(scores, axis=1, keepdims=True))
+    # tf.reduce_max: ops.max refuses an empty axis (a source of length 0 is legal here)
+    e = ops.exp(scores - tf.reduce_max(scores, axis=1, keepdims=True))
     if keep is not None:
         e = ops.where(keep, e, ops.zeros_like(e))
     total = ops.sum(e, axis=1, keepdims=True)
