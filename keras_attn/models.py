@@ -17,13 +17,18 @@ def _inputs():
 
 def transformer_seq2seq(src_vocab_size, tgt_vocab_size, num_hiddens=256, ffn_num_hiddens=1024,
                         num_heads=4, num_layers=2, dropout=0.1, max_len=256, use_bias=False,
-                        norm_first=False, tie_embeddings=False, name="transformer_seq2seq"):
+                        norm_first=False, tie_embeddings=False, ffn_dropout=0.0,
+                        name="transformer_seq2seq"):
     """Encoder–decoder Transformer (Vaswani et al. 2017) as a functional ``keras.Model``.
 
     Args:
         src_vocab_size, tgt_vocab_size: vocabulary sizes (id 0 = padding).
         num_hiddens, ffn_num_hiddens, num_heads, num_layers: sizes (layers per stack).
-        dropout: rate everywhere. max_len: longest source/target sequence.
+        dropout: rate on the embeddings + positions, the attention weights and every
+            residual branch (section 5.4 of the paper; D2L 11.7). max_len: longest
+            source/target sequence.
+        ffn_dropout: rate on the FFN hidden layer; 0 as in the paper and D2L
+            (``torch.nn.Transformer`` uses ``dropout`` there as well).
         use_bias: biases in the attention projections. norm_first: pre-norm blocks.
         tie_embeddings: share the target embedding with the output projection (section 3.4).
 
@@ -36,10 +41,11 @@ def transformer_seq2seq(src_vocab_size, tgt_vocab_size, num_hiddens=256, ffn_num
     inputs = _inputs()
     encoder = TransformerEncoder(src_vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
                                  num_layers, dropout, use_bias, max_len, norm_first,
-                                 name="encoder")
+                                 ffn_dropout=ffn_dropout, name="encoder")
     decoder = TransformerDecoder(tgt_vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
                                  num_layers, dropout, use_bias, max_len, norm_first,
-                                 tie_embeddings=tie_embeddings, name="decoder")
+                                 tie_embeddings=tie_embeddings, ffn_dropout=ffn_dropout,
+                                 name="decoder")
     enc_outputs = encoder(inputs["source"])
     logits = decoder(inputs["target_in"], enc_outputs)
     return keras.Model(inputs, logits, name=name)

@@ -683,3 +683,62 @@ def test_all_padding_source_rows_give_finite_logits():
     out, states = gru_enc(src)
     logits = gru_dec(tgt, out, states, enc_outputs_mask=src != 0)
     assert np.all(np.isfinite(lc.as_numpy(logits)))
+
+
+# ----------------------------------------------------------------------------------------
+# Where dropout sits: the paper's placement by default, torch's with ffn_dropout=dropout
+
+
+@pytest.mark.parametrize("make", [
+    lambda r, f: TransformerEncoderBlock(D, FFN, HEADS, r, ffn_dropout=f),
+    lambda r, f: TransformerDecoderBlock(D, FFN, HEADS, r, ffn_dropout=f),
+], ids=["encoder_block", "decoder_block"])
+def test_ffn_hidden_dropout_is_separate(make):
+    args = (X,) if make(0.0, 0.0).__class__ is TransformerEncoderBlock else (X, ENC)
+    h = tf.constant(X)
+    # Default (paper, D2L): residual/attention dropout on, the FFN hidden layer untouched.
+    blk = make(0.5, 0.0)
+    blk(*args)
+    assert blk.ffn.dropout == 0.0
+    lc.assert_close(blk.ffn(h, training=True), blk.ffn(h, training=False))
+    assert not np.allclose(blk(*args, training=True), blk(*args, training=False))
+    # Only the FFN hidden layer dropped: training output differs, inference is unchanged.
+    blk = make(0.0, 0.5)
+    blk(*args)
+    assert blk.ffn.dropout == 0.5
+    assert not np.allclose(blk.ffn(h, training=True), blk.ffn(h, training=False))
+    assert not np.allclose(blk(*args, training=True), blk(*args, training=False))
+    lc.assert_close(blk(*args, training=False), blk(*args))
+    assert blk.get_config()["ffn_dropout"] == 0.5
+    assert type(blk).from_config(blk.get_config()).ffn_dropout == 0.5
+
+
+def test_ffn_dropout_reaches_every_block():
+    from keras_attn.models import transformer_seq2seq
+
+    model = transformer_seq2seq(VOCAB, VOCAB, D, FFN, HEADS, 2, dropout=0.1, ffn_dropout=0.3)
+    model({"source": SRC, "target_in": TGT})
+    for name in ("encoder", "decoder"):
+        stack = model.get_layer(name)
+        assert stack.get_config()["ffn_dropout"] == 0.3
+        assert [b.ffn.dropout for b in stack.blks] == [0.3, 0.3]
+        assert [b.dropout for b in stack.blks] == [0.1, 0.1]
+    default = transformer_seq2seq(VOCAB, VOCAB, D, FFN, HEADS, 1)
+    default({"source": SRC, "target_in": TGT})
+    assert default.get_layer("decoder").blks[0].ffn.dropout == 0.0
+    # A config saved before ffn_dropout existed loads with the paper's placement.
+    config = model.get_layer("encoder").get_config()
+    del config["ffn_dropout"]
+    assert TransformerEncoder.from_config(config).ffn_dropout == 0.0
+
+
+@pytest.mark.parametrize("make", [
+    lambda r: TransformerEncoderBlock(D, FFN, HEADS, ffn_dropout=r),
+    lambda r: TransformerDecoderBlock(D, FFN, HEADS, ffn_dropout=r),
+    lambda r: TransformerEncoder(VOCAB, D, FFN, HEADS, 1, ffn_dropout=r),
+    lambda r: TransformerDecoder(VOCAB, D, FFN, HEADS, 1, ffn_dropout=r),
+], ids=["enc_block", "dec_block", "encoder", "decoder"])
+def test_bad_ffn_dropout_raises(make):
+    for rate in (-0.1, 1.0, "0.1"):
+        with pytest.raises(ValueError, match="ffn_dropout"):
+            make(rate)

@@ -29,7 +29,7 @@ class _StackBase(keras.layers.Layer):
 
     def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers,
                  dropout=0.0, use_bias=False, max_len=1000, norm_first=False, epsilon=1e-5,
-                 **kwargs):
+                 ffn_dropout=0.0, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size = _checks.check_positive_int("vocab_size", vocab_size)
         self.num_hiddens = _checks.check_positive_int("num_hiddens", num_hiddens)
@@ -42,6 +42,7 @@ class _StackBase(keras.layers.Layer):
             )
         self.num_layers = _checks.check_positive_int("num_layers", num_layers)
         self.dropout = _checks.check_rate("dropout", dropout)
+        self.ffn_dropout = _checks.check_rate("ffn_dropout", ffn_dropout)
         self.use_bias = bool(use_bias)
         self.max_len = _checks.check_positive_int("max_len", max_len)
         self.norm_first = bool(norm_first)
@@ -52,7 +53,8 @@ class _StackBase(keras.layers.Layer):
                                                dtype=self.dtype_policy)
         self.blks = [
             self.block_class(num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias,
-                             norm_first, epsilon, name=f"block_{i}", dtype=self.dtype_policy)
+                             norm_first, epsilon, ffn_dropout, name=f"block_{i}",
+                             dtype=self.dtype_policy)
             for i in range(num_layers)
         ]
         self.final_norm = (keras.layers.LayerNormalization(epsilon=epsilon, name="final_norm",
@@ -76,7 +78,8 @@ class _StackBase(keras.layers.Layer):
                 "num_hiddens": self.num_hiddens, "ffn_num_hiddens": self.ffn_num_hiddens,
                 "num_heads": self.num_heads, "num_layers": self.num_layers,
                 "dropout": self.dropout, "use_bias": self.use_bias, "max_len": self.max_len,
-                "norm_first": self.norm_first, "epsilon": self.epsilon}
+                "norm_first": self.norm_first, "epsilon": self.epsilon,
+                "ffn_dropout": self.ffn_dropout}
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -87,7 +90,8 @@ class TransformerEncoder(_StackBase):
 
     Args:
         vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers: sizes.
-        dropout: rate everywhere (positions, attention, residuals, FFN).
+        dropout: rate on the positions' sum, the attention weights and the residuals.
+        ffn_dropout: rate on the FFN hidden layer (0, as in the paper; see the blocks).
         use_bias: biases in the attention projections. max_len: longest sequence.
         norm_first: pre-norm blocks plus a final LayerNorm. epsilon: LayerNorm epsilon.
 
@@ -167,9 +171,10 @@ class TransformerDecoder(_StackBase):
 
     def __init__(self, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers,
                  dropout=0.0, use_bias=False, max_len=1000, norm_first=False, epsilon=1e-5,
-                 tie_embeddings=False, **kwargs):
+                 tie_embeddings=False, ffn_dropout=0.0, **kwargs):
         super().__init__(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers,
-                         dropout, use_bias, max_len, norm_first, epsilon, **kwargs)
+                         dropout, use_bias, max_len, norm_first, epsilon, ffn_dropout,
+                         **kwargs)
         self.tie_embeddings = bool(tie_embeddings)
         self.dense = (TiedLogits(name="dense", dtype=self.dtype_policy) if tie_embeddings
                       else keras.layers.Dense(vocab_size, name="dense", dtype=self.dtype_policy))

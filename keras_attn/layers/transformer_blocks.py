@@ -12,12 +12,13 @@ class _BlockBase(keras.layers.Layer):
     """Constructor arguments and config shared by the encoder and decoder blocks."""
 
     def __init__(self, num_hiddens, ffn_num_hiddens, num_heads, dropout=0.0, use_bias=False,
-                 norm_first=False, epsilon=1e-5, **kwargs):
+                 norm_first=False, epsilon=1e-5, ffn_dropout=0.0, **kwargs):
         super().__init__(**kwargs)
         self.num_hiddens = _checks.check_positive_int("num_hiddens", num_hiddens)
         self.ffn_num_hiddens = _checks.check_positive_int("ffn_num_hiddens", ffn_num_hiddens)
         self.num_heads = _checks.check_positive_int("num_heads", num_heads)
         self.dropout = _checks.check_rate("dropout", dropout)
+        self.ffn_dropout = _checks.check_rate("ffn_dropout", ffn_dropout)
         self.use_bias = bool(use_bias)
         self.norm_first = bool(norm_first)
         self.epsilon = float(epsilon)
@@ -31,7 +32,7 @@ class _BlockBase(keras.layers.Layer):
         return AddNorm(self.dropout, self.epsilon, name=name, dtype=self.dtype_policy)
 
     def _ffn(self):
-        return PositionWiseFFN(self.ffn_num_hiddens, self.num_hiddens, dropout=self.dropout,
+        return PositionWiseFFN(self.ffn_num_hiddens, self.num_hiddens, dropout=self.ffn_dropout,
                                name="ffn", dtype=self.dtype_policy)
 
     def _check_width(self, x):
@@ -49,7 +50,8 @@ class _BlockBase(keras.layers.Layer):
         return {**super().get_config(), "num_hiddens": self.num_hiddens,
                 "ffn_num_hiddens": self.ffn_num_hiddens, "num_heads": self.num_heads,
                 "dropout": self.dropout, "use_bias": self.use_bias,
-                "norm_first": self.norm_first, "epsilon": self.epsilon}
+                "norm_first": self.norm_first, "epsilon": self.epsilon,
+                "ffn_dropout": self.ffn_dropout}
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -58,13 +60,18 @@ class TransformerEncoderBlock(_BlockBase):
 
     Post-norm (``norm_first=False``): ``x = ln1(x + drop(att(x)))``,
     ``x = ln2(x + drop(ffn(x)))`` — with ``use_bias=True`` exactly
-    ``torch.nn.TransformerEncoderLayer(batch_first=True)``. Pre-norm: ``x + drop(f(ln(x)))``.
+    ``torch.nn.TransformerEncoderLayer(batch_first=True)`` (whose FFN hidden layer is also
+    dropped while training: ``ffn_dropout=dropout``). Pre-norm: ``x + drop(f(ln(x)))``.
 
     Args:
         num_hiddens: model width. ffn_num_hiddens: FFN hidden width. num_heads: heads.
-        dropout: rate for attention weights, residual branches and the FFN hidden layer.
+        dropout: rate for the attention weights and the residual branches (the paper's
+            "residual dropout", section 5.4, and D2L's attention dropout).
         use_bias: biases in the attention projections. norm_first: pre-norm variant.
         epsilon: LayerNorm epsilon.
+        ffn_dropout: rate on the FFN hidden layer (after the activation). 0 as in the paper
+            and D2L; ``torch.nn.Transformer*Layer`` uses ``dropout`` there too, so pass
+            ``ffn_dropout=dropout`` for torch's placement.
 
     Sub-layers: ``attention``, ``addnorm1``, ``ffn``, ``addnorm2``.
 
