@@ -36,12 +36,16 @@ def f(x):
     return float(keras.ops.convert_to_numpy(x))
 
 
+JIT = pytest.mark.parametrize("jit", [True, False], ids=["xla-kernels", "tf-ops"])
+
+
+@JIT
 @pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_loss_matches_numpy(eps):
+def test_loss_matches_numpy(eps, jit):
     expected = np_loss(Y, LOGITS, eps)
-    assert f(masked_cross_entropy(Y, LOGITS, label_smoothing=eps)) == pytest.approx(
-        expected, rel=1e-5)
-    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=eps)
+    assert f(masked_cross_entropy(Y, LOGITS, label_smoothing=eps, jit_compile=jit)) == (
+        pytest.approx(expected, rel=1e-5))
+    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=eps, jit_compile=jit)
     assert f(loss(Y, LOGITS)) == pytest.approx(expected, rel=1e-5)
     # Padding logits do not matter; real ones do.
     junk = LOGITS.copy()
@@ -74,12 +78,13 @@ def test_loss_is_mean_over_real_tokens_not_positions():
         f(masked_cross_entropy(Y, LOGITS)), rel=1e-6)
 
 
-def test_all_padding_batch_gives_zero_loss_and_finite_gradient():
+@JIT
+def test_all_padding_batch_gives_zero_loss_and_finite_gradient(jit):
     y = np.zeros((2, 3), "int32")
     logits = tf.constant(LOGITS[:, :3])
     with tf.GradientTape() as tape:
         tape.watch(logits)
-        loss = MaskedSparseCategoricalCrossentropy(0.1)(y, logits)
+        loss = MaskedSparseCategoricalCrossentropy(0.1, jit_compile=jit)(y, logits)
     grad = tape.gradient(loss, logits).numpy()
     assert f(loss) == 0.0
     assert np.all(np.isfinite(grad)) and not grad.any()
@@ -142,7 +147,9 @@ def test_config_round_trip():
     restored = keras.losses.deserialize(keras.losses.serialize(loss))
     assert isinstance(restored, MaskedSparseCategoricalCrossentropy)
     assert restored.get_config() == loss.get_config()
-    assert restored.label_smoothing == 0.1
+    assert restored.label_smoothing == 0.1 and restored.jit_compile
+    plain = MaskedSparseCategoricalCrossentropy(jit_compile=False)
+    assert keras.losses.deserialize(keras.losses.serialize(plain)).jit_compile is False
     metric = MaskedAccuracy(name="acc")
     restored = keras.metrics.deserialize(keras.metrics.serialize(metric))
     assert isinstance(restored, MaskedAccuracy) and restored.name == "acc"
@@ -163,13 +170,14 @@ def test_compiled_model_reports_numpy_values():
     assert results["masked_accuracy"] == pytest.approx(c / n)
 
 
+@JIT
 @pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_gradient_matches_numpy(eps):
+def test_gradient_matches_numpy(eps, jit):
     """d loss / d z = (softmax(z) - q) / n on real tokens, 0 on padding (q as above)."""
     z = tf.constant(LOGITS)
     with tf.GradientTape() as tape:
         tape.watch(z)
-        loss = masked_cross_entropy(Y, z, label_smoothing=eps)
+        loss = masked_cross_entropy(Y, z, label_smoothing=eps, jit_compile=jit)
     grad = tape.gradient(loss, z).numpy()
     p = np.exp(LOGITS - LOGITS.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
@@ -178,10 +186,11 @@ def test_gradient_matches_numpy(eps):
     np.testing.assert_allclose(grad, (p - q) * real / real.sum(), atol=1e-7)
 
 
-def test_gradient_agrees_with_finite_differences():
+@JIT
+def test_gradient_agrees_with_finite_differences(jit):
     z = tf.constant(LOGITS.astype("float64"))
     theoretical, numerical = tf.test.compute_gradient(
-        lambda t: masked_cross_entropy(Y, tf.cast(t, "float32"), 0.1), [z])
+        lambda t: masked_cross_entropy(Y, tf.cast(t, "float32"), 0.1, jit_compile=jit), [z])
     np.testing.assert_allclose(theoretical[0], numerical[0], atol=2e-3)
 
 
@@ -207,3 +216,61 @@ def test_out_of_range_target_ids_raise():
         masked_cross_entropy(np.array([[1, V]], "int32"), LOGITS[:1, :2])
     with pytest.raises(tf.errors.InvalidArgumentError, match=">= 0"):
         masked_cross_entropy(np.array([[1, -2]], "int32"), LOGITS[:1, :2])
+
+
+@JIT
+def test_extreme_logits_stay_exact(jit):
+    """A label 300 below the best logit: loss 300 + log(1 + ...), not inf; gradient finite."""
+    z = np.zeros((1, 2, V), "float32")
+    z[0, :, 0] = 300.0
+    y = np.array([[2, 0]], "int32")
+    zt = tf.constant(z)
+    with tf.GradientTape() as tape:
+        tape.watch(zt)
+        loss = masked_cross_entropy(y, zt, jit_compile=jit)
+    assert f(loss) == pytest.approx(300.0, rel=1e-6)
+    grad = tape.gradient(loss, zt).numpy()
+    np.testing.assert_allclose(grad[0, 0], [1, 0, -1, 0, 0], atol=1e-6)
+    assert not grad[0, 1].any()
+
+
+def test_xla_kernels_and_tf_ops_agree_on_changing_shapes():
+    """One traced function, logits shapes changing per call (XLA compiles per shape)."""
+    spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, 50])]
+
+    def value_and_grad(jit):
+        @tf.function(input_signature=spec)
+        def fn(y, z):
+            with tf.GradientTape() as tape:
+                tape.watch(z)
+                loss = masked_cross_entropy(y, z, 0.1, jit_compile=jit)
+            return loss, tape.gradient(loss, z)
+        return fn
+
+    fused, plain = value_and_grad(True), value_and_grad(False)
+    rng = np.random.default_rng(3)
+    for shape in [(3, 7), (2, 1), (5, 4), (1, 0)]:
+        y = rng.integers(0, 50, shape).astype("int32")
+        z = (rng.standard_normal(shape + (50,)) * 4).astype("float32")
+        (a, ga), (b, gb) = fused(y, z), plain(y, z)
+        assert f(a) == pytest.approx(f(b), rel=1e-5, abs=1e-7)
+        np.testing.assert_allclose(ga.numpy(), gb.numpy(), atol=1e-7)
+        assert ga.shape == shape + (50,)
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_jit_compile_puts_the_passes_over_the_logits_in_xla(jit):
+    """The fast path is really taken: XLA-marked calls in the graph only with jit_compile."""
+    @tf.function
+    def fn(y, z):
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            loss = MaskedSparseCategoricalCrossentropy(jit_compile=jit)(y, z)
+        return tape.gradient(loss, z)
+
+    graph = fn.get_concrete_function(tf.TensorSpec([None, None], tf.int32),
+                                     tf.TensorSpec([None, None, V])).graph
+    funcs = [graph.as_graph_def().library.function]
+    marked = [fn for lib in funcs for fn in lib if fn.attr["_XlaMustCompile"].b]
+    marked += [n for n in graph.as_graph_def().node if n.attr["_XlaMustCompile"].b]
+    assert bool(marked) == jit
