@@ -22,7 +22,8 @@ def _train_parser(sub):
     p.add_argument("--data", default="", help="Tatoeba file, folder (train.txt/dev.txt) or URL")
     p.add_argument("--model", choices=["transformer", "bahdanau"])
     for name, typ in [("num-hiddens", int), ("ffn-num-hiddens", int), ("num-heads", int),
-                      ("num-layers", int), ("dropout", float), ("batch-size", int),
+                      ("num-layers", int), ("dropout", float), ("ffn-dropout", float),
+                      ("batch-size", int),
                       ("epochs", int), ("warmup", int), ("lr-scale", float),
                       ("label-smoothing", float), ("max-len", int), ("vocab-size", int),
                       ("num-train", int), ("num-valid", int), ("num-test", int)]:

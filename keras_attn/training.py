@@ -41,6 +41,7 @@ class TrainConfig:
     num_heads: int = 4
     num_layers: int = 2
     dropout: float = 0.1
+    ffn_dropout: float = 0.0
     batch_size: int = 128
     epochs: int = 10
     steps: int = 0
@@ -72,7 +73,8 @@ def build_model(config):
     if c["model"] == "transformer":
         return models.transformer_seq2seq(
             c["src_vocab_size"], c["tgt_vocab_size"], c["num_hiddens"], c["ffn_num_hiddens"],
-            c["num_heads"], c["num_layers"], c["dropout"], max_len=c["max_len"] + 2)
+            c["num_heads"], c["num_layers"], c["dropout"], max_len=c["max_len"] + 2,
+            ffn_dropout=c.get("ffn_dropout", 0.0))  # runs saved before it existed: 0
     if c["model"] == "bahdanau":
         return models.bahdanau_seq2seq(c["src_vocab_size"], c["tgt_vocab_size"],
                                        c["num_hiddens"], c["num_hiddens"], c["num_layers"],

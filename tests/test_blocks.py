@@ -742,3 +742,20 @@ def test_bad_ffn_dropout_raises(make):
     for rate in (-0.1, 1.0, "0.1"):
         with pytest.raises(ValueError, match="ffn_dropout"):
             make(rate)
+
+
+def test_train_config_ffn_dropout_reaches_the_model():
+    import dataclasses
+
+    from keras_attn import training
+
+    config = dataclasses.asdict(training.TrainConfig(num_hiddens=D, ffn_num_hiddens=FFN,
+                                                     num_heads=HEADS, ffn_dropout=0.2))
+    config.update(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
+    model = training.build_model(config)
+    model({"source": SRC, "target_in": TGT})
+    assert model.get_layer("decoder").blks[0].ffn.dropout == 0.2
+    del config["ffn_dropout"]  # a run directory written before the option existed
+    model = training.build_model(config)
+    model({"source": SRC, "target_in": TGT})
+    assert model.get_layer("encoder").blks[0].ffn.dropout == 0.0

@@ -110,6 +110,9 @@ IN_PROCESS_CASES = {
     "dropout out of range": (
         lambda t: ["train", *TINY_DATES, "--dropout", "1.5", "--output", t / "out"], 1,
         ["dropout=1.5"], None),
+    "ffn dropout out of range": (
+        lambda t: ["train", *TINY_DATES, "--ffn-dropout", "-0.5", "--output", t / "out"], 1,
+        ["ffn_dropout=-0.5"], None),
     "other options in an existing run directory": (
         lambda t: ["train", *TINY_DATES, "--output", t / "run"], 1,
         ["holds a run with other options", "num_hiddens"], lambda t: write_other_run(t / "run")),
@@ -123,7 +126,7 @@ IN_PROCESS_CASES = {
 }
 # A bad option must not leave a config.json that refuses the corrected command.
 NOTHING_WRITTEN = ("missing data file", "num_heads not dividing num_hiddens", "zero epochs",
-                   "dropout out of range")
+                   "dropout out of range", "ffn dropout out of range")
 
 CORPUS_ARGS = ["--task", "tatoeba", "--num-valid", "5", "--vocab-size", "60", "--epochs", "1",
                "--max-len", "8", *TINY]
