@@ -111,6 +111,21 @@ def test_dynamic_shapes_and_xla():
     assert 0.3 < (y == 0).mean() < 0.7
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 4), (2, 3, 5), (3, 5, 7), (1, 1, 1)])
+def test_same_seed_same_mask_with_static_or_dynamic_shapes(shape):
+    """One stream whatever is known at trace time: eager, partly and fully dynamic agree."""
+    x = tf.ones(shape)
+    seed = tf.constant([7, 11], tf.int32)
+    eager = dropout16(x, 0.5, seed).numpy()
+    for spec in [(None, None, shape[2]), (None, shape[1], None), (None, None, None)]:
+        fn = tf.function(lambda t: dropout16(t, 0.5, seed),
+                         input_signature=[tf.TensorSpec(spec, tf.float32)])
+        np.testing.assert_array_equal(fn(x).numpy(), eager)
+        # No cond on the parity of the shape: it sat on the training step's critical path.
+        ops = {op.type for op in fn.get_concrete_function().graph.get_operations()}
+        assert not ops & {"If", "StatelessIf", "Switch", "Merge"}, ops
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
 def test_dtypes(dtype):
     x = tf.ones((16, 64), dtype)
