@@ -181,7 +181,7 @@ def _softmax_keep(x, keep):
     @tf.custom_gradient
     def fn(x):
         weights = _softmax(tf.where(keep, x, large_negative("float32")))
-        weights = tf.where(keep, weights, tf.zeros_like(weights))  # keep broadcasts
+        weights = tf.where(keep, weights, tf.constant(0, weights.dtype))  # both broadcast
 
         def grad(upstream):
             return weights * (upstream - tf.reduce_sum(upstream * weights, -1, keepdims=True))
