@@ -134,6 +134,56 @@ def mha_flops(batch, length, d_model, backward=False):
     return forward * (3 if backward else 1)
 
 
+def mha_matmul_floor(batch, length, d_model, heads, backward=False, seed=0):
+    """Only the matmuls of a self-attention layer: a lower bound on its time.
+
+    The returned function takes ``x (batch, length, d_model)`` and runs the four
+    projections and the two attention batched matmuls of multi-head self-attention, and
+    with ``backward`` the twelve matmuls of the backward pass (a weight gradient and an
+    input gradient per projection, four attention batched matmuls, the input gradient
+    summed over Q, K and V), with the layer's shapes and dependencies and nothing else:
+    no bias, scale, softmax, transpose or copy (heads are split by reshapes, the scores
+    stand in for the weights and the output for its own gradient). Its FLOPs are exactly
+    :func:`mha_flops`. Whatever a real layer does beyond its matmuls costs time on top,
+    so ``time(floor) / time(other layer)`` bounds the ratio any layer built on these
+    kernels can reach on this machine.
+    """
+    b, n, d, h = batch, length, d_model, heads
+    dh = d // h
+    rng = np.random.default_rng(seed)
+    w_q, w_k, w_v, w_o = (tf.constant(rng.normal(0, d ** -0.5, (d, d)), tf.float32)
+                          for _ in range(4))
+
+    def heads_of(t):  # (b * n, d) -> (b, h, n, dh) by reshape only
+        return tf.reshape(t, (b, h, n, dh))
+
+    def rows(t):
+        return tf.reshape(t, (b * n, d))
+
+    def floor(x):
+        x = rows(x)
+        q, k, v = heads_of(x @ w_q), heads_of(x @ w_k), heads_of(x @ w_v)
+        scores = tf.matmul(q, k, transpose_b=True)  # (b, h, n, n)
+        context = rows(tf.matmul(scores, v))
+        y = context @ w_o
+        if not backward:
+            return y
+        dy = y
+        d_w_o = tf.matmul(context, dy, transpose_a=True)
+        d_context = heads_of(tf.matmul(dy, w_o, transpose_b=True))
+        d_scores = tf.matmul(d_context, v, transpose_b=True)
+        d_v = tf.matmul(scores, d_context, transpose_a=True)
+        d_q = rows(tf.matmul(d_scores, k))
+        d_k = rows(tf.matmul(d_scores, q, transpose_a=True))
+        d_v = rows(d_v)
+        d_ws = [tf.matmul(x, g, transpose_a=True) for g in (d_q, d_k, d_v)]
+        d_x = tf.add_n([tf.matmul(g, w, transpose_b=True)
+                        for g, w in zip((d_q, d_k, d_v), (w_q, w_k, w_v))])
+        return [d_x, d_w_o] + d_ws
+
+    return floor
+
+
 def seq2seq_forward_flops(batch, src_len, tgt_len, d_model, ffn, num_layers, vocab):
     """Forward FLOPs of an encoder-decoder Transformer (matmuls only, full attention).
 

@@ -102,6 +102,11 @@ def bench_mha(args, peak):
                     fn = tf.function(_with_grads(call, layers[name]) if backward else call,
                                      jit_compile=jit)
                     fns[name] = (lambda f: lambda: f(x))(fn)
+                # The same matmuls and nothing else: the best any layer on these kernels
+                # could do (bm.mha_matmul_floor), timed in the same rounds.
+                floor = tf.function(bm.mha_matmul_floor(batch, length, d, heads, backward),
+                                    jit_compile=jit)
+                fns["matmuls_only"] = (lambda f: lambda: f(x))(floor)
                 times = bm.interleaved(fns, args.repeats, args.warmup, args.clock)
                 stats = {k: bm.summarize(v) for k, v in times.items()}
                 flops = bm.mha_flops(batch, length, d, backward)
@@ -109,8 +114,10 @@ def bench_mha(args, peak):
                        "mode": "forward+backward" if backward else "forward",
                        "ours": stats["ours"], "keras": stats["keras"],
                        "ratio": ratio(stats["ours"], stats["keras"]), "gflop": flops / 1e9,
-                       "profile": profiles(args, fns)}
-                for k in ("ours", "keras"):
+                       "matmuls_only": stats["matmuls_only"],
+                       "matmuls_only_ratio": ratio(stats["matmuls_only"], stats["keras"]),
+                       "profile": profiles(args, {k: fns[k] for k in calls})}
+                for k in ("ours", "keras", "matmuls_only"):
                     g = flops / stats[k]["median_ms"] * 1e3 / 1e9
                     row[f"{k}_gflops"] = round(g, 1)
                     row[f"{k}_pct_peak"] = round(100 * g / peak["gflops"], 1)
@@ -118,14 +125,18 @@ def bench_mha(args, peak):
                 log(f"  mha L={length:4d} jit={jit!s:5} {row['mode']:16s} ours "
                     f"{stats['ours']['median_ms']:8.2f} ms keras {stats['keras']['median_ms']:8.2f}"
                     f" ms  ratio {row['ratio']:.3f}  {row['ours_gflops']:.0f} vs "
-                    f"{row['keras_gflops']:.0f} GFLOP/s")
+                    f"{row['keras_gflops']:.0f} GFLOP/s  (matmuls alone "
+                    f"{stats['matmuls_only']['median_ms']:.2f} ms, "
+                    f"{row['matmuls_only_ratio']:.3f})")
     at_256 = [r["ratio"] for r in rows
               if r["L"] == 256 and not r["jit"] and r["mode"] == "forward+backward"]
     return {"target_met": (at_256[0] <= 0.8) if at_256 else None,
             "config": {"batch": batch, "d": d, "heads": heads, "lengths": lengths,
                        "dropout": 0.0, "attention": "self (q = k = v)",
                        "ours": "MultiHeadAttention(d, 8, use_bias=True)",
-                       "keras": "keras.layers.MultiHeadAttention(num_heads=8, key_dim=d/8)"},
+                       "keras": "keras.layers.MultiHeadAttention(num_heads=8, key_dim=d/8)",
+                       "matmuls_only": "keras_attn.benchmarks.mha_matmul_floor: the layer's "
+                                       "matmuls alone (same FLOPs), a floor for any layer"},
             "target": "forward+backward at L=256: ours <= 0.8x Keras", "rows": rows}
 
 
@@ -546,13 +557,15 @@ def markdown(results):
                   f"Config: {_kv(s['mha']['config'])}. Target: {s['mha']['target']} "
                   f"(met: {s['mha']['target_met']}).", "",
                   "| L | XLA | pass | ours ms | Keras ms | ratio | ours GFLOP/s (% peak) "
-                  "| Keras GFLOP/s (% peak) |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| Keras GFLOP/s (% peak) | matmuls alone ms (/ Keras) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in s["mha"]["rows"]:
+            floor = (f"{r['matmuls_only']['median_ms']:.2f} ({r['matmuls_only_ratio']:.3f})"
+                     if "matmuls_only" in r else "")
             lines.append(f"| {r['L']} | {'yes' if r['jit'] else 'no'} | {r['mode']} | "
                          f"{r['ours']['median_ms']:.2f} | {r['keras']['median_ms']:.2f} | "
                          f"**{r['ratio']:.3f}** | {r['ours_gflops']:.0f} ({r['ours_pct_peak']}%) | "
-                         f"{r['keras_gflops']:.0f} ({r['keras_pct_peak']}%) |")
+                         f"{r['keras_gflops']:.0f} ({r['keras_pct_peak']}%) | {floor} |")
         lines.append("")
     if "train" in s:
         lines += ["## Training step (ours / keras_hub)", "",

@@ -3,6 +3,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -79,3 +80,25 @@ def test_export_section_reports_missing_run(tmp_path):
     args = bench.parse_args(["--quick", "--run-dir", str(tmp_path / "none")])
     out = bench.bench_export(args, {"gflops": 1.0})
     assert out["available"] is False and "no trained run" in out["reason"]
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_mha_matmul_floor_is_the_layers_matmuls_and_nothing_else(backward):
+    b, n, d, h = 2, 6, 16, 4
+    floor = tf.function(bm.mha_matmul_floor(b, n, d, h, backward=backward))
+    graph = floor.get_concrete_function(tf.TensorSpec((b, n, d), tf.float32)).graph
+    flops, types = 0, set()
+    for op in graph.get_operations():
+        types.add(op.type)
+        if op.type in ("MatMul", "BatchMatMulV2"):
+            a = op.inputs[0].shape.as_list()
+            adj = op.get_attr("transpose_a" if op.type == "MatMul" else "adj_x")
+            flops += 2 * int(np.prod(op.outputs[0].shape.as_list())) * a[-2 if adj else -1]
+    assert flops == bm.mha_flops(b, n, d, backward=backward)
+    compute = types - {"Placeholder", "Const", "Reshape", "Identity", "NoOp"}
+    assert compute == ({"MatMul", "BatchMatMulV2", "AddN"} if backward
+                       else {"MatMul", "BatchMatMulV2"})
+    outputs = floor(tf.random.normal((b, n, d)))
+    shapes = [tuple(t.shape) for t in (outputs if backward else [outputs])]
+    assert shapes == ([(b * n, d), (d, d), (d, d), (d, d), (d, d)] if backward else [(b * n, d)])
+    assert all(np.isfinite(t.numpy()).all() for t in (outputs if backward else [outputs]))
