@@ -493,7 +493,8 @@ def make_dataset(pairs, src_tokenizer, tgt_tokenizer, batch_size, shuffle=True, 
     length) are batched together (`Dataset.bucket_by_sequence_length`, boundaries from
     `bucket_boundaries`), so some batches are smaller than `batch_size`. The order is
     deterministic for a given seed (and an unset global TF seed); shuffling happens again
-    each epoch.
+    each epoch. The batches are counted once here (a pass over the data that also fills the
+    cache), so the dataset's ``cardinality()`` is its number of batches.
 
     Args:
         pairs: list of `(source_text, target_text)`, already normalised.
@@ -550,4 +551,9 @@ def make_dataset(pairs, src_tokenizer, tgt_tokenizer, batch_size, shuffle=True, 
         )
     else:
         ds = ds.padded_batch(batch_size)
+    # unbatch() and bucketing hide the number of batches; count them (one pass, which also
+    # fills the cache) and state it, so that model.fit knows its epoch length instead of
+    # warning "Your input ran out of data" after the first epoch.
+    num_batches = ds.reduce(tf.constant(0, tf.int64), lambda count, *_: count + 1)
+    ds = ds.apply(tf.data.experimental.assert_cardinality(num_batches))
     return ds.prefetch(tf.data.AUTOTUNE)

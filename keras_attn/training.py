@@ -428,12 +428,7 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0):
         options.experimental_distribute.auto_shard_policy = (
             tf.data.experimental.AutoShardPolicy.DATA)
         train_ds, valid_ds = train_ds.with_options(options), valid_ds.with_options(options)
-    steps_per_epoch = sum(1 for _ in train_ds)
-    # Bucketing hides the cardinality; state it so Keras neither guesses nor warns ("Your
-    # input ran out of data" after the first validation pass otherwise).
-    train_ds = train_ds.apply(tf.data.experimental.assert_cardinality(steps_per_epoch))
-    valid_ds = valid_ds.apply(tf.data.experimental.assert_cardinality(
-        sum(1 for _ in valid_ds)))
+    steps_per_epoch = int(train_ds.cardinality())  # make_dataset counted the batches
     epochs = config.epochs
     if config.steps:
         epochs = max(1, -(-config.steps // steps_per_epoch))

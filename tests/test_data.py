@@ -1,10 +1,12 @@
 """Tests for keras_attn.data: dates corpus, Tatoeba loader, tf.data pipeline."""
 import datetime
 import re
+import warnings
 import zipfile
 from collections import Counter
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -325,3 +327,21 @@ def test_real_corpus():
     ds = data.make_dataset(sample, en, fr, batch_size=64, max_len=40)
     x, y = next(iter(ds))
     assert x["source"].shape[0] == y.shape[0] and y.shape[1] <= 40
+
+
+@pytest.mark.parametrize("bucket", [True, False])
+def test_pipeline_states_its_number_of_batches(date_pairs, char_tok, bucket):
+    """model.fit reads the epoch length from the cardinality; unbatch() and bucketing hide
+    it, and Keras then warns "Your input ran out of data" at the end of the first epoch."""
+    ds = data.make_dataset(date_pairs, char_tok, char_tok, batch_size=24, seed=0,
+                           bucket=bucket)
+    n = int(ds.cardinality())
+    assert n == len(batches(ds)) == len(batches(ds))  # every epoch, reshuffled or not
+    assert n >= -(-len(date_pairs) // 24)
+    model = keras.Sequential([keras.layers.Embedding(char_tok.vocab_size, 4),
+                              keras.layers.Dense(char_tok.vocab_size)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(ds.map(lambda x, y: (x["target_in"], y)), epochs=2, verbose=0)
+    assert not [w for w in caught if "ran out of data" in str(w.message)]
