@@ -140,6 +140,28 @@ def masked_softmax(scores, valid_lens=None, mask=None):
             "`scores` must have rank 3 (B, Q, K) or 4 (B, H, Q, K). "
             f"Received: scores with shape={tuple(scores.shape)}"
         )
+    keep = keep_mask(scores, ops.shape(scores)[-1], valid_lens, mask)
+    dtype = scores.dtype
+    x = ops.cast(scores, "float32")
+    if keep is None:
+        return ops.cast(_softmax(x), dtype)
+    return ops.cast(_softmax_keep(x, keep), dtype)
+
+
+def keep_mask(scores, num_keys, valid_lens=None, mask=None):
+    """The bool keep mask :func:`masked_softmax` applies: ``valid_lens`` and ``mask`` combined.
+
+    Args:
+        scores: the scores, or anything whose ``.shape`` is theirs (only the static shape is
+            read, to check the batch and query sizes).
+        num_keys: int or scalar tensor, the size of the scores' last axis.
+        valid_lens, mask: as for :func:`masked_softmax`.
+
+    Returns:
+        None when both are None, else a bool tensor that broadcasts against the scores
+        (``(B|1, 1, Q|1, K)`` for 4-D scores).
+    """
+    rank = len(scores.shape)
     keep = None
     if valid_lens is not None:
         valid_lens = ops.convert_to_tensor(valid_lens)
@@ -156,17 +178,13 @@ def masked_softmax(scores, valid_lens=None, mask=None):
                     f"`valid_lens` of shape (B, Q) must have Q={q_scores} (the number of "
                     f"queries). Received: valid_lens with shape={tuple(valid_lens.shape)}"
                 )
-        keep = valid_lens_to_mask(valid_lens, ops.shape(scores)[-1], rank)
+        keep = valid_lens_to_mask(valid_lens, num_keys, rank)
     if mask is not None:
         mask = ops.convert_to_tensor(mask)
         check_batch(scores, mask, "mask")  # before expanding: report the shape received
         mask = normalize_mask(mask, rank)
         keep = combine_masks(keep, mask)
-    dtype = scores.dtype
-    x = ops.cast(scores, "float32")
-    if keep is None:
-        return ops.cast(_softmax(x), dtype)
-    return ops.cast(_softmax_keep(x, keep), dtype)
+    return keep
 
 
 def _softmax_keep(x, keep):

@@ -144,6 +144,126 @@ def test_multi_head_attention_matches_numpy(use_bias, case):
     np.testing.assert_allclose(output, expected_output, rtol=1e-5, atol=1e-5)
 
 
+
+# Chunked attention (large static shapes): forced here by shrinking the chunk size. Three
+# examples of 3 queries x 5 keys (60 bytes of float32 scores per head) and 4 heads.
+CHUNK_B, CHUNK_HEADS = 3, 4
+CHUNK_CASES = {  # chunk bytes: rows of the (B*H) axis per chunk
+    60: [1] * 12,  # one head of one example
+    120: [2] * 6,  # half the heads of one example
+    240: [4] * 3,  # one example
+    500: [8, 4],  # two examples, then the last one
+}
+CHUNK_LENS, CHUNK_LENS_BQ = np.array([4, 0, 2]), np.array([[1, 3, 5], [2, 0, 9], [5, 4, 1]])
+CHUNK_MASKS = {
+    "none": ({}, None),
+    "valid_lens (B,)": ({"valid_lens": CHUNK_LENS}, lc.np_keep_from_valid_lens(CHUNK_LENS, K)),
+    "valid_lens (B,Q)": ({"valid_lens": CHUNK_LENS_BQ},
+                         lc.np_keep_from_valid_lens(CHUNK_LENS_BQ, K)),
+    "mask (B,Q,K)": ({"mask": rand(CHUNK_B, Q, K, seed=9) > 0}, rand(CHUNK_B, Q, K, seed=9) > 0),
+    "causal AND mask (B,K)": ({"use_causal_mask": True, "mask": rand(CHUNK_B, K, seed=4) > 0},
+                              CAUSAL & (rand(CHUNK_B, K, seed=4) > 0)[:, None]),
+}
+
+
+def test_attention_chunks_cover_every_row_in_aligned_chunks():
+    from keras_attn.layers.multi_head_attention import attention_chunks
+    for chunk_bytes, rows in CHUNK_CASES.items():
+        assert attention_chunks(CHUNK_B, CHUNK_HEADS, Q, K, chunk_bytes) == rows
+    assert attention_chunks(16, 8, 256, 256, 1 << 21) == [8] * 16  # 2 MiB: one example each
+    assert attention_chunks(16, 8, 512, 512, 1 << 21) == [2] * 64  # 1 MiB per head
+    assert attention_chunks(32, 4, 64, 64, 1 << 21) == [128]  # 2 MiB in all: one chunk
+    assert attention_chunks(None, 8, 256, 256) == [None]  # dynamic batch: no split
+    assert attention_chunks(2, 8, 0, 5) == [16]  # no query
+    for heads, q_len in ((6, 100), (8, 300), (12, 512)):
+        for batch in (1, 3, 7):
+            rows = attention_chunks(batch, heads, q_len, q_len, 1 << 18)
+            assert sum(rows) == batch * heads
+            for n in rows:  # whole examples, or a divisor of the heads inside one
+                assert n % heads == 0 or heads % n == 0
+                assert n * 4 * q_len * q_len <= 1 << 18 or n == 1
+
+
+@pytest.mark.parametrize("case", list(CHUNK_MASKS))
+@pytest.mark.parametrize("chunk_bytes", list(CHUNK_CASES))
+def test_multi_head_attention_in_chunks_matches_numpy_and_one_chunk(monkeypatch, chunk_bytes,
+                                                                    case):
+    """Outputs, weights and gradients are those of NumPy and of the unchunked layer, for
+    every mask, when the heads are attended in chunks of rows (split inside an example,
+    whole examples, a remainder)."""
+    from keras_attn.layers import multi_head_attention as mha_module
+    kwargs, keep = CHUNK_MASKS[case]
+    queries, keys = rand(CHUNK_B, Q, 6, seed=1), rand(CHUNK_B, K, 6, seed=2)
+    values = rand(CHUNK_B, K, 7, seed=3)
+    layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS, use_bias=True)
+    layer(queries, keys, values)
+    for dense in (layer.W_q, layer.W_k, layer.W_v, layer.W_o):
+        dense.bias.assign(rand(HIDDEN, seed=7))
+
+    def run(graph):
+        x = [tf.constant(a) for a in (queries, keys, values)]
+
+        def fn(*x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                out, w = layer(*x, return_attention_scores=True, **kwargs)
+                loss = tf.reduce_sum(out * np.arange(HIDDEN, dtype="float32"))
+            return out, w, tape.gradient(loss, list(x) + layer.trainable_weights)
+
+        return fn(*x) if not graph else tf.function(fn)(*x)
+
+    monkeypatch.setattr(mha_module, "_CHUNK_BYTES", chunk_bytes)
+    for graph in (False, True):
+        out, w, grads = run(graph)
+        if graph:  # the chunks are really there: two batched matmuls per chunk forward
+            g = tf.function(lambda *x: layer(*x, **kwargs)).get_concrete_function(
+                *(tf.TensorSpec(a.shape) for a in (queries, keys, values))).graph
+            assert sum(op.type == "BatchMatMulV2" for op in g.get_operations()) == \
+                2 * len(CHUNK_CASES[chunk_bytes])
+        expected_output, expected_weights = reference(layer, queries, keys, values, keep)
+        np.testing.assert_allclose(np_(w), expected_weights, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np_(out), expected_output, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(mha_module, "_CHUNK_BYTES", 1 << 30)
+    one_out, one_w, one_grads = run(True)
+    np.testing.assert_allclose(np_(out), np_(one_out), rtol=1e-6, atol=1e-6)
+    for a, b in zip(grads, one_grads):
+        np.testing.assert_allclose(np_(a), np_(b), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", ["xla", "mixed_bfloat16"])
+def test_multi_head_attention_in_chunks_under_xla_and_bfloat16(monkeypatch, variant):
+    from keras_attn.layers import multi_head_attention as mha_module
+    x = rand(CHUNK_B, Q, HIDDEN, seed=1)
+    lens = CHUNK_LENS
+    layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS)
+    expected = np_(layer(x, x, x, valid_lens=lens))  # one chunk, float32
+    monkeypatch.setattr(mha_module, "_CHUNK_BYTES", 120)
+    if variant == "xla":
+        out = tf.function(lambda a: layer(a, a, a, valid_lens=lens), jit_compile=True)(x)
+        np.testing.assert_allclose(np_(out), expected, rtol=1e-5, atol=1e-6)
+    else:
+        half = MultiHeadAttention(HIDDEN, CHUNK_HEADS, dtype="mixed_bfloat16")
+        half(x, x, x)
+        half.set_weights(layer.get_weights())
+        out = half(x, x, x, valid_lens=lens)
+        assert out.dtype == "bfloat16"
+        np.testing.assert_allclose(np_(tf.cast(out, "float32")), expected, atol=0.05)
+
+
+def test_multi_head_attention_in_chunks_drops_weights_only_in_training(monkeypatch):
+    from keras_attn.layers import multi_head_attention as mha_module
+    monkeypatch.setattr(mha_module, "_CHUNK_BYTES", 60)  # one head per chunk
+    x = rand(CHUNK_B, Q, HIDDEN, seed=1)
+    layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS, dropout=0.5)
+    eval_out, eval_w = call(layer, x, x[:, :, :], x, training=False)
+    out, w = call(layer, x, x, x, training=True)
+    np.testing.assert_allclose(w, eval_w, rtol=1e-6)  # weights are returned before dropout
+    assert not np.allclose(out, eval_out)
+    # dropout only rescales the kept weights: the mean over many draws is the eval output
+    mean = np.mean([call(layer, x, x, x, training=True)[0] for _ in range(300)], axis=0)
+    np.testing.assert_allclose(mean, eval_out, atol=0.15 * np.abs(eval_out).max())
+
+
 def test_additive_queries_and_keys_of_different_sizes():
     layer = AdditiveAttention(num_hiddens=HIDDEN)
     queries, keys = rand(B, Q, 7, seed=1), rand(B, K, 3, seed=2)

@@ -28,6 +28,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
     Sub-layers: ``W_q``, ``W_k``, ``W_v``, ``W_o`` (Dense, kernels ``(in, num_hiddens)``).
 
+    With static shapes whose attention scores exceed 2 MiB, the heads are attended in
+    chunks of examples (or of heads) that fit the CPU's cache (:func:`attention_chunks`);
+    the results are those of one chunk.
+
     Call arguments:
         queries ``(B, Q, dq)``, keys ``(B, K, dk)``, values ``(B, K, dv)``.
         valid_lens: optional int ``(B,)`` or ``(B, Q)``. mask: optional bool ``(B, K)`` or
@@ -94,8 +98,8 @@ class MultiHeadAttention(keras.layers.Layer):
                                                             or len(keep.shape) in (2, 3)):
             # One query (a decoding step): matrix-vector products as multiply + sum, and the
             # softmax over the keys axis, all in the cache's (B, K, H, dh) layout. The
-            # einsums below would transpose every layer's whole key/value cache at every
-            # step; transposing the scores for a last-axis softmax costs more than the
+            # general path below would transpose every layer's whole key/value cache at
+            # every step; transposing the scores for a last-axis softmax costs more than the
             # softmax itself at this size (oneDNN's per-op overhead).
             f32 = "float32"  # accumulate in float32, as the matmul does
             scores = ops.sum(ops.cast(k, f32) * ops.cast(q, f32), axis=-1)  # (B, K, H)
@@ -108,16 +112,61 @@ class MultiHeadAttention(keras.layers.Layer):
                               keepdims=True)  # (B, K, H, 1) x (B, K, H, dh) -> (B, 1, H, dh)
             context = ops.cast(context, q.dtype)
             weights = ops.expand_dims(ops.transpose(weights, (0, 2, 1)), 2)  # (B, H, 1, K)
+            shape = ops.shape(context)
+            context = ops.reshape(context, (shape[0], shape[1], self.num_hiddens))
         else:
-            if keep is not None and len(keep.shape) == 3:
-                keep = ops.expand_dims(keep, 1)  # same mask for every head
-            scores = ops.einsum("bqhd,bkhd->bhqk", q, k)  # (B, H, Q, K)
-            weights = attn_ops.masked_softmax(scores, valid_lens=valid_lens, mask=keep)
-            context = ops.einsum("bhqk,bkhd->bqhd",
-                                 self.dropout_layer(weights, training=training), v)
-        shape = ops.shape(context)
-        context = ops.reshape(context, (shape[0], shape[1], self.num_hiddens))
+            context, weights = self._attend_heads(q, k, v, keep, valid_lens, training)
         return self.W_o(context), weights
+
+    def _attend_heads(self, q, k, v, keep, valid_lens, training):
+        """Every head at once: ``(B, Q, H, dh)`` queries over ``(B, K, H, dh)`` keys/values.
+
+        The heads go to the batch axis of 3-D batched matmuls (``(B*H, Q, dh)``), and the
+        attention is computed in chunks of rows of that axis whose ``(rows, Q, K)`` float32
+        scores take about ``_CHUNK_BYTES`` (see :func:`attention_chunks`): each chunk's
+        scores, softmax, dropout and their gradients stay in the CPU's cache instead of
+        going through memory once per pass. Returns ``(context (B, Q, num_hiddens),
+        weights (B, H, Q, K))``.
+        """
+        heads, head_dim = self.num_heads, self.head_dim
+        batch, num_q, num_k = q.shape[0], q.shape[1], k.shape[1]
+        dyn = ops.shape(q)
+        keep = attn_ops.keep_mask(_Shaped((batch, heads, num_q, num_k)), ops.shape(k)[1],
+                                  valid_lens, None if keep is None else _per_head(keep))
+
+        def heads_first(x):  # (B, L, H, dh) -> (B*H, L, dh)
+            return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (-1, ops.shape(x)[1], head_dim))
+
+        qt, kt, vt = heads_first(q), heads_first(k), heads_first(v)
+        rows = attention_chunks(batch, heads, num_q, num_k)
+        if len(rows) > 1:
+            qs, ks, vs = (tf.split(x, rows) for x in (qt, kt, vt))
+        else:
+            qs, ks, vs = [qt], [kt], [vt]
+        contexts, weights, start = [], [], 0
+        if keep is not None and len(rows) > 1 and keep.shape[0] is None:
+            keep = tf.broadcast_to(keep, tf.concat([[batch], tf.shape(keep)[1:]], 0))
+        for q_c, k_c, v_c, n in zip(qs, ks, vs, rows):
+            scores = tf.matmul(q_c, k_c, transpose_b=True)  # (n, Q, K)
+            # (n, Q, K) -> (examples, heads, Q, K): the mask broadcasts over the heads
+            per_example = len(rows) == 1 or n >= heads
+            s4 = ops.reshape(scores, (-1, heads if per_example else n, ops.shape(scores)[1],
+                                      ops.shape(scores)[2]))
+            keep_c = keep
+            if keep is not None and len(rows) > 1 and keep.shape[0] != 1:
+                first = start // heads
+                keep_c = keep[first:first + (n // heads if per_example else 1)]
+            w = attn_ops.masked_softmax(s4, mask=keep_c)
+            weights.append(ops.reshape(w, ops.shape(scores)))
+            w = ops.reshape(self.dropout_layer(w, training=training), ops.shape(scores))
+            contexts.append(tf.matmul(w, v_c))  # (n, Q, dh)
+            start += n or 0
+        context = contexts[0] if len(rows) == 1 else tf.concat(contexts, 0)
+        weights = weights[0] if len(rows) == 1 else tf.concat(weights, 0)
+        weights = ops.reshape(weights, (-1, heads, ops.shape(weights)[1], ops.shape(weights)[2]))
+        context = ops.reshape(context, (-1, heads, ops.shape(context)[1], head_dim))
+        context = ops.transpose(context, (0, 2, 1, 3))  # (B, Q, H, dh)
+        return ops.reshape(context, (dyn[0], dyn[1], self.num_hiddens)), weights
 
     def call(self, queries, keys, values, valid_lens=None, mask=None,
              return_attention_scores=False, training=None, use_causal_mask=False,
@@ -148,6 +197,50 @@ class MultiHeadAttention(keras.layers.Layer):
         return {**super().get_config(), "num_hiddens": self.num_hiddens,
                 "num_heads": self.num_heads, "dropout": self.dropout,
                 "use_bias": self.use_bias}
+
+
+_CHUNK_BYTES = 1 << 21
+
+
+def attention_chunks(batch, heads, num_queries, num_keys, chunk_bytes=None):
+    """How many rows of the ``(batch * heads)`` axis each attention chunk takes.
+
+    A chunk's float32 scores ``(rows, Q, K)`` take at most ``chunk_bytes`` (2 MiB: the L2
+    cache of this project's 2-core CPU, and the best of 0.5-4 MiB measured at L=64..512 in
+    docs/benchmarks/NOTES.md), and a chunk is either whole examples (a multiple of
+    ``heads`` rows) or a divisor of ``heads`` rows of one example, so a per-example mask
+    slices along with it. ``[None]`` (one chunk of every row) when a size is not static.
+
+    Example:
+        >>> attention_chunks(16, 8, 256, 256)  # 256 KiB of scores per row: one example
+        [8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8]
+    """
+    if None in (batch, num_queries, num_keys):
+        return [None]
+    chunk_bytes = _CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    total = batch * heads
+    per_row = 4 * num_queries * num_keys
+    rows = chunk_bytes // per_row if per_row else total
+    if rows >= total:
+        return [total]
+    if rows >= heads:
+        rows -= rows % heads
+    else:
+        rows = max(d for d in range(1, heads + 1) if heads % d == 0 and d <= max(rows, 1))
+    full, rest = divmod(total, rows)
+    return [rows] * full + ([rest] if rest else [])
+
+
+class _Shaped:
+    """A static shape to check masks against, without a tensor of that shape."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
+def _per_head(keep):
+    """A ``(B, Q, K)`` keep mask as ``(B, 1, Q, K)``: the same for every head."""
+    return ops.expand_dims(keep, 1) if len(keep.shape) == 3 else keep
 
 
 def _softmax_over_keys(scores, keep=None):
