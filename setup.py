@@ -22,7 +22,9 @@ setup(
         "tensorflow==2.21.*",
         "tensorflow-text==2.21.*",
         "tensorboard",
-        "keras>=3.15",
+        # <4: export.portable_graph_ops and multi-worker training patch keras.src internals
+        # (tested on 3.15); a new major version must be checked before it is allowed.
+        "keras>=3.15,<4",
         "numpy",
         "sacrebleu>=2.3",
         "matplotlib>=3.7",
