@@ -169,15 +169,17 @@ CHUNK_MASKS = {
 def test_attention_chunks_cover_every_row_in_aligned_chunks():
     from keras_attn.layers.multi_head_attention import attention_chunks
     for chunk_bytes, rows in CHUNK_CASES.items():
-        assert attention_chunks(CHUNK_B, CHUNK_HEADS, Q, K, chunk_bytes) == rows
-    assert attention_chunks(16, 8, 256, 256, 1 << 21) == [8] * 16  # 2 MiB: one example each
-    assert attention_chunks(16, 8, 512, 512, 1 << 21) == [2] * 64  # 1 MiB per head
-    assert attention_chunks(32, 4, 64, 64, 1 << 21) == [128]  # 2 MiB in all: one chunk
+        assert attention_chunks(CHUNK_B, CHUNK_HEADS, Q, K, chunk_bytes, 0) == rows
+        assert attention_chunks(CHUNK_B, CHUNK_HEADS, Q, K, chunk_bytes) == [12]  # small
+    assert attention_chunks(16, 8, 512, 512) == [2] * 64  # 128 MiB: 1 MiB per head
+    assert attention_chunks(32, 8, 256, 256) == [8] * 32  # 64 MiB: an example per chunk
+    assert attention_chunks(16, 8, 256, 256) == [128]  # 32 MiB in all: one chunk
+    assert attention_chunks(16, 8, 256, 256, 1 << 21, 0) == [8] * 16
     assert attention_chunks(None, 8, 256, 256) == [None]  # dynamic batch: no split
-    assert attention_chunks(2, 8, 0, 5) == [16]  # no query
+    assert attention_chunks(2, 8, 0, 5, 1 << 21, 0) == [16]  # no query
     for heads, q_len in ((6, 100), (8, 300), (12, 512)):
         for batch in (1, 3, 7):
-            rows = attention_chunks(batch, heads, q_len, q_len, 1 << 18)
+            rows = attention_chunks(batch, heads, q_len, q_len, 1 << 18, 0)
             assert sum(rows) == batch * heads
             for n in rows:  # whole examples, or a divisor of the heads inside one
                 assert n % heads == 0 or heads % n == 0
@@ -213,6 +215,7 @@ def test_multi_head_attention_in_chunks_matches_numpy_and_one_chunk(monkeypatch,
         return fn(*x) if not graph else tf.function(fn)(*x)
 
     monkeypatch.setattr(mha_module, "_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(mha_module, "_CHUNK_ABOVE", 0)
     for graph in (False, True):
         out, w, grads = run(graph)
         if graph:  # the chunks are really there: two batched matmuls per chunk forward
@@ -238,6 +241,7 @@ def test_multi_head_attention_in_chunks_under_xla_and_bfloat16(monkeypatch, vari
     layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS)
     expected = np_(layer(x, x, x, valid_lens=lens))  # one chunk, float32
     monkeypatch.setattr(mha_module, "_CHUNK_BYTES", 120)
+    monkeypatch.setattr(mha_module, "_CHUNK_ABOVE", 0)
     if variant == "xla":
         out = tf.function(lambda a: layer(a, a, a, valid_lens=lens), jit_compile=True)(x)
         np.testing.assert_allclose(np_(out), expected, rtol=1e-5, atol=1e-6)
@@ -253,6 +257,7 @@ def test_multi_head_attention_in_chunks_under_xla_and_bfloat16(monkeypatch, vari
 def test_multi_head_attention_in_chunks_drops_weights_only_in_training(monkeypatch):
     from keras_attn.layers import multi_head_attention as mha_module
     monkeypatch.setattr(mha_module, "_CHUNK_BYTES", 60)  # one head per chunk
+    monkeypatch.setattr(mha_module, "_CHUNK_ABOVE", 0)
     x = rand(CHUNK_B, Q, HIDDEN, seed=1)
     layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS, dropout=0.5)
     eval_out, eval_w = call(layer, x, x[:, :, :], x, training=False)

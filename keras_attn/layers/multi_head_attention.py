@@ -28,7 +28,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     Sub-layers: ``W_q``, ``W_k``, ``W_v``, ``W_o`` (Dense, kernels ``(in, num_hiddens)``).
 
-    With static shapes whose attention scores exceed 2 MiB, the heads are attended in
+    With static shapes whose attention scores exceed 32 MiB, the heads are attended in
     chunks of examples (or of heads) that fit the CPU's cache (:func:`attention_chunks`);
     the results are those of one chunk.
 
@@ -121,11 +121,11 @@ class MultiHeadAttention(keras.layers.Layer):
     def _attend_heads(self, q, k, v, keep, valid_lens, training):
         """Every head at once: ``(B, Q, H, dh)`` queries over ``(B, K, H, dh)`` keys/values.
 
-        The heads go to the batch axis of 3-D batched matmuls (``(B*H, Q, dh)``), and the
-        attention is computed in chunks of rows of that axis whose ``(rows, Q, K)`` float32
-        scores take about ``_CHUNK_BYTES`` (see :func:`attention_chunks`): each chunk's
-        scores, softmax, dropout and their gradients stay in the CPU's cache instead of
-        going through memory once per pass. Returns ``(context (B, Q, num_hiddens),
+        The heads go to the batch axis of 3-D batched matmuls (``(B*H, Q, dh)``: one
+        transpose per input instead of the einsums' transposes of the scores in the
+        backward pass). Large scores are attended in chunks of rows of that axis
+        (:func:`attention_chunks`): each chunk's scores, softmax, dropout and their
+        gradients stay in the CPU's cache instead of going through memory once per pass. Returns ``(context (B, Q, num_hiddens),
         weights (B, H, Q, K))``.
         """
         heads, head_dim = self.num_heads, self.head_dim
@@ -199,25 +199,35 @@ class MultiHeadAttention(keras.layers.Layer):
                 "use_bias": self.use_bias}
 
 
-_CHUNK_BYTES = 1 << 21
+_CHUNK_BYTES = 1 << 21  # float32 scores per chunk
+_CHUNK_ABOVE = 1 << 25  # chunk only scores larger than this in all
 
 
-def attention_chunks(batch, heads, num_queries, num_keys, chunk_bytes=None):
+def attention_chunks(batch, heads, num_queries, num_keys, chunk_bytes=None,
+                     min_total_bytes=None):
     """How many rows of the ``(batch * heads)`` axis each attention chunk takes.
 
-    A chunk's float32 scores ``(rows, Q, K)`` take at most ``chunk_bytes`` (2 MiB: the L2
-    cache of this project's 2-core CPU, and the best of 0.5-4 MiB measured at L=64..512 in
-    docs/benchmarks/NOTES.md), and a chunk is either whole examples (a multiple of
-    ``heads`` rows) or a divisor of ``heads`` rows of one example, so a per-example mask
-    slices along with it. ``[None]`` (one chunk of every row) when a size is not static.
+    Scores of more than ``min_total_bytes`` in all (float32; default 32 MiB, the L3 cache
+    of the 2-core CPU this was measured on) are cut into chunks of at most
+    ``chunk_bytes`` (default 2 MiB, the best of 1-8 MiB measured); a chunk is either
+    whole examples (a multiple of ``heads`` rows) or a divisor of ``heads`` rows of one
+    example, so a per-example mask slices along with it. At B=16, d=512, 8 heads,
+    forward+backward: L=512 (128 MiB of scores) 252 ms in chunks vs 264 in one; L=256
+    (32 MiB) 100.5 vs 100.8; L=128 46.2 vs 45.0 (docs/benchmarks/NOTES.md, fifth round).
+    ``[None]`` (one chunk of every row) when a size is not static.
 
     Example:
-        >>> attention_chunks(16, 8, 256, 256)  # 256 KiB of scores per row: one example
-        [8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8]
+        >>> len(attention_chunks(16, 8, 512, 512))  # 1 MiB of scores per row: 2 per chunk
+        64
+        >>> attention_chunks(16, 8, 256, 256)  # 32 MiB in all: one chunk
+        [128]
     """
     if None in (batch, num_queries, num_keys):
         return [None]
     chunk_bytes = _CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    min_total_bytes = _CHUNK_ABOVE if min_total_bytes is None else min_total_bytes
+    if 4 * batch * heads * num_queries * num_keys <= min_total_bytes:
+        return [batch * heads]
     total = batch * heads
     per_row = 4 * num_queries * num_keys
     rows = chunk_bytes // per_row if per_row else total
