@@ -172,9 +172,9 @@ def test_attention_chunks_cover_every_row_in_aligned_chunks():
         assert attention_chunks(CHUNK_B, CHUNK_HEADS, Q, K, chunk_bytes, 0) == rows
         assert attention_chunks(CHUNK_B, CHUNK_HEADS, Q, K, chunk_bytes) == [12]  # small
     assert attention_chunks(16, 8, 512, 512) == [2] * 64  # 128 MiB: 1 MiB per head
-    assert attention_chunks(32, 8, 256, 256) == [8] * 32  # 64 MiB: an example per chunk
-    assert attention_chunks(16, 8, 256, 256) == [128]  # 32 MiB in all: one chunk
-    assert attention_chunks(16, 8, 256, 256, 1 << 21, 0) == [8] * 16
+    assert attention_chunks(16, 8, 256, 256) == [8] * 16  # 32 MiB: an example per chunk
+    assert attention_chunks(32, 8, 128, 128) == [256]  # 16 MiB in all: one chunk
+    assert attention_chunks(16, 8, 128, 128, 1 << 21, 0) == [32] * 4
     assert attention_chunks(None, 8, 256, 256) == [None]  # dynamic batch: no split
     assert attention_chunks(2, 8, 0, 5, 1 << 21, 0) == [16]  # no query
     for heads, q_len in ((6, 100), (8, 300), (12, 512)):

@@ -28,7 +28,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     Sub-layers: ``W_q``, ``W_k``, ``W_v``, ``W_o`` (Dense, kernels ``(in, num_hiddens)``).
 
-    With static shapes whose attention scores exceed 32 MiB, the heads are attended in
+    With static shapes whose attention scores exceed 16 MiB, the heads are attended in
     chunks of examples (or of heads) that fit the CPU's cache (:func:`attention_chunks`);
     the results are those of one chunk.
 
@@ -200,26 +200,27 @@ class MultiHeadAttention(keras.layers.Layer):
 
 
 _CHUNK_BYTES = 1 << 21  # float32 scores per chunk
-_CHUNK_ABOVE = 1 << 25  # chunk only scores larger than this in all
+_CHUNK_ABOVE = 1 << 24  # chunk only scores larger than this in all
 
 
 def attention_chunks(batch, heads, num_queries, num_keys, chunk_bytes=None,
                      min_total_bytes=None):
     """How many rows of the ``(batch * heads)`` axis each attention chunk takes.
 
-    Scores of more than ``min_total_bytes`` in all (float32; default 32 MiB, the L3 cache
-    of the 2-core CPU this was measured on) are cut into chunks of at most
+    Scores of more than ``min_total_bytes`` in all (float32; default 16 MiB, half the L3
+    cache of the 2-core CPU this was measured on) are cut into chunks of at most
     ``chunk_bytes`` (default 2 MiB, the best of 1-8 MiB measured); a chunk is either
     whole examples (a multiple of ``heads`` rows) or a divisor of ``heads`` rows of one
-    example, so a per-example mask slices along with it. At B=16, d=512, 8 heads,
-    forward+backward: L=512 (128 MiB of scores) 252 ms in chunks vs 264 in one; L=256
-    (32 MiB) 100.5 vs 100.8; L=128 46.2 vs 45.0 (docs/benchmarks/NOTES.md, fifth round).
+    example, so a per-example mask slices along with it. ``bench.py``'s MHA rows (B=16,
+    d=512, 8 heads, fwd+bwd, ours / Keras, three runs each): L=256 (32 MiB of scores)
+    0.879 in chunks vs 0.896 in one; L=128 (8 MiB) 0.871 vs 0.855. In a layer-only A/B,
+    L=512 (128 MiB): 252 ms in chunks vs 264 in one (docs/benchmarks/NOTES.md).
     ``[None]`` (one chunk of every row) when a size is not static.
 
     Example:
         >>> len(attention_chunks(16, 8, 512, 512))  # 1 MiB of scores per row: 2 per chunk
         64
-        >>> attention_chunks(16, 8, 256, 256)  # 32 MiB in all: one chunk
+        >>> attention_chunks(16, 8, 128, 128)  # 8 MiB in all: one chunk
         [128]
     """
     if None in (batch, num_queries, num_keys):
