@@ -121,52 +121,57 @@ class MultiHeadAttention(keras.layers.Layer):
     def _attend_heads(self, q, k, v, keep, valid_lens, training):
         """Every head at once: ``(B, Q, H, dh)`` queries over ``(B, K, H, dh)`` keys/values.
 
-        The heads go to the batch axis of 3-D batched matmuls (``(B*H, Q, dh)``: one
-        transpose per input instead of the einsums' transposes of the scores in the
-        backward pass). Large scores are attended in chunks of rows of that axis
+        Batched matmuls over ``(B, H)`` after one transpose per input (the einsums over
+        ``(B, Q, H, dh)`` they replace transposed scores-sized tensors in the backward
+        pass). Large scores are attended in chunks of examples or of heads
         (:func:`attention_chunks`): each chunk's scores, softmax, dropout and their
-        gradients stay in the CPU's cache instead of going through memory once per pass. Returns ``(context (B, Q, num_hiddens),
-        weights (B, H, Q, K))``.
+        gradients stay in the CPU's cache instead of going through memory once per pass.
+        Returns ``(context (B, Q, num_hiddens), weights (B, H, Q, K))``.
         """
         heads, head_dim = self.num_heads, self.head_dim
         batch, num_q, num_k = q.shape[0], q.shape[1], k.shape[1]
-        dyn = ops.shape(q)
+        shape = ops.shape(q)
         keep = attn_ops.keep_mask(_Shaped((batch, heads, num_q, num_k)), ops.shape(k)[1],
                                   valid_lens, None if keep is None else _per_head(keep))
-
-        def heads_first(x):  # (B, L, H, dh) -> (B*H, L, dh)
-            return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (-1, ops.shape(x)[1], head_dim))
-
-        qt, kt, vt = heads_first(q), heads_first(k), heads_first(v)
+        # (B, L, H, dh) -> (B, H, L, dh): batched matmuls over (B, H)
+        qt, kt, vt = (ops.transpose(x, (0, 2, 1, 3)) for x in (q, k, v))
         rows = attention_chunks(batch, heads, num_q, num_k)
-        if len(rows) > 1:
-            qs, ks, vs = (tf.split(x, rows) for x in (qt, kt, vt))
+        if len(rows) == 1:
+            context, weights = self._attend_chunk(qt, kt, vt, keep, training)
         else:
-            qs, ks, vs = [qt], [kt], [vt]
-        contexts, weights, start = [], [], 0
-        if keep is not None and len(rows) > 1 and keep.shape[0] is None:
-            keep = tf.broadcast_to(keep, tf.concat([[batch], tf.shape(keep)[1:]], 0))
-        for q_c, k_c, v_c, n in zip(qs, ks, vs, rows):
-            scores = tf.matmul(q_c, k_c, transpose_b=True)  # (n, Q, K)
-            # (n, Q, K) -> (examples, heads, Q, K): the mask broadcasts over the heads
-            per_example = len(rows) == 1 or n >= heads
-            s4 = ops.reshape(scores, (-1, heads if per_example else n, ops.shape(scores)[1],
-                                      ops.shape(scores)[2]))
-            keep_c = keep
-            if keep is not None and len(rows) > 1 and keep.shape[0] != 1:
-                first = start // heads
-                keep_c = keep[first:first + (n // heads if per_example else 1)]
-            w = attn_ops.masked_softmax(s4, mask=keep_c)
-            weights.append(ops.reshape(w, ops.shape(scores)))
-            w = ops.reshape(self.dropout_layer(w, training=training), ops.shape(scores))
-            contexts.append(tf.matmul(w, v_c))  # (n, Q, dh)
-            start += n or 0
-        context = contexts[0] if len(rows) == 1 else tf.concat(contexts, 0)
-        weights = weights[0] if len(rows) == 1 else tf.concat(weights, 0)
-        weights = ops.reshape(weights, (-1, heads, ops.shape(weights)[1], ops.shape(weights)[2]))
-        context = ops.reshape(context, (-1, heads, ops.shape(context)[1], head_dim))
+            # Chunks of whole examples, or of `group` heads of one example: view (B, H) as
+            # (B*H / group, group) and split the first axis (the reshapes move nothing).
+            group = min(rows[0], heads)
+            units = [n // group for n in rows]
+            if group < heads:
+                qt, kt, vt = (ops.reshape(x, (-1, group, x.shape[2], head_dim))
+                              for x in (qt, kt, vt))
+            if keep is not None and keep.shape[0] != 1:
+                if keep.shape[0] is None:  # a mask of unknown batch on static queries
+                    keep = tf.broadcast_to(keep, tf.concat([[batch], tf.shape(keep)[1:]], 0))
+            contexts, weights, start = [], [], 0
+            for q_c, k_c, v_c, n in zip(*(tf.split(x, units) for x in (qt, kt, vt)), units):
+                keep_c = keep
+                if keep is not None and keep.shape[0] != 1:  # this chunk's examples
+                    first = start * group // heads
+                    keep_c = keep[first:first + max(n * group // heads, 1)]
+                c, w = self._attend_chunk(q_c, k_c, v_c, keep_c, training)
+                contexts.append(c)
+                weights.append(w)
+                start += n
+            context, weights = tf.concat(contexts, 0), tf.concat(weights, 0)
+            context = ops.reshape(context, (-1, heads, num_q, head_dim))
+            weights = ops.reshape(weights, (-1, heads, num_q, num_k))
         context = ops.transpose(context, (0, 2, 1, 3))  # (B, Q, H, dh)
-        return ops.reshape(context, (dyn[0], dyn[1], self.num_hiddens)), weights
+        return ops.reshape(context, (shape[0], shape[1], self.num_hiddens)), weights
+
+    def _attend_chunk(self, qt, kt, vt, keep, training):
+        """Softmax attention of ``(E, G, Q, dh)`` over ``(E, G, K, dh)``; ``keep`` broadcasts
+        to ``(E, G, Q, K)``. Returns ``(context (E, G, Q, dh), weights (E, G, Q, K))``."""
+        scores = tf.matmul(qt, kt, transpose_b=True)
+        weights = attn_ops.masked_softmax(scores, mask=keep)
+        context = tf.matmul(self.dropout_layer(weights, training=training), vt)
+        return context, weights
 
     def call(self, queries, keys, values, valid_lens=None, mask=None,
              return_attention_scores=False, training=None, use_causal_mask=False,
