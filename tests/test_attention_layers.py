@@ -166,8 +166,10 @@ CHUNK_MASKS = {
 }
 
 
-def test_attention_chunks_cover_every_row_in_aligned_chunks():
+def test_attention_chunks_cover_every_row_in_aligned_chunks(monkeypatch):
+    from keras_attn.layers import multi_head_attention as mha_module
     from keras_attn.layers.multi_head_attention import attention_chunks
+    monkeypatch.setattr(mha_module, "_gpu_visible", lambda: False)  # the CPU rule
     for chunk_bytes, rows in CHUNK_CASES.items():
         assert attention_chunks(CHUNK_B, CHUNK_HEADS, Q, K, chunk_bytes, 0) == rows
         assert attention_chunks(CHUNK_B, CHUNK_HEADS, Q, K, chunk_bytes) == [12]  # small
@@ -184,6 +186,9 @@ def test_attention_chunks_cover_every_row_in_aligned_chunks():
             for n in rows:  # whole examples, or a divisor of the heads inside one
                 assert n % heads == 0 or heads % n == 0
                 assert n * 4 * q_len * q_len <= 1 << 18 or n == 1
+    monkeypatch.setattr(mha_module, "_gpu_visible", lambda: True)
+    assert attention_chunks(16, 8, 512, 512) == [128]  # a GPU: one chunk
+    assert attention_chunks(16, 8, 512, 512, 1 << 21, 0) == [2] * 64  # unless asked
 
 
 @pytest.mark.parametrize("case", list(CHUNK_MASKS))
@@ -216,6 +221,7 @@ def test_multi_head_attention_in_chunks_matches_numpy_and_one_chunk(monkeypatch,
 
     monkeypatch.setattr(mha_module, "_CHUNK_BYTES", chunk_bytes)
     monkeypatch.setattr(mha_module, "_CHUNK_ABOVE", 0)
+    monkeypatch.setattr(mha_module, "_gpu_visible", lambda: False)
     for graph in (False, True):
         out, w, grads = run(graph)
         if graph:  # the chunks are really there: two batched matmuls per chunk forward
@@ -242,6 +248,7 @@ def test_multi_head_attention_in_chunks_under_xla_and_bfloat16(monkeypatch, vari
     expected = np_(layer(x, x, x, valid_lens=lens))  # one chunk, float32
     monkeypatch.setattr(mha_module, "_CHUNK_BYTES", 120)
     monkeypatch.setattr(mha_module, "_CHUNK_ABOVE", 0)
+    monkeypatch.setattr(mha_module, "_gpu_visible", lambda: False)
     if variant == "xla":
         out = tf.function(lambda a: layer(a, a, a, valid_lens=lens), jit_compile=True)(x)
         np.testing.assert_allclose(np_(out), expected, rtol=1e-5, atol=1e-6)
@@ -258,6 +265,7 @@ def test_multi_head_attention_in_chunks_drops_weights_only_in_training(monkeypat
     from keras_attn.layers import multi_head_attention as mha_module
     monkeypatch.setattr(mha_module, "_CHUNK_BYTES", 60)  # one head per chunk
     monkeypatch.setattr(mha_module, "_CHUNK_ABOVE", 0)
+    monkeypatch.setattr(mha_module, "_gpu_visible", lambda: False)
     x = rand(CHUNK_B, Q, HIDDEN, seed=1)
     layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS, dropout=0.5)
     eval_out, eval_w = call(layer, x, x[:, :, :], x, training=False)

@@ -1,4 +1,5 @@
 """Multi-head attention with parallel heads (one matmul per projection, heads by reshape)."""
+import functools
 import math
 
 import keras
@@ -220,7 +221,8 @@ def attention_chunks(batch, heads, num_queries, num_keys, chunk_bytes=None,
     d=512, 8 heads, fwd+bwd, ours / Keras, three runs each): L=256 (32 MiB of scores)
     0.879 in chunks vs 0.896 in one; L=128 (8 MiB) 0.871 vs 0.855. In a layer-only A/B,
     L=512 (128 MiB): 252 ms in chunks vs 264 in one (docs/benchmarks/NOTES.md).
-    ``[None]`` (one chunk of every row) when a size is not static.
+    ``[None]`` (one chunk of every row) when a size is not static; one chunk when a GPU
+    is visible and ``min_total_bytes`` is not given.
 
     Example:
         >>> len(attention_chunks(16, 8, 512, 512))  # 1 MiB of scores per row: 2 per chunk
@@ -230,6 +232,8 @@ def attention_chunks(batch, heads, num_queries, num_keys, chunk_bytes=None,
     """
     if None in (batch, num_queries, num_keys):
         return [None]
+    if min_total_bytes is None and _gpu_visible():
+        return [batch * heads]  # a CPU cache optimisation: on a GPU it only adds launches
     chunk_bytes = _CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     min_total_bytes = _CHUNK_ABOVE if min_total_bytes is None else min_total_bytes
     if 4 * batch * heads * num_queries * num_keys <= min_total_bytes:
@@ -245,6 +249,11 @@ def attention_chunks(batch, heads, num_queries, num_keys, chunk_bytes=None,
         rows = max(d for d in range(1, heads + 1) if heads % d == 0 and d <= max(rows, 1))
     full, rest = divmod(total, rows)
     return [rows] * full + ([rest] if rest else [])
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_visible():
+    return bool(tf.config.list_logical_devices("GPU"))
 
 
 class _Shaped:
