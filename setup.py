@@ -32,6 +32,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-xdist", "hypothesis>=6"],
+        "ctranslate2": ["ctranslate2>=4.5,<5"],
         "bench": ["keras-hub"],
         "serving": ["tensorflow-serving-api==2.21.*"],
     },
