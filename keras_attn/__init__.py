@@ -1,10 +1,41 @@
 """keras_attn: the attention chapter of D2L and "Attention Is All You Need" as Keras 3 layers.
 
-Submodules: ``ops`` (masked softmax, masks), ``layers`` (attention layers, Transformer and
-Bahdanau blocks), ``models`` (functional-API builders), ``schedules``, ``losses``, ``text``
-(tensorflow-text tokenizers), ``data`` (datasets, tf.data pipelines), ``decoding`` (greedy and
-beam search), ``export`` (SavedModel / TFLite) and ``viz`` (attention heatmaps).
+Submodules, each loaded on first use (``import keras_attn`` itself imports neither Keras nor
+TensorFlow, so ``keras-attn --help`` answers at once):
+
+- ``ops``: masks and the masked softmax. ``layers``: attention layers, Transformer and
+  Bahdanau blocks. ``models``: functional-API builders. ``schedules``, ``losses``.
+- ``decoding``: greedy and beam search with a key/value cache.
+- ``text``: tensorflow-text tokenizers. ``data``: datasets and tf.data pipelines.
+- ``training`` (the ``keras-attn train`` recipes), ``translator`` (text in, text out),
+  ``runs`` (run directories), ``export`` (SavedModel, TFLite, CTranslate2), ``viz``
+  (attention heatmaps), ``cli``.
+
+Example:
+    >>> import keras_attn as ka
+    >>> mha = ka.layers.MultiHeadAttention(num_hiddens=64, num_heads=4)
+
+A ``.keras`` file holding keras_attn layers loads once their module is imported (the import
+registers them with Keras): touch ``keras_attn.layers`` (or ``models``, ``losses``,
+``schedules``) before ``keras.saving.load_model``.
 """
+import importlib
+
 __version__ = "0.1.0"
 
-from keras_attn import layers, losses, models, ops, schedules  # noqa: F401,E402
+SUBMODULES = ("ops", "layers", "models", "schedules", "losses", "decoding", "text", "data",
+              "training", "translator", "runs", "export", "viz", "cli")
+__all__ = list(SUBMODULES) + ["__version__"]
+
+
+def __getattr__(name):
+    """PEP 562: import a submodule the first time it is read as an attribute."""
+    if name in SUBMODULES:
+        module = importlib.import_module(f"{__name__}.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(SUBMODULES))

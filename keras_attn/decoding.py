@@ -1,140 +1,227 @@
-"""Greedy and beam-search decoding as TF graph loops over fixed-size buffers.
+"""Greedy and beam-search decoding: one sampler loop over fixed-size buffers.
 
-The loops run eagerly, inside ``tf.function`` and under ``jit_compile=True`` (XLA), and
-export into SavedModels and TFLite files. No dynamic-size ``TensorArray`` is used (under
-XLA in TF 2.21 their writes can be silently dropped): every buffer is preallocated at
-``max_len`` and written at the step index.
+:class:`Sampler` owns the loop (``keras.ops.while_loop``, so it runs on TensorFlow, JAX and
+PyTorch, eagerly, traced, under XLA, and exports into SavedModels and TFLite files);
+:class:`GreedySampler` and :class:`BeamSampler` only choose the next tokens. Every buffer
+is preallocated at ``max_len`` and written at the step index (no dynamic-size
+``TensorArray``: under XLA in TF 2.21 their writes can be silently dropped).
 
-The Transformer decodes incrementally: each decoder layer keeps its self-attention keys and
-values in ``(B, max_len, H, d_h)`` buffers and the cross-attention keys/values are computed
-once from the encoder output, so a step costs the same at position 8 and at position 64.
-``use_cache=False`` re-runs the decoder on the whole prefix at every step (the reference).
-The Bahdanau model carries its GRU states.
+Both decoders of :mod:`keras_attn.models` are driven alike: ``decoder.init_cache(encoder
+output, source, max_len)`` once, then ``decoder(token, cache=..., cache_update_index=i)``
+per step. The Transformer's cache holds each layer's self-attention keys/values in
+``(B, max_len, H, d_h)`` buffers and the cross-attention keys/values computed once, so a
+step costs the same at position 8 and at position 64; the Bahdanau cache holds the GRU
+states. ``use_cache=False`` re-runs the model on the whole prefix at every step (the
+reference).
 
 Token conventions: 0 is padding; ``start_id`` and 0 are never generated; a row stops at
 ``end_id`` (included in the output) and is padded with 0 after it.
 
-References: D2L 10.8 (beam search); Wu et al. 2016 (GNMT length penalty).
+References: D2L 10.8 (beam search); Wu et al. 2016 (GNMT length penalty); keras-hub's
+``Sampler``.
 """
 import keras
-import tensorflow as tf
 from keras import ops
 
-from keras_attn.models import model_kind
+from keras_attn import ops as attn_ops
 
-NEG_INF = -1e9
+_NEG = attn_ops.large_negative("float32")
 
 
-# --- one decoding step per model kind ------------------------------------------------------
-class _TransformerStepper:
-    """``init(source)`` -> (consts, state); ``step(consts, state, token, i)`` -> logits, state."""
+def log_probs(logits, start_id):
+    """float32 log-probabilities ``(..., V)`` with padding (0) and ``start_id`` forbidden."""
+    logits = ops.cast(logits, "float32")
+    ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
+    banned = ops.logical_or(ops.equal(ids, 0), ops.equal(ids, start_id))
+    return ops.log_softmax(ops.where(banned, _NEG, logits), axis=-1)
 
-    def __init__(self, model, max_len, use_cache):
+
+def length_penalty(lengths, alpha):
+    """GNMT length penalty ``((5 + n) / 6) ** alpha``."""
+    return ops.power((5.0 + ops.cast(lengths, "float32")) / 6.0, alpha)
+
+
+class _Steps:
+    """``init() -> state`` and ``step(token, state, index) -> (logits, state, alignment)``
+    for a model of :mod:`keras_attn.models`, with or without the cache."""
+
+    def __init__(self, model, source, max_len, use_cache):
         self.encoder = model.get_layer("encoder")
         self.decoder = model.get_layer("decoder")
-        self.max_len = max_len
-        self.use_cache = use_cache
-        if max_len > self.decoder.max_len:
+        table = getattr(self.decoder, "max_len", None)
+        if table is not None and max_len > table:
             raise ValueError(
                 f"`max_len` must not exceed the decoder's positional table (max_len="
-                f"{self.decoder.max_len}). Received: max_len={max_len}")
+                f"{table}). Received: max_len={max_len}")
+        self.source, self.max_len, self.use_cache = source, max_len, use_cache
 
-    def init(self, source, start_id):
-        enc_outputs = self.encoder(source, training=False)
-        cross_keep = ops.expand_dims(ops.not_equal(source, 0), 1)  # (B, 1, S)
-        batch = ops.shape(source)[0]
+    def init(self):
+        encoded = self.encoder(self.source, training=False)
         if self.use_cache:
-            consts = (self.decoder.cross_key_values(enc_outputs), cross_keep)
-            state = self.decoder.init_cache(batch, self.max_len)
-        else:
-            consts = (enc_outputs, cross_keep)
-            # The prefix buffer: start token then the generated tokens.
-            state = ops.zeros((batch, self.max_len), "int32")
-        return consts, state
+            return self.decoder.init_cache(encoded, self.source, self.max_len)
+        self.encoded = tuple(encoded) if isinstance(encoded, (tuple, list)) else (encoded,)
+        return ops.zeros((ops.shape(self.source)[0], self.max_len), "int32")  # the prefix
 
-    def step(self, consts, state, token, index, start_id):
+    def step(self, token, state, index):
         if self.use_cache:
-            cross_kvs, cross_keep = consts
-            logits, state, cross = self.decoder.call_step(token[:, None], index, state,
-                                                          cross_kvs, cross_keep)
-            return logits, state, ops.mean(cross[-1][:, :, 0, :], axis=1)
-        enc_outputs, cross_keep = consts
-        state = ops.slice_update(state, (0, index), token[:, None])
-        prefix = state[:, : index + 1]
-        logits, maps = self.decoder(prefix, enc_outputs, enc_outputs_mask=cross_keep[:, 0],
-                                    training=False, return_attention_scores=True)
-        return logits[:, -1], state, ops.mean(maps["cross"][-1][:, :, -1, :], axis=1)
+            logits, maps, state = self.decoder(token[:, None], cache=state,
+                                               cache_update_index=index, training=False,
+                                               return_attention_scores=True)
+            return logits[:, 0], state, self.decoder.alignment(maps)[:, 0]
+        state = attn_ops.slice_update(state, (0, index), token[:, None])
+        logits, maps = self.decoder(state, *self.encoded, training=False,
+                                    enc_outputs_mask=ops.not_equal(self.source, 0),
+                                    return_attention_scores=True)
+        align = self.decoder.alignment(maps)
+        return ops.take(logits, index, axis=1), state, ops.take(align, index, axis=1)
 
 
-class _BahdanauStepper:
-    def __init__(self, model, max_len, use_cache):
-        self.encoder = model.get_layer("encoder")
-        self.decoder = model.get_layer("decoder")
-        self.max_len = max_len
-        self.use_cache = use_cache
+class Sampler:
+    """The decoding loop; subclasses choose the next tokens (:meth:`select`).
 
-    def init(self, source, start_id):
-        enc_outputs, enc_states = self.encoder(source, training=False)
-        keep_mask = ops.not_equal(source, 0)
-        projected, keep = self.decoder.prepare(enc_outputs, enc_outputs_mask=keep_mask)
-        if self.use_cache:
-            return (enc_outputs, projected, keep), tuple(enc_states)
-        batch = ops.shape(source)[0]
-        return (enc_outputs, tuple(enc_states), keep_mask), ops.zeros((batch, self.max_len), "int32")
+    Hypotheses are laid out ``(B, K)`` (``K = beams``; the model sees ``B * K`` rows, the
+    beams of a row together). A finished hypothesis continues with padding at no cost.
 
-    def step(self, consts, state, token, index, start_id):
-        if self.use_cache:
-            enc_outputs, projected, keep = consts
-            emb = self.decoder.embedding(token)
-            h, new_states, weights = self.decoder.step(emb, list(state), enc_outputs, projected,
-                                                       keep, training=False)
-            return self.decoder.dense(h), tuple(new_states), weights
-        enc_outputs, enc_states, keep_mask = consts
-        state = ops.slice_update(state, (0, index), token[:, None])
-        logits, weights = self.decoder(state[:, : index + 1], enc_outputs, list(enc_states),
-                                       enc_outputs_mask=keep_mask, training=False,
-                                       return_attention_scores=True)
-        return logits[:, -1], state, weights[:, -1]
+    Args:
+        max_len: most tokens generated per row. start_id, end_id: target vocabulary ids.
+        use_cache: decode with the key/value cache (False: re-run the model on the whole
+            prefix at every step, the reference).
+        return_attention: also return the alignment of each token over the source.
+
+    Call arguments: ``model`` (from :mod:`keras_attn.models`), ``source`` int ``(B, S)``.
+
+    Returns a dict of fixed-size buffers: ``tokens`` int32 ``(B, K, max_len)`` (0 after
+    ``end_id``), ``lengths`` int32 ``(B, K)``, ``log_prob`` float32 ``(B, K)`` and with
+    ``return_attention`` ``attention`` float32 ``(B, K, max_len, S)``.
+    """
+
+    beams = 1
+
+    def __init__(self, max_len, start_id, end_id, use_cache=True, return_attention=False):
+        _check_id("max_len", max_len)
+        _check_id("start_id", start_id)
+        _check_id("end_id", end_id)
+        self.max_len, self.start_id, self.end_id = max_len, start_id, end_id
+        self.use_cache, self.return_attention = bool(use_cache), bool(return_attention)
+
+    def select(self, scores):
+        """``scores`` float32 ``(B, K, V)``, the total log-probability of every extension.
+
+        Returns ``(next_tokens (B, K), beam_indices (B, K) or None, new_scores (B, K))``;
+        ``beam_indices`` says which hypothesis each new one extends (None: its own)."""
+        raise NotImplementedError
+
+    def initial_scores(self, batch):
+        return ops.zeros((batch, self.beams), "float32")
+
+    def __call__(self, model, source):
+        source = _check_source(source)
+        k, max_len = self.beams, self.max_len
+        batch, src_len = ops.shape(source)[0], ops.shape(source)[1]
+        if k > 1:
+            source = ops.repeat(source, k, axis=0)  # (B*K, S)
+        steps = _Steps(model, source, max_len, self.use_cache)
+        att_shape = (batch, k, max_len, src_len) if self.return_attention else (batch, k, 1, 1)
+
+        def cond(i, token, state, tokens, finished, lengths, scores, attention):
+            return ops.logical_and(i < max_len, ops.logical_not(ops.all(finished)))
+
+        def body(i, token, state, tokens, finished, lengths, scores, attention):
+            logits, state, align = steps.step(token, state, i)
+            lp = ops.reshape(log_probs(logits, self.start_id), (batch, k, -1))  # (B, K, V)
+            pad_only = ops.where(ops.arange(ops.shape(lp)[-1]) == 0, 0.0, _NEG)
+            lp = ops.where(finished[..., None], pad_only, lp)
+            next_token, beam, scores = self.select(scores[..., None] + lp)
+            if beam is not None:  # reorder everything that belongs to a hypothesis
+                rows = ops.reshape(beam + ops.arange(batch)[:, None] * k, (-1,))
+                state = keras.tree.map_structure(lambda t: ops.take(t, rows, axis=0), state)
+                tokens, finished, lengths, attention = (
+                    _take_beams(t, beam) for t in (tokens, finished, lengths, attention))
+            lengths = lengths + ops.cast(ops.logical_not(finished), "int32")
+            tokens = attn_ops.slice_update(tokens, (0, 0, i), next_token[..., None])
+            if self.return_attention:
+                align = ops.reshape(ops.cast(align, "float32"), (batch, k, 1, -1))
+                attention = attn_ops.slice_update(attention, (0, 0, i, 0), align)
+            finished = ops.logical_or(finished, ops.equal(next_token, self.end_id))
+            return (i + 1, ops.reshape(next_token, (-1,)), state, tokens, finished, lengths,
+                    scores, attention)
+
+        loop_vars = (ops.convert_to_tensor(0, "int32"),
+                     ops.full((batch * k,), self.start_id, "int32"), steps.init(),
+                     ops.zeros((batch, k, max_len), "int32"), ops.zeros((batch, k), "bool"),
+                     ops.zeros((batch, k), "int32"), self.initial_scores(batch),
+                     ops.zeros(att_shape, "float32"))
+        _, _, _, tokens, _, lengths, scores, attention = ops.while_loop(
+            cond, body, loop_vars, maximum_iterations=max_len)
+        out = {"tokens": tokens, "lengths": lengths, "log_prob": scores}
+        if self.return_attention:
+            out["attention"] = attention
+        return out
 
 
-def _stepper(model, max_len, use_cache):
-    kind = model_kind(model)
-    return (_TransformerStepper if kind == "transformer" else _BahdanauStepper)(
-        model, max_len, use_cache)
+class GreedySampler(Sampler):
+    """The most likely next token, for each row (one hypothesis per row)."""
+
+    def select(self, scores):
+        next_token = ops.cast(ops.argmax(scores, axis=-1), "int32")  # (B, 1)
+        picked = ops.take_along_axis(scores, next_token[..., None], axis=-1)[..., 0]
+        return next_token, None, picked
 
 
-def _check_args(source, max_len, start_id, end_id):
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len <= 0:
-        raise ValueError(f"`max_len` must be a positive integer. Received: max_len={max_len!r}")
-    for name, value in (("start_id", start_id), ("end_id", end_id)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"`{name}` must be a positive token id. Received: {name}={value!r}")
-    source = tf.convert_to_tensor(source)
-    if source.dtype.is_floating:
+class BeamSampler(Sampler):
+    """The ``beam_size`` best extensions of a row's hypotheses, by summed log-probability.
+
+    Only the first beam is live at the start, so the beams do not repeat one another. The
+    caller ranks the final hypotheses (:func:`beam_decode_fixed` by the GNMT score).
+    """
+
+    def __init__(self, beam_size, max_len, start_id, end_id):
+        _check_id("beam_size", beam_size)
+        super().__init__(max_len, start_id, end_id, use_cache=True)
+        self.beams = beam_size
+
+    def initial_scores(self, batch):
+        first = ops.concatenate([ops.zeros((1,)), ops.full((self.beams - 1,), _NEG)])
+        return ops.tile(ops.cast(first, "float32")[None, :], (batch, 1))
+
+    def select(self, scores):
+        shape = ops.shape(scores)
+        flat = ops.reshape(scores, (shape[0], -1))  # (B, K * V)
+        top, index = ops.top_k(flat, k=self.beams)
+        vocab = shape[-1]
+        return ops.cast(index % vocab, "int32"), ops.cast(index // vocab, "int32"), top
+
+
+def _take_beams(t, beam):
+    """Rows of ``t`` ``(B, K, ...)`` reordered along the beams by ``beam`` ``(B, K)``."""
+    index = ops.reshape(beam, tuple(ops.shape(beam)) + (1,) * (len(t.shape) - 2))
+    return ops.take_along_axis(t, ops.broadcast_to(index, ops.shape(t)), axis=1)
+
+
+def _check_id(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        what = "a positive integer" if name in ("max_len", "beam_size") else "a positive token id"
+        raise ValueError(f"`{name}` must be {what}. Received: {name}={value!r}")
+
+
+def _check_source(source):
+    source = ops.convert_to_tensor(source)
+    if "float" in keras.backend.standardize_dtype(source.dtype):
         raise ValueError(f"`source` must hold integer token ids. Received: dtype={source.dtype}")
-    if source.shape.rank != 2:
+    if len(source.shape) != 2:
         raise ValueError(f"`source` must have shape (B, S). Received: shape={tuple(source.shape)}")
-    return tf.cast(source, tf.int32)
-
-
-def _log_probs(logits, start_id):
-    """float32 log-probabilities with padding (0) and ``start_id`` forbidden."""
-    logits = tf.cast(logits, tf.float32)
-    vocab = tf.shape(logits)[-1]
-    banned = tf.logical_or(tf.equal(tf.range(vocab), 0), tf.equal(tf.range(vocab), start_id))
-    logits = tf.where(banned[None, :], NEG_INF, logits)
-    return tf.nn.log_softmax(logits, axis=-1)
+    return ops.cast(source, "int32")
 
 
 def _trim(tokens, lengths):
     """Cut the fixed buffer after the longest row."""
-    return tokens[..., : tf.reduce_max(lengths)] if tokens.shape.rank else tokens
+    return tokens[..., : ops.max(lengths)] if len(tokens.shape) else tokens
 
 
-# --- greedy -----------------------------------------------------------------------------
+# --- the public functions ------------------------------------------------------------------------
 def greedy_decode_fixed(model, source, max_len, start_id, end_id, use_cache=True,
                         return_attention=False):
-    """Greedy decoding into fixed-size buffers (XLA-compilable).
+    """Greedy decoding into fixed-size buffers (XLA-compilable, exportable).
 
     Returns a dict: ``tokens`` int32 ``(B, max_len)`` (0 after ``end_id``), ``lengths``
     int32 ``(B,)`` (tokens up to and including ``end_id``), ``log_prob`` float32 ``(B,)``
@@ -142,41 +229,8 @@ def greedy_decode_fixed(model, source, max_len, start_id, end_id, use_cache=True
     ``(B, max_len, S)`` (last decoder layer's cross-attention, mean over heads, or the
     Bahdanau weights).
     """
-    source = _check_args(source, max_len, start_id, end_id)
-    stepper = _stepper(model, max_len, use_cache)
-    batch, src_len = tf.shape(source)[0], tf.shape(source)[1]
-    consts, state = stepper.init(source, start_id)
-
-    def cond(i, *_):
-        return i < max_len
-
-    def body(i, token, state, tokens, finished, lengths, log_prob, attention):
-        logits, state, weights = stepper.step(consts, state, token, i, start_id)
-        log_probs = _log_probs(logits, start_id)
-        next_token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-        step_lp = tf.gather(log_probs, next_token, batch_dims=1)
-        next_token = tf.where(finished, 0, next_token)
-        log_prob += tf.where(finished, 0.0, step_lp)
-        lengths += tf.cast(tf.logical_not(finished), tf.int32)
-        tokens = ops.slice_update(tokens, (0, i), next_token[:, None])
-        if return_attention:
-            attention = ops.slice_update(attention, (0, i, 0),
-                                         tf.cast(weights, tf.float32)[:, None, :])
-        finished = tf.logical_or(finished, tf.equal(next_token, end_id))
-        # Stop early once every row has finished (still XLA-safe: a data-dependent cond).
-        i = tf.where(tf.reduce_all(finished), max_len, i + 1)
-        return i, next_token, state, tokens, finished, lengths, log_prob, attention
-
-    att_shape = (batch, max_len, src_len) if return_attention else (batch, 1, 1)
-    loop_vars = (tf.constant(0), tf.fill([batch], tf.constant(start_id, tf.int32)), state,
-                 tf.zeros((batch, max_len), tf.int32), tf.zeros((batch,), tf.bool),
-                 tf.zeros((batch,), tf.int32), tf.zeros((batch,), tf.float32),
-                 tf.zeros(att_shape, tf.float32))
-    _, _, _, tokens, _, lengths, log_prob, attention = tf.while_loop(cond, body, loop_vars)
-    out = {"tokens": tokens, "lengths": lengths, "log_prob": log_prob}
-    if return_attention:
-        out["attention"] = attention
-    return out
+    out = GreedySampler(max_len, start_id, end_id, use_cache, return_attention)(model, source)
+    return {key: value[:, 0] for key, value in out.items()}
 
 
 def greedy_search(model, source, max_len, start_id, end_id, use_cache=True,
@@ -204,74 +258,24 @@ def greedy_search(model, source, max_len, start_id, end_id, use_cache=True,
                               return_attention)
     tokens = _trim(out["tokens"], out["lengths"])
     if return_attention:
-        return tokens, out["attention"][:, : tf.shape(tokens)[1]]
+        return tokens, out["attention"][:, : ops.shape(tokens)[1]]
     return tokens
 
 
-# --- beam search --------------------------------------------------------------------------
-def length_penalty(lengths, alpha):
-    """GNMT length penalty ``((5 + n) / 6) ** alpha``."""
-    return tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, alpha)
-
-
 def beam_decode_fixed(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=1, end_id=2):
-    """Beam search into fixed-size buffers (XLA-compilable).
+    """Beam search into fixed-size buffers (XLA-compilable, exportable).
 
-    Hypotheses are pruned by their summed log-probability; finished ones are carried at no
-    cost. Final ranking uses ``score = log_prob / length_penalty(n, alpha)``.
+    Hypotheses are pruned by their summed log-probability; the final ranking uses
+    ``score = log_prob / length_penalty(n, alpha)``.
 
     Returns a dict: ``tokens`` ``(B, K, max_len)``, ``lengths`` ``(B, K)``, ``log_prob``
     ``(B, K)`` and ``scores`` ``(B, K)``, best first.
     """
-    source = _check_args(source, max_len, start_id, end_id)
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size <= 0:
-        raise ValueError(f"`beam_size` must be a positive integer. Received: beam_size={beam_size!r}")
-    k = beam_size
-    stepper = _stepper(model, max_len, use_cache=True)
-    batch = tf.shape(source)[0]
-    flat = batch * k
-    source_k = tf.repeat(source, k, axis=0)  # (B*K, S), beams of a row together
-    consts, state = stepper.init(source_k, start_id)
-
-    def cond(i, *_):
-        return i < max_len
-
-    def body(i, token, state, tokens, finished, lengths, log_prob):
-        logits, state, _ = stepper.step(consts, state, token, i, start_id)
-        log_probs = _log_probs(logits, start_id)  # (B*K, V)
-        vocab = tf.shape(log_probs)[-1]
-        finished_flat = tf.reshape(finished, [flat])
-        # A finished hypothesis may only continue with padding, at no cost.
-        pad_only = tf.where(tf.equal(tf.range(vocab), 0), 0.0, NEG_INF)[None, :]
-        log_probs = tf.where(finished_flat[:, None], pad_only, log_probs)
-        cand = tf.reshape(log_prob, [flat, 1]) + log_probs
-        cand = tf.reshape(cand, [batch, k * vocab])
-        top_lp, top_idx = tf.math.top_k(cand, k=k)  # (B, K)
-        beam_idx = top_idx // vocab
-        next_token = top_idx % vocab
-        # Reorder everything that belongs to a hypothesis.
-        gather_idx = tf.reshape(beam_idx + tf.range(batch)[:, None] * k, [flat])
-        state = tf.nest.map_structure(lambda t: tf.gather(t, gather_idx), state)
-        tokens = tf.gather(tokens, beam_idx, batch_dims=1)
-        was_finished = tf.gather(finished, beam_idx, batch_dims=1)
-        lengths = tf.gather(lengths, beam_idx, batch_dims=1) + tf.cast(
-            tf.logical_not(was_finished), tf.int32)
-        tokens = ops.slice_update(tokens, (0, 0, i), next_token[:, :, None])
-        finished = tf.logical_or(was_finished, tf.equal(next_token, end_id))
-        i = tf.where(tf.reduce_all(finished), max_len, i + 1)
-        return i, tf.reshape(next_token, [flat]), state, tokens, finished, lengths, top_lp
-
-    # Only the first beam is live at the start, so the K beams do not repeat one another.
-    init_lp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], NEG_INF)], 0)[None, :], [batch, 1])
-    loop_vars = (tf.constant(0), tf.fill([flat], tf.constant(start_id, tf.int32)), state,
-                 tf.zeros((batch, k, max_len), tf.int32), tf.zeros((batch, k), tf.bool),
-                 tf.zeros((batch, k), tf.int32), init_lp)
-    _, _, _, tokens, _, lengths, log_prob = tf.while_loop(cond, body, loop_vars)
-    scores = log_prob / length_penalty(lengths, alpha)
-    scores, order = tf.math.top_k(scores, k=k)
-    return {"tokens": tf.gather(tokens, order, batch_dims=1),
-            "lengths": tf.gather(lengths, order, batch_dims=1),
-            "log_prob": tf.gather(log_prob, order, batch_dims=1), "scores": scores}
+    out = BeamSampler(beam_size, max_len, start_id, end_id)(model, source)
+    scores, order = ops.top_k(out["log_prob"] / length_penalty(out["lengths"], alpha),
+                              k=beam_size)
+    ranked = {key: ops.take_along_axis(out[key], order, axis=1) for key in ("lengths", "log_prob")}
+    return {"tokens": _take_beams(out["tokens"], order), **ranked, "scores": scores}
 
 
 def beam_search(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=1, end_id=2):
@@ -296,16 +300,12 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=1, e
 def sequence_log_prob(model, source, tokens, start_id):
     """Teacher-forced sum of log-probabilities of ``tokens`` ``(B, T)`` (0 after the end).
 
-    Uses the same banned ids as the decoders, so it scores a decoded sequence exactly as
+    Uses the same banned ids as the samplers, so it scores a decoded sequence exactly as
     the search did. Returns float32 ``(B,)``.
     """
-    source = tf.cast(source, tf.int32)
-    tokens = tf.cast(tokens, tf.int32)
-    target_in = tf.concat([tf.fill([tf.shape(tokens)[0], 1], start_id), tokens[:, :-1]], 1)
-    target_in = tf.where(tf.logical_and(tf.equal(target_in, 0),
-                                        tf.range(tf.shape(tokens)[1])[None, :] == 0),
-                         start_id, target_in)
+    source, tokens = _check_source(source), ops.cast(tokens, "int32")
+    first = ops.full((ops.shape(tokens)[0], 1), start_id, "int32")
+    target_in = ops.concatenate([first, tokens[:, :-1]], axis=1)
     logits = model({"source": source, "target_in": target_in}, training=False)
-    log_probs = _log_probs(logits, start_id)
-    picked = tf.gather(log_probs, tokens, batch_dims=2)
-    return tf.reduce_sum(tf.where(tf.equal(tokens, 0), 0.0, picked), axis=-1)
+    picked = ops.take_along_axis(log_probs(logits, start_id), tokens[..., None], axis=-1)
+    return ops.sum(ops.where(ops.equal(tokens, 0), 0.0, picked[..., 0]), axis=-1)

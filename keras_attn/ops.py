@@ -1,13 +1,16 @@
 """Masking and masked softmax, the numerical core of every attention layer.
 
-All functions use ``keras.ops`` so they work eagerly, in ``tf.function`` and under XLA.
-Masks are boolean with True = "may attend" (keep), as in Keras.
+All functions use ``keras.ops``: they run on TensorFlow, JAX and PyTorch, eagerly, traced and
+under XLA. Masks are boolean with True = "may attend" (keep), as in Keras. On TensorFlow the
+masked softmax takes the fast path of :mod:`keras_attn.tf_ops` while
+:mod:`keras_attn.fastpath` is on.
 
 References: D2L 11.3 (masked softmax), Vaswani et al. 2017, section 3.2.3 (causal mask).
 """
 import keras
-import tensorflow as tf
 from keras import ops
+
+from keras_attn import fastpath
 
 
 def large_negative(dtype):
@@ -47,15 +50,20 @@ def sequence_mask(lengths, maxlen):
     return ops.less(positions, ops.expand_dims(ops.cast(lengths, "int32"), -1))
 
 
-def causal_mask(num_queries, num_keys=None):
-    """Lower-triangular boolean mask ``(Q, K)``: query i may attend keys 0..i.
+def causal_mask(num_queries, num_keys=None, start=None):
+    """Lower-triangular boolean mask ``(Q, K)``: the query at position p may attend keys 0..p.
 
-    With ``num_keys > num_queries`` the queries are the last ones of the key sequence.
+    Args:
+        num_queries, num_keys: sizes (``num_keys`` defaults to ``num_queries``).
+        start: position of the first query (int or scalar tensor). Default
+            ``num_keys - num_queries``: the queries are the last ones of the key sequence.
+            A decoding step over a key/value cache passes the step's index.
     """
     num_keys = num_queries if num_keys is None else num_keys
+    start = num_keys - num_queries if start is None else ops.cast(start, "int32")
     row = ops.expand_dims(ops.arange(num_queries, dtype="int32"), -1)
     col = ops.expand_dims(ops.arange(num_keys, dtype="int32"), 0)
-    return ops.greater_equal(row + (num_keys - num_queries), col)
+    return ops.greater_equal(row + start, col)
 
 
 def valid_lens_to_mask(valid_lens, num_keys, rank):
@@ -143,9 +151,39 @@ def masked_softmax(scores, valid_lens=None, mask=None):
     keep = keep_mask(scores, ops.shape(scores)[-1], valid_lens, mask)
     dtype = scores.dtype
     x = ops.cast(scores, "float32")
-    if keep is None:
-        return ops.cast(_softmax(x), dtype)
-    return ops.cast(_softmax_keep(x, keep), dtype)
+    if fastpath.enabled():
+        from keras_attn import tf_ops
+
+        weights = tf_ops.softmax(x) if keep is None else tf_ops.masked_softmax(x, keep)
+    elif keep is None:
+        weights = softmax(x)
+    else:
+        weights = ops.where(keep, softmax(ops.where(keep, x, large_negative("float32"))), 0.0)
+    return ops.cast(weights, dtype)
+
+
+def softmax(x):
+    """Softmax over the last axis, ``exp(x - max) / sum(exp(x - max))``.
+
+    Unlike ``keras.ops.softmax`` it accepts an empty axis (a source of length 0) and a
+    size-1 axis without a warning (the first decoding step).
+    """
+    e = ops.exp(x - ops.max(x, axis=-1, keepdims=True, initial=-float("inf")))
+    return e / ops.sum(e, axis=-1, keepdims=True)
+
+
+def slice_update(inputs, start_indices, updates):
+    """``inputs`` with ``updates`` written at ``start_indices`` (``keras.ops.slice_update``).
+
+    On TensorFlow the update is built from core ops (:func:`keras_attn.tf_ops.slice_update`)
+    so that graphs holding it (decoding loops, key/value caches) run in TF Serving and
+    convert to TFLite builtins; elsewhere it is ``keras.ops.slice_update``.
+    """
+    if keras.backend.backend() == "tensorflow":
+        from keras_attn import tf_ops
+
+        return tf_ops.slice_update(inputs, start_indices, updates)
+    return ops.slice_update(inputs, start_indices, ops.cast(updates, inputs.dtype))
 
 
 def keep_mask(scores, num_keys, valid_lens=None, mask=None):
@@ -185,37 +223,6 @@ def keep_mask(scores, num_keys, valid_lens=None, mask=None):
         mask = normalize_mask(mask, rank)
         keep = combine_masks(keep, mask)
     return keep
-
-
-def _softmax_keep(x, keep):
-    """``where(keep, softmax(where(keep, x, fill)), 0)`` with its gradient written out.
-
-    Rows with no valid key get a uniform softmax of the fill value, which is zeroed: masked
-    entries are exactly 0 in every row. The gradient is the softmax gradient of the zeroed
-    weights ``w * (g - sum(g * w))``, which is already 0 wherever ``keep`` is False and on
-    rows with no valid key, so the two selects need no counterpart in the backward pass
-    (autodiff would add two more passes over ``(B, H, Q, K)``).
-    """
-    @tf.custom_gradient
-    def fn(x):
-        weights = _softmax(tf.where(keep, x, large_negative("float32")))
-        weights = tf.where(keep, weights, tf.constant(0, weights.dtype))  # both broadcast
-
-        def grad(upstream):
-            return weights * (upstream - tf.reduce_sum(upstream * weights, -1, keepdims=True))
-
-        return weights, grad
-
-    return fn(x)
-
-
-def _softmax(x):
-    """Softmax over the last axis: TensorFlow's fused kernel (one pass instead of five).
-
-    ``tf.nn.softmax`` directly rather than ``ops.softmax``, which warns on a size-1 axis,
-    a legitimate case here (the first decoding step).
-    """
-    return tf.nn.softmax(x, axis=-1)
 
 
 def check_batch(reference, other, name, reference_name="scores"):

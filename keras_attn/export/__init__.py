@@ -28,12 +28,11 @@ and ``TFText>FastWordpieceDetokenize``: ``import tensorflow_text`` before loadin
 Serving image whose TF-Text build has them (tensorflow/serving issue 4057); the report
 lists them with the tensorflow-text version. ``saved_model_cli`` cannot register them.
 
-Portable graphs. Keras's TF backend implements ``keras.ops.slice_update`` (the decoding
-buffers and the key/value cache) with ``XlaDynamicUpdateSlice``, an XLA op that TF Serving
-compiles on demand and refuses unless started with ``--xla_cpu_compilation_enabled``
-(tensorflow/serving issue 2217). While exporting, :func:`portable_graph_ops` swaps it for
-:func:`portable_slice_update` (``tf.where`` over a position mask: core ops, ``SELECT_V2``
-in TFLite instead of ``DYNAMIC_UPDATE_SLICE``); the export fails if an ``Xla*`` op is left.
+Portable graphs. Keras's TF backend implements ``keras.ops.slice_update`` with
+``XlaDynamicUpdateSlice``, an XLA op that TF Serving refuses unless started with
+``--xla_cpu_compilation_enabled`` (tensorflow/serving issue 2217). The decoding buffers and
+the key/value cache are therefore written with ``keras_attn.ops.slice_update``, core ops on
+TensorFlow (``SELECT_V2`` in TFLite); the export fails if an ``Xla*`` op is left.
 
 TFLite targets:
 
@@ -67,7 +66,6 @@ place; existing artefacts are replaced only with ``overwrite=True``.
 
 References: TF Serving SavedModel/REST/gRPC docs; OpenNMT-tf ``opennmt/utils/exporters.py``.
 """
-import contextlib
 import dataclasses
 import datetime
 import json
@@ -146,59 +144,6 @@ def _check_beam(beam_size):
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(
             f"`beam_size` must be a positive integer. Received: beam_size={beam_size!r}")
-
-
-# --- XLA-free graphs ---------------------------------------------------------------------
-def portable_slice_update(inputs, start_indices, updates):
-    """``inputs`` with ``updates`` written at ``start_indices``, from core ops only.
-
-    Same result as ``keras.ops.slice_update`` (when the update fits), but built from
-    ``range``/``gather``/``where`` instead of ``XlaDynamicUpdateSlice``. An axis the update
-    spans (static size, start 0) costs nothing; an axis where the update has size 1 is a
-    broadcast; any other axis gathers the update into place.
-    """
-    inputs = tf.convert_to_tensor(inputs)
-    updates = tf.cast(tf.convert_to_tensor(updates), inputs.dtype)
-    rank = inputs.shape.rank
-    in_shape, up_shape = tf.shape(inputs), tf.shape(updates)
-    inside = None
-    for axis in range(rank):
-        start = start_indices[axis]
-        n_in, n_up = inputs.shape[axis], updates.shape[axis]
-        if isinstance(start, int) and start == 0 and n_in is not None and n_in == n_up:
-            continue
-        start = tf.cast(start, tf.int32)
-        pos = tf.range(in_shape[axis])
-        if n_up != 1:
-            index = tf.clip_by_value(pos - start, 0, tf.maximum(up_shape[axis] - 1, 0))
-            updates = tf.gather(updates, index, axis=axis)
-        axis_inside = tf.logical_and(pos >= start, pos < start + up_shape[axis])
-        shape = [1] * rank
-        shape[axis] = -1
-        axis_inside = tf.reshape(axis_inside, shape)
-        inside = axis_inside if inside is None else tf.logical_and(inside, axis_inside)
-    if inside is None:
-        return tf.broadcast_to(updates, in_shape)
-    return tf.where(inside, updates, inputs)
-
-
-@contextlib.contextmanager
-def portable_graph_ops():
-    """Trace Keras code with :func:`portable_slice_update` instead of the XLA op.
-
-    Patches ``keras.src.backend.core.slice_update`` (what ``keras.ops.slice_update``
-    dispatches to on the TensorFlow backend) for the duration of the block. Trace, save
-    and convert inside the block; every export function of this module does.
-    """
-    from keras.src import backend as keras_backend
-
-    core = keras_backend.core
-    original = core.slice_update
-    core.slice_update = portable_slice_update
-    try:
-        yield
-    finally:
-        core.slice_update = original
 
 
 # --- character tokenizer from core ops -------------------------------------------------------
@@ -498,11 +443,10 @@ def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, v
     tmp = _mkdtemp(f".tmp-{version}-", base)
     try:
         module = TranslatorModule(parts, beam_size, alpha, for_tflite=False, text_ops=text_ops)
-        with portable_graph_ops():
-            signatures = {SERVING_SIGNATURE: module.serve.get_concrete_function(),
-                          IDS_SIGNATURE: module.translate_ids.get_concrete_function()}
-            module.track_variables(signatures.values())
-            _save(module, tmp, signatures)
+        signatures = {SERVING_SIGNATURE: module.serve.get_concrete_function(),
+                      IDS_SIGNATURE: module.translate_ids.get_concrete_function()}
+        module.track_variables(signatures.values())
+        _save(module, tmp, signatures)
         _smoke_test_saved_model(tmp)
         report = saved_model_report(tmp)
         report.update(model_name=model_name, version=version,
@@ -510,8 +454,8 @@ def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, v
                       text_ops=module.text_ops)
         if report["xla_ops"]:
             raise RuntimeError(f"the SavedModel graph uses XLA ops {report['xla_ops']} that TF "
-                               "Serving runs only with XLA JIT; keras_attn.export's "
-                               "portable_graph_ops did not catch them")
+                               "Serving runs only with XLA JIT (keras_attn.ops.slice_update "
+                               "should have kept them out)")
         _publish_dir(tmp, final, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -747,11 +691,10 @@ def _tflite_text_model(parts, quantization, beam_size, alpha):
     batch_size = 1 if model_kind(parts.model) == "bahdanau" else None
     module = TranslatorModule(parts, beam_size, alpha, for_tflite=True, text_ops="tftext",
                               batch_size=batch_size)
-    with portable_graph_ops():
-        fn = module.serve.get_concrete_function()
-        module.track_variables([fn])
-        content = _convert(_converter(fn, module, quantization, builtin_only=False),
-                           "the text target")
+    fn = module.serve.get_concrete_function()
+    module.track_variables([fn])
+    content = _convert(_converter(fn, module, quantization, builtin_only=False),
+                       "the text target")
     ops = tflite_ops(content)
     unknown = sorted(set(ops["custom"]) - TFTEXT_TFLITE_OPS)
     if ops["flex"] or unknown:
@@ -798,21 +741,22 @@ class _BuiltinModule(tf.Module):
 
     def _encode(self, source):
         enc = self.encoder(source, training=False)
-        cross = self.decoder.cross_key_values(enc)
+        cache = self.decoder.init_cache(enc, source, self.max_len)
         out = {"encoder_output": enc,
-               "source_mask": tf.cast(tf.not_equal(source, text.PAD_ID), tf.float32)}
-        for i, (k, v) in enumerate(cross):
+               "source_mask": tf.cast(cache["source_mask"], tf.float32)}
+        for i, (k, v) in enumerate(cache["cross"]):
             out[f"cross_k_{i}"], out[f"cross_v_{i}"] = k, v
         return out
 
     def _step(self, token, index, source_mask, *kv):
         n = self.num_layers
-        cross_kvs = tuple((kv[i], kv[n + i]) for i in range(n))
-        cache = tuple((kv[2 * n + i], kv[3 * n + i]) for i in range(n))
-        keep = tf.not_equal(source_mask, 0.0)[:, tf.newaxis, :]  # (1, 1, S)
-        logits, new_cache, _ = self.decoder.call_step(token, index, cache, cross_kvs, keep)
-        out = {"logits": tf.cast(logits, tf.float32)}
-        for i, (k, v) in enumerate(new_cache):
+        cache = {"self": tuple((kv[2 * n + i], kv[3 * n + i]) for i in range(n)),
+                 "cross": tuple((kv[i], kv[n + i]) for i in range(n)),
+                 "source_mask": tf.not_equal(source_mask, 0.0)}  # (1, S)
+        logits, cache = self.decoder(token, cache=cache, cache_update_index=index,
+                                     training=False)
+        out = {"logits": tf.cast(logits[:, 0], tf.float32)}
+        for i, (k, v) in enumerate(cache["self"]):
             out[f"cache_k_{i}"], out[f"cache_v_{i}"] = k, v
         return out
 
@@ -820,15 +764,14 @@ class _BuiltinModule(tf.Module):
 def _tflite_builtin_models(parts, quantization):
     module = _BuiltinModule(parts.model, parts.max_len)
     contents, ops = {}, {}
-    with portable_graph_ops():
-        fns = {"encoder": module.encode.get_concrete_function(),
-               "decoder_step": module.step.get_concrete_function()}
-        _track_variables(module, fns.values())
-        for name, fn in fns.items():
-            content = _convert(_converter(fn, module, quantization, builtin_only=True),
-                               f"the builtin {name}")
-            ops[name] = check_builtin_only(content, f"builtin {name}.tflite")
-            contents[name] = content
+    fns = {"encoder": module.encode.get_concrete_function(),
+           "decoder_step": module.step.get_concrete_function()}
+    _track_variables(module, fns.values())
+    for name, fn in fns.items():
+        content = _convert(_converter(fn, module, quantization, builtin_only=True),
+                           f"the builtin {name}")
+        ops[name] = check_builtin_only(content, f"builtin {name}.tflite")
+        contents[name] = content
     meta = {"max_len": parts.max_len, "start_id": text.START_ID, "end_id": text.END_ID,
             "pad_id": text.PAD_ID, "num_layers": module.num_layers,
             "kv_shape": list(module.kv_shape), "tgt_vocab_size": parts.tgt_tokenizer.vocab_size,

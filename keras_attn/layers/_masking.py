@@ -6,7 +6,7 @@ from keras_attn import ops as attn_ops
 
 
 def attention_mask(queries, keys, mask=None, queries_mask=None, keys_mask=None,
-                   values_mask=None, use_causal_mask=False):
+                   values_mask=None, use_causal_mask=False, cache_update_index=None):
     """AND of an explicit ``mask`` and the Keras masks, as ``[B,Q,1] & [B,1,K] & [1,Q,K]``.
 
     Args:
@@ -15,6 +15,9 @@ def attention_mask(queries, keys, mask=None, queries_mask=None, keys_mask=None,
         queries_mask: Keras mask ``(B, Q)``; padded queries attend nothing (zero weights).
         keys_mask, values_mask: Keras masks ``(B, K)`` of key padding.
         use_causal_mask: add the lower-triangular mask (query i sees keys <= i).
+        cache_update_index: the position of the first query when ``keys`` is a key/value
+            cache written up to it: the causal mask starts there, and without a causal
+            mask the keys not yet written (at ``index + Q`` and after) are masked.
 
     Returns: bool ``(B, Q, K)`` (or broadcastable), or None when nothing is masked.
     """
@@ -35,22 +38,43 @@ def attention_mask(queries, keys, mask=None, queries_mask=None, keys_mask=None,
     for m in (keys_mask, values_mask):
         if m is not None:
             parts.append(ops.expand_dims(ops.cast(m, "bool"), 1))  # (B, 1, K)
+    q_len, k_len = ops.shape(queries)[1], ops.shape(keys)[1]
     if use_causal_mask:
-        q_len, k_len = ops.shape(queries)[1], ops.shape(keys)[1]
-        parts.append(ops.expand_dims(attn_ops.causal_mask(q_len, k_len), 0))  # (1, Q, K)
+        causal = attn_ops.causal_mask(q_len, k_len, start=cache_update_index)
+        parts.append(ops.expand_dims(causal, 0))  # (1, Q, K)
+    elif cache_update_index is not None:
+        written = ops.arange(k_len, dtype="int32") < ops.cast(cache_update_index, "int32") + q_len
+        parts.append(written[None, None, :])  # (1, 1, K)
     return attn_ops.combine_masks(*parts)
 
 
-def attention_output_spec(layer, queries, keys, values, return_attention_scores,
-                          heads=None):
-    """Symbolic outputs of an attention layer: ``output`` and, when asked, the weights
-    ``(B, Q, K)`` or ``(B, heads, Q, K)``. ``compute_output_shape`` alone cannot see
-    ``return_attention_scores`` (functional models)."""
-    output = keras.KerasTensor(
-        layer.compute_output_shape(queries.shape, keys.shape, values.shape),
-        dtype=layer.compute_dtype)
-    if not return_attention_scores:
-        return output
-    head_axis = () if heads is None else (heads,)
-    shape = (queries.shape[0], *head_axis, queries.shape[1], keys.shape[1])
-    return output, keras.KerasTensor(shape, dtype=layer.compute_dtype)
+class AttentionMaskMixin:
+    """``compute_mask`` and ``compute_output_spec`` of the attention layers.
+
+    The output has the queries' positions, so it carries the queries' Keras mask (as
+    ``keras.layers.MultiHeadAttention`` does); Keras calls ``compute_mask(queries,
+    previous_mask)``, never with ``queries_mask``. ``compute_output_spec`` is needed
+    because ``compute_output_shape`` cannot see ``return_attention_scores``.
+    """
+
+    def compute_mask(self, queries, keys=None, values=None, valid_lens=None, mask=None,
+                     **kwargs):
+        queries_mask = kwargs.get("queries_mask")
+        return getattr(queries, "_keras_mask", None) if queries_mask is None else queries_mask
+
+    def compute_output_spec(self, queries, keys=None, values=None, valid_lens=None, mask=None,
+                            return_attention_scores=False, cache=None, **kwargs):
+        keys = cache[0] if keys is None and cache is not None else keys
+        values = keys if values is None else values
+        output = keras.KerasTensor(
+            self.compute_output_shape(queries.shape, keys.shape, values.shape),
+            dtype=self.compute_dtype)
+        outputs = [output]
+        if return_attention_scores:
+            heads = getattr(self, "num_heads", None)
+            head_axis = () if heads is None else (heads,)
+            shape = (queries.shape[0], *head_axis, queries.shape[1], keys.shape[1])
+            outputs.append(keras.KerasTensor(shape, dtype=self.compute_dtype))
+        if cache is not None:
+            outputs.append(tuple(keras.KerasTensor(c.shape, dtype=c.dtype) for c in cache))
+        return tuple(outputs) if len(outputs) > 1 else output

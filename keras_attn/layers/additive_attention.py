@@ -4,12 +4,12 @@ from keras import ops
 
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
-from keras_attn.layers._masking import attention_mask, attention_output_spec
+from keras_attn.layers._masking import AttentionMaskMixin, attention_mask
 from keras_attn.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class AdditiveAttention(keras.layers.Layer):
+class AdditiveAttention(AttentionMaskMixin, keras.layers.Layer):
     """Additive attention: score ``a(q, k) = w_v^T tanh(W_q q + W_k k)``.
 
     Queries and keys may have different feature sizes.
@@ -24,8 +24,10 @@ class AdditiveAttention(keras.layers.Layer):
         queries: ``(B, Q, q)``. keys: ``(B, K, k)``. values: ``(B, K, v)``.
         valid_lens: optional int ``(B,)`` or ``(B, Q)``. mask: optional bool ``(B, K)`` or
         ``(B, Q, K)``. return_attention_scores: also return ``(B, Q, K)`` weights.
+        cache: optional ``W_k keys`` from :meth:`compute_cache`, used instead of projecting
+        ``keys`` again (returned last, unchanged).
 
-    Returns: ``(B, Q, v)``, or ``(output, weights)``.
+    Returns: ``(B, Q, v)``, or ``(output, weights)``; with ``cache``, ``(..., cache)``.
 
     Example:
         >>> att = AdditiveAttention(num_hiddens=8)
@@ -52,41 +54,28 @@ class AdditiveAttention(keras.layers.Layer):
         self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True
 
-    def project_keys(self, keys):
-        """``W_k keys``, computed once per source sequence when decoding step by step."""
-        return self.W_k(keys)
-
-    def attend(self, queries, projected_keys, values, keep=None, valid_lens=None, training=None):
-        """Attention over keys already projected by :meth:`project_keys`."""
+    def call(self, queries, keys, values, valid_lens=None, mask=None,
+             return_attention_scores=False, training=None, cache=None,
+             queries_mask=None, keys_mask=None, values_mask=None):
+        _checks.check_qkv(queries, keys, values)
+        keep = attention_mask(queries, keys, mask, queries_mask, keys_mask, values_mask)
+        projected_keys = self.compute_cache(keys) if cache is None else cache  # (B, K, h)
         features = ops.tanh(ops.expand_dims(self.W_q(queries), 2)
                             + ops.expand_dims(projected_keys, 1))  # (B, Q, K, h)
         scores = ops.squeeze(self.w_v(features), -1)  # (B, Q, K)
         weights = attn_ops.masked_softmax(scores, valid_lens=valid_lens, mask=keep)
         output = ops.matmul(self.dropout_layer(weights, training=training), values)
-        return output, weights
+        outputs = (output,) + ((weights,) if return_attention_scores else ())
+        outputs += (cache,) if cache is not None else ()
+        return outputs if len(outputs) > 1 else output
 
-    def call(self, queries, keys, values, valid_lens=None, mask=None,
-             return_attention_scores=False, training=None,
-             queries_mask=None, keys_mask=None, values_mask=None):
-        _checks.check_qkv(queries, keys, values)
-        keep = attention_mask(queries, keys, mask, queries_mask, keys_mask, values_mask)
-        output, weights = self.attend(queries, self.project_keys(keys), values, keep,
-                                      valid_lens, training)
-        return (output, weights) if return_attention_scores else output
-
-    def compute_mask(self, queries, keys=None, values=None, valid_lens=None, mask=None, **kwargs):
-        # Keras calls compute_mask(queries, previous_mask), never with `queries_mask`: the
-        # output has the queries' positions, so it carries the queries' Keras mask (as
-        # keras.layers.MultiHeadAttention does).
-        queries_mask = kwargs.get("queries_mask")
-        return getattr(queries, "_keras_mask", None) if queries_mask is None else queries_mask
+    def compute_cache(self, keys):
+        """``W_k keys`` ``(B, K, num_hiddens)``: pass it as ``cache`` to score the same keys
+        again without projecting them (every step of a decoder)."""
+        return self.W_k(keys)
 
     def compute_output_shape(self, queries_shape, keys_shape, values_shape, *args, **kwargs):
         return tuple(queries_shape[:-1]) + (values_shape[-1],)
-
-    def compute_output_spec(self, queries, keys, values, valid_lens=None, mask=None,
-                            return_attention_scores=False, **kwargs):
-        return attention_output_spec(self, queries, keys, values, return_attention_scores)
 
     def get_config(self):
         return {**super().get_config(), "num_hiddens": self.num_hiddens,

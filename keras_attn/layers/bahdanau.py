@@ -1,6 +1,5 @@
 """GRU encoder and GRU decoder with Bahdanau (additive) attention."""
 import keras
-import tensorflow as tf
 from keras import ops
 
 from keras_attn import ops as attn_ops
@@ -75,12 +74,16 @@ class Seq2SeqEncoder(_RNNBase):
 
     def call(self, tokens, training=None):
         length = None
-        if len(tokens.shape) == 2 and tokens.shape[1] in (None, 0):
+        if len(tokens.shape) == 2 and tokens.shape[1] == 0:
+            length, tokens = 0, ops.pad(tokens, [[0, 0], [0, 1]])
+        elif len(tokens.shape) == 2 and tokens.shape[1] is None:  # only on TensorFlow
             # A GRU cannot run over zero steps (a bare TensorFlow slice error): give an
             # empty source one padding step (masked: the states stay zero) and drop it
             # from the outputs below.
+            from keras_attn import tf_ops
+
             length = ops.shape(tokens)[1]
-            tokens = tf.pad(tokens, [[0, 0], [0, ops.maximum(1 - length, 0)]])
+            tokens = tf_ops.pad_to_one_step(tokens)
         mask = ops.not_equal(tokens, PAD_ID)
         x = self._embed(tokens)
         states = []
@@ -119,8 +122,11 @@ class BahdanauDecoder(_RNNBase):
         enc_states: list of ``(B, num_hiddens)``, the encoder's final states.
         enc_valid_lens: optional int ``(B,)``. enc_outputs_mask: bool ``(B, S)``.
         return_attention_scores: also return the weights ``(B, T, S)``.
+        cache: from :meth:`init_cache`, for step decoding: the GRU states start from it,
+            ``enc_outputs``/``enc_states`` are not read, and the cache with the new states
+            is returned last. cache_update_index: unused (the states carry the position).
 
-    Returns: logits ``(B, T, vocab_size)``.
+    Returns: logits ``(B, T, vocab_size)`` (and the weights, and the cache).
 
     Example:
         >>> dec = BahdanauDecoder(10, 8, 16, 2)
@@ -150,64 +156,124 @@ class BahdanauDecoder(_RNNBase):
         self.dense.build((batch, self.num_hiddens))
         self.built = True
 
-    def prepare(self, enc_outputs, enc_valid_lens=None, enc_outputs_mask=None):
-        """Per-source work done once: projected keys and the bool key mask ``(B, 1, S)``."""
-        keep = None
-        if enc_outputs_mask is not None:
-            keep = ops.expand_dims(ops.cast(enc_outputs_mask, "bool"), 1)
-        if enc_valid_lens is not None:
-            keep = attn_ops.combine_masks(
-                keep, attn_ops.valid_lens_to_mask(enc_valid_lens, ops.shape(enc_outputs)[1], 3))
-        return self.attention.project_keys(enc_outputs), keep
+    def init_cache(self, encoder_outputs, source=None, max_len=None, enc_valid_lens=None,
+                   enc_outputs_mask=None):
+        """What every step needs, computed once per source: the ``cache`` of :meth:`call`.
 
-    def step(self, x_emb, states, enc_outputs, projected_keys, keep, training=None):
-        """One GRU step: ``x_emb`` ``(B, embed_size)``, ``states`` list of ``(B, h)``.
+        Args:
+            encoder_outputs: ``(enc_outputs, enc_states)`` from :class:`Seq2SeqEncoder`.
+            source: optional int ``(B, S)`` source ids; id 0 is masked.
+            max_len: unused (a GRU carries states, not a buffer per position); accepted so
+                that both decoders are driven alike.
+            enc_valid_lens: optional int ``(B,)``. enc_outputs_mask: optional bool ``(B, S)``.
 
-        Returns ``(top_output (B, h), new_states, weights (B, S))``.
+        Returns: a dict: ``"states"`` (per layer ``(B, num_hiddens)``), ``"keys"`` (the
+        attention's projected keys), ``"values"`` (the encoder outputs), ``"source_mask"``
+        bool ``(B, 1, S)`` (or None).
         """
-        query = ops.expand_dims(states[-1], 1)  # (B, 1, h)
-        context, weights = self.attention.attend(query, projected_keys, enc_outputs, keep,
-                                                 training=training)
-        x = ops.concatenate([x_emb, ops.cast(context[:, 0], x_emb.dtype)], axis=-1)
-        new_states = []
-        for i, (cell, state) in enumerate(zip(self.cells, states)):
-            if i:
-                x = self.dropout_layer(x, training=training)
-            x, _ = cell(x, [state], training=training)
-            new_states.append(x)
-        return x, new_states, weights[:, 0]
-
-    def call(self, tokens, enc_outputs, enc_states, enc_valid_lens=None, training=None,
-             tokens_mask=None, enc_outputs_mask=None, return_attention_scores=False):
-        _checks.check_rank("enc_outputs", enc_outputs, 3)
+        enc_outputs, enc_states = encoder_outputs
         if len(enc_states) != self.num_layers:
             raise ValueError(
                 f"`enc_states` must hold one state per layer ({self.num_layers}). "
                 f"Received: {len(enc_states)} states"
             )
-        emb = self._embed(tokens)  # (B, T, e)
-        projected_keys, keep = self.prepare(enc_outputs, enc_valid_lens, enc_outputs_mask)
-        batch, src_len = ops.shape(enc_outputs)[0], ops.shape(enc_outputs)[1]
-        init = (tuple(ops.cast(s, self.compute_dtype) for s in enc_states),
-                ops.zeros((batch, self.num_hiddens), self.compute_dtype),
-                ops.zeros((batch, src_len), self.compute_dtype))
+        keep = None
+        if source is not None:
+            keep = ops.expand_dims(ops.not_equal(source, PAD_ID), 1)
+        if enc_outputs_mask is not None:
+            keep = attn_ops.combine_masks(
+                keep, ops.expand_dims(ops.cast(enc_outputs_mask, "bool"), 1))
+        if enc_valid_lens is not None:
+            keep = attn_ops.combine_masks(
+                keep, attn_ops.valid_lens_to_mask(enc_valid_lens, ops.shape(enc_outputs)[1], 3))
+        return {"states": tuple(ops.cast(h, self.compute_dtype) for h in enc_states),
+                "keys": self.attention.compute_cache(enc_outputs), "values": enc_outputs,
+                "source_mask": keep}
 
-        def body(carry, x_t):
-            states = list(carry[0])
-            h, new_states, weights = self.step(x_t, states, enc_outputs, projected_keys, keep,
-                                               training)
-            return (tuple(new_states), h, ops.cast(weights, self.compute_dtype))
+    def _step(self, x_emb, cache, states, noise=None):
+        """One GRU step: ``x_emb`` ``(B, embed_size)``, ``states`` list of ``(B, h)``.
 
-        # tf.scan, not keras.ops.scan: the latter's while_loop has no maximum_iterations, so
-        # its gradient cannot be compiled by XLA (model.compile(jit_compile=True) failed).
-        _, outputs, weights = tf.scan(body, ops.transpose(emb, (1, 0, 2)), init)
+        ``noise``: None, or this step's dropout masks ``(attention (B, 1, S), between
+        layers (L-1, B, h))`` (0 or ``1 / keep``). Returns ``(top_output (B, h),
+        new_states, weights (B, S))``.
+        """
+        query = ops.expand_dims(states[-1], 1)  # (B, 1, h)
+        context, weights, _ = self.attention(query, cache["values"], cache["values"],
+                                             mask=cache["source_mask"],
+                                             return_attention_scores=True, cache=cache["keys"],
+                                             training=False)
+        if noise is not None:  # the attention's dropout, with this step's mask
+            context = ops.matmul(weights * ops.cast(noise[0], weights.dtype), cache["values"])
+        x = ops.concatenate([x_emb, ops.cast(context[:, 0], x_emb.dtype)], axis=-1)
+        new_states = []
+        for i, (cell, state) in enumerate(zip(self.cells, states)):
+            if i and noise is not None:
+                x = x * ops.cast(noise[1][i - 1], x.dtype)
+            x, _ = cell(x, [state], training=False)
+            new_states.append(x)
+        return x, new_states, weights[:, 0]
+
+    def _noise(self, steps, batch, src_len, training):
+        """Every step's dropout masks, drawn before the loop (a draw inside a JAX scan
+        would leak its seed out of the trace), as dropout applied to ones."""
+        if not training or self.dropout == 0:
+            return None
+        ones = ops.ones((steps, batch, 1, src_len), self.compute_dtype)
+        between = ops.ones((steps, max(self.num_layers - 1, 1), batch, self.num_hiddens),
+                           self.compute_dtype)
+        return (self.attention.dropout_layer(ones, training=True),
+                self.dropout_layer(between, training=True))
+
+    def call(self, tokens, enc_outputs=None, enc_states=None, enc_valid_lens=None,
+             training=None, tokens_mask=None, enc_outputs_mask=None,
+             return_attention_scores=False, cache=None, cache_update_index=None):
+        stepping = cache is not None
+        if not stepping:
+            _checks.check_rank("enc_outputs", enc_outputs, 3)
+            cache = self.init_cache((enc_outputs, enc_states), None, None, enc_valid_lens,
+                                    enc_outputs_mask)
+        emb = ops.transpose(self._embed(tokens), (1, 0, 2))  # (T, B, e)
+        src_len = ops.shape(cache["values"])[1]
+        batch = ops.shape(emb)[1]
+        noise = self._noise(ops.shape(emb)[0], batch, src_len, training)
+
+        def body(states, xs):
+            h, new_states, weights = self._step(xs[0], cache, list(states),
+                                                None if noise is None else xs[1:])
+            return tuple(new_states), (h, ops.cast(weights, self.compute_dtype))
+
+        xs = (emb,) if noise is None else (emb,) + noise
+        states, (outputs, weights) = _scan(body, cache["states"], xs, (
+            ops.zeros((batch, self.num_hiddens), self.compute_dtype),
+            ops.zeros((batch, src_len), self.compute_dtype)))
         logits = self.dense(ops.transpose(outputs, (1, 0, 2)))  # (B, T, V)
+        outputs = (logits,)
         if return_attention_scores:
-            return logits, ops.transpose(weights, (1, 0, 2))
-        return logits
+            outputs += (ops.transpose(weights, (1, 0, 2)),)  # (B, T, S)
+        if stepping:
+            outputs += ({**cache, "states": states},)
+        return outputs if len(outputs) > 1 else logits
+
+    @staticmethod
+    def alignment(weights):
+        """The attention of each target position over the source ``(B, T, S)``."""
+        return weights
 
     def compute_mask(self, *args, **kwargs):
         return None
 
     def compute_output_shape(self, tokens_shape, *args, **kwargs):
         return tuple(tokens_shape) + (self.vocab_size,)
+
+
+def _scan(body, states, xs, y_like):
+    """``keras.ops.scan(body, states, xs)``: ``body(states, x) -> (states, ys)``.
+
+    On TensorFlow ``tf.scan`` (:mod:`keras_attn.tf_ops`): ``keras.ops.scan``'s while loop has
+    no ``maximum_iterations`` there, so its gradient does not compile under XLA.
+    """
+    if keras.backend.backend() == "tensorflow":
+        from keras_attn import tf_ops
+
+        return tf_ops.scan(body, states, xs, y_like)
+    return ops.scan(body, states, xs)

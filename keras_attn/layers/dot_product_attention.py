@@ -6,12 +6,12 @@ from keras import ops
 
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
-from keras_attn.layers._masking import attention_mask, attention_output_spec
+from keras_attn.layers._masking import AttentionMaskMixin, attention_mask
 from keras_attn.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class DotProductAttention(keras.layers.Layer):
+class DotProductAttention(AttentionMaskMixin, keras.layers.Layer):
     """Scaled dot-product attention: ``softmax(Q K^T / sqrt(d)) V``.
 
     Args:
@@ -52,19 +52,8 @@ class DotProductAttention(keras.layers.Layer):
         output = ops.matmul(self.dropout_layer(weights, training=training), values)
         return (output, weights) if return_attention_scores else output
 
-    def compute_mask(self, queries, keys=None, values=None, valid_lens=None, mask=None, **kwargs):
-        # Keras calls compute_mask(queries, previous_mask), never with `queries_mask`: the
-        # output has the queries' positions, so it carries the queries' Keras mask (as
-        # keras.layers.MultiHeadAttention does).
-        queries_mask = kwargs.get("queries_mask")
-        return getattr(queries, "_keras_mask", None) if queries_mask is None else queries_mask
-
     def compute_output_shape(self, queries_shape, keys_shape, values_shape, *args, **kwargs):
         return tuple(queries_shape[:-1]) + (values_shape[-1],)
-
-    def compute_output_spec(self, queries, keys, values, valid_lens=None, mask=None,
-                            return_attention_scores=False, **kwargs):
-        return attention_output_spec(self, queries, keys, values, return_attention_scores)
 
     def get_config(self):
         return {**super().get_config(), "dropout": self.dropout}

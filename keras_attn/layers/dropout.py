@@ -1,22 +1,18 @@
-"""Inverted dropout that draws two keep/drop decisions from every 32-bit random number.
+"""Inverted dropout whose keep/drop decisions are 16-bit uniforms.
 
-A Transformer spends a surprising share of its training step on dropout: on the benchmark
-model (issue 8) Keras's ``Dropout`` costs ~14 % of a CPU training step, 86 % of it in the
-Philox generator producing one 32-bit float per element. This layer asks the same
-generator for half as many 32-bit integers and reads each as two 16-bit uniforms, which
-halves the random-number work; the decision and the scaling are one compare and one
-multiply each way.
-
-The price is a dropout probability quantised to 1/65536: ``rate`` is realised as
-``round(rate * 65536) / 65536`` (0.1 becomes 0.1000061) and the kept values are scaled
-by the exact inverse of the realised keep probability, so ``E[dropout(x)] == x`` holds
-exactly. Statistical checks (rate, expectation, independence of neighbouring elements)
+The drop probability is quantised to 1/65536: ``rate`` is realised as
+``round(rate * 65536) / 65536`` (0.1 becomes 0.1000061) and kept values are scaled by the
+exact inverse of the realised keep probability, so ``E[dropout(x)] == x`` holds exactly.
+The reference path draws one ``keras.random.randint(0, 65536)`` per element (every
+backend); on TensorFlow the fast path (:func:`keras_attn.tf_ops.dropout16`) reads two such
+numbers from each 32-bit random word, half the random-number work, with the same keep
+probability. Statistical checks (rate, expectation, independence of neighbouring elements)
 live in tests/test_dropout.py.
 """
 import keras
-import tensorflow as tf
 from keras import ops
 
+from keras_attn import fastpath
 from keras_attn.layers import _checks
 
 _LEVELS = 1 << 16
@@ -25,37 +21,6 @@ _LEVELS = 1 << 16
 def quantized_rate(rate):
     """The drop probability the 16-bit decisions realise for ``rate``: k / 65536."""
     return round(float(rate) * _LEVELS) / _LEVELS
-
-
-def _uniform16(shape, seed, static_dims=None):
-    """uint16 uniforms of ``shape`` (a shape tensor), from half as many uint32 draws.
-
-    The stateless generator fills its output in row-major order from one stream, so
-    ``ceil(n / 2)`` words read as ``2 * ceil(n / 2)`` uint16 values give the same numbers
-    whatever the shape; only the first ``n`` are used. ``static_dims`` (the shape as known
-    at trace time, None for dynamic axes): when one of them is even, so is ``n`` and the
-    words are reshaped without a slice. No ``cond`` either way: in a Keras model the batch
-    and length axes are dynamic, and a ``cond`` on the parity of the shape cost ~3 % of the
-    benchmark's training step.
-    """
-    n = tf.reduce_prod(shape)
-    if static_dims is not None and any(d is not None and d % 2 == 0 for d in static_dims):
-        bits = tf.random.stateless_uniform([n // 2], seed, minval=None, maxval=None,
-                                           dtype=tf.uint32)
-        return tf.reshape(tf.bitcast(bits, tf.uint16), shape)
-    bits = tf.random.stateless_uniform([(n + 1) // 2], seed, minval=None, maxval=None,
-                                       dtype=tf.uint32)
-    return tf.reshape(tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:n], shape)
-
-
-def _draw_seed(seed):
-    """A stateless-RNG seed: int32 ``(2,)``, advancing ``seed`` if it is a SeedGenerator."""
-    if isinstance(seed, keras.random.SeedGenerator):
-        seed = seed.next()
-    seed = tf.convert_to_tensor(seed)
-    if seed.dtype != tf.int32:  # SeedGenerator state is int64; XLA wants int32 seeds
-        seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
-    return seed
 
 
 def dropout16(x, rate, seed, noise_shape=None):
@@ -75,32 +40,28 @@ def dropout16(x, rate, seed, noise_shape=None):
         return x
     if threshold >= _LEVELS:
         return ops.zeros_like(x)
-    seed = _draw_seed(seed)
-    x = tf.convert_to_tensor(x)
-    dims = x.shape.as_list()
+    x = ops.convert_to_tensor(x)
+    dims = list(x.shape)
     if noise_shape is not None:
         if len(noise_shape) != len(dims):
             raise ValueError(f"`noise_shape` must have one entry per axis of the inputs "
                              f"(rank {len(dims)}). Received: noise_shape={noise_shape}")
         dims = [d if n is None else n for d, n in zip(dims, noise_shape)]
-    # A static shape keeps the random numbers independent of ``x``: the executor can draw
-    # them while the ops producing ``x`` still run.
-    if None not in dims:
-        shape = tf.constant(dims, tf.int32)
-    else:
-        dynamic = tf.shape(x)
-        shape = tf.stack([dynamic[i] if d is None else d for i, d in enumerate(dims)])
-    keep = _uniform16(shape, seed, dims) >= tf.constant(threshold, tf.uint16)
-    scale = _LEVELS / (_LEVELS - threshold)
-    # mask = scale or 0: one Select; the multiply is the only op on the gradient path.
-    mask = tf.where(keep, tf.constant(scale, x.dtype), tf.constant(0, x.dtype))
-    return x * mask
+    if fastpath.enabled():
+        from keras_attn import tf_ops
+
+        return tf_ops.dropout16(x, threshold, seed, dims)
+    dynamic = ops.shape(x)
+    shape = tuple(dynamic[i] if d is None else d for i, d in enumerate(dims))
+    keep = keras.random.randint(shape, 0, _LEVELS, dtype="int32", seed=seed) >= threshold
+    scale = ops.cast(_LEVELS / (_LEVELS - threshold), x.dtype)
+    return ops.where(keep, x * scale, ops.zeros_like(x))
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class Dropout(keras.layers.Layer):
-    """Inverted dropout, two decisions per 32-bit random number (drop-in for
-    ``keras.layers.Dropout``; used by every keras_attn layer).
+    """Inverted dropout with 16-bit keep/drop decisions (drop-in for ``keras.layers.Dropout``;
+    used by every keras_attn layer; two decisions per 32-bit random number on TensorFlow).
 
     Args:
         rate: float in [0, 1), the drop probability; realised as ``round(rate * 65536) /

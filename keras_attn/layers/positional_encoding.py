@@ -1,7 +1,6 @@
 """Positional information: the sinusoidal table and learned position embeddings."""
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from keras_attn.layers import _checks
@@ -37,11 +36,12 @@ class _PositionBase(keras.layers.Layer):
                 f"Sequence length {length + start_index} exceeds the positional table's "
                 f"`max_len`. Received: max_len={self.max_len}, inputs with shape={tuple(x.shape)}"
             )
-        if length is None:
-            # Unknown length in a graph: a runtime check (a no-op under XLA).
-            tf.debugging.assert_less_equal(
-                tf.shape(x)[1] + start_index, self.max_len,
-                message=f"sequence longer than the positional table's max_len={self.max_len}")
+        if length is None:  # only TensorFlow traces with unknown lengths
+            from keras_attn import tf_ops
+
+            tf_ops.assert_length_at_most(
+                ops.shape(x)[1] + start_index, self.max_len,
+                f"sequence longer than the positional table's max_len={self.max_len}")
 
     def _positions(self, table, x, start_index):
         length = ops.shape(x)[1]

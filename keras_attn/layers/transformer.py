@@ -157,8 +157,12 @@ class TransformerDecoder(_StackBase):
         enc_valid_lens: optional int ``(B,)``.
         return_attention_scores: also return ``{"self": [...], "cross": [...]}``, lists of
             ``(B, H, T, T)`` and ``(B, H, T, S)`` per layer.
+        cache: from :meth:`init_cache`, for step decoding: ``tokens`` are the tokens at
+            positions ``cache_update_index...``, ``enc_outputs`` is not read, and the
+            updated cache is returned last.
+        cache_update_index: int or scalar tensor, the position of ``tokens[:, 0]``.
 
-    Returns: logits ``(B, T, vocab_size)``.
+    Returns: logits ``(B, T, vocab_size)`` (and the maps, and the cache).
 
     Example:
         >>> dec = TransformerDecoder(200, 24, 48, 8, 2, 0.5)
@@ -200,49 +204,61 @@ class TransformerDecoder(_StackBase):
             return self.dense(x, self.embedding.embeddings)
         return self.dense(x)
 
-    def call(self, tokens, enc_outputs, enc_valid_lens=None, training=None, tokens_mask=None,
-             enc_outputs_mask=None, return_attention_scores=False):
+    def call(self, tokens, enc_outputs=None, enc_valid_lens=None, training=None,
+             tokens_mask=None, enc_outputs_mask=None, return_attention_scores=False,
+             cache=None, cache_update_index=None):
         self._check_tokens(tokens)
-        _checks.check_rank("enc_outputs", enc_outputs, 3)
-        x_mask = ops.not_equal(tokens, PAD_ID)
-        x = self.embed(tokens, training)
-        maps = {"self": [], "cross": []}
-        for blk in self.blks:
-            x, (w_self, w_cross) = blk(x, enc_outputs, enc_valid_lens=enc_valid_lens,
-                                       training=training, x_mask=x_mask,
-                                       enc_outputs_mask=enc_outputs_mask,
-                                       return_attention_scores=True)
+        if cache is None:
+            _checks.check_rank("enc_outputs", enc_outputs, 3)
+            x = self.embed(tokens, training)
+            x_mask = ops.not_equal(tokens, PAD_ID)
+        else:  # step decoding: `tokens` sit at positions cache_update_index, ...
+            x = self.embed(tokens, training, start_index=cache_update_index)
+            x_mask, enc_outputs_mask = None, cache["source_mask"]
+        maps, new_self = {"self": [], "cross": []}, []
+        for i, blk in enumerate(self.blks):
+            kw = {}
+            if cache is not None:
+                kw = dict(self_attention_cache=cache["self"][i],
+                          self_attention_cache_update_index=cache_update_index,
+                          cross_attention_cache=cache["cross"][i])
+            out = blk(x, enc_outputs, enc_valid_lens=enc_valid_lens, training=training,
+                      x_mask=x_mask, enc_outputs_mask=enc_outputs_mask,
+                      return_attention_scores=True, **kw)
+            x, (w_self, w_cross) = out[0], out[1]
+            if cache is not None:
+                new_self.append(out[2])
             maps["self"].append(w_self)
             maps["cross"].append(w_cross)
         logits = self.logits(self._finish(x))
-        return (logits, maps) if return_attention_scores else logits
+        outputs = (logits,) + ((maps,) if return_attention_scores else ())
+        if cache is not None:
+            outputs += ({**cache, "self": tuple(new_self)},)
+        return outputs if len(outputs) > 1 else logits
 
-    # --- incremental decoding -----------------------------------------------------------
-    def init_cache(self, batch_size, max_len):
-        """Per-layer self-attention key/value buffers ``(B, max_len, H, d_h)``."""
-        return tuple(blk.init_cache(batch_size, max_len) for blk in self.blks)
-
-    def cross_key_values(self, enc_outputs):
-        """Per-layer cross-attention keys/values, computed once from the encoder output."""
-        return tuple(blk.cross_key_value(enc_outputs) for blk in self.blks)
-
-    def call_step(self, tokens, index, cache, cross_kvs, cross_keep=None):
-        """Logits for position ``index`` given the token there, updating the cache.
+    def init_cache(self, enc_outputs, source, max_len):
+        """The decoding cache: zero self-attention buffers, the source projected once.
 
         Args:
-            tokens: int ``(B, 1)``. index: scalar int. cache: from :meth:`init_cache`.
-            cross_kvs: from :meth:`cross_key_values`. cross_keep: bool ``(B, 1, S)``.
+            enc_outputs: ``(B, S, num_hiddens)``, the encoder's output for ``source``.
+            source: int ``(B, S)`` source ids (0 = padding). max_len: positions to cache.
 
-        Returns: ``(logits (B, vocab_size), new_cache, cross_weights)``, the last a list
-        of ``(B, H, 1, S)`` per layer.
+        Returns: a dict, the ``cache`` argument of :meth:`call`: ``"self"`` (per layer
+        ``(k, v)`` zeros ``(B, max_len, H, d_h)``), ``"cross"`` (per layer ``(k, v)``
+        ``(B, S, H, d_h)``) and ``"source_mask"`` bool ``(B, S)``.
         """
-        x = self.embed(tokens, training=False, start_index=index)
-        new_cache, cross = [], []
-        for blk, layer_cache, kv in zip(self.blks, cache, cross_kvs):
-            x, layer_cache, w = blk.call_step(x, index, layer_cache, kv, cross_keep)
-            new_cache.append(layer_cache)
-            cross.append(w)
-        return self.logits(self._finish(x))[:, 0, :], tuple(new_cache), cross
+        batch = ops.shape(enc_outputs)[0]
+        shape = (batch, max_len, self.num_heads, self.num_hiddens // self.num_heads)
+        zeros = ops.zeros(shape, self.compute_dtype)
+        return {"self": tuple((zeros, zeros) for _ in self.blks),
+                "cross": tuple(blk.compute_cache(enc_outputs) for blk in self.blks),
+                "source_mask": ops.not_equal(source, PAD_ID)}
+
+    @staticmethod
+    def alignment(maps):
+        """The attention of each target position over the source, ``(B, T, S)``: the last
+        layer's cross-attention averaged over heads."""
+        return ops.mean(maps["cross"][-1], axis=1)
 
     def compute_mask(self, *args, **kwargs):
         return None  # the masked loss handles target padding

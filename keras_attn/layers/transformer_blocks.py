@@ -1,6 +1,5 @@
 """Transformer encoder and decoder blocks (post-norm as in the paper, or pre-norm)."""
 import keras
-from keras import ops
 
 from keras_attn.layers import _checks
 from keras_attn.layers.add_norm import AddNorm
@@ -132,6 +131,13 @@ class TransformerDecoderBlock(_BlockBase):
         x_mask, enc_outputs_mask: Keras padding masks ``(B, T)``, ``(B, S)`` (filled by
             Keras from ``Embedding(mask_zero=True)`` tensors).
         return_attention_scores: also return ``(self_weights, cross_weights)``.
+        self_attention_cache: ``(k, v)`` ``(B, max_len, H, d_h)``; this call's keys and
+            values are written at ``self_attention_cache_update_index`` (step decoding).
+        cross_attention_cache: ``(k, v)`` ``(B, S, H, d_h)`` from :meth:`compute_cache`
+            (then ``enc_outputs`` is not read). Give both caches or neither.
+
+    Returns: ``(B, T, num_hiddens)``; with ``return_attention_scores`` also the weights;
+    with the caches also the updated self-attention cache, last.
 
     Example:
         >>> blk = TransformerDecoderBlock(24, 48, 8, 0.5)
@@ -154,82 +160,56 @@ class TransformerDecoderBlock(_BlockBase):
             layer.build(x_shape)
         self.built = True
 
-    def _cross_and_ffn(self, x, cross, training):
-        """Shared by the full and the step-by-step paths: cross-attention and the FFN."""
-        x = self.addnorm2.residual(x, cross, training, self.norm_first)
-        return self.addnorm3.residual(x, lambda h: self.ffn(h, training=training), training,
-                                      self.norm_first)
-
-    def call(self, x, enc_outputs, enc_valid_lens=None, training=None, x_mask=None,
-             enc_outputs_mask=None, return_attention_scores=False):
+    def call(self, x, enc_outputs=None, enc_valid_lens=None, training=None, x_mask=None,
+             enc_outputs_mask=None, return_attention_scores=False, self_attention_cache=None,
+             self_attention_cache_update_index=None, cross_attention_cache=None):
         self._check_width(x)
-        _checks.check_rank("enc_outputs", enc_outputs, 3)
-        weights = []
+        caching = self_attention_cache is not None
+        if caching != (cross_attention_cache is not None):
+            raise ValueError("Pass both `self_attention_cache` and `cross_attention_cache`, "
+                             "or neither (as keras-hub's TransformerDecoder).")
+        if not caching:
+            _checks.check_rank("enc_outputs", enc_outputs, 3)
+        weights, caches = [], []
 
         def self_attention(h):
-            out, w = self.attention1(h, h, h, use_causal_mask=True, queries_mask=x_mask,
-                                     keys_mask=x_mask, return_attention_scores=True,
-                                     training=training)
+            if not caching:
+                out, w = self.attention1(h, h, h, use_causal_mask=True, queries_mask=x_mask,
+                                         keys_mask=x_mask, return_attention_scores=True,
+                                         training=training)
+            else:
+                out, w, cache = self.attention1(
+                    h, h, h, use_causal_mask=True, return_attention_scores=True,
+                    training=training, cache=self_attention_cache,
+                    cache_update_index=self_attention_cache_update_index)
+                caches.append(cache)
             weights.append(w)
             return out
 
         def cross_attention(h):
-            out, w = self.attention2(h, enc_outputs, enc_outputs, valid_lens=enc_valid_lens,
-                                     keys_mask=enc_outputs_mask,
-                                     return_attention_scores=True, training=training)
+            if not caching:
+                out, w = self.attention2(h, enc_outputs, enc_outputs,
+                                         valid_lens=enc_valid_lens, keys_mask=enc_outputs_mask,
+                                         return_attention_scores=True, training=training)
+            else:
+                out, w, _ = self.attention2(h, valid_lens=enc_valid_lens,
+                                            keys_mask=enc_outputs_mask,
+                                            return_attention_scores=True, training=training,
+                                            cache=cross_attention_cache)
             weights.append(w)
             return out
 
         x = self.addnorm1.residual(x, self_attention, training, self.norm_first)
-        x = self._cross_and_ffn(x, cross_attention, training)
-        return (x, tuple(weights)) if return_attention_scores else x
+        x = self.addnorm2.residual(x, cross_attention, training, self.norm_first)
+        x = self.addnorm3.residual(x, lambda h: self.ffn(h, training=training), training,
+                                   self.norm_first)
+        outputs = (x,) + ((tuple(weights),) if return_attention_scores else ())
+        outputs += tuple(caches)
+        return outputs if len(outputs) > 1 else x
 
-    # --- incremental decoding -----------------------------------------------------------
-    def init_cache(self, batch_size, max_len, dtype=None):
-        """Zero key/value buffers ``(B, max_len, H, d_h)`` for the self-attention."""
-        shape = (batch_size, max_len, self.num_heads, self.num_hiddens // self.num_heads)
-        dtype = dtype or self.compute_dtype
-        return ops.zeros(shape, dtype), ops.zeros(shape, dtype)
-
-    def cross_key_value(self, enc_outputs):
-        """Cross-attention keys and values, computed once per source."""
-        return self.attention2.project_key_value(enc_outputs, enc_outputs)
-
-    def call_step(self, x, index, cache, cross_kv, cross_keep=None):
-        """One decoding step (inference, no dropout).
-
-        Args:
-            x: ``(B, 1, num_hiddens)`` the input at position ``index``.
-            index: scalar int, the position being decoded.
-            cache: ``(k, v)`` buffers from :meth:`init_cache`; position ``index`` is written.
-            cross_kv: from :meth:`cross_key_value`.
-            cross_keep: bool ``(B, 1, S)`` source padding mask, True = real token.
-
-        Returns: ``(y (B, 1, num_hiddens), new_cache, cross_weights (B, H, 1, S))``.
-        """
-        k_cache, v_cache = cache
-        max_len = ops.shape(k_cache)[1]
-        keep = ops.less_equal(ops.arange(max_len, dtype="int32"), index)[None, None, :]
-        new_cache = []
-
-        def self_attention(h):
-            k_new, v_new = self.attention1.project_key_value(h, h)
-            start = (0, index, 0, 0)
-            k = ops.slice_update(k_cache, start, ops.cast(k_new, k_cache.dtype))
-            v = ops.slice_update(v_cache, start, ops.cast(v_new, v_cache.dtype))
-            new_cache.extend([k, v])
-            return self.attention1.attend(h, k, v, keep)[0]
-
-        cross_weights = []
-
-        def cross_attention(h):
-            out, w = self.attention2.attend(h, cross_kv[0], cross_kv[1], cross_keep)
-            cross_weights.append(w)
-            return out
-
-        x = self.addnorm1.residual(x, self_attention, False, self.norm_first)
-        x = self._cross_and_ffn(x, cross_attention, False)
-        return x, tuple(new_cache), cross_weights[0]
+    def compute_cache(self, enc_outputs):
+        """The cross-attention's projected ``(k, v)`` ``(B, S, H, d_h)`` of the source."""
+        return self.attention2.compute_cache(enc_outputs)
 
     def compute_mask(self, x, enc_outputs=None, enc_valid_lens=None, mask=None, **kwargs):
         # Keras passes the previous masks, not `x_mask`: the output keeps x's padding.
