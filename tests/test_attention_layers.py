@@ -167,9 +167,9 @@ CHUNK_MASKS = {
 
 
 def test_attention_chunks_cover_every_row_in_aligned_chunks(monkeypatch):
-    from keras_attn.layers import multi_head_attention as mha_module
-    from keras_attn.layers.multi_head_attention import attention_chunks
-    monkeypatch.setattr(mha_module, "_gpu_visible", lambda: False)  # the CPU rule
+    from keras_attn import tf_ops as mha_module
+    from keras_attn.tf_ops import attention_chunks
+    monkeypatch.setattr(mha_module, "gpu_visible", lambda: False)  # the CPU rule
     for chunk_bytes, rows in CHUNK_CASES.items():
         assert attention_chunks(CHUNK_B, CHUNK_HEADS, Q, K, chunk_bytes, 0) == rows
         assert attention_chunks(CHUNK_B, CHUNK_HEADS, Q, K, chunk_bytes) == [12]  # small
@@ -186,9 +186,35 @@ def test_attention_chunks_cover_every_row_in_aligned_chunks(monkeypatch):
             for n in rows:  # whole examples, or a divisor of the heads inside one
                 assert n % heads == 0 or heads % n == 0
                 assert n * 4 * q_len * q_len <= 1 << 18 or n == 1
-    monkeypatch.setattr(mha_module, "_gpu_visible", lambda: True)
+    monkeypatch.setattr(mha_module, "gpu_visible", lambda: True)
     assert attention_chunks(16, 8, 512, 512) == [128]  # a GPU: one chunk
-    assert attention_chunks(16, 8, 512, 512, 1 << 21, 0) == [2] * 64  # unless asked
+    assert attention_chunks(16, 8, 512, 512, 1 << 21, 0) == [128]
+    # The decision injected: both sides run on any machine.
+    assert attention_chunks(16, 8, 512, 512, gpu=False) == [2] * 64
+    assert attention_chunks(16, 8, 512, 512, gpu=True) == [128]
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "gpu"])
+def test_multi_head_attention_chunks_follow_the_gpu_decision(monkeypatch, gpu):
+    """With a GPU (injected) the layer attends in one chunk, on a CPU in several; same
+    outputs either way."""
+    from keras_attn import fastpath, tf_ops
+
+    monkeypatch.setattr(tf_ops, "gpu_visible", lambda: gpu)
+    monkeypatch.setattr(tf_ops, "_CHUNK_ABOVE", 0)
+    monkeypatch.setattr(tf_ops, "_CHUNK_BYTES", 60)
+    x = rand(CHUNK_B, Q, HIDDEN, seed=1)
+    layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS)
+    layer(x, x, x)
+    g = tf.function(lambda a: layer(a, a, a)).get_concrete_function(
+        tf.TensorSpec(x.shape)).graph
+    matmuls = sum(op.type == "BatchMatMulV2" for op in g.get_operations())
+    assert matmuls == (2 if gpu else 2 * CHUNK_B * CHUNK_HEADS)
+    with fastpath.disabled():
+        reference_out = np_(layer(x, x, x))
+    # float32 sums of HIDDEN products: tolerance from eps32 times that length and the scale
+    tol = 16 * HIDDEN * np.finfo("float32").eps * np.abs(reference_out).max()
+    np.testing.assert_allclose(np_(layer(x, x, x)), reference_out, rtol=0, atol=tol)
 
 
 @pytest.mark.parametrize("case", list(CHUNK_MASKS))
@@ -198,7 +224,7 @@ def test_multi_head_attention_in_chunks_matches_numpy_and_one_chunk(monkeypatch,
     """Outputs, weights and gradients are those of NumPy and of the unchunked layer, for
     every mask, when the heads are attended in chunks of rows (split inside an example,
     whole examples, a remainder)."""
-    from keras_attn.layers import multi_head_attention as mha_module
+    from keras_attn import tf_ops as mha_module
     kwargs, keep = CHUNK_MASKS[case]
     queries, keys = rand(CHUNK_B, Q, 6, seed=1), rand(CHUNK_B, K, 6, seed=2)
     values = rand(CHUNK_B, K, 7, seed=3)
@@ -221,7 +247,7 @@ def test_multi_head_attention_in_chunks_matches_numpy_and_one_chunk(monkeypatch,
 
     monkeypatch.setattr(mha_module, "_CHUNK_BYTES", chunk_bytes)
     monkeypatch.setattr(mha_module, "_CHUNK_ABOVE", 0)
-    monkeypatch.setattr(mha_module, "_gpu_visible", lambda: False)
+    monkeypatch.setattr(mha_module, "gpu_visible", lambda: False)
     for graph in (False, True):
         out, w, grads = run(graph)
         if graph:  # the chunks are really there: two batched matmuls per chunk forward
@@ -241,14 +267,14 @@ def test_multi_head_attention_in_chunks_matches_numpy_and_one_chunk(monkeypatch,
 
 @pytest.mark.parametrize("variant", ["xla", "mixed_bfloat16"])
 def test_multi_head_attention_in_chunks_under_xla_and_bfloat16(monkeypatch, variant):
-    from keras_attn.layers import multi_head_attention as mha_module
+    from keras_attn import tf_ops as mha_module
     x = rand(CHUNK_B, Q, HIDDEN, seed=1)
     lens = CHUNK_LENS
     layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS)
     expected = np_(layer(x, x, x, valid_lens=lens))  # one chunk, float32
     monkeypatch.setattr(mha_module, "_CHUNK_BYTES", 120)
     monkeypatch.setattr(mha_module, "_CHUNK_ABOVE", 0)
-    monkeypatch.setattr(mha_module, "_gpu_visible", lambda: False)
+    monkeypatch.setattr(mha_module, "gpu_visible", lambda: False)
     if variant == "xla":
         out = tf.function(lambda a: layer(a, a, a, valid_lens=lens), jit_compile=True)(x)
         np.testing.assert_allclose(np_(out), expected, rtol=1e-5, atol=1e-6)
@@ -262,10 +288,10 @@ def test_multi_head_attention_in_chunks_under_xla_and_bfloat16(monkeypatch, vari
 
 
 def test_multi_head_attention_in_chunks_drops_weights_only_in_training(monkeypatch):
-    from keras_attn.layers import multi_head_attention as mha_module
+    from keras_attn import tf_ops as mha_module
     monkeypatch.setattr(mha_module, "_CHUNK_BYTES", 60)  # one head per chunk
     monkeypatch.setattr(mha_module, "_CHUNK_ABOVE", 0)
-    monkeypatch.setattr(mha_module, "_gpu_visible", lambda: False)
+    monkeypatch.setattr(mha_module, "gpu_visible", lambda: False)
     x = rand(CHUNK_B, Q, HIDDEN, seed=1)
     layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS, dropout=0.5)
     eval_out, eval_w = call(layer, x, x[:, :, :], x, training=False)

@@ -405,14 +405,13 @@ def test_incremental_decoding_matches_full_call(norm_first, tie):
     enc = encoder(src)
     decoder(tgt, enc)
     randomize(decoder, seed=10)
-    cache = decoder.init_cache(2, 7)  # longer than needed: unused slots must not count
-    cross = decoder.cross_key_values(enc)
-    cross_keep = (src != 0)[:, None, :]
+    cache = decoder.init_cache(enc, src, 7)  # longer than needed: unused slots must not count
     for t in range(tgt.shape[1]):
-        logits, cache, cross_w = decoder.call_step(tgt[:, t:t + 1], t, cache, cross,
-                                                   cross_keep)
+        logits, maps, cache = decoder(tgt[:, t:t + 1], cache=cache, cache_update_index=t,
+                                      return_attention_scores=True)
         full = lc.as_numpy(decoder(tgt[:, :t + 1], enc, enc_outputs_mask=src != 0))[:, -1]
-        lc.assert_close(logits, full, rtol=1e-4, atol=1e-4)
+        lc.assert_close(logits[:, 0], full, rtol=1e-4, atol=1e-4)
+        cross_w = maps["cross"]
         assert len(cross_w) == 2 and tuple(cross_w[0].shape) == (2, HEADS, 1, 6)
         np.testing.assert_array_equal(lc.as_numpy(cross_w[0])[0, :, 0, 4:], 0.0)
 
@@ -424,18 +423,18 @@ def test_incremental_step_under_xla():
     enc = rand(2, 6, D, seed=3)
     tgt = np.array([[2, 5, 6], [2, 4, 9]], "int32")
     decoder(tgt, enc)
-    cross, keep = decoder.cross_key_values(enc), (src != 0)[:, None, :]
 
     def run(tokens, index, cache):
-        return decoder.call_step(tokens, index, cache, cross, keep)[:2]
+        logits, cache = decoder(tokens, cache=cache, cache_update_index=index)
+        return logits, cache
 
-    cache = decoder.init_cache(2, 5)
     eager = []
+    cache = decoder.init_cache(enc, src, 5)
     for t in range(2):
         logits, cache = run(tgt[:, t:t + 1], t, cache)
         eager.append(lc.as_numpy(logits))
     step = tf.function(run, jit_compile=True)
-    cache = decoder.init_cache(2, 5)
+    cache = decoder.init_cache(enc, src, 5)
     for t in range(2):
         logits, cache = step(tf.constant(tgt[:, t:t + 1]), tf.constant(t), cache)
         lc.assert_close(logits, eager[t], rtol=1e-5, atol=1e-5)
