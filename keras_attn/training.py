@@ -241,66 +241,74 @@ def worker_info(strategy):
             task_id + (1 if has_chief else 0))
 
 
-def _build_from_local_batch(model, strategy):
-    """Work around Keras 3 building a model from a distributed batch.
+class DistributedFitModel(keras.Model):
+    """The model ``fit`` trains under a ``tf.distribute`` strategy (same layers and weights).
 
-    Before the first step Keras builds the model from the first batch reduced with
-    ``strategy.reduce("MEAN", batch)``: ``MultiWorkerMirroredStrategy`` rejects a nested
-    (dict) batch ("Attempt to convert a value ({'source': PerReplica...}) with an unsupported
-    type (<class 'dict'>) to a Tensor"), and ``MirroredStrategy`` fails when a bucketed
-    batch of odd size splits into parts of different shapes ("Inputs to operation AddN ...
-    must have the same size and shape"). Only shapes and dtypes matter there, so build from
-    this worker's first replica's part of the batch instead (no collective op).
+    A functional model over the ``input`` and ``output`` of a model whose layers were
+    built inside ``strategy.scope()``: it shares every variable, and its config equals the
+    original's. Create it **outside** the scope, compile it (and build its optimizer)
+    inside, and call ``fit`` outside. It works around two Keras 3.15 problems with
+    ``tf.distribute`` (keras-team/keras#20329, #20585), with public API only:
+
+    * A model created inside a scope remembers that strategy, and its ``fit``/``evaluate``
+      then build it from the first batch reduced with ``strategy.reduce("MEAN", batch)``,
+      which fails for a dict batch under ``MultiWorkerMirroredStrategy`` ("Attempt to
+      convert a value ({'source': PerReplica...}) with an unsupported type") and for a
+      bucketed batch of odd size under ``MirroredStrategy`` (parts of different shapes).
+      Keras skips that build for a model created outside any scope and builds what is
+      left (the compiled loss and metrics) when it traces the step, as on one device;
+      this model's layers are built already, and it takes the strategy as an argument
+      (its ``distribute_strategy``). ``fit`` must run outside the scope: only the chief
+      saves checkpoints, and Keras creates a variable while saving, which inside a
+      ``MultiWorkerMirroredStrategy`` scope is a collective op the other workers never join.
+    * Under ``MultiWorkerMirroredStrategy`` Keras averages each value the step returns
+      with ``strategy.reduce("MEAN", value, axis=0)``, which fails for a scalar ("Invalid
+      reduction dimension 0 for input with 0 dimensions"). ``train_step``/``test_step``
+      return every log as shape ``(1,)``, which that reduction turns into the scalar
+      mean over replicas. Only the per-batch logs take this path: the epoch logs (what
+      the callbacks and ``training_log.csv`` see) are the metrics' ``result()``, read
+      outside the step, where the strategy sums each metric's state over all replicas.
+
+    Args:
+        strategy: the ``tf.distribute.Strategy`` to train with (default: the strategy of
+            the current scope, as for any Keras model).
+
+    Example:
+        >>> with strategy.scope():
+        ...     net = build_model(config)
+        >>> fit_model = DistributedFitModel(net.input, net.output, name=net.name,
+        ...                                 strategy=strategy)
+        >>> with strategy.scope():
+        ...     compile_model(fit_model, config, steps_per_epoch)
+        ...     fit_model.optimizer.build(fit_model.trainable_variables)
+        >>> fit_model.fit(train_ds, epochs=2)
     """
-    def local(value):
-        if isinstance(value, tf.distribute.DistributedValues):
-            return strategy.experimental_local_results(value)[0]
-        return value
 
-    def maybe_symbolic_build(iterator=None, data_batch=None):
-        if iterator is not None:
-            for _, _, it in iterator:
-                data_batch = next(it)
-                break
-        with strategy.scope():
-            model._symbolic_build(data_batch=tf.nest.map_structure(local, data_batch))
+    def __init__(self, *args, strategy=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.strategy = strategy
 
-    model._maybe_symbolic_build = maybe_symbolic_build
+    @property
+    def distribute_strategy(self):
+        return self.strategy or tf.distribute.get_strategy()
 
+    def train_step(self, data):
+        return self._reducible(super().train_step(data))
 
-def _patch_multiworker_log_reduction():
-    """Work around Keras 3 averaging the step logs under ``MultiWorkerMirroredStrategy``.
+    def test_step(self, data):
+        return self._reducible(super().test_step(data))
 
-    Keras reduces each (scalar) log with ``strategy.reduce("MEAN", v, axis=0)``, which fails
-    for a scalar ("Invalid reduction dimension 0 for input with 0 dimensions"); reduce the
-    scalars with ``axis=None`` (the mean over all replicas) instead. Installed once, only
-    for multi-worker runs.
-    """
-    from keras.src.backend.tensorflow import trainer as tf_trainer
-
-    original = tf_trainer.reduce_per_replica
-    if getattr(original, "_keras_attn_patched", False):
-        return
-
-    def reduce_per_replica(values, strategy, reduction):
-        if (reduction in ("auto", "mean")
-                and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)):
-            def reduce(v):
-                shape = getattr(v, "shape", None)
-                if shape is None and isinstance(v, tf.distribute.DistributedValues):
-                    shape = strategy.experimental_local_results(v)[0].shape
-                axis = None if shape is not None and len(shape) == 0 else 0
-                return strategy.reduce("MEAN", v, axis=axis)
-            return tf.nest.map_structure(reduce, values)
-        return original(values, strategy, reduction)
-
-    reduce_per_replica._keras_attn_patched = True
-    tf_trainer.reduce_per_replica = reduce_per_replica
+    def _reducible(self, logs):
+        if not isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return logs
+        return tf.nest.map_structure(lambda v: keras.ops.reshape(v, (1,)), logs)
 
 
-def compile_model(model, config, steps_per_epoch):
-    optimizer = keras.optimizers.Adam(_schedule(config, steps_per_epoch), beta_1=0.9,
-                                      beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
+def compile_model(model, config, steps_per_epoch, optimizer=None):
+    """Compile with the run's Adam, masked loss and accuracy (``optimizer``: reuse this one)."""
+    if optimizer is None:
+        optimizer = keras.optimizers.Adam(_schedule(config, steps_per_epoch), beta_1=0.9,
+                                          beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
     # Under a multi-replica strategy (compile inside its scope) the loss must be divided by
     # the number of replicas; one device keeps the plain loss (and the saved compile config).
     distributed = (tf.distribute.has_strategy()
@@ -445,12 +453,19 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0):
         # device ("Trying to access resource ... located in device CPU:1 from CPU:0").
         log("jit_compile: off (XLA does not support MirroredStrategy over logical CPU devices)")
         compile_config = dataclasses.replace(config, jit_compile=False)
+    distributed = strategy.num_replicas_in_sync > 1 or bool(distribute)
     with strategy.scope():
         model = compile_model(build_model(config), compile_config, steps_per_epoch)
-    if strategy.num_replicas_in_sync > 1 or distribute:
-        _build_from_local_batch(model, strategy)
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        _patch_multiworker_log_reduction()
+    fit_model = model
+    if distributed:
+        # Made outside the scope (the layers and their variables were made inside it) and
+        # compiled in it; fit runs outside it, as on one device (see DistributedFitModel).
+        # Same optimizer: model.keras holds its state, as on one device.
+        fit_model = DistributedFitModel(model.input, model.output, name=model.name,
+                                        strategy=strategy)
+        with strategy.scope():
+            compile_model(fit_model, compile_config, steps_per_epoch, model.optimizer)
+            fit_model.optimizer.build(fit_model.trainable_variables)
     log(f"model: {config.model}, {model.count_params():,} parameters; "
         f"{steps_per_epoch} steps x {epochs} epochs")
 
@@ -469,9 +484,9 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0):
                           keras.callbacks.TensorBoard(p["logs"]),
                           keras.callbacks.CSVLogger(p["csv"], append=True)]
     t0 = time.time()
-    model.fit(train_ds, validation_data=valid_ds, epochs=epochs,
-              steps_per_epoch=steps_per_epoch if config.steps else None,
-              callbacks=callbacks, shuffle=False, verbose=1 if sys.stdout.isatty() else 2)
+    fit_model.fit(train_ds, validation_data=valid_ds, epochs=epochs,
+                  steps_per_epoch=steps_per_epoch if config.steps else None,
+                  callbacks=callbacks, shuffle=False, verbose=1 if sys.stdout.isatty() else 2)
     train_seconds = time.time() - t0
     if not is_chief:
         return {"chief": False, "worker": worker_index, "train_seconds": round(train_seconds, 1)}
