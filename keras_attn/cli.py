@@ -7,6 +7,7 @@ Examples::
     keras-attn translate runs/dates "3 March 2021"    # or lines on stdin
     keras-attn evaluate runs/dates --split test
     keras-attn export runs/dates
+    keras-attn export runs/dates --format ctranslate2 --quantization int8
 """
 import argparse
 import dataclasses
@@ -102,10 +103,27 @@ def cmd_evaluate(args):
 
 
 def cmd_export(args):
+    if args.format == "ctranslate2":
+        for flag, value in (("--version", args.version), ("--beam-size", args.beam_size)):
+            if value is not None:  # CTranslate2 has no versions; decoding is chosen per call
+                raise ValueError(f"{flag} applies to --format tf only. Received: {flag} {value}")
+        try:
+            from keras_attn.export.ctranslate2 import export_ctranslate2
+        except ImportError as e:
+            raise ValueError(f"--format ctranslate2: {e}") from None
+        export_ctranslate2(args.run_dir, export_dir=args.export_dir,
+                           quantization=args.quantization or "float32", overwrite=args.overwrite)
+        return 0
+    if args.quantization is not None:
+        raise ValueError("--quantization applies to --format ctranslate2 only (--format tf "
+                         f"writes float32 and int8 TFLite files). Received: --quantization "
+                         f"{args.quantization}")
     from keras_attn import export
 
-    export.export_run(args.run_dir, export_dir=args.export_dir, version=args.version,
-                      overwrite=args.overwrite, beam_size=args.beam_size)
+    export.export_run(args.run_dir, export_dir=args.export_dir,
+                      version=1 if args.version is None else args.version,
+                      overwrite=args.overwrite,
+                      beam_size=1 if args.beam_size is None else args.beam_size)
     return 0
 
 
@@ -123,12 +141,20 @@ def build_parser():
     p.add_argument("--split", choices=["train", "valid", "test"], default="test")
     p.add_argument("--beam-size", type=int, default=1)
     p.add_argument("--limit", type=int, default=0)
-    p = sub.add_parser("export", help="export a run as SavedModel and TFLite")
+    p = sub.add_parser("export", help="export a run as SavedModel and TFLite, or for "
+                                      "CTranslate2")
     p.add_argument("run_dir")
+    p.add_argument("--format", choices=["tf", "ctranslate2"], default="tf",
+                   help="tf (default): SavedModel + TFLite under --export-dir (default "
+                        "RUN_DIR/export); ctranslate2: a CTranslate2 model directory, "
+                        "--export-dir itself (default RUN_DIR/export/ctranslate2[_int8])")
     p.add_argument("--export-dir", default=None)
-    p.add_argument("--version", type=int, default=1)
+    p.add_argument("--version", type=int, default=None, help="SavedModel version (tf; 1)")
     p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--beam-size", type=int, default=None,
+                   help="decoding inside the SavedModel/TFLite graphs (tf; 1)")
+    p.add_argument("--quantization", choices=["float32", "int8"], default=None,
+                   help="CTranslate2 weights (ctranslate2; float32)")
     return parser
 
 

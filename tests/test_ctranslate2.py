@@ -1,0 +1,334 @@
+"""keras_attn.export.ctranslate2: a run as a CTranslate2 model, checked against our decoders.
+
+A small dates Transformer is trained once per module (~20 s on 2 CPU cores) and exported;
+CTranslate2 must reproduce our greedy outputs token for token (``Translator`` and the
+SavedModel), score our outputs with the same log-probabilities, and agree with our beam
+search as far as the two algorithms allow. Other architectures (biases, pre-norm, tied
+embeddings, another epsilon) are compared on random weights, teacher-forced.
+"""
+import dataclasses
+import json
+import os
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+ctranslate2 = pytest.importorskip(
+    "ctranslate2", reason="CTranslate2 is not installed (pip install -e '.[ctranslate2]')")
+
+from keras_attn import cli, data, export, models, runs, text, training  # noqa: E402
+from keras_attn.export import ctranslate2 as ct2_export  # noqa: E402
+from keras_attn.layers import TransformerDecoder, TransformerEncoder  # noqa: E402
+from keras_attn.translator import Translator  # noqa: E402
+
+pytestmark = pytest.mark.slow  # trains a small model (~20 s) and exports it
+
+NUM_INPUTS = 200
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# --- fixtures ------------------------------------------------------------------------------
+def _train_dates_run(run_dir):
+    """A small trained dates run (as tests/test_export.py builds); returns held-out sources."""
+    config = training.TrainConfig(
+        task="dates", num_hiddens=64, ffn_num_hiddens=128, num_heads=4, num_layers=2,
+        dropout=0.0, batch_size=64, epochs=3, warmup=200, max_len=32, num_train=3000,
+        num_valid=100, num_test=NUM_INPUTS, label_smoothing=0.0)
+    keras.utils.set_random_seed(0)
+    splits = data.dates_splits(config.num_train, config.num_valid, config.num_test, seed=0)
+    p = runs.paths(run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    src = text.char_vocab([s for s, _ in splits["train"]])
+    tgt = text.char_vocab([t for _, t in splits["train"]])
+    text.save_vocab(src, p["src_vocab"])
+    text.save_vocab(tgt, p["tgt_vocab"])
+    config.src_vocab_size, config.tgt_vocab_size = len(src), len(tgt)
+    runs.write_json(p["config"], dataclasses.asdict(config))
+    ds = data.make_dataset(splits["train"], text.Tokenizer(src), text.Tokenizer(tgt),
+                           config.batch_size, max_len=config.max_len)
+    model = training.compile_model(training.build_model(config), config, 50)
+    model.fit(ds, epochs=config.epochs, verbose=0, shuffle=False)
+    model.save(p["model"])
+    runs.write_json(p["metrics"], {"samples": [{"source": s, "target": t, "output": ""}
+                                               for s, t in splits["test"][:8]]})
+    return [s for s, _ in splits["test"]]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    run_dir = str(tmp_path_factory.mktemp("ct2_run") / "run")
+    return {"dir": run_dir, "inputs": _train_dates_run(run_dir)}
+
+
+@pytest.fixture(scope="module")
+def translator(run):
+    return Translator.from_run_dir(run["dir"])
+
+
+@pytest.fixture(scope="module")
+def exported(run, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("ct2_export") / "dates_ct2")
+    return ct2_export.export_ctranslate2(run["dir"], path)
+
+
+@pytest.fixture(scope="module")
+def ct2(exported):
+    return ct2_export.CTranslate2Translator(exported["path"], intra_threads=2)
+
+
+@pytest.fixture(scope="module")
+def source(run, translator):
+    return translator.encode(run["inputs"]).numpy()
+
+
+def _rows(ids):
+    return [[t for t in row if t != 0] for row in np.asarray(ids).tolist()]
+
+
+def _agreement(a, b):
+    return sum(x == y for x, y in zip(a, b)) / len(a)
+
+
+# --- the exported directory ----------------------------------------------------------------
+def test_layout_and_report(exported):
+    path = exported["path"]
+    # CTranslate2 writes one shared_vocabulary.json when both vocabularies are equal (as
+    # here: char_vocab's extra characters), else source_ and target_vocabulary.json.
+    vocab_json = ("shared_vocabulary.json" if os.path.exists(
+        os.path.join(path, "shared_vocabulary.json")) else "target_vocabulary.json")
+    assert set(os.listdir(path)) == {
+        "config.json", "keras_attn.json", "model.bin", "src_vocab.txt", "tgt_vocab.txt"} | (
+        {vocab_json} if vocab_json.startswith("shared") else
+        {"source_vocabulary.json", "target_vocabulary.json"})
+    assert not [n for n in os.listdir(os.path.dirname(path)) if n.startswith(".tmp-")]
+    config = runs.read_json(os.path.join(path, "config.json"))
+    assert config["add_source_eos"] is True and config["layer_norm_epsilon"] == 1e-5
+    assert config["decoder_start_token"] == "<s>" and config["eos_token"] == "</s>"
+    vocab = runs.read_json(os.path.join(path, vocab_json))
+    assert vocab[:4] == ["<blank>", "<unk>", "<s>", "</s>"]
+    ours = text.load_vocab(os.path.join(path, "tgt_vocab.txt"))
+    assert vocab[4:] == ours[4:] and ours[:4] == text.RESERVED_TOKENS
+    assert exported["architecture"] == {"num_layers": [2, 2], "num_heads": 4,
+                                        "pre_norm": False, "epsilon": 1e-5,
+                                        "use_bias": [False, False], "tie_embeddings": False}
+    samples = exported["samples"]  # the run's samples, checked while exporting
+    assert samples["agreement"] == 1.0 and samples["max_logprob_diff"] < 1e-4
+    assert exported["total_bytes"] == sum(exported["files"].values())
+    meta = runs.read_json(os.path.join(path, "keras_attn.json"))
+    assert meta["max_len"] == 32 and meta["decoding"]["min_decoding_length"] == 0
+
+
+# --- greedy: token for token -----------------------------------------------------------------
+def test_greedy_equals_translator_token_for_token(run, translator, ct2, source):
+    ours = np.asarray(translator.translate_ids(source))
+    theirs = ct2.translate_ids(source)
+    assert _rows(theirs) == _rows(ours)
+    assert ct2.translate(run["inputs"]) == translator.translate(run["inputs"])
+
+
+def test_greedy_equals_saved_model(run, translator, ct2, source, tmp_path):
+    rep = export.export_saved_model(translator, str(tmp_path / "sm"))
+    loaded = tf.saved_model.load(rep["path"])
+    ids = loaded.signatures[export.IDS_SIGNATURE](source=tf.constant(source))["tokens"]
+    assert _rows(ct2.translate_ids(source)) == _rows(ids.numpy())
+    texts = loaded.signatures[export.SERVING_SIGNATURE](text=tf.constant(run["inputs"]))
+    assert ct2.translate(run["inputs"]) == [t.decode() for t in texts["translation"].numpy()]
+
+
+def test_plain_ctranslate2_api(run, translator, exported):
+    """What a client without keras_attn does: our tokens in, CTranslate2's options."""
+    model = ctranslate2.Translator(exported["path"], intra_threads=2)
+    ct2 = ct2_export.CTranslate2Translator(exported["path"])
+    tokens = ct2.encode(run["inputs"][:20])  # our tokenizer's strings, no </s>
+    results = model.translate_batch(tokens, beam_size=1, min_decoding_length=0,
+                                    max_decoding_length=32, max_input_length=32)
+    out = ["".join(t[2:] if t.startswith("##") else t for t in r.hypotheses[0])
+           for r in results]  # character vocabulary: "##c" pieces
+    assert out == translator.translate(run["inputs"][:20])
+
+
+def test_log_probs_match(run, translator, ct2):
+    result = ct2_export.compare(translator, ct2, run["inputs"][:64])
+    assert result["agreement"] == 1.0
+    print("max |log p(ours) - log p(CTranslate2)|:", result["max_logprob_diff"])
+    assert result["max_logprob_diff"] < 1e-4
+
+
+# --- beam search: as far as the algorithms agree ---------------------------------------------
+def test_beam_agreement(translator, ct2, source):
+    ours_0 = _rows(translator.translate_ids(source, beam_size=4, alpha=0.0))
+    ours_6 = _rows(translator.translate_ids(source, beam_size=4, alpha=0.6))
+    agree = {
+        # length_penalty=0 and alpha=0: both rank by the sum of log-probabilities.
+        "alpha0_vs_length_penalty0": _agreement(ours_0, _rows(ct2.translate_ids(
+            source, 4, length_penalty=0.0, num_hypotheses=1))),
+        # beam_size hypotheses with raw scores, reranked with the GNMT penalty.
+        "alpha0.6_vs_reranked": _agreement(ours_6, _rows(ct2.translate_ids(source, 4, 0.6))),
+        # CTranslate2's own length normalisation: a different ranking.
+        "alpha0.6_vs_length_penalty1": _agreement(ours_6, _rows(ct2.translate_ids(
+            source, 4, length_penalty=1.0, num_hypotheses=1))),
+    }
+    print("beam agreement with CTranslate2:", json.dumps(agree))
+    assert agree["alpha0_vs_length_penalty0"] >= 0.95
+    assert agree["alpha0.6_vs_reranked"] >= 0.95
+
+
+# --- the command line and int8 --------------------------------------------------------------
+def test_cli_export_overwrite_and_int8(run, translator, source, tmp_path, capsys):
+    target = str(tmp_path / "cli_ct2")
+    argv = ["export", run["dir"], "--format", "ctranslate2", "--export-dir", target]
+    assert cli.main(argv) == 0
+    assert os.path.isfile(os.path.join(target, "model.bin"))
+    assert cli.main(argv) == 1 and "already exists" in capsys.readouterr().err
+    assert cli.main(argv + ["--overwrite"]) == 0
+    # int8, into the default folder RUN_DIR/export/ctranslate2_int8.
+    assert cli.main(["export", run["dir"], "--format", "ctranslate2",
+                     "--quantization", "int8"]) == 0
+    int8_dir = ct2_export.default_dir(run["dir"], "int8")
+    assert int8_dir == os.path.join(run["dir"], "export", "ctranslate2_int8")
+    size = {d: os.path.getsize(os.path.join(d, "model.bin")) for d in (target, int8_dir)}
+    assert size[int8_dir] < 0.6 * size[target]
+    int8 = ct2_export.CTranslate2Translator(int8_dir, intra_threads=2)
+    ours = _rows(translator.translate_ids(source))
+    theirs = _rows(int8.translate_ids(source))
+    agreement = _agreement(ours, theirs)
+    print(f"int8 greedy agreement with float32 keras_attn: {agreement:.1%}")
+    assert len(theirs) == len(ours) and all(r and r[-1] == text.END_ID for r in theirs)
+    assert agreement >= 0.8  # reported, not required exact: int8 weights round
+
+
+def test_cli_rejects_options_of_the_other_format(run, capsys):
+    assert cli.main(["export", run["dir"], "--quantization", "int8"]) == 1
+    assert "--quantization applies to --format ctranslate2" in capsys.readouterr().err
+    assert cli.main(["export", run["dir"], "--format", "ctranslate2", "--version", "2"]) == 1
+    assert "--version applies to --format tf" in capsys.readouterr().err
+
+
+def test_bad_quantization_writes_nothing(run, tmp_path):
+    with pytest.raises(ValueError, match="quantization='int4'"):
+        ct2_export.export_ctranslate2(run["dir"], str(tmp_path / "x"), quantization="int4")
+    assert os.listdir(tmp_path) == []
+
+
+# --- other architectures: teacher-forced log-probabilities on random weights ---------------
+def _seq2seq(use_bias=False, norm_first=False, tie_embeddings=False, epsilon=1e-5,
+             dec_epsilon=None, vocab=(40, 50)):
+    """``models.transformer_seq2seq``'s graph with a choice of LayerNorm epsilon."""
+    inputs = {"source": keras.Input((None,), dtype="int32", name="source"),
+              "target_in": keras.Input((None,), dtype="int32", name="target_in")}
+    kw = dict(num_hiddens=32, ffn_num_hiddens=64, num_heads=4, num_layers=2,
+              use_bias=use_bias, max_len=40, norm_first=norm_first)
+    encoder = TransformerEncoder(vocab[0], epsilon=epsilon, name="encoder", **kw)
+    decoder = TransformerDecoder(vocab[1], epsilon=dec_epsilon or epsilon,
+                                 tie_embeddings=tie_embeddings, name="decoder", **kw)
+    logits = decoder(inputs["target_in"], encoder(inputs["source"]))
+    return keras.Model(inputs, logits)
+
+
+def _vocab(n, prefix):
+    return text.RESERVED_TOKENS + [f"{prefix}{i}" for i in range(n - 4)]
+
+
+@pytest.mark.parametrize("options", [
+    dict(use_bias=True),
+    dict(norm_first=True),
+    dict(tie_embeddings=True),
+    dict(epsilon=1e-3),
+    dict(use_bias=True, norm_first=True, tie_embeddings=True, epsilon=1e-6),
+], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_architectures_score_like_ours(options, tmp_path):
+    keras.utils.set_random_seed(1)
+    model = _seq2seq(**options)
+    rng = np.random.default_rng(0)  # biases, gammas and betas away from 0 and 1
+    model.set_weights([w + rng.normal(0, 0.1, w.shape) for w in model.get_weights()])
+    src_vocab, tgt_vocab = _vocab(40, "s"), _vocab(50, "t")
+    path = str(tmp_path / "ct2")
+    ct2_export.KerasAttnConverter(model, src_vocab, tgt_vocab).convert(path)
+    assert runs.read_json(os.path.join(path, "config.json"))["layer_norm_epsilon"] == \
+        options.get("epsilon", 1e-5)
+    lengths = [5, 9, 1, 12]
+    source = np.zeros((4, 13), np.int32)  # tokens, [END], padding
+    target = np.zeros((4, 8), np.int32)
+    for b, n in enumerate(lengths):
+        source[b, :n] = rng.integers(4, 40, n)
+        source[b, n] = text.END_ID
+        m = 1 + b * 2
+        target[b, :m] = rng.integers(4, 50, m)
+        target[b, m] = text.END_ID
+    ours = ct2_export.per_token_log_probs(model, source, target)
+    translator = ctranslate2.Translator(path)
+    scored = translator.score_batch(
+        [[src_vocab[t] for t in row if t > text.END_ID] for row in source],
+        [[tgt_vocab[t] for t in row if t > text.END_ID] for row in target])
+    diff = max(np.abs(np.asarray(r.log_probs) - ours[b, : len(r.log_probs)]).max()
+               for b, r in enumerate(scored))
+    print(options, "max log-prob difference:", diff)
+    assert diff < 1e-4
+
+
+# --- refusals ------------------------------------------------------------------------------
+def test_refuses_bahdanau_run(tmp_path, capsys):
+    run_dir = str(tmp_path / "gru")
+    os.makedirs(run_dir)
+    config = dict(dataclasses.asdict(training.TrainConfig(model="bahdanau", num_hiddens=16)),
+                  src_vocab_size=20, tgt_vocab_size=20)
+    runs.write_json(runs.paths(run_dir)["config"], config)
+    for name in ("src_vocab", "tgt_vocab"):
+        text.save_vocab(_vocab(20, "w"), runs.paths(run_dir)[name])
+    training.build_model(config).save(runs.paths(run_dir)["model"])
+    with pytest.raises(ValueError, match="model='bahdanau'"):
+        ct2_export.export_ctranslate2(run_dir)
+    assert not os.path.exists(os.path.join(run_dir, "export"))
+    assert cli.main(["export", run_dir, "--format", "ctranslate2"]) == 1
+    assert "model='bahdanau'" in capsys.readouterr().err
+
+
+def test_refuses_what_one_spec_cannot_hold():
+    with pytest.raises(ValueError, match="epsilon"):
+        ct2_export.check_supported(_seq2seq(epsilon=1e-5, dec_epsilon=1e-6))
+    with pytest.raises(ValueError, match="num_heads"):
+        inputs = {"source": keras.Input((None,), dtype="int32", name="source"),
+                  "target_in": keras.Input((None,), dtype="int32", name="target_in")}
+        enc = TransformerEncoder(20, 16, 32, 4, 1, name="encoder")(inputs["source"])
+        logits = TransformerDecoder(20, 16, 32, 2, 1, name="decoder")(inputs["target_in"], enc)
+        ct2_export.check_supported(keras.Model(inputs, logits))
+    clash = text.RESERVED_TOKENS + ["a", "</s>"]
+    with pytest.raises(ValueError, match="</s>"):
+        ct2_export.ct2_vocab(clash)
+    model = models.transformer_seq2seq(6, 6, num_hiddens=16, ffn_num_hiddens=32, num_layers=1)
+    with pytest.raises(ValueError, match="</s>"):
+        ct2_export.KerasAttnConverter(model, clash, clash)
+
+
+# --- the benchmark's serve section, smoke-run ------------------------------------------------
+def test_bench_serve_quick(run, tmp_path):
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    import bench
+
+    args = bench.parse_args(["--quick", "--sections", "serve", "--run-dir", run["dir"],
+                             "--repeats", "1", "--warmup", "0", "--serve-batches", "1,2",
+                             "--threads", "2"])
+    out = bench.bench_serve(args, {"gflops": 1.0})
+    assert out["available"] is True and set(out["models"]) == {"dates", "fra"}
+    for name, m in out["models"].items():
+        # A TFLite target that fails to export is listed with the reason, not timed.
+        engines = {"saved_model_translate_ids", "saved_model_serving_default",
+                   "ctranslate2_float32", "ctranslate2_int8"} | (
+            {"tflite_text_float32", "tflite_text_int8"} - set(m["unavailable"]))
+        assert set(m["batches"]) == {"1", "2"}
+        for rows in m["batches"].values():
+            assert set(rows) == engines
+            assert all(r["ms_per_sentence"] > 0 and r["tokens_per_s"] > 0 for r in rows.values())
+        assert set(m["agreement"]) == engines
+    # Trained weights: the same greedy ids (the random-init model may meet a near tie).
+    assert out["models"]["dates"]["agreement"]["ctranslate2_float32"][
+        "ids_vs_translate_ids"] == 1.0
+    assert "random init" in out["models"]["fra"]["weights"]
+    md = bench.markdown({"created": "now", "quick": True, "clock": "wall", "threads": 2,
+                         "machine": {"cpu": "x", "cpu_count": 2, "tensorflow": "t",
+                                     "keras": "k"},
+                         "peak": {"n": 8, "gflops": 1.0}, "sections": {"serve": out}})
+    assert "## Serving engines" in md and "ctranslate2_int8" in md
