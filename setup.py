@@ -31,7 +31,9 @@ setup(
         "ai-edge-litert",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-xdist", "hypothesis>=6"],
+        # torch: the reference of the parity tests (tests/test_blocks.py), which must run, not
+        # skip; ==2.13.0 takes a local 2.13.0+cpu wheel where one lies (it sorts above 2.13.0)
+        "test": ["pytest>=7", "pytest-xdist", "hypothesis>=6", "torch==2.13.0"],
         "ctranslate2": ["ctranslate2>=4.5,<5"],
         "bench": ["keras-hub"],
         "serving": ["tensorflow-serving-api==2.21.*"],

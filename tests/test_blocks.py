@@ -8,8 +8,9 @@ References written in this file from the paper's formulas, with each layer's own
   encoder      x -> self-attention (padding keys masked) -> FFN
   decoder      x -> causal self-attention -> cross-attention (source padding masked) -> FFN
   stacks       blocks over E[tokens] * sqrt(d) + P[:L] (sinusoids), logits h W + b
-plus parity with ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer`` when
-torch is installed, and D2L 11.7's shape examples.
+plus parity with ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer`` (torch
+is a test dependency: without it those tests fail, they do not skip), and D2L 11.7's shape
+examples.
 """
 import math
 
@@ -238,7 +239,7 @@ def _copy_common(torch, blk, layer, norms):
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post", "pre"])
 def test_encoder_block_matches_torch(norm_first):
-    torch = pytest.importorskip("torch")
+    import torch  # a test dependency: missing, the test fails (it must not skip)
     blk = TransformerEncoderBlock(D, FFN, HEADS, 0.0, use_bias=True, norm_first=norm_first)
     x = rand(2, 5, D, seed=1)
     keep = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
@@ -260,7 +261,7 @@ def test_encoder_block_matches_torch(norm_first):
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post", "pre"])
 def test_decoder_block_matches_torch(norm_first):
-    torch = pytest.importorskip("torch")
+    import torch  # a test dependency: missing, the test fails (it must not skip)
     blk = TransformerDecoderBlock(D, FFN, HEADS, 0.0, use_bias=True, norm_first=norm_first)
     x, enc = rand(2, 4, D, seed=1), rand(2, 6, D, seed=2)
     x_keep = np.array([[1, 1, 1, 0], [1, 1, 1, 1]], bool)
