@@ -1,0 +1,292 @@
+"""Every Keras backend: the layers, models, losses, schedules and decoding on TensorFlow, JAX
+and PyTorch.
+
+Two kinds of tests:
+- The ``test_on_this_backend_*`` tests use ``keras.ops`` and NumPy only, so they run under
+  whichever backend Keras was started with; CI runs this file under
+  ``KERAS_BACKEND=jax`` and ``KERAS_BACKEND=torch`` too.
+- The ``test_across_backends_*`` tests (TensorFlow process only) start one subprocess per
+  backend (Keras fixes its backend at import), give every layer the same weights and inputs,
+  and compare outputs and gradients with the TensorFlow run; and export a model trained on
+  JAX.
+
+Tolerances: float32 results that each sum ``n`` products agree to
+``8 * eps32 * n * max|reference|`` between two correct implementations.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attn import decoding, layers, losses, models, schedules
+
+BACKEND = keras.backend.backend()
+EPS = np.finfo("float32").eps
+OTHER_BACKENDS = ("jax", "torch")
+
+
+def np_(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def toy_batch(seed=0, batch=6):
+    rng = np.random.default_rng(seed)
+    src = rng.integers(3, 30, (batch, 7)).astype("int32")
+    src[0, 4:] = 0
+    tgt_in = rng.integers(3, 30, (batch, 5)).astype("int32")
+    tgt_in[:, 0] = 1
+    tgt_in[1, 3:] = 0
+    tgt_out = np.concatenate([tgt_in[:, 1:], np.full((batch, 1), 2)], 1).astype("int32")
+    tgt_out[1, 2:] = 0
+    return {"source": src, "target_in": tgt_in}, tgt_out
+
+
+def build(kind, dropout=0.1):
+    if kind == "transformer":
+        return models.transformer_seq2seq(30, 30, num_hiddens=16, ffn_num_hiddens=32,
+                                          num_heads=2, dropout=dropout, max_len=32)
+    return models.bahdanau_seq2seq(30, 30, embed_size=8, num_hiddens=16, dropout=dropout)
+
+
+# --- on this backend ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["transformer", "bahdanau"])
+def test_on_this_backend_models_train_save_load_and_decode(kind, tmp_path):
+    x, y = toy_batch()
+    model = build(kind)
+    model.compile(keras.optimizers.Adam(schedules.NoamSchedule(16, warmup_steps=10)),
+                  loss=losses.MaskedSparseCategoricalCrossentropy(0.1),
+                  metrics=[losses.MaskedAccuracy()])
+    history = model.fit(x, y, epochs=3, batch_size=3, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    # dropout is active in training only: two training calls differ, inference calls agree
+    a, b = (np_(model(x, training=True)) for _ in range(2))
+    assert not np.allclose(a, b)
+    np.testing.assert_array_equal(np_(model(x)), np_(model(x)))
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    expected = np_(model(x))
+    np.testing.assert_allclose(np_(loaded(x)), expected, rtol=0,
+                               atol=8 * EPS * 64 * np.abs(expected).max())
+    cached = np_(decoding.greedy_search(model, x["source"], 10, 1, 2))
+    reference = np_(decoding.greedy_search(model, x["source"], 10, 1, 2, use_cache=False))
+    np.testing.assert_array_equal(cached, reference)
+    tokens, scores = decoding.beam_search(model, x["source"], beam_size=3, max_len=10,
+                                          start_id=1, end_id=2)
+    tokens, scores = np_(tokens), np_(scores)
+    assert tokens.shape[:2] == (6, 3) and (np.diff(scores, axis=1) <= 1e-6).all()
+
+
+def test_on_this_backend_layers_mask_padding_and_return_weights():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    lens = np.array([3, 5])
+    mask = np.arange(5)[None, :] < lens[:, None]
+    for layer in (layers.DotProductAttention(), layers.AdditiveAttention(8),
+                  layers.MultiHeadAttention(8, 2)):
+        out, w = layer(x, x, x, valid_lens=lens, return_attention_scores=True)
+        out_m, w_m = layer(x, x, x, mask=mask, return_attention_scores=True)
+        w, w_m = np_(w), np_(w_m)
+        assert (w[0, ..., 3:] == 0).all()  # padding keys get exactly zero weight
+        np.testing.assert_allclose(w, w_m, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(w.sum(-1), 1.0, rtol=0, atol=8 * EPS * 5)
+        np.testing.assert_allclose(np_(out), np_(out_m), rtol=0, atol=1e-5)
+    soft = np_(layers.MaskedSoftmax()(ops.convert_to_tensor(x[:, :, :5]),
+                                      valid_lens=np.array([0, 2])))
+    assert (soft[0] == 0).all() and not np.isnan(soft).any()
+
+
+def test_on_this_backend_blocks_stacks_and_positions():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2, 6, 8)).astype("float32")
+    enc_blk = layers.TransformerEncoderBlock(8, 16, 2, dropout=0.1, use_bias=True)
+    dec_blk = layers.TransformerDecoderBlock(8, 16, 2, dropout=0.1)
+    assert np_(enc_blk(x, valid_lens=np.array([2, 6]))).shape == (2, 6, 8)
+    assert np_(dec_blk(x, x)).shape == (2, 6, 8)
+    pe = np_(layers.PositionalEncoding(max_len=10)(np.zeros((1, 4, 8), "float32")))
+    i, j = np.arange(4)[:, None], np.arange(0, 8, 2)[None, :]
+    np.testing.assert_allclose(pe[0, :, 0::2], np.sin(i / 10000 ** (j / 8)), atol=1e-6)
+    np.testing.assert_allclose(pe[0, :, 1::2], np.cos(i / 10000 ** (j / 8)), atol=1e-6)
+    ffn = layers.PositionWiseFFN(16, 8)
+    assert np_(ffn(x)).shape == (2, 6, 8)
+    nw = layers.NadarayaWatson(learnable=True)
+    assert np_(nw(np.linspace(0, 1, 4), np.linspace(0, 1, 6), np.ones(6))).shape == (4,)
+    with pytest.raises(ValueError, match="max_len"):
+        layers.PositionalEncoding(max_len=3)(np.zeros((1, 4, 8), "float32"))
+
+
+# --- across backends (from the TensorFlow process) ----------------------------------------------
+LAYER_SCRIPT = textwrap.dedent('''
+    import json, sys
+    import numpy as np
+    import keras
+    from keras import ops
+    from keras_attn import layers, losses
+
+    backend = keras.backend.backend()
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(2, 4, 8)).astype("float32")
+    kv = rng.normal(size=(2, 6, 8)).astype("float32")
+    lens = np.array([3, 6])
+    cases = {
+        "dot": (layers.DotProductAttention(), lambda l, a, b: l(a, b, b, valid_lens=lens)),
+        "additive": (layers.AdditiveAttention(8), lambda l, a, b: l(a, b, b, valid_lens=lens)),
+        "mha": (layers.MultiHeadAttention(8, 2, use_bias=True),
+                lambda l, a, b: l(a, b, b, valid_lens=lens)),
+        "mha causal": (layers.MultiHeadAttention(8, 2),
+                       lambda l, a, b: l(a, a, a, use_causal_mask=True)),
+        "encoder block": (layers.TransformerEncoderBlock(8, 16, 2, use_bias=True),
+                          lambda l, a, b: l(b, valid_lens=lens)),
+        "decoder block": (layers.TransformerDecoderBlock(8, 16, 2),
+                          lambda l, a, b: l(a, b, enc_valid_lens=lens)),
+        "ffn": (layers.PositionWiseFFN(16, 8), lambda l, a, b: l(a)),
+        "addnorm": (layers.AddNorm(), lambda l, a, b: l(a, a * 2)),
+        "positions": (layers.PositionalEncoding(16), lambda l, a, b: l(a)),
+    }
+
+    def grads(fn, variables, inputs):
+        """Gradients of sum(fn() * ramp) w.r.t. the inputs and the layer's variables."""
+        if backend == "tensorflow":
+            import tensorflow as tf
+            xs = [tf.constant(v) for v in inputs]
+            with tf.GradientTape() as tape:
+                tape.watch(xs)
+                out = fn(*xs)
+                loss = tf.reduce_sum(out * tf.range(out.shape[-1], dtype=out.dtype))
+            return out, tape.gradient(loss, xs + [v.value for v in variables])
+        if backend == "jax":
+            import jax
+            values = [v.value for v in variables]
+
+            def stateless(values, xs):
+                with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                    out = fn(*xs)
+                return (out * jax.numpy.arange(out.shape[-1])).sum(), out
+            (gv, gx), out = jax.grad(stateless, argnums=(0, 1), has_aux=True)(
+                values, [jax.numpy.asarray(v) for v in inputs])
+            return out, list(gx) + list(gv)
+        import torch
+        xs = [torch.tensor(v, requires_grad=True) for v in inputs]
+        out = fn(*xs)
+        loss = (out * torch.arange(out.shape[-1])).sum()
+        wanted = xs + [v.value for v in variables]
+        return out, torch.autograd.grad(loss, wanted, allow_unused=True)
+
+    results = {}
+    for name, (layer, call) in cases.items():
+        call(layer, q, kv)  # build
+        for v in layer.weights:
+            v.assign(np.random.default_rng(len(v.path)).normal(size=v.shape).astype("float32") * 0.5)
+        out, g = grads(lambda a, b: call(layer, a, b), list(layer.trainable_weights), [q, kv])
+        results[name] = {"out": np.asarray(ops.convert_to_numpy(out)).tolist(),
+                         "grads": [None if x is None else np.asarray(
+                             ops.convert_to_numpy(x)).tolist() for x in g]}
+    rng2 = np.random.default_rng(5)
+    logits = rng2.normal(size=(2, 3, 11)).astype("float32")
+    labels = np.array([[1, 4, 0], [2, 0, 0]], "int32")
+    results["loss"] = {"out": float(ops.convert_to_numpy(
+        losses.masked_cross_entropy(labels, logits, 0.1))), "grads": []}
+    json.dump(results, open(sys.argv[1], "w"))
+''')
+
+
+def _run_backend(backend, script, *args, timeout=600):
+    env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="",
+               TF_CPP_MIN_LOG_LEVEL="2", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
+                         text=True, timeout=timeout)
+    assert out.returncode == 0, f"{backend}:\n{out.stderr[-4000:]}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def layer_results(tmp_path_factory):
+    if BACKEND != "tensorflow":
+        pytest.skip("the cross-backend comparison runs from the TensorFlow process")
+    folder = tmp_path_factory.mktemp("backends")
+    results = {}
+    for backend in ("tensorflow",) + OTHER_BACKENDS:
+        path = str(folder / f"{backend}.json")
+        _run_backend(backend, LAYER_SCRIPT, path)
+        results[backend] = json.load(open(path))
+    return results
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_across_backends_same_outputs_and_gradients(layer_results, backend):
+    ref, got = layer_results["tensorflow"], layer_results[backend]
+    assert set(ref) == set(got)
+    for name in ref:
+        expected = np.asarray(ref[name]["out"])
+        # each output is a sum of at most a few hundred float32 products (d=8, FFN 16)
+        atol = 8 * EPS * 256 * max(np.abs(expected).max(), 1.0)
+        np.testing.assert_allclose(np.asarray(got[name]["out"]), expected, rtol=0, atol=atol,
+                                   err_msg=f"{name} on {backend}")
+        grads_ref = [np.asarray(g) for g in ref[name]["grads"] if g is not None]
+        scale = max([np.abs(g).max() for g in grads_ref] + [1.0])
+        for i, (a, b) in enumerate(zip(got[name]["grads"], ref[name]["grads"])):
+            if a is None and b is None:  # an input the layer does not read
+                continue
+            a = np.zeros_like(np.asarray(b)) if a is None else np.asarray(a)
+            b = np.zeros_like(a) if b is None else np.asarray(b)
+            np.testing.assert_allclose(a, b, rtol=0, atol=8 * EPS * 256 * scale,
+                                       err_msg=f"{name} gradient {i} on {backend}")
+
+
+TRAIN_SCRIPT = textwrap.dedent('''
+    import sys
+    import numpy as np
+    import keras
+    from keras import ops
+    from keras_attn import decoding, losses, models
+
+    START, END = 2, 3  # keras_attn.text's ids, which the exported graphs use
+    rng = np.random.default_rng(0)
+    src = rng.integers(4, 20, (64, 6)).astype("int32")
+    rev = src[:, ::-1][:, :5]
+    tgt_in = np.concatenate([np.full((64, 1), START, "int32"), rev], 1)
+    tgt_out = np.concatenate([rev, np.full((64, 1), END, "int32")], 1)
+    model = models.transformer_seq2seq(20, 20, num_hiddens=16, ffn_num_hiddens=32,
+                                       num_heads=2, dropout=0.1, max_len=16)
+    model.compile("adam", loss=losses.MaskedSparseCategoricalCrossentropy(0.1))
+    model.fit({"source": src, "target_in": tgt_in}, tgt_out, epochs=3, batch_size=16,
+              verbose=0)
+    model.save(sys.argv[1])
+    tokens = decoding.greedy_search(model, src[:8], 10, START, END)
+    np.save(sys.argv[2], np.asarray(ops.convert_to_numpy(tokens)))
+    np.save(sys.argv[3], src[:8])
+''')
+
+
+@pytest.mark.slow
+def test_across_backends_a_jax_trained_model_exports_and_translates_alike(tmp_path):
+    if BACKEND != "tensorflow":
+        pytest.skip("export runs on TensorFlow")
+    import tensorflow as tf
+
+    from keras_attn import export, text
+
+    paths = [str(tmp_path / n) for n in ("model.keras", "tokens.npy", "source.npy")]
+    _run_backend("jax", TRAIN_SCRIPT, *paths)
+    model = keras.saving.load_model(paths[0])
+    expected, source = np.load(paths[1]), np.load(paths[2])
+    np.testing.assert_array_equal(
+        np_(decoding.greedy_search(model, source, 10, text.START_ID, text.END_ID)), expected)
+    vocab = text.char_vocab(["abcdefghijklmnop"])[:20]
+    tok = text.Tokenizer(vocab)
+    report = export.export_saved_model(export.Parts(model, tok, tok, 11),
+                                       str(tmp_path / "sm"))
+    loaded = tf.saved_model.load(report["path"])
+    out = loaded.signatures["translate_ids"](source=tf.constant(source))
+    got = out["tokens"].numpy()
+    width = max(got.shape[1], expected.shape[1])
+    pad = lambda a: np.pad(a, [(0, 0), (0, width - a.shape[1])])  # noqa: E731
+    np.testing.assert_array_equal(pad(got), pad(expected))
+    assert not report["xla_ops"]
