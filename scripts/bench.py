@@ -408,16 +408,15 @@ def bench_decode(args, peak):
     # Per-step cost at a position: an 8-step window of the loop ending there.
     encoder, decoder = ours.get_layer("encoder"), ours.get_layer("decoder")
     enc = encoder(source)
-    cross = decoder.cross_key_values(enc)
     keep = tf.not_equal(source, 0)[:, None, :]
 
     @tf.function
     def ours_window(first):
-        cache = decoder.init_cache(batch, n)
+        cache = decoder.init_cache(enc, source, n)
 
         def body(i, cache, token):
-            logits, cache, _ = decoder.call_step(token, i, cache, cross, keep)
-            return i + 1, cache, tf.argmax(logits, -1, output_type=tf.int32)[:, None]
+            logits, cache = decoder(token, cache=cache, cache_update_index=i)
+            return i + 1, cache, tf.argmax(logits[:, 0], -1, output_type=tf.int32)[:, None]
 
         return tf.while_loop(lambda i, *_: i < first + window, body,
                              (first, cache, tf.fill([batch, 1], 5)))[2]
