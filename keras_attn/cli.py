@@ -15,6 +15,34 @@ import os
 import sys
 
 
+BACKENDS = ("tensorflow", "jax", "torch")
+
+
+def _select_backend(argv):
+    """Set ``KERAS_BACKEND`` from ``train --backend`` before anything imports Keras."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--backend", choices=BACKENDS)
+    known, _ = pre.parse_known_args(argv)
+    if known.backend:
+        if "keras" in sys.modules:
+            import keras
+
+            if keras.backend.backend() != known.backend:
+                raise SystemExit(f"keras-attn: error: Keras already runs on "
+                                 f"{keras.backend.backend()}; --backend {known.backend} "
+                                 "must be chosen before Keras is imported")
+        os.environ["KERAS_BACKEND"] = known.backend
+
+
+def _export_elsewhere(run_dir):
+    """Export a run trained on another backend in a TensorFlow process."""
+    import subprocess
+
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    return subprocess.run([sys.executable, "-m", "keras_attn.cli", "export", run_dir],
+                          env=env).returncode
+
+
 def _train_parser(sub):
     from keras_attn.training import TrainConfig
 
@@ -43,6 +71,9 @@ def _train_parser(sub):
                         "MultiWorkerMirroredStrategy from TF_CONFIG (see docs/distributed.md)")
     p.add_argument("--cpu-devices", type=int, default=0,
                    help="split the CPU into N logical devices (testing mirrored runs)")
+    p.add_argument("--backend", choices=BACKENDS, default="tensorflow",
+                   help="Keras backend that trains the model (default: tensorflow); the "
+                        "export at the end always runs on TensorFlow")
 
 
 def _config_from_args(args):
@@ -67,9 +98,15 @@ def cmd_train(args):
     if metrics and metrics.get("chief") is False:
         return 0  # a non-chief worker: the chief evaluates and exports
     if not args.no_export:
-        from keras_attn import export
+        import keras
 
-        export.export_run(run_dir)
+        if keras.backend.backend() != "tensorflow":
+            if _export_elsewhere(run_dir):
+                return 1
+        else:
+            from keras_attn import export
+
+            export.export_run(run_dir)
     print(f"run directory: {run_dir}")
     return 0 if metrics else 1
 
@@ -103,6 +140,14 @@ def cmd_evaluate(args):
 
 
 def cmd_export(args):
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            f"export needs the TensorFlow backend (SavedModel, TFLite and the CTranslate2 "
+            f"conversion read TensorFlow weights); Keras runs on {keras.backend.backend()}. "
+            f"Run: KERAS_BACKEND=tensorflow keras-attn export {args.run_dir} (a run trained "
+            "on any backend loads there)")
     if args.format == "ctranslate2":
         for flag, value in (("--version", args.version), ("--beam-size", args.beam_size)):
             if value is not None:  # CTranslate2 has no versions; decoding is chosen per call
@@ -164,6 +209,9 @@ COMMANDS = {"train": cmd_train, "translate": cmd_translate, "evaluate": cmd_eval
 
 def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:
+        _select_backend(argv)
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)

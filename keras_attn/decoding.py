@@ -163,9 +163,10 @@ class GreedySampler(Sampler):
     """The most likely next token, for each row (one hypothesis per row)."""
 
     def select(self, scores):
-        next_token = ops.cast(ops.argmax(scores, axis=-1), "int32")  # (B, 1)
-        picked = ops.take_along_axis(scores, next_token[..., None], axis=-1)[..., 0]
-        return next_token, None, picked
+        # top_k rather than argmax: Keras's TF argmax adds a BitwiseAnd (its -0.0 rule)
+        # that TFLite has no builtin for; ties go to the lower id either way.
+        picked, next_token = ops.top_k(scores, k=1)  # (B, 1, 1)
+        return ops.cast(next_token[..., 0], "int32"), None, picked[..., 0]
 
 
 class BeamSampler(Sampler):

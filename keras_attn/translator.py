@@ -8,6 +8,7 @@ Example:
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_attn import data, decoding, runs, text
@@ -76,13 +77,18 @@ class Translator:
                     out = decoding.beam_decode_fixed(self.model, source, beam_size, alpha,
                                                      self.max_len, text.START_ID, text.END_ID)
                     return out["tokens"][:, 0], out["lengths"][:, 0]
-            self._decoders[key] = tf.function(fn, input_signature=spec)
+            if keras.backend.backend() == "tensorflow":
+                self._decoders[key] = tf.function(fn, input_signature=spec)
+            else:  # JAX compiles the sampler's while loop itself; PyTorch runs it eagerly
+                self._decoders[key] = fn
         return self._decoders[key]
 
     def translate_ids(self, source, beam_size=1, alpha=0.6):
-        """Best output ids ``(B, T)`` for source ids ``(B, S)``."""
-        tokens, lengths = self._decoder(beam_size, alpha)(tf.cast(source, tf.int32))
-        return tokens[:, : max(int(tf.reduce_max(lengths)), 1)]
+        """Best output ids ``(B, T)`` (numpy int32) for source ids ``(B, S)``."""
+        source = np.asarray(source, dtype="int32")
+        tokens, lengths = (keras.ops.convert_to_numpy(t)
+                           for t in self._decoder(beam_size, alpha)(source))
+        return tokens[:, : max(int(lengths.max(initial=0)), 1)]
 
     def translate(self, sentences, beam_size=1, alpha=0.6, batch_size=128):
         """Translate a list of strings; returns a list of strings."""

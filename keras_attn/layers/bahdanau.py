@@ -243,9 +243,13 @@ class BahdanauDecoder(_RNNBase):
             return tuple(new_states), (h, ops.cast(weights, self.compute_dtype))
 
         xs = (emb,) if noise is None else (emb,) + noise
-        states, (outputs, weights) = _scan(body, cache["states"], xs, (
-            ops.zeros((batch, self.num_hiddens), self.compute_dtype),
-            ops.zeros((batch, src_len), self.compute_dtype)))
+        if emb.shape[0] == 1:  # one step (decoding): no loop
+            states, (h, w) = body(cache["states"], tuple(x[0] for x in xs))
+            outputs, weights = h[None], w[None]
+        else:
+            states, (outputs, weights) = _scan(body, cache["states"], xs, (
+                ops.zeros((batch, self.num_hiddens), self.compute_dtype),
+                ops.zeros((batch, src_len), self.compute_dtype)))
         logits = self.dense(ops.transpose(outputs, (1, 0, 2)))  # (B, T, V)
         outputs = (logits,)
         if return_attention_scores:
