@@ -32,7 +32,7 @@ setup(
     extras_require={
         # torch: the reference of the parity tests (tests/test_blocks.py), which must run, not
         # skip; ==2.13.0 takes a local 2.13.0+cpu wheel where one lies (it sorts above 2.13.0)
-        # torch: the CPU build these machines install from a local wheel; jax: CPU wheels.
+        # jax: CPU wheels, for the backend tests; ctranslate2: the export test runs, not skips.
         "test": ["pytest>=7", "pytest-xdist", "hypothesis>=6", "torch==2.13.0", "jax[cpu]>=0.8",
                  "ctranslate2>=4.5,<5"],
         "ctranslate2": ["ctranslate2>=4.5,<5"],
