@@ -19,7 +19,9 @@ import functools
 import keras
 import tensorflow as tf
 
-_FILL = -1e9  # keras_attn.ops.large_negative("float32"): these kernels work in float32
+from keras_attn.ops import large_negative
+
+_FILL = large_negative("float32")  # these kernels work in float32
 
 
 # --- masked softmax --------------------------------------------------------------------------
