@@ -4,7 +4,9 @@ Every public layer's tests run the same checks (STYLE.md, "A test module"): conf
 trip, ``.keras`` save/load, finite gradients, dropout only while training, a functional model
 with unknown sequence length, XLA, mixed precision. They live here so the Transformer-block
 tests reuse them. The NumPy references are written from the formulas, not from the code
-under test.
+under test. Floats are compared with :func:`assert_close`, whose tolerance is derived from
+the arithmetic compared (:func:`tolerance` and the rounding counts below), so that any
+CPU's kernels pass, not only the ones a test was first run on.
 """
 import contextlib
 
@@ -23,15 +25,148 @@ def as_numpy(x):
     return np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(x, "float32")), np.float64)
 
 
-def assert_close(actual, expected, rtol=1e-5, atol=1e-5):
-    """``assert_allclose`` through tuples and lists of tensors."""
+# Machine epsilon (the gap above 1.0) of each dtype a layer may compute in.
+EPS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
+# Safety factor of `tolerance`: the standard bound on a float sum of n terms is
+# n * (eps / 2) * sum(|x_i|), and sum(|x_i|) may exceed the largest |result| by a few times
+# (cancellation), and rounding in early stages is carried through later ones.
+FACTOR = 10
+
+
+def tolerance(expected, *, terms, scale=None, factor=FACTOR, dtype="float32"):
+    """The absolute tolerance of :func:`assert_close`: ``factor * eps(dtype) * terms * scale``.
+
+    It comes from the arithmetic compared, never from one machine's output (other CPUs,
+    oneDNN or Eigen kernels, XLA, round differently; each is right to a few eps per term):
+
+    - ``eps(dtype)``: machine epsilon of the dtype the compared values are computed in.
+    - ``terms``: how many roundings one compared value accumulates: the sum of the
+      reduction lengths along its longest path (matmul inner dimensions, softmax length,
+      LayerNorm width, summed terms, time steps), plus one per elementwise stage. For
+      float16/bfloat16 layers (float32 inside) count the roundings to the 16-bit dtype.
+    - ``scale``: what the rounding is relative to; by default the largest ``|expected|``,
+      so entries near zero are judged against the tensor's magnitude, not held to a
+      relative tolerance they cannot meet. A value that is zero in exact arithmetic (a
+      gradient that cancels) must be given the scale of the terms it is summed from
+      (its neighbours' magnitude).
+    - ``factor``: `FACTOR` for sums; 1 where a compared value only goes through a few
+      roundings of its own value, no sums (a result rounded once to float16): each is at
+      most eps/2 of the value, so factor 1 is already twice the bound.
+    """
+    if scale is None:
+        scale = float(np.max(np.abs(expected))) if np.size(expected) else 0.0
+    return factor * EPS[dtype] * terms * scale
+
+
+def is_close(actual, expected, *, terms, scale=None, factor=FACTOR, dtype="float32"):
+    """Whether every element agrees within :func:`tolerance` (tensors, tuples, lists)."""
+    actual, expected = as_numpy(actual), as_numpy(expected)
+    if isinstance(expected, (tuple, list)):
+        return len(actual) == len(expected) and all(
+            is_close(a, e, terms=terms, scale=scale, factor=factor, dtype=dtype)
+            for a, e in zip(actual, expected))
+    tol = tolerance(expected, terms=terms, scale=scale, factor=factor, dtype=dtype)
+    return bool(np.all(np.abs(actual - expected) <= tol))
+
+
+def assert_close(actual, expected, *, terms, scale=None, factor=FACTOR, dtype="float32",
+                 err_msg=""):
+    """``assert_allclose(actual, expected, rtol=0, atol=tolerance(...))`` through tuples and
+    lists of tensors (each compared against its own scale unless ``scale`` is given). See
+    :func:`tolerance` for ``terms``, ``scale``, ``factor`` and ``dtype``."""
     actual, expected = as_numpy(actual), as_numpy(expected)
     if isinstance(expected, (tuple, list)):
         assert isinstance(actual, (tuple, list)) and len(actual) == len(expected)
         for a, e in zip(actual, expected):
-            np.testing.assert_allclose(a, e, rtol=rtol, atol=atol)
+            assert_close(a, e, terms=terms, scale=scale, factor=factor, dtype=dtype,
+                         err_msg=err_msg)
+        return
+    tol = tolerance(expected, terms=terms, scale=scale, factor=factor, dtype=dtype)
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=tol, err_msg=err_msg)
+
+
+def assert_equal(actual, expected):
+    """Exact equality through tuples and lists of tensors: for results that are equal by
+    construction (the same call repeated, masked entries selected to 0, integers)."""
+    actual, expected = as_numpy(actual), as_numpy(expected)
+    if isinstance(expected, (tuple, list)):
+        assert isinstance(actual, (tuple, list)) and len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            np.testing.assert_array_equal(a, e)
     else:
-        np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
+        np.testing.assert_array_equal(actual, expected)
+
+
+# Rounding counts (``terms`` of `tolerance`) of a translator's pieces, along each one's
+# longest path: a matmul adds its inner dimension, an elementwise step (bias, residual add,
+# scaling, gate) 1, and a piece's output carries its inputs' roundings on.
+
+
+def ffn_terms(d_in, hidden):
+    """PositionWiseFFN: two matmuls (inner ``d_in``, then ``hidden``) and their biases."""
+    return d_in + hidden + 2
+
+
+def layer_norm_terms(d):
+    """LayerNorm over ``d``: the mean and variance sums, subtract, rsqrt, scale, shift."""
+    return 2 * d + 4
+
+
+def mha_terms(d, heads, num_keys, in_size=None):
+    """Multi-head attention of width ``d`` over ``num_keys``: the query/key projection
+    (``in_size``, default ``d``), a head's ``d / heads``, the softmax and the weighted
+    sum over the keys, the value projection and ``W_o`` (``d``)."""
+    in_size = d if in_size is None else in_size
+    return 2 * in_size + d // heads + 2 * num_keys + d
+
+
+def encoder_block_terms(d, ffn, heads, length):
+    """TransformerEncoderBlock: self-attention, FFN, two residual adds and LayerNorms."""
+    return mha_terms(d, heads, length) + ffn_terms(d, ffn) + 2 * (1 + layer_norm_terms(d))
+
+
+def decoder_block_terms(d, ffn, heads, tgt_len, src_len):
+    """TransformerDecoderBlock: causal self-attention, cross-attention, FFN, three adds
+    and LayerNorms."""
+    return (mha_terms(d, heads, tgt_len) + mha_terms(d, heads, src_len) + ffn_terms(d, ffn)
+            + 3 * (1 + layer_norm_terms(d)))
+
+
+def stack_terms(d, block_terms, num_layers, logits=False, final_norm=False):
+    """A Transformer stack: embedding times sqrt(d) plus positions (2), the blocks, the
+    pre-norm stacks' final LayerNorm, the logits' projection over ``d`` plus bias."""
+    return (2 + num_layers * block_terms + (layer_norm_terms(d) if final_norm else 0)
+            + (d + 1 if logits else 0))
+
+
+def transformer_terms(d, ffn, heads, num_layers, src_len, tgt_len, norm_first=False):
+    """``transformer_seq2seq``'s logits: the encoder stack, then the decoder's."""
+    encoder = stack_terms(d, encoder_block_terms(d, ffn, heads, src_len), num_layers,
+                          final_norm=norm_first)
+    decoder = stack_terms(d, decoder_block_terms(d, ffn, heads, tgt_len, src_len),
+                          num_layers, logits=True, final_norm=norm_first)
+    return encoder + decoder
+
+
+def gru_terms(steps, in_size, d, num_layers):
+    """A GRU stack of width ``d`` over ``steps``: per step the input matmul (``in_size``
+    for the first layer, ``d`` above), the recurrent one (``d``) and 6 gate steps; the
+    state carries every step's roundings on."""
+    return sum(steps * ((in_size if i == 0 else d) + d + 6) for i in range(num_layers))
+
+
+def bahdanau_decoder_terms(steps, embed, d, num_layers, src_len):
+    """BahdanauDecoder: per step additive attention over the source (projections of
+    ``d``, w_v over ``d``, softmax and weighted sum over ``src_len``) and the GRU stack fed
+    the embedding and the context; then the logits over ``d``."""
+    attention = 2 * d + 2 * src_len + 1
+    return steps * attention + gru_terms(steps, embed + d, d, num_layers) + d + 1
+
+
+def bahdanau_terms(embed, d, num_layers, src_len, tgt_len):
+    """``bahdanau_seq2seq``'s logits: the GRU encoder, then the decoder from its states."""
+    return (gru_terms(src_len, embed, d, num_layers)
+            + bahdanau_decoder_terms(tgt_len, embed, d, num_layers, src_len))
 
 
 def flat(x):
@@ -109,9 +244,10 @@ def np_multi_head_attention(layer, queries, keys, values, keep=None):
 # Checks every layer test runs
 
 
-def check_config_round_trip(layer, *args, **kwargs):
+def check_config_round_trip(layer, *args, terms, **kwargs):
     """``from_config(get_config())`` rebuilds the layer; with the same weights it computes
-    the same outputs. Also checks the layer is registered under the ``keras_attn`` package.
+    the same outputs (within :func:`tolerance` of ``terms``, the layer's reduction lengths).
+    Also checks the layer is registered under the ``keras_attn`` package.
     ``layer(*args, **kwargs)`` must run (it builds the layer)."""
     expected = layer(*args, **kwargs)
     config = layer.get_config()
@@ -124,18 +260,19 @@ def check_config_round_trip(layer, *args, **kwargs):
     assert type(restored) is type(layer) and restored.get_config() == config
     clone(*args, **kwargs)
     clone.set_weights(layer.get_weights())
-    assert_close(clone(*args, **kwargs), expected, rtol=1e-6, atol=1e-6)
+    assert_close(clone(*args, **kwargs), expected, terms=terms)
     return clone
 
 
-def check_save_load(model, inputs, tmp_path, rtol=1e-6, atol=1e-6):
+def check_save_load(model, inputs, tmp_path, *, terms):
     """A model saved to ``.keras`` loads back (no ``custom_objects``: registration must be
-    enough) and gives the same outputs. Returns the loaded model."""
+    enough) and gives the same outputs (within :func:`tolerance` of ``terms``). Returns the
+    loaded model."""
     expected = model(inputs, training=False)
     path = tmp_path / "model.keras"
     model.save(path)
     loaded = keras.saving.load_model(path)
-    assert_close(loaded(inputs, training=False), expected, rtol=rtol, atol=atol)
+    assert_close(loaded(inputs, training=False), expected, terms=terms)
     return loaded
 
 
@@ -157,36 +294,41 @@ def check_grads_finite(fn, sources):
     return grads
 
 
-def check_dropout(make_layer, *args, rate=0.5, **kwargs):
+def check_dropout(make_layer, *args, terms, rate=0.5, **kwargs):
     """Dropout only with ``training=True``.
 
     ``make_layer(rate)`` builds the layer. With the same weights: ``training=False`` (and
-    the default) is deterministic and equals a ``dropout=0`` twin; ``training=True``
-    differs from it (and from one training call to the next).
+    the default) is deterministic and equals a ``dropout=0`` twin (within
+    :func:`tolerance` of ``terms``, the layer's reduction lengths); ``training=True``
+    differs from it by more than that tolerance (and from one training call to the next).
     """
     layer, plain = make_layer(rate), make_layer(0.0)
     evaluated = layer(*args, training=False, **kwargs)
     plain(*args, **kwargs)
     plain.set_weights(layer.get_weights())
-    assert_close(layer(*args, training=False, **kwargs), evaluated, rtol=0, atol=0)
-    assert_close(layer(*args, **kwargs), evaluated, rtol=0, atol=0)
-    assert_close(plain(*args, training=False, **kwargs), evaluated, rtol=1e-6, atol=1e-6)
+    assert_equal(layer(*args, training=False, **kwargs), evaluated)  # the same call
+    assert_equal(layer(*args, **kwargs), evaluated)
+    assert_close(plain(*args, training=False, **kwargs), evaluated, terms=terms)
     trained = [as_numpy(flat(layer(*args, training=True, **kwargs))[0]) for _ in range(2)]
     first = as_numpy(flat(evaluated)[0])
-    assert not np.allclose(trained[0], first), "training=True gave the inference output"
-    assert not np.allclose(trained[0], trained[1]), "dropout mask did not change between calls"
+    assert not is_close(trained[0], first, terms=terms), \
+        "training=True gave the inference output"
+    assert not is_close(trained[0], trained[1], terms=terms), \
+        "dropout mask did not change between calls"
     return layer
 
 
-def check_jit(fn, *tensors, rtol=1e-5, atol=1e-5):
-    """``tf.function(fn, jit_compile=True)`` gives what ``fn`` gives eagerly."""
+def check_jit(fn, *tensors, terms):
+    """``tf.function(fn, jit_compile=True)`` gives what ``fn`` gives eagerly, within
+    :func:`tolerance` of ``terms`` (XLA fuses and reorders the same reductions)."""
     expected = fn(*tensors)
     compiled = tf.function(fn, jit_compile=True)
-    assert_close(compiled(*tensors), expected, rtol=rtol, atol=atol)
+    assert_close(compiled(*tensors), expected, terms=terms)
 
 
-def check_functional_model(wire, specs, batches, rtol=1e-5, atol=1e-5):
-    """A functional model whose inputs have unknown lengths gives the eager results.
+def check_functional_model(wire, specs, batches, *, terms):
+    """A functional model whose inputs have unknown lengths gives the eager results
+    (within :func:`tolerance` of ``terms``, the reduction lengths of ``wire``).
 
     ``specs``: ``(shape, dtype)`` per input, ``None`` for unknown sizes. ``wire(*tensors)``
     calls the layer(s) on symbolic inputs for the model and on arrays for the reference.
@@ -197,7 +339,7 @@ def check_functional_model(wire, specs, batches, rtol=1e-5, atol=1e-5):
     model = keras.Model(inputs[0] if single else inputs, wire(*inputs))
     for arrays in batches:
         got = model(arrays[0] if single else list(arrays))
-        assert_close(got, wire(*arrays), rtol=rtol, atol=atol)
+        assert_close(got, wire(*arrays), terms=terms)
     return model
 
 

@@ -24,6 +24,11 @@ from keras_attn.layers import (AdditiveAttention, DotProductAttention, MultiHead
 
 B, Q, K, D, V = 2, 3, 5, 4, 6  # batch, queries, keys, query/key features, value features
 HIDDEN, HEADS = 8, 2
+# mixed_bfloat16 attention computes in float32 and rounds to bfloat16 between its stages:
+# inputs, projections, scores, weights, context, output. Each rounding is <= eps_bf16 / 2
+# of its value, so the 6 stages with a factor of 2 (the projections' sums may cancel)
+# bound what a bfloat16 run differs from float32 by, relative to the output's magnitude.
+BF16_STAGES, BF16_FACTOR = 6, 2
 
 
 def rand(*shape, seed=0, scale=1.0):
@@ -63,6 +68,20 @@ def call(layer, *args, **kwargs):
     return np_(layer(*args, return_attention_scores=True, **kwargs))
 
 
+def attention_terms(name, in_size=D, num_keys=K, hidden=HIDDEN, heads=HEADS):
+    """Roundings of the attention weights and of the output (``terms`` of
+    ``lc.tolerance``): the score's reductions (dot: ``in_size`` features; additive: the
+    ``in_size``-wide projections, then w_v over ``hidden``; multi-head: the projections,
+    then a head's ``hidden / heads``), the softmax over ``num_keys``, the weighted sum over
+    ``num_keys`` values, and for multi-head the value projection and W_o over ``hidden``.
+    ``in_size``: the largest input feature size."""
+    score = {"dot": in_size, "additive": in_size + hidden,
+             "mha": in_size + hidden // heads}[name.split("+")[0]]
+    weights = score + num_keys
+    output = weights + num_keys + (in_size + hidden if name.startswith("mha") else 0)
+    return weights, output
+
+
 # ------------------------------------------------------------------------------------- D2L
 
 @pytest.mark.parametrize("name, query_size", [("additive", 20), ("dot", 2)])
@@ -76,10 +95,11 @@ def test_d2l_worked_example(name, query_size):
              else DotProductAttention(dropout=0.5))
     output, weights = call(layer, queries, keys, values, valid_lens=np.array([2, 6]),
                            training=False)
-    np.testing.assert_allclose(output, [[[2, 3, 4, 5]], [[10, 11, 12, 13]]], rtol=1e-5)
+    w_terms, out_terms = attention_terms(name, query_size, num_keys=10)
+    lc.assert_close(output, np.array([[[2, 3, 4, 5]], [[10, 11, 12, 13]]]), terms=out_terms)
     assert weights.shape == (2, 1, 10)
-    np.testing.assert_allclose(weights[0, 0], [0.5] * 2 + [0] * 8, rtol=1e-6)
-    np.testing.assert_allclose(weights[1, 0], [1 / 6] * 6 + [0] * 4, rtol=1e-6)
+    lc.assert_close(weights[0, 0], np.array([0.5] * 2 + [0] * 8), terms=w_terms)
+    lc.assert_close(weights[1, 0], np.array([1 / 6] * 6 + [0] * 4), terms=w_terms)
 
 
 def test_d2l_multi_head_attention_shapes():
@@ -89,8 +109,8 @@ def test_d2l_multi_head_attention_shapes():
     assert tuple(output.shape) == (2, 4, 100)
     assert tuple(weights.shape) == (2, 5, 4, 6)
     assert mha.W_q.kernel.shape == (100, 100) and mha.W_o.kernel.shape == (100, 100)
-    np.testing.assert_allclose(np_(output), reference(mha, x, y, y, lc.np_keep_from_valid_lens(
-        [3, 2], 6))[0], rtol=1e-4, atol=1e-5)
+    lc.assert_close(output, reference(mha, x, y, y, lc.np_keep_from_valid_lens([3, 2], 6))[0],
+                    terms=attention_terms("mha", 100, num_keys=6, hidden=100, heads=5)[1])
 
 
 # -------------------------------------------------------------------- NumPy forward passes
@@ -122,8 +142,9 @@ def test_matches_numpy_forward_pass(name, case):
     layer = LAYERS[name]()
     output, weights = call(layer, QUERIES, KEYS, values, **kwargs)
     expected_output, expected_weights = reference(layer, QUERIES, KEYS, values, keep)
-    np.testing.assert_allclose(weights, expected_weights, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(output, expected_output, rtol=1e-5, atol=1e-5)
+    w_terms, out_terms = attention_terms(name, max(D, values.shape[-1]))
+    lc.assert_close(weights, expected_weights, terms=w_terms)
+    lc.assert_close(output, expected_output, terms=out_terms)
 
 
 @pytest.mark.parametrize("case", ["none", "valid_lens (B,)", "valid_lens (B,Q)", "causal"])
@@ -140,8 +161,9 @@ def test_multi_head_attention_matches_numpy(use_bias, case):
     output, weights = call(layer, queries, keys, values, **kwargs)
     assert weights.shape == (B, HEADS, Q, K)
     expected_output, expected_weights = reference(layer, queries, keys, values, keep)
-    np.testing.assert_allclose(weights, expected_weights, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(output, expected_output, rtol=1e-5, atol=1e-5)
+    w_terms, out_terms = attention_terms("mha", 7)  # inputs of 3, 5 and 7 features
+    lc.assert_close(weights, expected_weights, terms=w_terms)
+    lc.assert_close(output, expected_output, terms=out_terms)
 
 
 
@@ -212,9 +234,8 @@ def test_multi_head_attention_chunks_follow_the_gpu_decision(monkeypatch, gpu):
     assert matmuls == (2 if gpu else 2 * CHUNK_B * CHUNK_HEADS)
     with fastpath.disabled():
         reference_out = np_(layer(x, x, x))
-    # float32 sums of HIDDEN products: tolerance from eps32 times that length and the scale
-    tol = 16 * HIDDEN * np.finfo("float32").eps * np.abs(reference_out).max()
-    np.testing.assert_allclose(np_(layer(x, x, x)), reference_out, rtol=0, atol=tol)
+    lc.assert_close(layer(x, x, x), reference_out,
+                    terms=attention_terms("mha", HIDDEN, num_keys=Q, heads=CHUNK_HEADS)[1])
 
 
 @pytest.mark.parametrize("case", list(CHUNK_MASKS))
@@ -228,6 +249,7 @@ def test_multi_head_attention_in_chunks_matches_numpy_and_one_chunk(monkeypatch,
     kwargs, keep = CHUNK_MASKS[case]
     queries, keys = rand(CHUNK_B, Q, 6, seed=1), rand(CHUNK_B, K, 6, seed=2)
     values = rand(CHUNK_B, K, 7, seed=3)
+    w_terms, out_terms = attention_terms("mha", 7, heads=CHUNK_HEADS)
     layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS, use_bias=True)
     layer(queries, keys, values)
     for dense in (layer.W_q, layer.W_k, layer.W_v, layer.W_o):
@@ -256,13 +278,26 @@ def test_multi_head_attention_in_chunks_matches_numpy_and_one_chunk(monkeypatch,
             assert sum(op.type == "BatchMatMulV2" for op in g.get_operations()) == \
                 2 * len(CHUNK_CASES[chunk_bytes])
         expected_output, expected_weights = reference(layer, queries, keys, values, keep)
-        np.testing.assert_allclose(np_(w), expected_weights, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(np_(out), expected_output, rtol=1e-5, atol=1e-5)
+        lc.assert_close(w, expected_weights, terms=w_terms)
+        lc.assert_close(out, expected_output, terms=out_terms)
     monkeypatch.setattr(mha_module, "_CHUNK_BYTES", 1 << 30)
     one_out, one_w, one_grads = run(True)
-    np.testing.assert_allclose(np_(out), np_(one_out), rtol=1e-6, atol=1e-6)
-    for a, b in zip(grads, one_grads):
-        np.testing.assert_allclose(np_(a), np_(b), rtol=1e-5, atol=1e-6)
+    lc.assert_close(out, one_out, terms=out_terms)
+    # Gradients: the forward's roundings, then back through W_o (HIDDEN), the weighted
+    # sum and the softmax (K each), a head's d_h, and the projections (weight gradients
+    # sum over CHUNK_B * K rows). A weight's gradient is judged at the scale of its Dense
+    # sub-layer's gradients: the key bias's is zero in exact arithmetic (a per-row
+    # constant added to the scores does not move a softmax), so what is compared there is
+    # rounding noise, of the size of the key kernel's gradient times eps.
+    grad_terms = out_terms + HIDDEN + 2 * K + HIDDEN // CHUNK_HEADS + CHUNK_B * K
+    dense_scale = {}
+    for weight, g in zip(layer.trainable_weights, one_grads[3:]):
+        dense = weight.path.rsplit("/", 1)[0]
+        dense_scale[dense] = max(dense_scale.get(dense, 0.0), np.abs(np_(g)).max())
+    scales = [None] * 3 + [dense_scale[w.path.rsplit("/", 1)[0]]
+                           for w in layer.trainable_weights]
+    for a, b, scale in zip(grads, one_grads, scales):
+        lc.assert_close(a, b, terms=grad_terms, scale=scale)
 
 
 @pytest.mark.parametrize("variant", ["xla", "mixed_bfloat16"])
@@ -277,14 +312,16 @@ def test_multi_head_attention_in_chunks_under_xla_and_bfloat16(monkeypatch, vari
     monkeypatch.setattr(mha_module, "gpu_visible", lambda: False)
     if variant == "xla":
         out = tf.function(lambda a: layer(a, a, a, valid_lens=lens), jit_compile=True)(x)
-        np.testing.assert_allclose(np_(out), expected, rtol=1e-5, atol=1e-6)
+        lc.assert_close(out, expected, terms=attention_terms("mha", HIDDEN, heads=CHUNK_HEADS)[1])
     else:
         half = MultiHeadAttention(HIDDEN, CHUNK_HEADS, dtype="mixed_bfloat16")
         half(x, x, x)
         half.set_weights(layer.get_weights())
         out = half(x, x, x, valid_lens=lens)
         assert out.dtype == "bfloat16"
-        np.testing.assert_allclose(np_(tf.cast(out, "float32")), expected, atol=0.05)
+        # bfloat16 in and out, float32 inside: one rounding to bfloat16 per stage (inputs,
+        # projections, scores, weights, context, output) of eps_bf16/2 each, relative
+        lc.assert_close(out, expected, terms=BF16_STAGES, factor=BF16_FACTOR, dtype="bfloat16")
 
 
 def test_multi_head_attention_in_chunks_drops_weights_only_in_training(monkeypatch):
@@ -296,9 +333,13 @@ def test_multi_head_attention_in_chunks_drops_weights_only_in_training(monkeypat
     layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS, dropout=0.5)
     eval_out, eval_w = call(layer, x, x[:, :, :], x, training=False)
     out, w = call(layer, x, x, x, training=True)
-    np.testing.assert_allclose(w, eval_w, rtol=1e-6)  # weights are returned before dropout
-    assert not np.allclose(out, eval_out)
-    # dropout only rescales the kept weights: the mean over many draws is the eval output
+    w_terms, out_terms = attention_terms("mha", HIDDEN, heads=CHUNK_HEADS)
+    lc.assert_close(w, eval_w, terms=w_terms)  # weights are returned before dropout
+    assert not lc.is_close(out, eval_out, terms=out_terms)
+    # dropout only rescales the kept weights: the mean over many draws is the eval output.
+    # Statistical, not rounding: at rate 0.5 one draw's spread is about |output|, so the
+    # mean of 300 draws is within |output| / sqrt(300) ~ 0.058 max|output| (1 sigma);
+    # 0.15 is 2.6 sigma (the draws are seeded).
     mean = np.mean([call(layer, x, x, x, training=True)[0] for _ in range(300)], axis=0)
     np.testing.assert_allclose(mean, eval_out, atol=0.15 * np.abs(eval_out).max())
 
@@ -310,8 +351,9 @@ def test_additive_queries_and_keys_of_different_sizes():
     assert layer.W_q.kernel.shape == (7, HIDDEN) and layer.W_k.kernel.shape == (3, HIDDEN)
     assert layer.w_v.kernel.shape == (HIDDEN, 1) and not layer.W_q.use_bias
     expected = reference(layer, queries, keys, VALUES, lc.np_keep_from_valid_lens(LENS_BQ, K))
-    np.testing.assert_allclose(output, expected[0], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(weights, expected[1], rtol=1e-5, atol=1e-6)
+    w_terms, out_terms = attention_terms("additive", 7)
+    lc.assert_close(output, expected[0], terms=out_terms)
+    lc.assert_close(weights, expected[1], terms=w_terms)
 
 
 # ------------------------------------------------------------------------------------ masks
@@ -357,10 +399,11 @@ def test_keras_mask_matches_valid_lens_and_bool_masks(name, attention):
     }
     if name == "mha":  # (B, H, Q, K) -> (B, Q, H, K), so [real] picks query positions
         w_keras = w_keras.transpose(0, 2, 1, 3)
+    w_terms, out_terms = attention_terms(name)
     for form, (output, weights) in explicit.items():
         weights = weights if name != "mha" else weights.transpose(0, 2, 1, 3)
-        np.testing.assert_allclose(out_keras[real], output[real], atol=1e-6, err_msg=form)
-        np.testing.assert_allclose(w_keras[real], weights[real], atol=1e-6, err_msg=form)
+        lc.assert_close(out_keras[real], output[real], terms=out_terms, err_msg=form)
+        lc.assert_close(w_keras[real], weights[real], terms=w_terms, err_msg=form)
     assert np.all(w_keras[~real] == 0)
     assert np.all(w_keras[0][..., 3:] == 0)  # padded keys of row 0
 
@@ -383,7 +426,8 @@ def test_keras_mask_propagates_to_the_next_layer(name):
     h = first(e, e, e, valid_lens=lens)
     output, weights = call(second, h, h, h, valid_lens=lens)
     real = tokens != 0
-    np.testing.assert_allclose(out_keras[real], output[real], rtol=1e-5, atol=1e-6)
+    # two layers: the second's inputs carry the first's roundings
+    lc.assert_close(out_keras[real], output[real], terms=2 * attention_terms(name)[1])
     assert np.all(w_keras[0][..., 3:] == 0)  # padded keys of row 0 hidden downstream too
     y = first(e, e, e)
     np.testing.assert_array_equal(np_(y._keras_mask), real)  # eager: mask on the output
@@ -405,8 +449,9 @@ def test_values_at_masked_positions_change_nothing(name, form):
     junk_keys = np.where(hidden[..., None], rand(B, K, D, seed=11, scale=100), KEYS)
     junk_values = np.where(hidden[..., None], rand(B, K, V, seed=12, scale=100), VALUES)
     output2, weights2 = call(layer, QUERIES, junk_keys, junk_values, **kwargs)
-    np.testing.assert_allclose(output2, output, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(weights2, weights, rtol=1e-6, atol=1e-7)
+    w_terms, out_terms = attention_terms(name)
+    lc.assert_close(output2, output, terms=out_terms)
+    lc.assert_close(weights2, weights, terms=w_terms)
     weights = weights if name != "mha" else weights.max(1)  # (B, Q, K) over every head
     assert np.all(weights[np.broadcast_to(hidden[:, None], (B, Q, K))] == 0)
 
@@ -422,7 +467,11 @@ def test_row_without_valid_key_gives_zeros_not_nan(name, dtype):
     output, weights = np_(output), np_(weights)
     assert np.all(np.isfinite(output)) and np.all(np.isfinite(weights))
     assert np.all(weights[0] == 0) and np.all(output[0] == 0)  # no bias: zero context
-    np.testing.assert_allclose(weights[1].sum(-1), 1.0, atol=2e-2)
+    # float32: the softmax's sum over K; 16 bits: each weight rounded once to the dtype,
+    # by <= eps/2 of itself, so <= eps/2 over a row summing to 1 (factor 1: twice that)
+    float32, rows = dtype == "float32", weights[1].sum(-1)
+    lc.assert_close(rows, np.ones_like(rows), terms=K if float32 else 1,
+                    factor=lc.FACTOR if float32 else 1, dtype=dtype)
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
@@ -431,9 +480,9 @@ def test_out_of_range_valid_lens(name):
     expected = call(layer, QUERIES, KEYS, VALUES, valid_lens=np.array([0, K]))
     for lens in ([-3, K + 4], [-1, 1000]):
         got = call(layer, QUERIES, KEYS, VALUES, valid_lens=np.array(lens))
-        lc.assert_close(got, expected, rtol=0, atol=0)
+        lc.assert_equal(got, expected)  # clipped to the same mask: the same computation
     lc.assert_close(call(layer, QUERIES, KEYS, VALUES, valid_lens=np.array([K, K + 1])),
-                    call(layer, QUERIES, KEYS, VALUES), rtol=1e-6, atol=1e-7)
+                    call(layer, QUERIES, KEYS, VALUES), terms=attention_terms(name)[1])
 
 
 # ------------------------------------------------------------ gradients, dropout, round trip
@@ -451,23 +500,27 @@ def test_gradients_exist_and_are_finite(name):
 
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_dropout_only_when_training(name):
+    w_terms, out_terms = attention_terms(name)
     lc.check_dropout(lambda rate: LAYERS[name](dropout=rate), QUERIES, KEYS, VALUES,
-                     valid_lens=np.array([3, 5]))
+                     terms=out_terms, valid_lens=np.array([3, 5]))
     # The returned weights are taken before dropout.
     layer = LAYERS[name](dropout=0.5)
     _, evaluated = call(layer, QUERIES, KEYS, VALUES, training=False)
     _, trained = call(layer, QUERIES, KEYS, VALUES, training=True)
-    np.testing.assert_allclose(trained, evaluated, rtol=1e-6)
+    lc.assert_close(trained, evaluated, terms=w_terms)
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_config_round_trip(name):
     layer = LAYERS[name](dropout=0.25, name=f"att_{name}")
-    clone = lc.check_config_round_trip(layer, QUERIES, KEYS, VALUES, valid_lens=LENS)
+    clone = lc.check_config_round_trip(layer, QUERIES, KEYS, VALUES,
+                                       terms=attention_terms(name)[1], valid_lens=LENS)
     assert clone.dropout == 0.25
     if name == "mha":
         layer = MultiHeadAttention(12, 3, dropout=0.1, use_bias=True)
-        clone = lc.check_config_round_trip(layer, QUERIES, KEYS, VALUES, use_causal_mask=True)
+        clone = lc.check_config_round_trip(
+            layer, QUERIES, KEYS, VALUES, terms=attention_terms(name, hidden=12, heads=3)[1],
+            use_causal_mask=True)
         assert (clone.num_hiddens, clone.num_heads, clone.use_bias) == (12, 3, True)
 
 
@@ -484,17 +537,21 @@ def test_functional_model_unknown_lengths_save_load_and_xla(name, tmp_path):
     batches = [(QUERIES, KEYS, VALUES, np.array([2, 5], "int32")),
                (rand(B, 6, D, seed=5), rand(B, 7, D, seed=6), rand(B, 7, V, seed=7),
                 np.array([0, 7], "int32"))]
-    model = lc.check_functional_model(wire, specs, batches)
-    loaded = lc.check_save_load(model, list(batches[1]), tmp_path)
-    lc.check_jit(lambda *a: loaded(list(a)), *(tf.constant(x) for x in batches[0]))
-    lc.check_jit(wire, *(tf.constant(x) for x in batches[1]))
+    terms = attention_terms(name, num_keys=7)[1]  # up to 7 keys
+    model = lc.check_functional_model(wire, specs, batches, terms=terms)
+    loaded = lc.check_save_load(model, list(batches[1]), tmp_path, terms=terms)
+    lc.check_jit(lambda *a: loaded(list(a)), *(tf.constant(x) for x in batches[0]), terms=terms)
+    lc.check_jit(wire, *(tf.constant(x) for x in batches[1]), terms=terms)
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_mixed_float16(name):
     outputs = lc.check_mixed_float16(lambda: LAYERS[name](), QUERIES, KEYS, VALUES,
                                      valid_lens=np.array([0, 4]), return_attention_scores=True)
-    np.testing.assert_allclose(np_(outputs[1]).sum(-1)[1], 1.0, atol=1e-2)
+    # each weight rounded once to float16, by <= eps/2 of itself: <= eps/2 over a row
+    # (factor 1: twice that)
+    rows = np_(outputs[1]).sum(-1)[1]
+    lc.assert_close(rows, np.ones_like(rows), terms=1, factor=1, dtype="float16")
 
 
 # ----------------------------------------------------------------------------------- errors
@@ -575,7 +632,7 @@ def test_property_self_attention_is_permutation_equivariant(name, data):
     layer = _cached_layer(name, value_size=D)
     out = np_(layer(x, x, x))
     out_perm = np_(layer(x[:, perm], x[:, perm], x[:, perm]))
-    np.testing.assert_allclose(out_perm, out[:, perm], rtol=1e-4, atol=1e-5)
+    lc.assert_close(out_perm, out[:, perm], terms=attention_terms(name, num_keys=length)[1])
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
@@ -595,12 +652,13 @@ def test_property_key_padding_changes_nothing(name, data):
     expected = np_(layer(QUERIES, keys, values, valid_lens=lens))
     padded = np_(layer(QUERIES, np.concatenate([keys, pad_keys], 1),
                        np.concatenate([values, pad_values], 1), valid_lens=lens))
-    np.testing.assert_allclose(padded, expected, rtol=1e-5, atol=1e-5)
+    terms = attention_terms(name, num_keys=num_keys + pad)[1]
+    lc.assert_close(padded, expected, terms=terms)
     # The same padding hidden by a bool mask instead of valid_lens.
     mask = np.arange(num_keys + pad) < num_keys
     masked = np_(layer(QUERIES, np.concatenate([keys, pad_keys], 1),
                        np.concatenate([values, pad_values], 1), mask=np.stack([mask] * B)))
-    np.testing.assert_allclose(masked, np_(layer(QUERIES, keys, values)), rtol=1e-5, atol=1e-5)
+    lc.assert_close(masked, layer(QUERIES, keys, values), terms=terms)
 
 
 # -------------------------------------------------------------------------- Nadaraya-Watson
@@ -619,6 +677,13 @@ def np_nadaraya_watson(queries, keys, values, w=1.0):
     return (weights * values).sum(-1), weights
 
 
+def nw_terms(num_keys):
+    """Roundings of Nadaraya-Watson's weights and output (``lc.tolerance``): three
+    elementwise steps of the score (difference, times w, square and halve), the softmax
+    over ``num_keys``, then the weighted sum over ``num_keys`` values."""
+    return 3 + num_keys, 3 + 2 * num_keys
+
+
 @pytest.mark.parametrize("learnable", [False, True])
 def test_nadaraya_watson_shared_keys(learnable):
     x, y = _nw_data()
@@ -627,8 +692,9 @@ def test_nadaraya_watson_shared_keys(learnable):
                                                            return_attention_scores=True))
     expected_out, expected_weights = np_nadaraya_watson(queries, x, y)  # w starts at 1.0
     assert out.shape == (10,) and weights.shape == (10, 8)
-    np.testing.assert_allclose(weights, expected_weights, rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(out, expected_out, rtol=1e-5, atol=1e-6)
+    w_terms, out_terms = nw_terms(8)
+    lc.assert_close(weights, expected_weights, terms=w_terms)
+    lc.assert_close(out, expected_out, terms=out_terms)
 
 
 def test_nadaraya_watson_per_query_keys_d2l_training_setup():
@@ -640,11 +706,11 @@ def test_nadaraya_watson_per_query_keys_d2l_training_setup():
         y[None].repeat(n, 0)[others].reshape(n, n - 1)
     layer = NadarayaWatson(learnable=True)
     out = np_(layer(x, keys, values))
-    np.testing.assert_allclose(out, np_nadaraya_watson(x, keys, values)[0], rtol=1e-5, atol=1e-6)
+    terms = nw_terms(n - 1)[1]
+    lc.assert_close(out, np_nadaraya_watson(x, keys, values)[0], terms=terms)
     layer.w.assign(2.5)
     out = np_(layer(x, keys, values))
-    np.testing.assert_allclose(out, np_nadaraya_watson(x, keys, values, 2.5)[0],
-                               rtol=1e-5, atol=1e-6)
+    lc.assert_close(out, np_nadaraya_watson(x, keys, values, 2.5)[0], terms=terms)
 
 
 def test_nadaraya_watson_learnable_weight():
@@ -671,11 +737,12 @@ def test_nadaraya_watson_mask_and_valid_lens_drop_keys():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # `mask` is not a Keras padding mask: no warning
         got = np_(layer(queries, x, y, mask=keep))
-    np.testing.assert_allclose(got, np_nadaraya_watson(queries, x[keep], y[keep])[0], rtol=1e-5)
+    terms = nw_terms(len(x))[1]
+    lc.assert_close(got, np_nadaraya_watson(queries, x[keep], y[keep])[0], terms=terms)
     got = np_(layer(queries, x, y, valid_lens=np.array([3, 8, 5])))
     for i, n in enumerate([3, 8, 5]):
-        np.testing.assert_allclose(got[i], np_nadaraya_watson(queries[i:i + 1], x[:n], y[:n])[0][0],
-                                   rtol=1e-5)
+        lc.assert_close(got[i], np_nadaraya_watson(queries[i:i + 1], x[:n], y[:n])[0][0],
+                        terms=terms)
 
 
 @pytest.mark.parametrize("learnable", [False, True])
@@ -683,17 +750,19 @@ def test_nadaraya_watson_config_save_load_xla(learnable, tmp_path):
     x, y = _nw_data()
     queries = np.arange(0, 5, 0.5, dtype="float32")
     layer = NadarayaWatson(learnable=learnable, name="nw")
-    clone = lc.check_config_round_trip(layer, queries, x, y)
+    terms = nw_terms(len(x))[1]
+    clone = lc.check_config_round_trip(layer, queries, x, y, terms=terms)
     assert clone.learnable is learnable
     if learnable:
         layer.w.assign(1.7)
     q_in, k_in = keras.Input(batch_shape=(None,)), keras.Input(batch_shape=(None,))
     v_in = keras.Input(batch_shape=(None,))
     model = keras.Model([q_in, k_in, v_in], layer(q_in, k_in, v_in))
-    loaded = lc.check_save_load(model, [queries, x, y], tmp_path)
-    if learnable:
-        assert float(loaded.get_layer("nw").w.numpy()) == pytest.approx(1.7)
-    lc.check_jit(lambda q, k, v: layer(q, k, v), *(tf.constant(a) for a in (queries, x, y)))
+    loaded = lc.check_save_load(model, [queries, x, y], tmp_path, terms=terms)
+    if learnable:  # a float32 variable is saved and loaded bit for bit
+        assert float(loaded.get_layer("nw").w.numpy()) == float(np.float32(1.7))
+    lc.check_jit(lambda q, k, v: layer(q, k, v), *(tf.constant(a) for a in (queries, x, y)),
+                 terms=terms)
 
 
 def test_nadaraya_watson_mixed_float16():
@@ -730,13 +799,16 @@ def test_one_query_path_matches_general_path(dtype):
     one, w_one = layer(q, kv, kv, mask=keep, return_attention_scores=True)
     two, w_two = layer(np.repeat(q, 2, axis=1), kv, kv, mask=np.repeat(keep, 2, axis=1),
                        return_attention_scores=True)
-    tol = 1e-5 if dtype == "float32" else 2e-2
-    np.testing.assert_allclose(np_(one), np_(two)[:, :1], atol=tol)
-    np.testing.assert_allclose(np_(w_one), np_(w_two)[:, :, :1], atol=tol)
+    # float32: the layer's reductions; mixed_bfloat16: one rounding to bfloat16 per stage
+    w_terms, out_terms = attention_terms("mha", 16, num_keys=6, hidden=16, heads=4)
+    close = (functools.partial(lc.assert_close, terms=out_terms) if dtype == "float32" else
+             functools.partial(lc.assert_close, terms=BF16_STAGES, factor=BF16_FACTOR,
+                               dtype="bfloat16"))
+    close(one, np_(two)[:, :1])
+    close(w_one, np_(w_two)[:, :, :1])
     assert not np_(w_one)[2].any()
     assert not np_(w_one)[~np.broadcast_to(keep[:, None], np_(w_one).shape)].any()
     # no mask, and a (B, K) mask
     q2 = np.repeat(q, 2, axis=1)
-    np.testing.assert_allclose(np_(layer(q, kv, kv)), np_(layer(q2, kv, kv))[:, :1], atol=tol)
-    np.testing.assert_allclose(np_(layer(q, kv, kv, mask=keep[:, 0])),
-                               np_(layer(q2, kv, kv, mask=keep[:, 0]))[:, :1], atol=tol)
+    close(layer(q, kv, kv), np_(layer(q2, kv, kv))[:, :1])
+    close(layer(q, kv, kv, mask=keep[:, 0]), np_(layer(q2, kv, kv, mask=keep[:, 0]))[:, :1])

@@ -11,6 +11,9 @@ References written in this file from the paper's formulas, with each layer's own
 plus parity with ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer`` (torch
 is a test dependency: without it those tests fail, they do not skip), and D2L 11.7's shape
 examples.
+
+Tolerances (``lc.assert_close``) count the roundings along each piece's longest path, the
+``*_terms`` functions below.
 """
 import math
 
@@ -33,6 +36,35 @@ NORM_BIAS = [pytest.param(nf, ub, id=f"{'pre' if nf else 'post'}-{'bias' if ub e
 
 def rand(*shape, seed=0, scale=1.0):
     return (np.random.default_rng(seed).standard_normal(shape) * scale).astype("float32")
+
+
+# Roundings of each piece (``terms`` of lc.tolerance) at this module's sizes.
+def ffn_terms():
+    return lc.ffn_terms(D, FFN)
+
+
+LN_TERMS = lc.layer_norm_terms(D)
+ADDNORM_TERMS = 1 + LN_TERMS  # the residual add, then LayerNorm
+
+
+def encoder_block_terms(length):
+    return lc.encoder_block_terms(D, FFN, HEADS, length)
+
+
+def decoder_block_terms(tgt_len, src_len):
+    return lc.decoder_block_terms(D, FFN, HEADS, tgt_len, src_len)
+
+
+def stack_terms(block_terms, num_layers, logits=False, final_norm=False):
+    return lc.stack_terms(D, block_terms, num_layers, logits, final_norm)
+
+
+def gru_terms(steps, num_layers, embed=6):
+    return lc.gru_terms(steps, embed, D, num_layers)
+
+
+def bahdanau_terms(steps, num_layers, src_len, embed=6):
+    return lc.bahdanau_decoder_terms(steps, embed, D, num_layers, src_len)
 
 
 def randomize(layer, seed=0):
@@ -142,7 +174,7 @@ def test_ffn_reference():
     x = rand(2, 3, D)
     ffn(x)
     randomize(ffn)
-    lc.assert_close(ffn(x), np_ffn(ffn, x))
+    lc.assert_close(ffn(x), np_ffn(ffn, x), terms=ffn_terms())
     assert [w.path.split("/")[-2] for w in ffn.weights] == ["dense1", "dense1", "dense2",
                                                              "dense2"]
 
@@ -152,11 +184,12 @@ def test_addnorm_reference_and_residual():
     x, y = rand(2, 3, D, seed=1), rand(2, 3, D, seed=2)
     norm(x, y)
     randomize(norm)
-    lc.assert_close(norm(x, y), np_layer_norm(norm.ln, x + y))
+    lc.assert_close(norm(x, y), np_layer_norm(norm.ln, x + y), terms=ADDNORM_TERMS)
     f = lambda h: h * 2.0 + 1.0  # noqa: E731  (any sub-layer)
-    lc.assert_close(norm.residual(x, f), np_layer_norm(norm.ln, x + (x * 2 + 1)))
+    terms = ADDNORM_TERMS + 2  # and f's two steps
+    lc.assert_close(norm.residual(x, f), np_layer_norm(norm.ln, x + (x * 2 + 1)), terms=terms)
     lc.assert_close(norm.residual(x, f, norm_first=True),
-                    x + (np_layer_norm(norm.ln, x) * 2 + 1))
+                    x + (np_layer_norm(norm.ln, x) * 2 + 1), terms=terms)
 
 
 # ----------------------------------------------------------------------------------------
@@ -175,9 +208,9 @@ def test_encoder_block_reference(norm_first, use_bias, masking):
     blk(x, **kwargs)
     randomize(blk, seed=3)
     out = blk(x, **kwargs)
-    lc.assert_close(out, np_encoder_block(blk, x, keep))
+    lc.assert_close(out, np_encoder_block(blk, x, keep), terms=encoder_block_terms(5))
     # The reference is sensitive to the mask: unmasked attention gives something else.
-    assert not np.allclose(lc.as_numpy(out), np_encoder_block(blk, x, None), atol=1e-3)
+    assert not lc.is_close(out, np_encoder_block(blk, x, None), terms=encoder_block_terms(5))
 
 
 @pytest.mark.parametrize("norm_first, use_bias", NORM_BIAS)
@@ -192,10 +225,11 @@ def test_decoder_block_reference(norm_first, use_bias):
     self_keep = np_causal(4)[None] & x_mask[:, None, :]
     cross_keep = (np.arange(6)[None, :] < enc_valid_lens[:, None])[:, None, :]
     expected = np_decoder_block(blk, x, enc, self_keep, cross_keep)
-    np.testing.assert_allclose(out[x_mask], expected[x_mask], rtol=1e-5, atol=1e-5)
+    terms = decoder_block_terms(4, 6)
+    lc.assert_close(out[x_mask], expected[x_mask], terms=terms)
     # Without target padding: every position.
     lc.assert_close(blk(x, enc, enc_valid_lens=enc_valid_lens),
-                    np_decoder_block(blk, x, enc, np_causal(4)[None], cross_keep))
+                    np_decoder_block(blk, x, enc, np_causal(4)[None], cross_keep), terms=terms)
 
 
 def test_decoder_block_keras_mask_equals_valid_lens():
@@ -205,11 +239,12 @@ def test_decoder_block_keras_mask_equals_valid_lens():
     enc_valid_lens = np.array([2, 6])
     by_lens = blk(x, enc, enc_valid_lens=enc_valid_lens)
     by_mask = blk(x, enc, enc_outputs_mask=np.arange(6)[None] < enc_valid_lens[:, None])
-    lc.assert_close(by_mask, by_lens, rtol=1e-6, atol=1e-6)
+    terms = decoder_block_terms(4, 6)
+    lc.assert_close(by_mask, by_lens, terms=terms)
     # Masked source positions do not matter.
     enc2 = enc.copy()
     enc2[0, 2:] = 9.0
-    lc.assert_close(blk(x, enc2, enc_valid_lens=enc_valid_lens), by_lens, rtol=1e-6, atol=1e-6)
+    lc.assert_close(blk(x, enc2, enc_valid_lens=enc_valid_lens), by_lens, terms=terms)
 
 
 # ----------------------------------------------------------------------------------------
@@ -256,7 +291,7 @@ def test_encoder_block_matches_torch(norm_first):
     # Grad mode on (parameters require grad): the reference math path, not the fast path.
     expected = layer(torch.tensor(x, dtype=torch.float64),
                      src_key_padding_mask=torch.tensor(~keep)).detach().numpy()
-    lc.assert_close(blk(x, mask=keep), expected)
+    lc.assert_close(blk(x, mask=keep), expected, terms=encoder_block_terms(5))
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post", "pre"])
@@ -283,7 +318,7 @@ def test_decoder_block_matches_torch(norm_first):
                      memory_key_padding_mask=torch.tensor(~enc_keep)).detach().numpy()
     out = lc.as_numpy(blk(x, enc, x_mask=x_keep, enc_outputs_mask=enc_keep))
     # Padded target queries are implementation-defined (this block zeroes their weights).
-    np.testing.assert_allclose(out[x_keep], expected[x_keep], rtol=1e-5, atol=1e-5)
+    lc.assert_close(out[x_keep], expected[x_keep], terms=decoder_block_terms(4, 6))
 
 
 # ----------------------------------------------------------------------------------------
@@ -309,7 +344,8 @@ def test_encoder_stack_reference(norm_first):
         x = np_encoder_block(blk, x, keep)
     if norm_first:
         x = np_layer_norm(encoder.final_norm, x)
-    lc.assert_close(encoder(src), x)
+    lc.assert_close(encoder(src), x,
+                    terms=stack_terms(encoder_block_terms(6), 2, final_norm=norm_first))
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post", "pre"])
@@ -329,7 +365,8 @@ def test_decoder_stack_reference(norm_first):
     expected = lc.dense_np(decoder.dense, x)
     out = lc.as_numpy(decoder(tgt, enc, enc_outputs_mask=src != 0))
     real = tgt != 0
-    np.testing.assert_allclose(out[real], expected[real], rtol=1e-5, atol=1e-5)
+    lc.assert_close(out[real], expected[real], terms=stack_terms(
+        decoder_block_terms(4, 6), 2, logits=True, final_norm=norm_first))
 
 
 def test_tied_embeddings_share_the_weight():
@@ -351,11 +388,12 @@ def test_tied_embeddings_share_the_weight():
     emb, bias = decoder.embedding.embeddings.numpy(), decoder.dense.bias.numpy()
     out = lc.as_numpy(decoder(tgt, enc))
     real = tgt != 0
-    np.testing.assert_allclose(out[real], (h @ emb.T + bias)[real], rtol=1e-5, atol=1e-5)
+    terms = stack_terms(decoder_block_terms(4, 6), 1, logits=True)
+    lc.assert_close(out[real], (h @ emb.T + bias)[real], terms=terms)
     # One variable: changing the embedding changes the output projection.
     decoder.embedding.embeddings.assign(emb * 2)
-    lc.assert_close(decoder.logits(h.astype("float32")), h @ (2 * emb).T + bias)
-    clone = lc.check_config_round_trip(decoder, tgt, enc)
+    lc.assert_close(decoder.logits(h.astype("float32")), h @ (2 * emb).T + bias, terms=D + 1)
+    clone = lc.check_config_round_trip(decoder, tgt, enc, terms=terms)
     assert clone.tie_embeddings
 
 
@@ -369,12 +407,13 @@ def test_decoder_is_causal():
     enc = rand(2, 6, D, seed=3)
     tgt = np.array([[2, 5, 6, 7, 8, 9], [2, 4, 9, 11, 12, 10]], "int32")
     base = lc.as_numpy(decoder(tgt, enc))
+    terms = stack_terms(decoder_block_terms(6, 6), 2, logits=True)
     for t in range(1, 6):
         changed = tgt.copy()
         changed[:, t] = 1 + (changed[:, t] % (VOCAB - 1))
         out = lc.as_numpy(decoder(changed, enc))
-        np.testing.assert_allclose(out[:, :t], base[:, :t], rtol=1e-6, atol=1e-6)
-        assert not np.allclose(out[:, t], base[:, t], atol=1e-4)
+        lc.assert_close(out[:, :t], base[:, :t], terms=terms, scale=np.abs(base).max())
+        assert not lc.is_close(out[:, t], base[:, t], terms=terms, scale=np.abs(base).max())
 
 
 def test_decoder_padding_invariance():
@@ -383,16 +422,19 @@ def test_decoder_padding_invariance():
     src, tgt = _tokens()
     base = lc.as_numpy(decoder(tgt, encoder(src)))
     real = tgt != 0
+    # the encoder's roundings (up to 9 source positions) carried into the decoder's
+    terms = (stack_terms(encoder_block_terms(9), 2)
+             + stack_terms(decoder_block_terms(6, 9), 2, logits=True))
     padded_src = np.pad(src, ((0, 0), (0, 3)))
     out = lc.as_numpy(decoder(tgt, encoder(padded_src)))
-    np.testing.assert_allclose(out[real], base[real], rtol=1e-5, atol=1e-5)
+    lc.assert_close(out[real], base[real], terms=terms)
     padded_tgt = np.pad(tgt, ((0, 0), (0, 2)))
     out = lc.as_numpy(decoder(padded_tgt, encoder(src)))[:, :4]
-    np.testing.assert_allclose(out[real], base[real], rtol=1e-5, atol=1e-5)
+    lc.assert_close(out[real], base[real], terms=terms)
     # A real source token at the end does change things (the check can fail).
     other_src = src.copy()
     other_src[0, 4] = 3
-    assert not np.allclose(lc.as_numpy(decoder(tgt, encoder(other_src)))[0], base[0], atol=1e-4)
+    assert not lc.is_close(decoder(tgt, encoder(other_src))[0], base[0], terms=terms)
 
 
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
@@ -411,7 +453,8 @@ def test_incremental_decoding_matches_full_call(norm_first, tie):
         logits, maps, cache = decoder(tgt[:, t:t + 1], cache=cache, cache_update_index=t,
                                       return_attention_scores=True)
         full = lc.as_numpy(decoder(tgt[:, :t + 1], enc, enc_outputs_mask=src != 0))[:, -1]
-        lc.assert_close(logits[:, 0], full, rtol=1e-4, atol=1e-4)
+        lc.assert_close(logits[:, 0], full, terms=stack_terms(  # cache of 7 slots, 6 source
+            decoder_block_terms(7, 6), 2, logits=True, final_norm=norm_first))
         cross_w = maps["cross"]
         assert len(cross_w) == 2 and tuple(cross_w[0].shape) == (2, HEADS, 1, 6)
         np.testing.assert_array_equal(lc.as_numpy(cross_w[0])[0, :, 0, 4:], 0.0)
@@ -438,7 +481,8 @@ def test_incremental_step_under_xla():
     cache = decoder.init_cache(enc, src, 5)
     for t in range(2):
         logits, cache = step(tf.constant(tgt[:, t:t + 1]), tf.constant(t), cache)
-        lc.assert_close(logits, eager[t], rtol=1e-5, atol=1e-5)
+        lc.assert_close(logits, eager[t],
+                        terms=stack_terms(decoder_block_terms(5, 6), 1, logits=True))
 
 
 # ----------------------------------------------------------------------------------------
@@ -450,9 +494,10 @@ def test_seq2seq_encoder_skips_padding():
     src = np.array([[5, 6, 7], [4, 9, 11]], "int32")
     out, states = encoder(src)
     out_p, states_p = encoder(np.pad(src, ((0, 0), (0, 3))))
-    lc.assert_close(list(states_p), list(states))
-    lc.assert_close(out_p[:, :3], out)
-    lc.assert_close(states[-1], out[:, -1])  # top layer's state = its last output
+    terms = gru_terms(6, 2)  # up to 6 steps
+    lc.assert_close(list(states_p), list(states), terms=terms)
+    lc.assert_close(out_p[:, :3], out, terms=terms)
+    lc.assert_close(states[-1], out[:, -1], terms=terms)  # top layer's state = its last output
 
 
 def test_bahdanau_decoder_masks_source_padding():
@@ -466,13 +511,13 @@ def test_bahdanau_decoder_masks_source_padding():
     w = lc.as_numpy(w)
     assert w.shape == (2, 3, 5)
     np.testing.assert_array_equal(w[0, :, 3:], 0.0)
-    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-5)
+    lc.assert_close(w.sum(-1), np.ones((2, 3)), terms=2 * 5)  # softmax over 5, summed
     by_lens = decoder(tgt, out, states, enc_valid_lens=np.array([3, 5]))
-    lc.assert_close(by_lens, logits, rtol=1e-6, atol=1e-6)
+    terms = bahdanau_terms(3, 1, 5)
+    lc.assert_close(by_lens, logits, terms=terms)
     junk = lc.as_numpy(out).copy()
     junk[0, 3:] = 5.0
-    lc.assert_close(decoder(tgt, junk, states, enc_outputs_mask=keep), logits,
-                    rtol=1e-6, atol=1e-6)
+    lc.assert_close(decoder(tgt, junk, states, enc_outputs_mask=keep), logits, terms=terms)
 
 
 def test_bahdanau_decoder_is_causal():
@@ -485,8 +530,9 @@ def test_bahdanau_decoder_is_causal():
     changed = tgt.copy()
     changed[:, 2] = 12
     new = lc.as_numpy(decoder(changed, out, states))
-    np.testing.assert_allclose(new[:, :2], base[:, :2], rtol=1e-6, atol=1e-6)
-    assert not np.allclose(new[:, 2], base[:, 2], atol=1e-4)
+    terms = bahdanau_terms(4, 2, 4)
+    lc.assert_close(new[:, :2], base[:, :2], terms=terms, scale=np.abs(base).max())
+    assert not lc.is_close(new[:, 2], base[:, 2], terms=terms, scale=np.abs(base).max())
 
 
 # ----------------------------------------------------------------------------------------
@@ -515,6 +561,17 @@ CASES = {
                          (TGT, ENC, [X[:, 0], X[:, 1]]), {"enc_valid_lens": np.array([4, 6])}),
 }
 FLOAT_INPUT = ("ffn", "addnorm", "encoder_block", "encoder_block_pre", "decoder_block")
+CASE_TERMS = {  # roundings of each case's output (lc.tolerance)
+    "ffn": ffn_terms(),
+    "addnorm": ADDNORM_TERMS,
+    "encoder_block": encoder_block_terms(5),
+    "encoder_block_pre": encoder_block_terms(5),
+    "decoder_block": decoder_block_terms(5, 6),
+    "encoder": stack_terms(encoder_block_terms(6), 2, final_norm=True),
+    "decoder": stack_terms(decoder_block_terms(4, 6), 2, logits=True),
+    "seq2seq_encoder": gru_terms(6, 2),
+    "bahdanau_decoder": bahdanau_terms(4, 2, 6),
+}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -523,7 +580,7 @@ def test_config_round_trip(name):
     layer = make(0.0)
     config = layer.get_config()
     assert "dropout" in config
-    lc.check_config_round_trip(layer, *args, **kwargs)
+    lc.check_config_round_trip(layer, *args, terms=CASE_TERMS[name], **kwargs)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -552,7 +609,7 @@ def test_gradients_finite(name):
 @pytest.mark.parametrize("name", [n for n in CASES if n != "seq2seq_encoder"])
 def test_dropout_only_in_training(name):
     make, args, kwargs = CASES[name]
-    lc.check_dropout(make, *args, **kwargs)
+    lc.check_dropout(make, *args, terms=CASE_TERMS[name], **kwargs)
 
 
 @pytest.mark.parametrize("name", ["encoder_block", "decoder_block", "decoder",
@@ -561,7 +618,7 @@ def test_xla(name):
     make, args, kwargs = CASES[name]
     layer = make(0.0)
     n = len(args)
-    lc.check_jit(lambda *t: layer(*t[:n], **kwargs), *args)
+    lc.check_jit(lambda *t: layer(*t[:n], **kwargs), *args, terms=CASE_TERMS[name])
 
 
 @pytest.mark.parametrize("name", ["encoder_block", "decoder_block", "decoder",
@@ -578,7 +635,7 @@ def test_save_load(name, tmp_path):
     layer = make(0.0)
     model = keras.Model(inputs, layer(*inputs))
     randomize(layer, seed=13)
-    loaded = lc.check_save_load(model, list(args), tmp_path)
+    loaded = lc.check_save_load(model, list(args), tmp_path, terms=CASE_TERMS[name])
     assert isinstance(loaded.layers[-1], type(layer))
 
 
@@ -590,9 +647,12 @@ def test_stacks_save_load_unknown_length(tmp_path):
     model = keras.Model([src, tgt], decoder(tgt, encoder(src)))
     s, t = _tokens()
     eager = decoder(t, encoder(s))
-    lc.assert_close(model([s, t]), eager)
-    lc.assert_close(model([s[:, :4], t[:, :3]]), decoder(t[:, :3], encoder(s[:, :4])))
-    lc.check_save_load(model, [s, t], tmp_path)
+    terms = (stack_terms(encoder_block_terms(6), 1)
+             + stack_terms(decoder_block_terms(4, 6), 1, logits=True))
+    lc.assert_close(model([s, t]), eager, terms=terms)
+    lc.assert_close(model([s[:, :4], t[:, :3]]), decoder(t[:, :3], encoder(s[:, :4])),
+                    terms=terms)
+    lc.check_save_load(model, [s, t], tmp_path, terms=terms)
 
 
 # ----------------------------------------------------------------------------------------
@@ -694,21 +754,24 @@ def test_all_padding_source_rows_give_finite_logits():
     lambda r, f: TransformerDecoderBlock(D, FFN, HEADS, r, ffn_dropout=f),
 ], ids=["encoder_block", "decoder_block"])
 def test_ffn_hidden_dropout_is_separate(make):
-    args = (X,) if make(0.0, 0.0).__class__ is TransformerEncoderBlock else (X, ENC)
+    encoder = make(0.0, 0.0).__class__ is TransformerEncoderBlock
+    args = (X,) if encoder else (X, ENC)
+    terms = encoder_block_terms(5) if encoder else decoder_block_terms(5, 6)
     h = tf.constant(X)
     # Default (paper, D2L): residual/attention dropout on, the FFN hidden layer untouched.
     blk = make(0.5, 0.0)
     blk(*args)
     assert blk.ffn.dropout == 0.0
-    lc.assert_close(blk.ffn(h, training=True), blk.ffn(h, training=False))
-    assert not np.allclose(blk(*args, training=True), blk(*args, training=False))
+    lc.assert_close(blk.ffn(h, training=True), blk.ffn(h, training=False), terms=ffn_terms())
+    assert not lc.is_close(blk(*args, training=True), blk(*args, training=False), terms=terms)
     # Only the FFN hidden layer dropped: training output differs, inference is unchanged.
     blk = make(0.0, 0.5)
     blk(*args)
     assert blk.ffn.dropout == 0.5
-    assert not np.allclose(blk.ffn(h, training=True), blk.ffn(h, training=False))
-    assert not np.allclose(blk(*args, training=True), blk(*args, training=False))
-    lc.assert_close(blk(*args, training=False), blk(*args))
+    assert not lc.is_close(blk.ffn(h, training=True), blk.ffn(h, training=False),
+                           terms=ffn_terms())
+    assert not lc.is_close(blk(*args, training=True), blk(*args, training=False), terms=terms)
+    lc.assert_close(blk(*args, training=False), blk(*args), terms=terms)
     assert blk.get_config()["ffn_dropout"] == 0.5
     assert type(blk).from_config(blk.get_config()).ffn_dropout == 0.5
 

@@ -25,6 +25,14 @@ def np_(x):
     return np.asarray(keras.ops.convert_to_numpy(x))
 
 
+def softmax_terms(num_keys):
+    """Roundings of a float32 softmax weight (``terms`` of lc.tolerance): subtracting the
+    row's max, exp, the sum over ``num_keys``, the division. (An error of d in a score
+    moves its weight by w * d, and w <= exp(-(max - score)) keeps that below d / e: the
+    scores' range does not enter.)"""
+    return num_keys + 3
+
+
 # ---------------------------------------------------------------------------- mask helpers
 
 def test_sequence_mask():
@@ -64,9 +72,10 @@ def test_d2l_masked_softmax_valid_lens_per_batch_row():
     weights = np_(attn_ops.masked_softmax(scores, valid_lens=np.array([2, 3])))
     assert np.all(weights[0, :, 2:] == 0) and np.all(weights[1, :, 3:] == 0)
     assert np.all(weights[0, :, :2] > 0) and np.all(weights[1, :, :3] > 0)
-    np.testing.assert_allclose(weights.sum(-1), np.ones((2, 2)), rtol=1e-6)
+    # the softmax, then the float32 sum of its 4 weights
+    lc.assert_close(weights.sum(-1), np.ones((2, 2)), terms=softmax_terms(4) + 4)
     expected = lc.np_softmax_keep(scores, lc.np_keep_from_valid_lens([2, 3], 4))
-    np.testing.assert_allclose(weights, expected, rtol=1e-6, atol=1e-7)
+    lc.assert_close(weights, expected, terms=softmax_terms(4))
 
 
 def test_d2l_masked_softmax_valid_lens_per_query():
@@ -75,9 +84,9 @@ def test_d2l_masked_softmax_valid_lens_per_query():
     np.testing.assert_array_equal(weights[0, 0], [1, 0, 0, 0])  # one valid key: all weight
     zero = np.array([[[F, T, T, T], [F, F, F, T]], [[F, F, T, T], [F, F, F, F]]])
     assert np.all(weights[zero] == 0) and np.all(weights[~zero] > 0)
-    np.testing.assert_allclose(weights.sum(-1), np.ones((2, 2)), rtol=1e-6)
+    lc.assert_close(weights.sum(-1), np.ones((2, 2)), terms=softmax_terms(4) + 4)
     expected = lc.np_softmax_keep(scores, lc.np_keep_from_valid_lens([[1, 3], [2, 4]], 4))
-    np.testing.assert_allclose(weights, expected, rtol=1e-6, atol=1e-7)
+    lc.assert_close(weights, expected, terms=softmax_terms(4))
 
 
 # ------------------------------------------------------------------------------- mask forms
@@ -115,7 +124,7 @@ def test_mask_forms_match_numpy(form, rank):
     scores = rand(*shape)
     weights = np_(attn_ops.masked_softmax(scores, **kwargs(rank)))
     expected = lc.np_softmax_keep(scores, _full(keep, rank))
-    np.testing.assert_allclose(weights, expected, rtol=1e-6, atol=1e-7)
+    lc.assert_close(weights, expected, terms=softmax_terms(K))
     assert np.all(weights[~_full(keep, rank)] == 0)
 
 
@@ -128,8 +137,8 @@ def test_valid_lens_and_equivalent_masks_agree():
 
 def test_no_mask_is_plain_softmax():
     scores = rand(B, Q, K)
-    np.testing.assert_allclose(np_(attn_ops.masked_softmax(scores)),
-                               lc.np_softmax_keep(scores, True), rtol=1e-6)
+    lc.assert_close(attn_ops.masked_softmax(scores), lc.np_softmax_keep(scores, True),
+                    terms=softmax_terms(K))
 
 
 @pytest.mark.parametrize("values, same_as", [
@@ -145,9 +154,8 @@ def test_out_of_range_valid_lens(values, same_as):
 
 def test_valid_lens_of_all_keys_is_no_mask():
     scores = rand(B, Q, K)
-    np.testing.assert_allclose(
-        np_(attn_ops.masked_softmax(scores, valid_lens=np.array([K, K + 5]))),
-        np_(attn_ops.masked_softmax(scores)), rtol=1e-7, atol=0)
+    lc.assert_close(attn_ops.masked_softmax(scores, valid_lens=np.array([K, K + 5])),
+                    attn_ops.masked_softmax(scores), terms=softmax_terms(K))
 
 
 # ------------------------------------------------------------------------------ dtypes, NaN
@@ -162,7 +170,13 @@ def test_row_without_valid_key_is_zero_not_nan(dtype, rank):
     w = np_(keras.ops.cast(weights, "float32"))
     assert not np.any(np.isnan(w))
     assert np.all(w[0] == 0)
-    np.testing.assert_allclose(w[1].sum(-1), 1.0, atol=1e-2)
+    # float32: the softmax and the sum of its K weights; 16 bits: each weight rounded once
+    # to the dtype, by <= eps/2 of itself, so <= eps/2 over a row summing to 1 (factor 1:
+    # twice that)
+    float32 = dtype == "float32"
+    lc.assert_close(w[1].sum(-1), np.ones(w[1].shape[:-1]),
+                    terms=softmax_terms(K) + K if float32 else 1,
+                    factor=lc.FACTOR if float32 else 1, dtype=dtype)
     # A mask with nothing kept, too.
     w = np_(keras.ops.cast(attn_ops.masked_softmax(scores, mask=np.zeros((B, K), bool)), "float32"))
     assert np.all(w == 0)
@@ -177,23 +191,27 @@ def test_large_magnitude_low_precision_scores(dtype):
     assert keras.backend.standardize_dtype(weights.dtype) == dtype
     w = np_(keras.ops.cast(weights, "float32"))
     assert np.all(np.isfinite(w))
-    np.testing.assert_allclose(w[0, 0], [0.5, 0, 0.5, 0], atol=1e-3)
+    # the float32 softmax of equal scores, rounded once to the dtype (by <= eps/2 of the
+    # value: factor 1 is twice that)
+    lc.assert_close(w[0, 0], np.array([0.5, 0, 0.5, 0]), terms=1, factor=1, dtype=dtype)
     # All valid scores equally (hugely) negative: still a uniform distribution, not zeros.
-    np.testing.assert_allclose(w[0, 1], [1 / 3, 1 / 3, 1 / 3, 0], atol=1e-2)
+    lc.assert_close(w[0, 1], np.array([1 / 3, 1 / 3, 1 / 3, 0]), terms=1, factor=1,
+                    dtype=dtype)
 
 
-@pytest.mark.parametrize("dtype, eps, tiny", [("float16", 2.0 ** -11, 6.2e-5),
-                                               ("bfloat16", 2.0 ** -8, 1.2e-38)])
-def test_low_precision_softmax_is_computed_in_float32(dtype, eps, tiny):
-    """Each weight is the exact softmax of the (rounded) scores, rounded once to ``dtype``:
-    relative error <= eps. A softmax computed in float16/bfloat16 errs by far more."""
+@pytest.mark.parametrize("dtype, tiny", [("float16", 6.2e-5), ("bfloat16", 1.2e-38)])
+def test_low_precision_softmax_is_computed_in_float32(dtype, tiny):
+    """Each weight is the float32 softmax of the (rounded) scores, rounded once to
+    ``dtype``: relative error <= eps/2 of the dtype, plus the float32 softmax's own (the
+    sum over 256 keys). A softmax computed in float16/bfloat16 errs by far more."""
     scores = keras.ops.cast(rand(4, 8, 256) * 3, dtype)
     lens = np.full(4, 200)
     expected = lc.np_softmax_keep(np_(keras.ops.cast(scores, "float32")),
                                   lc.np_keep_from_valid_lens(lens, 256))
     got = np_(keras.ops.cast(attn_ops.masked_softmax(scores, valid_lens=lens), "float32"))
     normal = expected > tiny  # skip values that underflow to subnormals in ``dtype``
-    np.testing.assert_allclose(got[normal], expected[normal], rtol=eps, atol=0)
+    rtol = lc.EPS[dtype] / 2 + lc.tolerance(1.0, terms=softmax_terms(256))
+    np.testing.assert_allclose(got[normal], expected[normal], rtol=rtol, atol=0)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
@@ -250,8 +268,10 @@ def test_property_rows_sum_to_one_or_zero_and_masked_are_zero(problem):
     assert not np.any(np.isnan(w))
     assert np.all(w[~keep] == 0)
     any_valid = keep.any(-1)
-    np.testing.assert_allclose(w.sum(-1), any_valid.astype("float32"), atol=1e-5)
-    np.testing.assert_allclose(w, lc.np_softmax_keep(scores, keep), rtol=1e-5, atol=1e-6)
+    k = scores.shape[-1]
+    # rows of weights sum to 1 (scale 1): the softmax, then the float32 sum of k weights
+    lc.assert_close(w.sum(-1), any_valid, terms=softmax_terms(k) + k, scale=1.0)
+    lc.assert_close(w, lc.np_softmax_keep(scores, keep), terms=softmax_terms(k))
 
 
 @settings(max_examples=25, deadline=None)
@@ -261,7 +281,10 @@ def test_property_invariant_to_adding_a_constant(problem, constant):
     w = np_(attn_ops.masked_softmax(scores, valid_lens=valid_lens, mask=mask))
     shifted = np_(attn_ops.masked_softmax(scores + np.float32(constant),
                                           valid_lens=valid_lens, mask=mask))
-    np.testing.assert_allclose(shifted, w, rtol=1e-4, atol=1e-5)
+    # Adding the constant rounds each score by up to |score + c| * eps / 2, which moves
+    # its weight by that much relative: |score + c| more terms (twice: it and the max).
+    shift_terms = 2 * int(np.ceil(np.abs(scores + np.float32(constant)).max()))
+    lc.assert_close(shifted, w, terms=2 * softmax_terms(scores.shape[-1]) + shift_terms)
 
 
 # ------------------------------------------------------------------- MaskedSoftmax, XLA, model
@@ -285,7 +308,8 @@ def test_masked_softmax_layer_mask_is_not_a_keras_mask():
 
 
 def test_masked_softmax_layer_config_round_trip():
-    lc.check_config_round_trip(MaskedSoftmax(name="sm"), rand(B, Q, K), valid_lens=LENS)
+    lc.check_config_round_trip(MaskedSoftmax(name="sm"), rand(B, Q, K), terms=softmax_terms(K),
+                               valid_lens=LENS)
 
 
 def test_masked_softmax_in_functional_model_with_unknown_lengths(tmp_path):
@@ -296,14 +320,15 @@ def test_masked_softmax_in_functional_model_with_unknown_lengths(tmp_path):
 
     specs = [((None, None), "float32"), ((), "int32")]
     batches = [(rand(B, Q, K), LENS), (rand(B, 3, 7, seed=1), np.array([0, 9]))]
-    model = lc.check_functional_model(wire, specs, batches)
-    lc.check_save_load(model, list(batches[1]), tmp_path)
+    model = lc.check_functional_model(wire, specs, batches, terms=softmax_terms(7))
+    lc.check_save_load(model, list(batches[1]), tmp_path, terms=softmax_terms(7))
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"valid_lens": LENS_BQ}, {"mask": ODD}])
 def test_masked_softmax_under_xla(kwargs):
     scores = rand(B, H, Q, K)
-    lc.check_jit(lambda s: attn_ops.masked_softmax(s, **kwargs), tf.constant(scores))
+    lc.check_jit(lambda s: attn_ops.masked_softmax(s, **kwargs), tf.constant(scores),
+                 terms=softmax_terms(K))
 
 
 def test_masked_softmax_under_xla_with_unknown_shapes():
@@ -312,8 +337,8 @@ def test_masked_softmax_under_xla_with_unknown_shapes():
                                       tf.TensorSpec((None,), tf.int32)])
     for scores, lens in ((rand(B, Q, K), LENS), (rand(3, 1, 5), np.array([0, 2, 7]))):
         expected = lc.np_softmax_keep(scores, lc.np_keep_from_valid_lens(lens, scores.shape[-1]))
-        np.testing.assert_allclose(np_(fn(scores, lens.astype("int32"))), expected,
-                                   rtol=1e-6, atol=1e-7)
+        lc.assert_close(fn(scores, lens.astype("int32")), expected,
+                        terms=softmax_terms(scores.shape[-1]))
 
 
 def test_masked_softmax_gradient_is_finite_with_empty_rows():
@@ -345,10 +370,21 @@ def test_masked_softmax_gradient_matches_numpy(rank):
     denom = e.sum(-1, keepdims=True)
     w_np = np.divide(e, denom, out=np.zeros_like(e), where=denom > 0)
     expected = w_np * (c - (c * w_np).sum(-1, keepdims=True))
-    np.testing.assert_allclose(w.numpy(), w_np, atol=1e-6)
-    np.testing.assert_allclose(grad, expected, atol=1e-6)
+    k = shape[-1]
+    # both sides float32 (NumPy's too): each side's softmax roundings
+    lc.assert_close(w, w_np, terms=2 * softmax_terms(k))
+    # w * (c - sum(c * w)): the softmax's, the k-term sum's and two more steps, on each
+    # side; the sum cancels, so relative to the size of its terms, max|c| * max(w)
+    lc.assert_close(grad, expected, terms=2 * (softmax_terms(k) + k + 2),
+                    scale=np.abs(c).max() * w_np.max())
     assert not grad[0, ..., 1, :].any()
     theoretical, numerical = tf.test.compute_gradient(
         lambda t: tf.reduce_sum(attn_ops.masked_softmax(tf.cast(t, "float32"), mask=keep) * c),
         [tf.constant(scores.astype("float64"))])
-    np.testing.assert_allclose(theoretical[0], numerical[0], atol=2e-3)
+    # Central differences of a float32 loss, step h = 1/1024 (compute_gradient's default):
+    # the loss's rounding (the softmax's, then the sum of all c * w, at most max|c| each)
+    # divided by the 2h between the two evaluations, plus the truncation error h**2.
+    h = 1 / 1024
+    loss_rounding = lc.tolerance(c, terms=softmax_terms(k) + c.size)
+    np.testing.assert_allclose(theoretical[0], numerical[0],
+                               atol=loss_rounding / (2 * h) + h ** 2)

@@ -31,6 +31,14 @@ def sinusoid(length, d, start=0):
     return p
 
 
+def position_terms(name, last_position):
+    """Roundings of ``x + P[i]`` for positions up to ``last_position`` (``terms`` of
+    lc.tolerance). Learned: the add. Sinusoidal: the angle i / 10000^(2j/d) may be
+    computed in float32 (a power and a division, a few eps relative: about 3 * i eps
+    absolute), sin/cos pass an angle's absolute error on and round once, then the add."""
+    return 1 if name == "learned" else 3 * (last_position + 1) + 2
+
+
 def expected(layer, x, start=0):
     """``x + P[start:start+L]`` from the formula or from the layer's ``embeddings``."""
     length, d = x.shape[1], x.shape[2]
@@ -48,17 +56,18 @@ def expected(layer, x, start=0):
 def test_sinusoidal_matches_formula(length, d):
     x = rand(2, length, d)
     layer = PositionalEncoding(max_len=16)
-    np.testing.assert_allclose(lc.as_numpy(layer(x)), expected(layer, x), rtol=1e-5, atol=1e-6)
+    lc.assert_close(layer(x), expected(layer, x), terms=position_terms("sinusoidal", length))
     # On zeros the output is the table itself: row 0 is [0, 1, 0, 1, ...].
     table = lc.as_numpy(layer(np.zeros((1, length, d), "float32")))[0]
-    np.testing.assert_allclose(table[0], [0.0 if c % 2 == 0 else 1.0 for c in range(d)])
+    lc.assert_close(table[0], np.array([0.0 if c % 2 == 0 else 1.0 for c in range(d)]),
+                    terms=position_terms("sinusoidal", 0))
 
 
 def test_sinusoidal_known_values():
     """Hand-computed: d=4 -> frequencies 1 and 1/100; position 3."""
     table = lc.as_numpy(PositionalEncoding(max_len=10)(np.zeros((1, 5, 4), "float32")))[0]
-    np.testing.assert_allclose(table[3], [np.sin(3), np.cos(3), np.sin(0.03), np.cos(0.03)],
-                               rtol=1e-6, atol=1e-7)
+    lc.assert_close(table[3], np.array([np.sin(3), np.cos(3), np.sin(0.03), np.cos(0.03)]),
+                    terms=position_terms("sinusoidal", 3))
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
@@ -68,11 +77,11 @@ def test_start_index_offsets_positions(name, start):
     x = rand(2, 6, 8)
     layer(x)  # build
     out = lc.as_numpy(layer(x, start_index=start))
-    np.testing.assert_allclose(out, expected(layer, x, start), rtol=1e-5, atol=1e-6)
+    lc.assert_close(out, expected(layer, x, start), terms=position_terms(name, start + 5))
     # Step-by-step decoding: position `start` alone equals row `start` of the whole sequence.
     whole = lc.as_numpy(layer(np.zeros((1, 16, 8), "float32")))
     step = lc.as_numpy(layer(np.zeros((1, 1, 8), "float32"), start_index=start))
-    np.testing.assert_allclose(step[0, 0], whole[0, start], rtol=1e-6, atol=1e-7)
+    lc.assert_close(step[0, 0], whole[0, start], terms=position_terms(name, 15))
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
@@ -83,8 +92,8 @@ def test_tensor_start_index_under_xla(name):
     layer(x)
     fn = tf.function(lambda x, s: layer(x, start_index=s), jit_compile=True)
     for start in (0, 5, 15):
-        np.testing.assert_allclose(fn(x, tf.constant(start)).numpy(), expected(layer, x, start),
-                                   rtol=1e-5, atol=1e-6)
+        lc.assert_close(fn(x, tf.constant(start)), expected(layer, x, start),
+                        terms=position_terms(name, start))
 
 
 def test_learned_embedding_adds_its_weight():
@@ -94,8 +103,8 @@ def test_learned_embedding_adds_its_weight():
     assert [w.path.split("/")[-1] for w in layer.trainable_weights] == ["embeddings"]
     assert layer.embeddings.shape == (12, 4)
     layer.embeddings.assign(rand(12, 4, seed=3))  # not the initial values: a real check
-    np.testing.assert_allclose(lc.as_numpy(layer(x)), x + rand(12, 4, seed=3)[None, :5],
-                               rtol=1e-6)
+    lc.assert_close(layer(x), x + rand(12, 4, seed=3)[None, :5],
+                    terms=position_terms("learned", 4))
 
 
 def test_sinusoidal_has_no_trainable_weights():
@@ -137,24 +146,26 @@ def test_gradient_to_inputs(name):
 
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_dropout_only_when_training(name):
-    lc.check_dropout(lambda rate: LAYERS[name](dropout=rate), rand(2, 5, 8))
+    lc.check_dropout(lambda rate: LAYERS[name](dropout=rate), rand(2, 5, 8),
+                     terms=position_terms(name, 4))
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_config_round_trip(name):
     clone = lc.check_config_round_trip(LAYERS[name](max_len=20, dropout=0.3, name="pos"),
-                                       rand(2, 5, 8))
+                                       rand(2, 5, 8), terms=position_terms(name, 4))
     assert (clone.max_len, clone.dropout) == (20, 0.3)
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_functional_model_unknown_length_save_load_xla(name, tmp_path):
     layer = LAYERS[name](max_len=32, dropout=0.1)
+    terms = position_terms(name, 31)
     model = lc.check_functional_model(layer, [((None, 8), "float32")],
-                                      [(rand(2, 5, 8),), (rand(3, 32, 8, seed=1),)])
-    loaded = lc.check_save_load(model, rand(2, 7, 8, seed=2), tmp_path)
-    lc.check_jit(loaded, tf.constant(rand(2, 9, 8, seed=3)))
-    lc.check_jit(lambda x: layer(x, start_index=4), tf.constant(rand(1, 3, 8)))
+                                      [(rand(2, 5, 8),), (rand(3, 32, 8, seed=1),)], terms=terms)
+    loaded = lc.check_save_load(model, rand(2, 7, 8, seed=2), tmp_path, terms=terms)
+    lc.check_jit(loaded, tf.constant(rand(2, 9, 8, seed=3)), terms=terms)
+    lc.check_jit(lambda x: layer(x, start_index=4), tf.constant(rand(1, 3, 8)), terms=terms)
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
@@ -165,7 +176,7 @@ def test_under_xla_with_unknown_length(name):
                      input_signature=[tf.TensorSpec((None, None, 8), tf.float32)])
     for length in (3, 16):
         x = rand(2, length, 8)
-        np.testing.assert_allclose(fn(x).numpy(), expected(layer, x), rtol=1e-5, atol=1e-6)
+        lc.assert_close(fn(x), expected(layer, x), terms=position_terms(name, length - 1))
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
@@ -174,7 +185,9 @@ def test_mixed_float16(name):
     layer = LAYERS[name]()
     x = rand(2, 5, 8)
     if name == "sinusoidal":
-        np.testing.assert_allclose(lc.as_numpy(out), expected(layer, x), atol=5e-3)
+        # float16 x, float16 P and their float16 sum: three roundings of <= eps/2 of the
+        # value each, no sums, so factor 1 is already twice the bound
+        lc.assert_close(out, expected(layer, x), terms=3, factor=1, dtype="float16")
 
 
 # ----------------------------------------------------------------------------------- errors
