@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import layer_checks as lc
 from keras_attn.losses import (MaskedAccuracy, MaskedSparseCategoricalCrossentropy,
                                masked_cross_entropy)
 
@@ -36,6 +37,24 @@ def f(x):
     return float(keras.ops.convert_to_numpy(x))
 
 
+def loss_terms(y):
+    """Roundings of the float32 loss (``terms`` of lc.tolerance): per token a log-softmax
+    over V (max, subtract, exp, the sum over V, log, subtract) and the target's sum over
+    V; then the mean over the batch's positions."""
+    return 2 * V + 5 + np.size(y)
+
+
+def loss_scale(logits):
+    """What the loss's roundings are relative to: the largest log-probability summed,
+    |log softmax(z)_k| <= max(z) - min(z) + log(V)."""
+    z = np.asarray(logits, np.float64)
+    return float(np.ptp(z, -1).max() + np.log(z.shape[-1])) if z.size else 0.0
+
+
+def assert_loss(actual, expected, y, logits):
+    lc.assert_close(f(actual), expected, terms=loss_terms(y), scale=loss_scale(logits))
+
+
 JIT = pytest.mark.parametrize("jit", [True, False], ids=["xla-kernels", "tf-ops"])
 
 
@@ -43,39 +62,39 @@ JIT = pytest.mark.parametrize("jit", [True, False], ids=["xla-kernels", "tf-ops"
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 def test_loss_matches_numpy(eps, jit):
     expected = np_loss(Y, LOGITS, eps)
-    assert f(masked_cross_entropy(Y, LOGITS, label_smoothing=eps, jit_compile=jit)) == (
-        pytest.approx(expected, rel=1e-5))
+    assert_loss(masked_cross_entropy(Y, LOGITS, label_smoothing=eps, jit_compile=jit), expected,
+                Y, LOGITS)
     loss = MaskedSparseCategoricalCrossentropy(label_smoothing=eps, jit_compile=jit)
-    assert f(loss(Y, LOGITS)) == pytest.approx(expected, rel=1e-5)
+    assert_loss(loss(Y, LOGITS), expected, Y, LOGITS)
     # Padding logits do not matter; real ones do.
     junk = LOGITS.copy()
     junk[Y == 0] = 50.0
-    assert f(loss(Y, junk)) == pytest.approx(expected, rel=1e-5)
+    assert_loss(loss(Y, junk), expected, Y, LOGITS)  # the real tokens' logits
     junk[0, 0, 0] = 50.0
     assert f(loss(Y, junk)) > expected + 1
 
 
 def test_loss_hand_values():
     """Uniform logits: -log(1/V) per token, smoothed or not; a confident right answer: ~0."""
-    assert f(masked_cross_entropy(Y, np.zeros((2, 4, V)))) == pytest.approx(np.log(V), rel=1e-6)
-    assert f(masked_cross_entropy(Y, np.zeros((2, 4, V)), 0.1)) == pytest.approx(np.log(V),
-                                                                                 rel=1e-6)
+    zeros = np.zeros((2, 4, V))
+    assert_loss(masked_cross_entropy(Y, zeros), np.log(V), Y, zeros)
+    assert_loss(masked_cross_entropy(Y, zeros, 0.1), np.log(V), Y, zeros)
     # Two tokens, logits favour the right one by log(3): p = 3/(3 + V - 1) each.
     y = np.array([[1, 2, 0]], "int32")
     z = np.zeros((1, 3, V), "float32")
     z[0, 0, 1] = z[0, 1, 2] = np.log(3.0)
-    assert f(masked_cross_entropy(y, z)) == pytest.approx(-np.log(3 / (3 + V - 1)), rel=1e-6)
+    assert_loss(masked_cross_entropy(y, z), -np.log(3 / (3 + V - 1)), y, z)
     # Smoothing 0.1: 0.9 * -log(3/7) + 0.1 * mean_k(-log p_k), p = (3/7, 1/7 x 4).
     smoothed = 0.9 * -np.log(3 / 7) + 0.1 * (-np.log(3 / 7) - 4 * np.log(1 / 7)) / V
-    assert f(masked_cross_entropy(y, z, 0.1)) == pytest.approx(smoothed, rel=1e-6)
+    assert_loss(masked_cross_entropy(y, z, 0.1), smoothed, y, z)
 
 
 def test_loss_is_mean_over_real_tokens_not_positions():
     """Appending padding (more positions, same tokens) leaves the loss unchanged."""
     padded_y = np.pad(Y, ((0, 0), (0, 3)))
     padded_logits = np.pad(LOGITS, ((0, 0), (0, 3), (0, 0)), constant_values=7.0)
-    assert f(masked_cross_entropy(padded_y, padded_logits)) == pytest.approx(
-        f(masked_cross_entropy(Y, LOGITS)), rel=1e-6)
+    assert_loss(masked_cross_entropy(padded_y, padded_logits),
+                f(masked_cross_entropy(Y, LOGITS)), padded_y, LOGITS)
 
 
 @JIT
@@ -94,13 +113,17 @@ def test_loss_in_float16_logits():
     expected = np_loss(Y, LOGITS)
     loss = masked_cross_entropy(Y, LOGITS.astype("float16"))
     assert keras.backend.standardize_dtype(loss.dtype) == "float32"
-    assert f(loss) == pytest.approx(expected, rel=2e-3)
+    # The logits rounded to float16 (<= eps/2 of the largest each): a log-probability moves
+    # by its logit's rounding and its row normalizer's, at most twice that (factor 1: the
+    # bound times 2); the float32 arithmetic after it is far below.
+    lc.assert_close(f(loss), expected, terms=2, factor=1, dtype="float16",
+                    scale=np.abs(LOGITS).max())
 
 
 def test_custom_pad_id():
     y = np.where(Y == 0, 1, np.where(Y == 1, 0, Y)).astype("int32")  # swap the roles of 0 and 1
     loss = MaskedSparseCategoricalCrossentropy(pad_id=1)
-    assert f(loss(y, LOGITS)) == pytest.approx(np_loss(y, LOGITS, pad=1), rel=1e-5)
+    assert_loss(loss(y, LOGITS), np_loss(y, LOGITS, pad=1), y, LOGITS)
 
 
 @pytest.mark.parametrize("eps", [-0.1, 1.0, 1.5, float("nan"), "0.1"])
@@ -118,11 +141,12 @@ def test_masked_accuracy_accumulates():
     metric = MaskedAccuracy()
     metric.update_state(Y, LOGITS)
     c1, n1 = np_accuracy(Y, LOGITS)
-    assert f(metric.result()) == pytest.approx(c1 / n1)
+    # float32 counts are exact; the one division rounds once
+    lc.assert_close(f(metric.result()), c1 / n1, terms=1)
     metric.update_state(y2, logits2)
     c2, n2 = np_accuracy(y2, logits2)
     assert n1 + n2 == 8
-    assert f(metric.result()) == pytest.approx((c1 + c2) / (n1 + n2))
+    lc.assert_close(f(metric.result()), (c1 + c2) / (n1 + n2), terms=1)
     assert 0 < (c1 + c2) < (n1 + n2)  # a value that can tell right from wrong
     metric.reset_state()
     assert f(metric.result()) == 0.0
@@ -139,7 +163,7 @@ def test_masked_accuracy_ignores_padding_predictions():
     assert f(metric.result()) == 1.0
     z[0, 1, 2] = -1.0  # now predicts 0 at a real token: wrong
     metric.update_state(y, z)
-    assert f(metric.result()) == pytest.approx(3 / 4)
+    lc.assert_close(f(metric.result()), 3 / 4, terms=1)
 
 
 def test_config_round_trip():
@@ -166,8 +190,8 @@ def test_compiled_model_reports_numpy_values():
     model.compile(loss=MaskedSparseCategoricalCrossentropy(0.1), metrics=[MaskedAccuracy()])
     results = model.evaluate(Y, Y, batch_size=2, verbose=0, return_dict=True)
     c, n = np_accuracy(Y, LOGITS)
-    assert results["loss"] == pytest.approx(np_loss(Y, LOGITS, 0.1), rel=1e-5)
-    assert results["masked_accuracy"] == pytest.approx(c / n)
+    assert_loss(results["loss"], np_loss(Y, LOGITS, 0.1), Y, LOGITS)  # one batch of 2
+    lc.assert_close(results["masked_accuracy"], c / n, terms=1)
 
 
 @JIT
@@ -183,7 +207,8 @@ def test_gradient_matches_numpy(eps, jit):
     p /= p.sum(-1, keepdims=True)
     q = (1 - eps) * np.eye(V)[Y] + eps / V
     real = (Y != 0)[..., None]
-    np.testing.assert_allclose(grad, (p - q) * real / real.sum(), atol=1e-7)
+    # the softmax over V (max, exp, sum, divide), minus q, over n
+    lc.assert_close(grad, (p - q) * real / real.sum(), terms=V + 5)
 
 
 @JIT
@@ -191,7 +216,13 @@ def test_gradient_agrees_with_finite_differences(jit):
     z = tf.constant(LOGITS.astype("float64"))
     theoretical, numerical = tf.test.compute_gradient(
         lambda t: masked_cross_entropy(Y, tf.cast(t, "float32"), 0.1, jit_compile=jit), [z])
-    np.testing.assert_allclose(theoretical[0], numerical[0], atol=2e-3)
+    # Central differences of a float32 loss, step h = 1/1024 (compute_gradient's default):
+    # the loss's rounding divided by the 2h between the two evaluations, plus the
+    # truncation error h**2.
+    h = 1 / 1024
+    loss_rounding = lc.tolerance(0.0, terms=loss_terms(Y), scale=loss_scale(LOGITS))
+    np.testing.assert_allclose(theoretical[0], numerical[0],
+                               atol=loss_rounding / (2 * h) + h ** 2)
 
 
 def test_gradient_under_xla_and_bfloat16():
@@ -207,8 +238,10 @@ def test_gradient_under_xla_and_bfloat16():
     with tf.GradientTape() as tape:
         tape.watch(z)
         loss = masked_cross_entropy(Y, tf.cast(z, "bfloat16"), 0.1)
-    np.testing.assert_allclose(grad(z, 0.1).numpy(), tape.gradient(loss, z).numpy(),
-                               atol=1e-6)
+    # The gradient reaching the bfloat16 logits is bfloat16: the two float32 computations
+    # round to it once each, so they differ by at most a bfloat16 rounding (factor 1:
+    # twice that bound).
+    lc.assert_close(grad(z, 0.1), tape.gradient(loss, z), terms=1, factor=1, dtype="bfloat16")
 
 
 def test_out_of_range_target_ids_raise():
@@ -228,9 +261,9 @@ def test_extreme_logits_stay_exact(jit):
     with tf.GradientTape() as tape:
         tape.watch(zt)
         loss = masked_cross_entropy(y, zt, jit_compile=jit)
-    assert f(loss) == pytest.approx(300.0, rel=1e-6)
+    assert_loss(loss, 300.0, y, z)
     grad = tape.gradient(loss, zt).numpy()
-    np.testing.assert_allclose(grad[0, 0], [1, 0, -1, 0, 0], atol=1e-6)
+    lc.assert_close(grad[0, 0], np.array([1, 0, -1, 0, 0]), terms=V + 5)
     assert not grad[0, 1].any()
 
 
@@ -253,8 +286,9 @@ def test_xla_kernels_and_tf_ops_agree_on_changing_shapes():
         y = rng.integers(0, 50, shape).astype("int32")
         z = (rng.standard_normal(shape + (50,)) * 4).astype("float32")
         (a, ga), (b, gb) = fused(y, z), plain(y, z)
-        assert f(a) == pytest.approx(f(b), rel=1e-5, abs=1e-7)
-        np.testing.assert_allclose(ga.numpy(), gb.numpy(), atol=1e-7)
+        # each side's roundings (50 classes here, not V)
+        lc.assert_close(f(a), f(b), terms=2 * (2 * 50 + 5 + y.size), scale=loss_scale(z))
+        lc.assert_close(ga, gb, terms=2 * (50 + 5))
         assert ga.shape == shape + (50,)
 
 

@@ -6,7 +6,17 @@ import keras
 import numpy as np
 import pytest
 
+import layer_checks as lc
 from keras_attn.schedules import NoamSchedule, WarmupCosineDecay
+
+# float32 roundings of one rate (``terms`` of lc.tolerance). Noam: t**-0.5, warmup**-1.5,
+# their product with t, d_model**-0.5 and two products (powers a few eps each, counted 2).
+NOAM_TERMS = 8
+# Warmup-cosine: t - warmup, / decay, times pi, cos (its argument's absolute error passes
+# on), 1 + cos, the products with 0.5, (1 - alpha) and peak, + alpha * peak. Judged at the
+# peak's scale: near the end 1 + cos(pi * progress) cancels to almost 0, and its error is
+# relative to the terms, not to the small rate.
+COSINE_TERMS = 10
 
 
 def noam(step, d_model, warmup, scale):
@@ -32,20 +42,22 @@ def value(schedule, step):
 def test_noam_matches_formula(d_model, warmup, scale):
     schedule = NoamSchedule(d_model, warmup, scale)
     for step in [0, 1, 2, warmup // 2, warmup, warmup + 1, 10 * warmup]:
-        assert value(schedule, step) == pytest.approx(noam(step, d_model, warmup, scale),
-                                                      rel=1e-5), step
+        lc.assert_close(value(schedule, step), noam(step, d_model, warmup, scale),
+                        terms=NOAM_TERMS, err_msg=str(step))
     # Peak at the end of warmup; step 0 gets the same (positive) rate as step 1.
     assert value(schedule, 0) == value(schedule, 1) > 0
     peak = scale * d_model ** -0.5 * warmup ** -0.5
-    assert value(schedule, warmup) == pytest.approx(peak, rel=1e-5)
-    assert value(schedule, 10 * warmup) == pytest.approx(peak / math.sqrt(10), rel=1e-5)
+    lc.assert_close(value(schedule, warmup), peak, terms=NOAM_TERMS)
+    lc.assert_close(value(schedule, 10 * warmup), peak / math.sqrt(10), terms=NOAM_TERMS)
 
 
 def test_noam_known_values():
     """The paper's setting (d 512, warmup 4000): 7e-4 at the peak."""
     schedule = NoamSchedule(512, 4000)
-    assert value(schedule, 4000) == pytest.approx(6.9877e-4, rel=1e-4)
-    assert value(schedule, 1) == pytest.approx(512 ** -0.5 * 4000 ** -1.5, rel=1e-5)
+    # 6.9877e-4 has 5 significant figures: it is exact to half a unit in the last one
+    peak = value(schedule, 4000)
+    assert abs(peak - 6.9877e-4) <= 0.5e-8 + lc.tolerance(6.9877e-4, terms=NOAM_TERMS)
+    lc.assert_close(value(schedule, 1), 512 ** -0.5 * 4000 ** -1.5, terms=NOAM_TERMS)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.1])
@@ -55,13 +67,14 @@ def test_warmup_cosine_matches_formula(alpha):
     checkpoints = {0: peak / warmup, 1: peak / warmup, warmup // 2: peak / 2, warmup: peak,
                    warmup + decay // 2: peak * (alpha + (1 - alpha) / 2),
                    warmup + decay: alpha * peak, warmup + 3 * decay: alpha * peak}
+    tol = {"terms": COSINE_TERMS, "scale": peak}
     for step, expected in checkpoints.items():
-        assert value(schedule, step) == pytest.approx(expected, rel=1e-5, abs=1e-12), step
-        assert value(schedule, step) == pytest.approx(
-            warmup_cosine(step, peak, warmup, decay, alpha), rel=1e-5, abs=1e-12), step
+        lc.assert_close(value(schedule, step), expected, err_msg=str(step), **tol)
+        lc.assert_close(value(schedule, step), warmup_cosine(step, peak, warmup, decay, alpha),
+                        err_msg=str(step), **tol)
     for step in [warmup + 1, warmup + 250, warmup + 999]:
-        assert value(schedule, step) == pytest.approx(
-            warmup_cosine(step, peak, warmup, decay, alpha), rel=1e-5, abs=1e-7 * peak), step
+        lc.assert_close(value(schedule, step), warmup_cosine(step, peak, warmup, decay, alpha),
+                        err_msg=str(step), **tol)
 
 
 @pytest.mark.parametrize("schedule", [NoamSchedule(64, 10, 2.0),
@@ -75,8 +88,9 @@ def test_schedule_in_an_optimizer(schedule):
     for _ in range(3):
         model.train_on_batch(x, y)
     assert int(model.optimizer.iterations) == 3
-    assert float(model.optimizer.learning_rate) == pytest.approx(value(schedule, 3), rel=1e-6)
-    assert value(schedule, np.int64(7)) == pytest.approx(value(schedule, 7.0), rel=1e-6)
+    terms = max(NOAM_TERMS, COSINE_TERMS)  # the same float32 formula, evaluated twice
+    lc.assert_close(float(model.optimizer.learning_rate), value(schedule, 3), terms=terms)
+    lc.assert_close(value(schedule, np.int64(7)), value(schedule, 7.0), terms=terms)
 
 
 @pytest.mark.parametrize("schedule", [NoamSchedule(64, 200, 2.0),
