@@ -29,8 +29,9 @@ passes these): ``beam_size=1`` (its default is 2), ``min_decoding_length=0`` (it
 forbids an immediate ``</s>``), ``max_decoding_length=max_len`` and ``max_input_length=
 max_len`` (the ``[END]``-included source limit of ``Translator.encode``). What is equal:
 
-* greedy: the same tokens (same argmax at every step; float32 kernels differ only in
-  rounding, see ``max_logit_diff`` in the export report);
+* greedy: the same tokens, wherever the two best log-probabilities of a step differ by
+  more than the kernels' rounding (float32: ~1e-6, ``samples.max_logprob_diff`` in the
+  export report);
 * beam search is a different algorithm: CTranslate2 replaces a finished hypothesis by the
   next live candidate (2K candidates per step), ours keeps it in its slot at no cost, and
   CTranslate2 divides by ``length ** length_penalty`` where ours divides by the GNMT
