@@ -482,11 +482,11 @@ def per_token_log_probs(model, source, tokens):
     ``[PAD]`` and ``[START]`` banned as ``keras_attn.decoding`` bans them."""
     import tensorflow as tf
 
+    from keras_attn import decoding
+
     tokens = tf.cast(tokens, tf.int32)
     target_in = tf.concat([tf.fill([tf.shape(tokens)[0], 1], text.START_ID), tokens[:, :-1]], 1)
-    logits = tf.cast(model({"source": tf.cast(source, tf.int32), "target_in": target_in},
-                           training=False), tf.float32)
-    ids = tf.range(tf.shape(logits)[-1])
-    banned = tf.logical_or(tf.equal(ids, text.PAD_ID), tf.equal(ids, text.START_ID))
-    log_probs = tf.nn.log_softmax(tf.where(banned, -1e9, logits), axis=-1)
+    logits = model({"source": tf.cast(source, tf.int32), "target_in": target_in},
+                   training=False)
+    log_probs = decoding.log_probs(logits, text.START_ID)
     return tf.gather(log_probs, tokens, batch_dims=2).numpy()
