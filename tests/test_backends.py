@@ -283,7 +283,7 @@ def test_across_backends_a_jax_trained_model_exports_and_translates_alike(tmp_pa
         np_(decoding.greedy_search(model, source, 10, text.START_ID, text.END_ID)), expected)
     vocab = text.char_vocab(["abcdefghijklmnop"])[:20]
     tok = text.Tokenizer(vocab)
-    report = export.export_saved_model(export.Parts(model, tok, tok, 11),
+    report = export.export_saved_model(export.Parts(model, tok, tok, 10),  # as decoded
                                        str(tmp_path / "sm"))
     loaded = tf.saved_model.load(report["path"])
     out = loaded.signatures["translate_ids"](source=tf.constant(source))
