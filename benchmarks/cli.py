@@ -22,8 +22,10 @@ Sections (``--sections``, comma-separated; default all but ``serve``):
 * ``serve`` (not in the default set): greedy translation of the same sources with the same
   weights through our SavedModel (``translate_ids``, ``serving_default``), our TFLite text
   targets (float32, int8) and CTranslate2 (float32, int8), same threads, batch 1 and 32:
-  ms per sentence and target tokens/s, and how often each engine's output equals the
-  SavedModel's; for the dates run and an English-French-sized model (see ``bench_serve``).
+  ms per sentence and target tokens/s, the ratio to CTranslate2 of the same precision
+  (median and min-max over rounds; each engine alone in a fresh process per round), and how
+  often each engine's output equals the SavedModel's; for the dates run and an
+  English-French-sized model (see ``bench_serve``).
 
 Every comparison alternates the two sides on every repeat after warm-up and reports the
 median, the ratio ours/theirs (< 1: ours is faster) and GFLOP/s against the measured
@@ -93,6 +95,9 @@ def parse_args(argv=None):
     ap.add_argument("--serve-train-steps", type=int, default=300)
     ap.add_argument("--serve-sentences", type=int, default=None,
                     help="'serve': sentences per timed pass (default 64; quick 4)")
+    ap.add_argument("--serve-rounds", type=int, default=None,
+                    help="'serve': rounds, each engine once per round in its own process "
+                         "(default 5; quick 1)")
     ap.add_argument("--serve-batches", type=lambda s: [int(x) for x in s.split(",")],
                     default=None, help="'serve': batch sizes (default 1,32; quick 1,2)")
     ap.add_argument("--note", default="", help="free text for the results (machine state, ...)")
@@ -114,6 +119,8 @@ def parse_args(argv=None):
         args.warmup = 1 if args.quick else 2
     if args.serve_sentences is None:
         args.serve_sentences = 4 if args.quick else 64
+    if args.serve_rounds is None:
+        args.serve_rounds = 1 if args.quick else 5
     if args.serve_batches is None:
         args.serve_batches = [1, 2] if args.quick else [1, 32]
     return args

@@ -129,7 +129,9 @@ def _serve_markdown(sv):
     if not sv.get("available"):
         return lines + [f"Not available: {sv['reason']}", ""]
     lines += [f"Config: {_kv(sv['config'])}. Target tokens: {sv['target_tokens']}. "
-              "Speed-up: ms/sentence of the SavedModel's translate_ids / this engine's.", ""]
+              "Ratio: target tokens/s of this engine / CTranslate2's of the same precision "
+              "(int8 files against CTranslate2 int8, the rest against float32), taken within "
+              "each round; median (min-max) over rounds.", ""]
     for name, m in sv["models"].items():
         if not m.get("available", True):
             lines += [f"### {name}", "", f"Not available: {m['reason']}", ""]
@@ -137,18 +139,21 @@ def _serve_markdown(sv):
         lines += [f"### {name}: {_kv(m['model'])}" + (f"; weights: {m['weights']}"
                                                       if m.get("weights") else ""), "",
                   f"Run `{m['run_dir']}`, {m['sentences']} sentences, {m['target_tokens']} "
-                  f"target tokens, max_len {m['max_len']}.", "",
-                  "| engine | batch | ms/sentence | target tokens/s | IQR % | speed-up "
-                  "| same text as SavedModel | same ids as translate_ids | size MB |",
+                  f"target tokens, max_len {m['max_len']}, {m.get('rounds', 1)} rounds.", "",
+                  "| engine | batch | ms/sentence | target tokens/s | spread over rounds % "
+                  "| ratio to CTranslate2 | same text as SavedModel | same ids as translate_ids "
+                  "| size MB |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for b, rows in m["batches"].items():
             for k, r in rows.items():
                 a = m["agreement"][k]
                 ids = a.get("ids_vs_translate_ids")
+                base = "ctranslate2_int8" if k.endswith("int8") else "ctranslate2_float32"
+                v = r[f"vs_{base}"]
                 lines.append(
                     f"| {k} | {b} | {r['ms_per_sentence']:.2f} | {r['tokens_per_s']:.0f} | "
-                    f"{r['iqr_pct']} | **{r['speedup_vs_translate_ids']:.2f}** | "
-                    f"{a['text_vs_serving_default']:.1%} | "
+                    f"{r['spread_pct']} | **{v['median']:.2f}x** ({v['min']:.2f}-"
+                    f"{v['max']:.2f}) | {a['text_vs_serving_default']:.1%} | "
                     f"{'' if ids is None else format(ids, '.1%')} | "
                     f"{m['bytes'][_artefact(k)] / 1e6:.2f} |")
         for k, why in m.get("unavailable", {}).items():

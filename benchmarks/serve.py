@@ -2,31 +2,36 @@
 
 Our SavedModel (``translate_ids``, ``serving_default``), our TFLite text targets (float32,
 int8) and CTranslate2 (float32, int8), same threads, for the dates run and an
-English-French-sized model: ms per sentence, target tokens/s, and agreement with the
-SavedModel.
+English-French-sized model: ms per sentence, target tokens/s, the ratio to CTranslate2 of
+the same precision, and agreement with the SavedModel. Every engine runs alone in a fresh
+process (``benchmarks.serve_engine``), the engines alternating round by round: in one
+shared process TensorFlow's idle thread pools slowed CTranslate2 up to 10x.
 """
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.timing import interleaved, log, summarize
+from benchmarks.timing import log
 
 FRA_SIZE = dict(num_hiddens=256, ffn_num_hiddens=1024, num_heads=4, num_layers=2)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def bench_serve(args, peak):
-    """Greedy translation through every serving artefact of the same weights, interleaved.
+    """Greedy translation through every serving artefact of the same weights.
 
     Engines: our SavedModel's ``translate_ids`` (ids in, ids out) and ``serving_default``
     (strings in, strings out: tokenizer and detokenizer in the graph), our TFLite ``text``
     targets (float32, int8; strings in and out) and CTranslate2 (float32, int8; token
     strings in and out, its native API). All get the same sources (``Translator.encode``'s
-    ids, or the strings they come from) and the same threads. Models: (a) the dates run
+    ids, or the strings they come from) and the same threads, each engine alone in a fresh
+    process per round (``benchmarks.serve_engine``; see ``_serve_one``). Models: (a) the dates run
     (``--run-dir``, else the committed ``exported/run``, else trained here briefly) and
     (b) an English-French-sized model (d 256, FFN 1024, 4 heads, 2+2 layers):
     ``--serve-fra-run-dir``, else trained here for ``--serve-train-steps`` on
@@ -43,7 +48,10 @@ def bench_serve(args, peak):
         out = {"available": True, "models": {},
                "config": {"threads": threads, "ctranslate2": f"intra_threads={threads}, "
                           "inter_threads=1", "tensorflow": f"intra/inter-op threads "
-                          f"{args.threads or 'default'}", "tflite": f"num_threads={threads}",
+                          f"{threads}", "tflite": f"num_threads={threads}",
+                          "processes": "each engine alone in a fresh process per round, "
+                          "engine order rotated every round", "rounds": args.serve_rounds,
+                          "repeats_per_round": args.repeats, "clock": args.clock,
                           "decoding": "greedy, max_len of the run, stops at [END]",
                           "sentences": args.serve_sentences, "batches": args.serve_batches},
                "target_tokens": "tokens the SavedModel generates (translate_ids, [END] "
@@ -125,22 +133,24 @@ def _serve_sentences(run_dir, n):
     return [s for s, _ in splits["test"][:n]]
 
 
-def _serve_one(args, ct2_export, run_dir, work, label, threads):
-    """Export ``run_dir`` to every engine, check their outputs, time them at each batch."""
-    from ai_edge_litert.interpreter import InterpreterWithCustomOps
-    import tensorflow_text
+ENGINES = ("saved_model_translate_ids", "saved_model_serving_default", "tflite_text_float32",
+           "tflite_text_int8", "ctranslate2_float32", "ctranslate2_int8")
 
-    from keras_attn import export, text
-    from keras_attn.translator import Translator
 
-    translator = Translator.from_run_dir(run_dir)
+def yardstick(engine):
+    """The CTranslate2 engine of the same precision (int8 files against int8)."""
+    return "ctranslate2_int8" if engine.endswith("int8") else "ctranslate2_float32"
+
+
+def _export_all(translator, run_dir, work, label, ct2_export):
+    """Every artefact of ``run_dir`` under ``work``: engine -> path, sizes, unavailable."""
+    from keras_attn import export
+
     log(f"  [{label}] exporting {run_dir}")
     sm = export.export_saved_model(translator, os.path.join(work, f"{label}_sm"))
-    loaded = tf.saved_model.load(sm["path"])
-    ids_sig = loaded.signatures[export.IDS_SIGNATURE]
-    text_sig = loaded.signatures[export.SERVING_SIGNATURE]
+    paths = {"saved_model_translate_ids": sm["path"], "saved_model_serving_default": sm["path"]}
     sizes = {"saved_model": sm["total_bytes"]}
-    tflite, ct2, unavailable = {}, {}, {}
+    unavailable = {}
     for q in ("float32", "int8"):
         try:  # a target that fails to export is reported, the other engines still timed
             rep = export.export_tflite(translator, os.path.join(
@@ -149,97 +159,125 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads):
             unavailable[f"tflite_text_{q}"] = f"{type(e).__name__}: {e}"[:500]
             log(f"  [{label}] tflite_text_{q} not available: {unavailable[f'tflite_text_{q}']}")
         else:
+            paths[f"tflite_text_{q}"] = rep["path"]
             sizes[f"tflite_text_{q}"] = rep["total_bytes"]
-            tflite[q] = InterpreterWithCustomOps(
-                model_path=rep["path"], num_threads=threads,
-                custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS,
-            ).get_signature_runner(export.TFLITE_TEXT_SIGNATURE)
         rep = ct2_export.export_ctranslate2(run_dir, os.path.join(work, f"{label}_ct2_{q}"), q,
                                             log=lambda *a: None)
+        paths[f"ctranslate2_{q}"] = rep["path"]
         sizes[f"ctranslate2_{q}"] = rep["total_bytes"]
-        ct2[q] = ct2_export.CTranslate2Translator(rep["path"], intra_threads=threads,
-                                                  inter_threads=1)
+    return paths, sizes, unavailable
+
+
+def _run_engine(spec, work):
+    """Run ``benchmarks.serve_engine`` on ``spec`` in a fresh process; its result."""
+    name = f"{spec['engine']}_{os.getpid()}"
+    spec_path = os.path.join(work, f"{name}.spec.json")
+    out_path = os.path.join(work, f"{name}.out.json")
+    with open(spec_path, "w", encoding="utf-8") as f:
+        json.dump(spec, f)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.serve_engine", spec_path, out_path],
+                          env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"engine {spec['engine']} failed (exit {proc.returncode}):\n"
+                           f"{proc.stderr[-3000:]}")
+    with open(out_path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _serve_one(args, ct2_export, run_dir, work, label, threads):
+    """Export ``run_dir`` to every engine, then time each alone in its own process.
+
+    Round ``r`` runs every engine once, each in a fresh process (the order rotated round by
+    round and reversed on odd rounds); a process times ``--repeats`` passes over all
+    sentences at each batch size after ``--warmup`` passes. Ratios to CTranslate2 are taken
+    within a round (both sides on the same machine state), then summarised over rounds.
+    """
+    from keras_attn import export, text
+    from keras_attn.export import runtime
+    from keras_attn.translator import Translator
+
+    translator = Translator.from_run_dir(run_dir)
+    paths, sizes, unavailable = _export_all(translator, run_dir, work, label, ct2_export)
     sentences = _serve_sentences(run_dir, args.serve_sentences)
     source = translator.encode(sentences).numpy()  # the same ids for every engine
-    normalized = ([text.normalize_text(s) for s in sentences] if translator.normalize
-                  else sentences)  # what the TFLite text target expects
-    tokens = ct2["float32"].tokens_from_ids(source)
-    options = ct2_export.decoding_options(translator.max_len)
+    ct2 = ct2_export.CTranslate2Translator(paths["ctranslate2_float32"], intra_threads=1)
+    inputs = {"sentences": sentences, "source_ids": source.tolist(),
+              # what the TFLite text target expects (the WordPiece recipe: normalised text)
+              "tflite_sentences": ([text.normalize_text(s) for s in sentences]
+                                   if translator.normalize else sentences),
+              "ct2_tokens": ct2.tokens_from_ids(source)}
+    inputs_path = os.path.join(work, f"{label}_inputs.json")
+    with open(inputs_path, "w", encoding="utf-8") as f:
+        json.dump(inputs, f)
+    engines = [e for e in ENGINES if e in paths]
+    signatures = {"saved_model_translate_ids": export.IDS_SIGNATURE,
+                  "saved_model_serving_default": export.SERVING_SIGNATURE,
+                  "tflite_text_float32": runtime.TFLITE_TEXT_SIGNATURE,
+                  "tflite_text_int8": runtime.TFLITE_TEXT_SIGNATURE}
+    rounds = max(args.serve_rounds, 1)
+    results = {e: [] for e in engines}
+    for r in range(rounds):
+        order = engines[r % len(engines):] + engines[: r % len(engines)]
+        for engine in (order if r % 2 == 0 else order[::-1]):
+            spec = {"engine": engine, "path": paths[engine], "inputs": inputs_path,
+                    "batches": args.serve_batches, "repeats": args.repeats,
+                    "warmup": args.warmup, "threads": threads, "clock": args.clock,
+                    "signature": signatures.get(engine),
+                    "ct2_options": ct2_export.decoding_options(translator.max_len)}
+            results[engine].append(_run_engine(spec, work))
+        log(f"  [{label}] round {r + 1}/{rounds}: " + ", ".join(
+            f"{e} {1e3 * np.median(results[e][-1]['batches'][str(args.serve_batches[0])]):.0f}"
+            for e in engines) + f" ms per pass at batch {args.serve_batches[0]}")
 
-    def chunks(b):
-        for i in range(0, len(sentences), b):
-            rows = source[i: i + b]
-            yield i, rows[:, : max(int((rows != 0).sum(axis=1).max()), 1)]
-
-    def run_ids(b):
-        return [ids_sig(source=tf.constant(rows))["tokens"].numpy() for _, rows in chunks(b)]
-
-    def run_text(b):
-        return [text_sig(text=tf.constant(sentences[i: i + b]))["translation"].numpy()
-                for i in range(0, len(sentences), b)]
-
-    def run_tflite(q, b):
-        return [tflite[q](text=np.array([s.encode() for s in normalized[i: i + b]], object))[
-            "translation"] for i in range(0, len(sentences), b)]
-
-    def run_ct2(q, b):
-        return [ct2[q].translator.translate_batch(tokens[i: i + b], **options)
-                for i in range(0, len(sentences), b)]
-
-    engines = {"saved_model_translate_ids": run_ids, "saved_model_serving_default": run_text}
-    for q in tflite:
-        engines[f"tflite_text_{q}"] = (lambda q: lambda b: run_tflite(q, b))(q)
-    for q in ("float32", "int8"):
-        engines[f"ctranslate2_{q}"] = (lambda q: lambda b: run_ct2(q, b))(q)
-    # Outputs (untimed): text of every engine, ids of the id engines.
-    ref_ids = [row for out in run_ids(32) for row in _ids_rows(out)]
+    # Agreement (outputs are deterministic: round 1's).
+    outputs = {e: results[e][0]["outputs"] for e in engines}
+    ref_ids = outputs["saved_model_translate_ids"]
     target_tokens = sum(len(r) for r in ref_ids)
     decode = translator.tgt_tokenizer.detokenize
-    texts = {"saved_model_translate_ids": _strings(decode(tf.constant(
-        _pad_rows(ref_ids)))), "saved_model_serving_default": _strings(
-        [t for out in run_text(32) for t in out])}
     ids = {"saved_model_translate_ids": ref_ids}
-    for q in tflite:
-        texts[f"tflite_text_{q}"] = _strings([t for out in run_tflite(q, 32) for t in out])
-    for q in ("float32", "int8"):
-        rows = [[ct2[q].tgt_ids[t] for t in r.hypotheses[0]] for out in run_ct2(q, 32)
-                for r in out]
-        ids[f"ctranslate2_{q}"] = rows
-        texts[f"ctranslate2_{q}"] = _strings(decode(tf.constant(_pad_rows(rows))))
+    for e in engines:
+        if e.startswith("ctranslate2"):
+            ids[e] = [[ct2.tgt_ids[t] for t in row] for row in outputs[e]]
+    texts = {e: _strings(decode(tf.constant(_pad_rows(rows)))) for e, rows in ids.items()}
+    texts.update({e: outputs[e] for e in engines if e not in ids})
     ref_text = texts["saved_model_serving_default"]
-    agreement = {k: {"text_vs_serving_default": _agree(v, ref_text)} for k, v in texts.items()}
-    for k, v in ids.items():
-        agreement[k]["ids_vs_translate_ids"] = _agree(v, ref_ids)
+    agreement = {e: {"text_vs_serving_default": _agree(texts[e], ref_text)} for e in engines}
+    for e, rows in ids.items():
+        agreement[e]["ids_vs_translate_ids"] = _agree(rows, ref_ids)
+    for e, a in agreement.items():
+        log(f"  [{label}] {e:28s} agreement with the SavedModel: "
+            + ", ".join(f"{m} {v:.1%}" for m, v in a.items()))
+
     result = {"run_dir": os.path.abspath(run_dir), "sentences": len(sentences),
-              "target_tokens": target_tokens, "max_len": translator.max_len,
+              "target_tokens": target_tokens, "max_len": translator.max_len, "rounds": rounds,
               "model": {k: v for k, v in _run_config(run_dir).items()
                         if k in ("task", "num_hiddens", "ffn_num_hiddens", "num_heads",
                                  "num_layers", "src_vocab_size", "tgt_vocab_size")},
               "bytes": sizes, "agreement": agreement, "unavailable": unavailable,
               "batches": {}}
-    for k, a in agreement.items():
-        log(f"  [{label}] {k:28s} agreement with the SavedModel: "
-            + ", ".join(f"{m} {v:.1%}" for m, v in a.items()))
     for b in args.serve_batches:
-        fns = {k: (lambda f=f, b=b: f(b)) for k, f in engines.items()}
-        times = interleaved(fns, args.repeats, args.warmup, args.clock)
+        # Per round: the median pass of each engine; ratios within the round.
+        per_round = {e: [float(np.median(x["batches"][str(b)])) for x in results[e]]
+                     for e in engines}
         rows = {}
-        base = None
-        for k, t in times.items():
-            s = summarize(t)
-            sec = s["median_ms"] / 1e3
-            rows[k] = {"ms_per_sentence": round(s["median_ms"] / len(sentences), 3),
+        for e in engines:
+            sec = float(np.median(per_round[e]))
+            rows[e] = {"ms_per_sentence": round(1e3 * sec / len(sentences), 3),
                        "tokens_per_s": round(target_tokens / sec, 1),
-                       "iqr_pct": round(100 * s["iqr_ms"] / s["median_ms"], 1),
-                       "min_ms_per_sentence": round(s["min_ms"] / len(sentences), 3),
-                       "repeats": s["repeats"]}
-            base = base or rows[k]
-        for k, r in rows.items():  # > 1: faster than the SavedModel's translate_ids
-            r["speedup_vs_translate_ids"] = round(base["ms_per_sentence"] / r["ms_per_sentence"],
-                                                  2)
-            log(f"  [{label}] batch {b:3d} {k:28s} {r['ms_per_sentence']:8.2f} ms/sentence "
-                f"{r['tokens_per_s']:9.1f} tok/s (IQR {r['iqr_pct']}%) "
-                f"x{r['speedup_vs_translate_ids']}")
+                       "spread_pct": round(100 * (max(per_round[e]) - min(per_round[e])) / sec,
+                                           1),
+                       "rounds": len(per_round[e]), "repeats_per_round": args.repeats}
+            for base in dict.fromkeys(("ctranslate2_float32", yardstick(e))):
+                ratios = [t_ct2 / t for t, t_ct2 in zip(per_round[e], per_round[base])]
+                rows[e][f"vs_{base}"] = {"median": round(float(np.median(ratios)), 3),
+                                         "min": round(min(ratios), 3),
+                                         "max": round(max(ratios), 3)}
+            v = rows[e][f"vs_{yardstick(e)}"]
+            log(f"  [{label}] batch {b:3d} {e:28s} {rows[e]['ms_per_sentence']:8.2f} "
+                f"ms/sentence {rows[e]['tokens_per_s']:9.1f} tok/s  x{v['median']} of "
+                f"{yardstick(e)} ({v['min']}-{v['max']})")
         result["batches"][str(b)] = rows
     return result
 

@@ -305,6 +305,13 @@ def test_bench_serve_quick(run, tmp_path):
         for rows in m["batches"].values():
             assert set(rows) == engines
             assert all(r["ms_per_sentence"] > 0 and r["tokens_per_s"] > 0 for r in rows.values())
+            # Ratios to CTranslate2 of the same precision, taken within each round.
+            assert rows["ctranslate2_float32"]["vs_ctranslate2_float32"]["median"] == 1.0
+            assert rows["ctranslate2_int8"]["vs_ctranslate2_int8"]["median"] == 1.0
+            for k, r in rows.items():
+                base = "ctranslate2_int8" if k.endswith("int8") else "ctranslate2_float32"
+                expected = rows[base]["ms_per_sentence"] / r["ms_per_sentence"]
+                assert r[f"vs_{base}"]["median"] == pytest.approx(expected, rel=0.01, abs=2e-3)
         assert set(m["agreement"]) == engines
     # Trained weights: the same greedy ids (the random-init model may meet a near tie).
     assert out["models"]["dates"]["agreement"]["ctranslate2_float32"][
