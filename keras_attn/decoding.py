@@ -100,7 +100,8 @@ class _Steps:
 
 class _FastSteps(_Steps):
     """:class:`_Steps` with the cache, on TensorFlow's fast path for a Transformer
-    (``keras_attn.tf_decoding.TransformerDecodeStep``: the same computation in fewer ops)."""
+    (``keras_attn.tf_decoding``: the same computation in fewer ops, none rewritten to
+    oneDNN's)."""
 
     def __init__(self, model, source, max_len, start_id):
         super().__init__(model, source, max_len, True, start_id)
@@ -109,7 +110,7 @@ class _FastSteps(_Steps):
     def init(self):
         from keras_attn import tf_decoding
 
-        encoded = self.encoder(self.source, training=False)
+        encoded = tf_decoding.encode(self.encoder, self.source)
         self.fn = tf_decoding.TransformerDecodeStep(self.decoder, encoded, self.source,
                                                self.max_len, self.start_id)
         return self.fn.init_state()
@@ -123,7 +124,7 @@ def _steps(model, source, max_len, use_cache, start_id):
     if use_cache and fastpath.enabled():
         from keras_attn import tf_decoding
 
-        if tf_decoding.TransformerDecodeStep.supports(model.get_layer("decoder")):
+        if tf_decoding.supports(model):
             return _FastSteps(model, source, max_len, start_id)
     return _Steps(model, source, max_len, use_cache, start_id)
 

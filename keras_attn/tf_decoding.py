@@ -1,18 +1,108 @@
-"""TensorFlow only: a Transformer decoder's cached decoding step, behind
-:mod:`keras_attn.fastpath`.
+"""TensorFlow only: a Transformer's encoder pass and cached decoding step for inference,
+behind :mod:`keras_attn.fastpath`.
 
-Reference: the decoder's own cached call, ``decoder(token, cache=..., cache_update_index=i)``
-(``keras_attn.decoding``); ``tests/test_fastpath.py`` checks that both agree step by step.
+References: ``encoder(source, training=False)`` and the decoder's own cached call,
+``decoder(token, cache=..., cache_update_index=i)`` (``keras_attn.decoding``);
+``tests/test_fastpath.py`` checks that both agree (the encoder's output, every step).
+
+Both are written in ops that TensorFlow's oneDNN rewrite leaves alone (``BatchMatMulV3``,
+the softmax in its elementwise ops, gathers instead of float ``Transpose``): oneDNN's
+kernels parallelise every call, a fixed cost that dominates on one sentence.
 """
 import math
 
 import tensorflow as tf
 
 from keras_attn.layers.positional_encoding import PositionalEncoding
-from keras_attn.layers.transformer import TransformerDecoder, clean_token_ids
+from keras_attn.layers.transformer import (TransformerDecoder, TransformerEncoder,
+                                           clean_token_ids)
 from keras_attn.numerics import large_negative
 
 _FILL = large_negative("float32")
+
+
+def supports(model):
+    """Whether :func:`encode` and :class:`TransformerDecodeStep` reproduce ``model``'s
+    float32 Transformer (ReLU FFNs, sinusoidal positions)."""
+    try:
+        encoder, decoder = model.get_layer("encoder"), model.get_layer("decoder")
+    except ValueError:
+        return False
+    return (isinstance(encoder, TransformerEncoder) and _float32_relu(encoder)
+            and isinstance(decoder, TransformerDecoder) and _float32_relu(decoder))
+
+
+def _float32_relu(stack):
+    return (stack.built and isinstance(stack.pos_encoding, PositionalEncoding)
+            and stack.compute_dtype == "float32" and stack.variable_dtype == "float32"
+            and all(blk.ffn.activation == "relu" for blk in stack.blks))
+
+
+def encode(encoder, source):
+    """``encoder(source, training=False)`` of a ``TransformerEncoder``: ``(B, S, d)``.
+
+    The same arithmetic as the layers (scaled embedding plus positions, then per block
+    self-attention over the non-padding keys and the FFN, each with its residual and
+    LayerNorm), with the heads put first by a gather, the masked keys given
+    ``large_negative`` added scores and their values zeroed (a row with no valid key gets
+    the reference's zero context).
+
+    Args:
+        encoder: a built ``TransformerEncoder`` (see :func:`supports`).
+        source: int ``(B, S)``, 0 = padding.
+    """
+    d, heads = encoder.num_hiddens, encoder.num_heads
+    head_dim = d // heads
+    batch, length = tf.shape(source)[0], tf.shape(source)[1]
+    x = tf.gather(_value(encoder.embedding.embeddings),
+                  clean_token_ids(source, encoder.vocab_size)) * math.sqrt(d)
+    x = x + tf.convert_to_tensor(encoder.pos_encoding.table)[:length]
+    keep = tf.reshape(tf.not_equal(source, 0), (batch, 1, 1, -1))
+    key_bias = tf.where(keep, 0.0, _FILL)  # (B, 1, 1, S)
+    value_keep = tf.reshape(tf.cast(keep, tf.float32), (batch, 1, -1, 1))  # (B, 1, S, 1)
+    split, merge = _head_permutations(length, heads)
+    for blk in encoder.blks:
+        att = blk.attention
+
+        def self_attention(h, att=att):
+            qkv = _matmul(h, tf.concat([_value(att.W_q.kernel), _value(att.W_k.kernel),
+                                        _value(att.W_v.kernel)], axis=1),
+                          tf.concat([_value(att.W_q.bias), _value(att.W_k.bias),
+                                     _value(att.W_v.bias)], axis=0) if att.use_bias else None)
+            # (B, S, 3d) -> (B, 3, H, S, dh): rows (s, j, h) gathered as (j, h, s).
+            qkv = tf.gather(tf.reshape(qkv, (batch, -1, head_dim)), split, axis=1)
+            q, k, v = tf.unstack(tf.reshape(qkv, (batch, 3, heads, -1, head_dim)), axis=1)
+            weights = _softmax(_batch_matmul(q * (1.0 / math.sqrt(head_dim)), k, adj_y=True)
+                               + key_bias)  # (B, H, S, S)
+            context = _batch_matmul(weights, v * value_keep)  # (B, H, S, dh)
+            context = tf.gather(tf.reshape(context, (batch, -1, head_dim)), merge, axis=1)
+            return _matmul(tf.reshape(context, (batch, -1, d)), *_dense(att.W_o))
+
+        def ffn(h, blk=blk):
+            return _matmul(tf.nn.relu(_matmul(h, *_dense(blk.ffn.dense1))),
+                           *_dense(blk.ffn.dense2))
+
+        for sublayer, addnorm in ((self_attention, blk.addnorm1), (ffn, blk.addnorm2)):
+            norm = _norm(addnorm.ln)
+            if blk.norm_first:
+                x = x + sublayer(_layer_norm(x, *norm))
+            else:
+                x = _layer_norm(sublayer(x) + x, *norm)
+    if encoder.final_norm is not None:
+        x = _layer_norm(x, *_norm(encoder.final_norm))
+    return x
+
+
+def _head_permutations(length, heads, parts=3):
+    """Row orders that move heads first without a float ``Transpose``: ``split`` takes the
+    ``(S, parts, H)`` rows of a ``(B, S * parts * H, dh)`` tensor to ``(parts, H, S)``
+    order; ``merge`` takes ``(H, S)`` rows back to ``(S, H)``. (Integer transposes:
+    oneDNN's rewrite only touches float ones.)"""
+    rows = tf.reshape(tf.range(length * parts * heads), (length, parts * heads))
+    split = tf.reshape(tf.transpose(rows), (-1,))
+    merge = tf.reshape(tf.transpose(tf.reshape(tf.range(heads * length), (heads, length))),
+                       (-1,))
+    return split, merge
 
 
 class TransformerDecodeStep:
@@ -38,19 +128,10 @@ class TransformerDecodeStep:
     keys whose values were zeroed, giving the reference's zero context.
 
     Args:
-        decoder: a built ``TransformerDecoder`` (see :meth:`supports`).
+        decoder: a built ``TransformerDecoder`` (see :func:`supports`).
         enc_outputs: ``(B, S, d)``. source: int ``(B, S)`` (0 = padding).
         max_len: positions to cache. start_id: the id never generated (with 0).
     """
-
-    @staticmethod
-    def supports(decoder):
-        """Whether ``decoder`` is a float32 Transformer decoder this step reproduces."""
-
-        return (isinstance(decoder, TransformerDecoder) and decoder.built
-                and isinstance(decoder.pos_encoding, PositionalEncoding)
-                and decoder.compute_dtype == "float32" and decoder.variable_dtype == "float32"
-                and all(blk.ffn.activation == "relu" for blk in decoder.blks))
 
     def __init__(self, decoder, enc_outputs, source, max_len, start_id):
 
@@ -90,8 +171,13 @@ class TransformerDecodeStep:
 
     def _layer(self, blk, enc_outputs):
         a1, a2 = blk.attention1, blk.attention2
-        k, v = a2.compute_cache(enc_outputs)  # (B, S, H, dh), as the reference's init_cache
-        k, v = (tf.transpose(t, (0, 2, 1, 3)) for t in (k, v))  # (B, H, S, dh)
+        # The cross-attention's keys and values, (B, S, 2d) -> (B, 2, H, S, dh).
+        kv = _matmul(enc_outputs, tf.concat([_value(a2.W_k.kernel), _value(a2.W_v.kernel)], 1),
+                     tf.concat([_value(a2.W_k.bias), _value(a2.W_v.bias)], 0)
+                     if a2.use_bias else None)
+        split, _ = _head_permutations(tf.shape(enc_outputs)[1], self.heads, parts=2)
+        kv = tf.gather(tf.reshape(kv, (self.batch, -1, self.head_dim)), split, axis=1)
+        k, v = tf.unstack(tf.reshape(kv, (self.batch, 2, self.heads, -1, self.head_dim)), axis=1)
         return {
             "qkv": tf.concat([_value(a1.W_q.kernel), _value(a1.W_k.kernel),
                               _value(a1.W_v.kernel)], axis=1),  # (d, 3d)
@@ -148,7 +234,7 @@ class TransformerDecodeStep:
                     x = _layer_norm(sublayer(x) + x, *norm)
         if self.final_norm is not None:
             x = _layer_norm(x, *self.final_norm)
-        logits = tf.nn.bias_add(tf.matmul(x, self.out_kernel, transpose_b=self.out_transposed),
+        logits = tf.nn.bias_add(_batch_matmul(x, self.out_kernel, adj_y=self.out_transposed),
                                 self.out_bias)
         align = None
         if alignment:  # the reference's weights are 0 on a row with no valid key
@@ -159,7 +245,7 @@ class TransformerDecodeStep:
         """``q`` ``(B, H, 1, dh)`` over ``k``, ``v`` ``(B, H, K, dh)``, ``bias`` added to the
         scores -> ``(context (B, d), weights (B, H, 1, K))``."""
         q = q * self.query_scale
-        weights = tf.nn.softmax(_batch_matmul(q, k, adj_y=True) + bias)  # (B, H, 1, K)
+        weights = _softmax(_batch_matmul(q, k, adj_y=True) + bias)  # (B, H, 1, K)
         context = _batch_matmul(weights, v)  # (B, H, 1, dh)
         return tf.reshape(context, (-1, self.heads * self.head_dim)), weights
 
@@ -174,15 +260,24 @@ def _dense(layer):
 
 
 def _batch_matmul(x, y, adj_y=False):
-    """``tf.matmul`` of rank-4 tensors as ``BatchMatMulV3``, which TensorFlow's oneDNN
+    """``tf.matmul`` as ``BatchMatMulV3``, which TensorFlow's oneDNN
     rewrite leaves to Eigen: on these matrix-vector products (one query per row and head)
     about half the time of oneDNN's ``BatchMatMulV2`` (a TFLite builtin all the same)."""
     return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype, adj_y=adj_y)
 
 
 def _matmul(x, kernel, bias=None):
-    y = tf.matmul(x, kernel)
+    """``x @ kernel (+ bias)`` for ``(B, d)`` activations, as ``BatchMatMulV3`` too: on one
+    row per sentence oneDNN's ``MatMul`` and Eigen's both cost several times more."""
+    y = _batch_matmul(x, kernel)
     return y if bias is None else tf.nn.bias_add(y, bias)
+
+
+def _softmax(x):
+    """``tf.nn.softmax`` over the last axis, in the ops it is made of: TensorFlow rewrites
+    ``Softmax`` to oneDNN's kernel, whose fixed cost per call dwarfs these small scores."""
+    e = tf.exp(x - tf.reduce_max(x, axis=-1, keepdims=True))
+    return e / tf.reduce_sum(e, axis=-1, keepdims=True)
 
 
 def _norm(ln):

@@ -159,6 +159,32 @@ DECODER_CASES = {"post-norm": {}, "pre-norm": dict(norm_first=True),
                  "attention biases": dict(use_bias=True), "tied": dict(tie_embeddings=True)}
 
 
+@pytest.mark.parametrize("case", ["post-norm", "pre-norm", "attention biases"])
+def test_encode_agrees_with_the_encoder(case):
+    """tf_decoding.encode against encoder(source, training=False) at every real source
+    position (padded positions are never attended to), including an out-of-vocabulary id
+    (read as [UNK] by both) and a row that is all padding."""
+    import layer_checks as lc
+
+    model = models.transformer_seq2seq(40, 30, num_hiddens=16, ffn_num_hiddens=32,
+                                       num_heads=4, num_layers=2, dropout=0.0, max_len=24,
+                                       **DECODER_CASES[case])
+    rng = np.random.default_rng(6)
+    for w in model.weights:
+        w.assign(rng.normal(size=w.shape).astype("float32") * 0.3)
+    ids = np.where(np.arange(9) < [[9], [5], [0]], rng.integers(3, 40, (3, 9)), 0)
+    ids[0, 3] = 57  # outside the source vocabulary
+    source = tf.constant(ids.astype("int32"))
+    encoder = model.get_layer("encoder")
+    fast = tf_decoding.encode(encoder, source).numpy()
+    ref = np.asarray(encoder(source, training=False))
+    assert fast.shape == ref.shape == (3, 9, 16)
+    real = ids != 0
+    terms = lc.stack_terms(16, lc.encoder_block_terms(16, 32, 4, 9), 2, final_norm=True)
+    lc.assert_close(fast[real], ref[real], terms=terms)
+    assert np.isfinite(fast).all()
+
+
 @pytest.mark.parametrize("case", list(DECODER_CASES))
 def test_transformer_decode_step_agrees(case):
     """tf_decoding.TransformerDecodeStep against the decoder's cached call (the reference
@@ -176,7 +202,7 @@ def test_transformer_decode_step_agrees(case):
     source = tf.constant(np.where(np.arange(7) < [[7], [4], [0]],
                                   rng.integers(3, 40, (3, 7)), 0).astype("int32"))
     tokens = rng.integers(3, 30, (3, 12)).astype("int32")
-    assert tf_decoding.TransformerDecodeStep.supports(model.get_layer("decoder"))
+    assert tf_decoding.supports(model)
 
     def stepwise():
         steps = decoding._steps(model, source, 12, use_cache=True, start_id=1)
