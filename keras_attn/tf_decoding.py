@@ -9,6 +9,7 @@ Both are written in ops that TensorFlow's oneDNN rewrite leaves alone (``BatchMa
 the softmax in its elementwise ops, gathers instead of float ``Transpose``): oneDNN's
 kernels parallelise every call, a fixed cost that dominates on one sentence.
 """
+import contextlib
 import math
 
 import tensorflow as tf
@@ -19,6 +20,20 @@ from keras_attn.layers.transformer import (TransformerDecoder, TransformerEncode
 from keras_attn.numerics import large_negative
 
 _FILL = large_negative("float32")
+_preallocated = False
+
+
+@contextlib.contextmanager
+def preallocated_cache():
+    """Trace decoding with the ``(B, H, max_len, d_h)`` caches in a plain graph too: for
+    TFLite, whose interpreter re-plans its memory whenever a loop variable changes shape
+    (the TFLite exporter traces inside this block)."""
+    global _preallocated
+    previous, _preallocated = _preallocated, True
+    try:
+        yield
+    finally:
+        _preallocated = previous
 
 
 def supports(model):
@@ -118,10 +133,15 @@ class TransformerDecodeStep:
       the causal mask turned into additive biases, the banned ids folded into the output
       bias;
     - activations stay ``(B, d)`` (no Tensordot reshapes around every dense layer);
-    - the cache is ``(B, H, max_len, d_h)``, so the step's scores and context are two
-      batched matmuls that read it once, with no transpose; this step's keys and values
-      are written with ``tensor_scatter_nd_update`` (core TF, a TFLite builtin, no XLA op),
-      not a select over the whole buffer.
+    - the cache is heads-first, so the step's scores and context are two batched matmuls
+      that read it once, with no transpose. In a TensorFlow graph it is ``(B, H, t, d_h)``,
+      ``t`` the steps so far: a step appends its keys and values (a concat copies the
+      ``t`` cached positions; an update of a preallocated buffer inside the loop copies
+      the whole buffer) and attends to every cached position. Eagerly, under XLA and
+      in :func:`preallocated_cache` (TFLite), which want loop variables of fixed shape, it
+      is ``(B, H, max_len, d_h)``: the step
+      writes position ``index`` with ``tensor_scatter_nd_update`` (in place under XLA) and
+      a causal bias hides the positions not written yet.
 
     Masked keys get ``large_negative`` added to their score, so their weight is exactly 0
     as in the reference; a source row with no valid key attends with equal weights to
@@ -130,7 +150,7 @@ class TransformerDecodeStep:
     Args:
         decoder: a built ``TransformerDecoder`` (see :func:`supports`).
         enc_outputs: ``(B, S, d)``. source: int ``(B, S)`` (0 = padding).
-        max_len: positions to cache. start_id: the id never generated (with 0).
+        max_len: the most steps (positions) decoded. start_id: the id never generated (with 0).
     """
 
     def __init__(self, decoder, enc_outputs, source, max_len, start_id):
@@ -160,14 +180,16 @@ class TransformerDecodeStep:
         keep = tf.reshape(tf.not_equal(source, 0), (batch, 1, 1, -1))
         self.source_bias = tf.where(keep, 0.0, _FILL)
         self.source_keep = tf.cast(keep, tf.float32)
-        # Row i: 0 on positions <= i, the fill value after (the keys not written yet).
-        pos = tf.range(max_len)
-        self.causal_bias = tf.where(pos[None, :] <= pos[:, None], 0.0, _FILL)  # (L, L)
         self.layers = [self._layer(blk, enc_outputs) for blk in decoder.blks]
-        # Scatter indices of position 0 for every (row, head): (B, H, 1, 3) = [b, h, 0].
-        grid = tf.meshgrid(tf.range(batch), tf.range(heads), tf.zeros((1,), tf.int32),
-                           indexing="ij")
-        self.row_head = tf.stack(grid, axis=-1)
+        self.growing = _graph_without_xla()
+        if not self.growing:
+            # Row i: 0 on positions <= i, the fill value after (the keys not written yet).
+            pos = tf.range(max_len)
+            self.causal_bias = tf.where(pos[None, :] <= pos[:, None], 0.0, _FILL)  # (L, L)
+            # Scatter indices of position 0 for every (row, head): (B, H, 1, 3) = [b, h, 0].
+            grid = tf.meshgrid(tf.range(batch), tf.range(heads), tf.zeros((1,), tf.int32),
+                               indexing="ij")
+            self.row_head = tf.stack(grid, axis=-1)
 
     def _layer(self, blk, enc_outputs):
         a1, a2 = blk.attention1, blk.attention2
@@ -191,8 +213,15 @@ class TransformerDecodeStep:
         }
 
     def init_state(self):
-        """Per layer ``(k, v)`` zeros ``(B, H, max_len, d_h)``."""
-        zeros = tf.zeros(tf.stack([self.batch, self.heads, self.max_len, self.head_dim]))
+        """Per layer ``(k, v)``: empty ``(B, H, 0, d_h)`` caches that grow (their static
+        length is declared unknown, so the loop may carry them), or zeros
+        ``(B, H, max_len, d_h)``."""
+        if self.growing:
+            empty = tf.zeros(tf.stack([self.batch, self.heads, 0, self.head_dim]))
+            zeros = tf.compat.v1.placeholder_with_default(
+                empty, (None, self.heads, None, self.head_dim))
+        else:
+            zeros = tf.zeros(tf.stack([self.batch, self.heads, self.max_len, self.head_dim]))
         return tuple((zeros, zeros) for _ in self.layers)
 
     def __call__(self, token, state, index, alignment=False):
@@ -202,16 +231,23 @@ class TransformerDecodeStep:
         averaged over the heads."""
         x = tf.gather(self.embeddings, self.clean(token)) * self.embed_scale
         x = x + tf.gather(self.positions, index)  # (B, d)
-        causal = tf.gather(self.causal_bias, index)  # (L,)
-        where = self.row_head + index * tf.constant([0, 0, 1])  # (B, H, 1, 3): [b, h, index]
+        if self.growing:
+            causal = None  # every cached position precedes this one
+        else:
+            causal = tf.gather(self.causal_bias, index)  # (L,)
+            where = self.row_head + index * tf.constant([0, 0, 1])  # (B, H, 1, 3)
         new_state, weights = [], None
         for layer, cache in zip(self.layers, state):
             def self_attention(h, layer=layer, cache=cache):
                 qkv = _matmul(h, layer["qkv"], layer["qkv_bias"])  # (B, 3d)
                 q, k, v = tf.unstack(tf.reshape(qkv, (-1, 3, self.heads, 1, self.head_dim)),
                                      axis=1)  # (B, H, 1, dh) each
-                k_cache = tf.tensor_scatter_nd_update(cache[0], where, k)  # (B, H, L, dh)
-                v_cache = tf.tensor_scatter_nd_update(cache[1], where, v)
+                if self.growing:  # (B, H, index + 1, dh)
+                    k_cache = tf.concat([cache[0], k], axis=2)
+                    v_cache = tf.concat([cache[1], v], axis=2)
+                else:  # (B, H, max_len, dh), position `index` written
+                    k_cache = tf.tensor_scatter_nd_update(cache[0], where, k)
+                    v_cache = tf.tensor_scatter_nd_update(cache[1], where, v)
                 new_state.append((k_cache, v_cache))
                 context, _ = self._attend(q, k_cache, v_cache, causal)
                 return _matmul(context, *layer["self_out"])
@@ -241,13 +277,26 @@ class TransformerDecodeStep:
             align = tf.reduce_mean(weights * self.source_keep, axis=1)[:, 0]  # (B, S)
         return logits, tuple(new_state), align
 
-    def _attend(self, q, k, v, bias):
-        """``q`` ``(B, H, 1, dh)`` over ``k``, ``v`` ``(B, H, K, dh)``, ``bias`` added to the
-        scores -> ``(context (B, d), weights (B, H, 1, K))``."""
-        q = q * self.query_scale
-        weights = _softmax(_batch_matmul(q, k, adj_y=True) + bias)  # (B, H, 1, K)
+    def _attend(self, q, k, v, bias=None):
+        """``q`` ``(B, H, 1, dh)`` over ``k``, ``v`` ``(B, H, K, dh)``, ``bias`` (if any) added
+        to the scores -> ``(context (B, d), weights (B, H, 1, K))``."""
+        scores = _batch_matmul(q * self.query_scale, k, adj_y=True)  # (B, H, 1, K)
+        weights = _softmax(scores if bias is None else scores + bias)
         context = _batch_matmul(weights, v)  # (B, H, 1, dh)
         return tf.reshape(context, (-1, self.heads * self.head_dim)), weights
+
+
+def _graph_without_xla():
+    """Whether the step is traced into a TensorFlow graph that XLA will not compile (the
+    only place a loop may carry a tensor whose shape changes), outside
+    :func:`preallocated_cache`."""
+    if _preallocated or not tf.inside_function():
+        return False
+    # TensorFlow's own test for an XLA context (tf.function(jit_compile=True) and the
+    # XLA contexts inside it), as its TensorArray and while_loop use.
+    from tensorflow.python.ops import control_flow_util
+
+    return not control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 def _value(variable):

@@ -183,6 +183,8 @@ def test_greedy_step_op_budget():
     Keras layers: about 330 per layer), none of them an XLA op (TF Serving runs
     without XLA), and neither the step nor the encoder has a float op that the oneDNN
     rewrite takes over. At batch 1 a step costs about as many microseconds as it has ops."""
+    from keras_attn import tf_decoding
+
     totals = {}
     for layers in (1, 2):
         m = models.transformer_seq2seq(40, 30, 32, 64, 4, layers, dropout=0.0, max_len=24)
@@ -195,6 +197,14 @@ def test_greedy_step_op_budget():
                      and n.attr["T"].type in (tf.float32.as_datatype_enum,
                                               tf.bfloat16.as_datatype_enum)]
         assert not rewritten, rewritten
+        # In a graph the cache grows (a concat per layer for keys and values); for TFLite
+        # it is preallocated and a position written (TensorScatterUpdate; one more writes
+        # the token into the output buffer).
+        assert ops["ConcatV2"] >= 2 * layers and ops["TensorScatterUpdate"] == 1, ops
+        with tf_decoding.preallocated_cache():
+            fixed = tf.function(lambda s, m=m: decoding.greedy_decode_fixed(m, s, 10, START,
+                                                                            END))
+            assert loop_body_ops(fixed, spec)["TensorScatterUpdate"] == 2 * layers + 1
     per_layer = totals[2] - totals[1]
     assert per_layer <= 90 and totals[1] - per_layer <= 70, totals
 

@@ -120,6 +120,14 @@ class TranslatorModule(tf.Module):
 
     def decode(self, source):
         """Source ids ``(B, S)`` -> tokens ``(B, max_len)``, lengths ``(B,)``, score ``(B,)``."""
+        from keras_attn import tf_decoding
+
+        if self.for_tflite:
+            with tf_decoding.preallocated_cache():
+                return self._decode(source)
+        return self._decode(source)
+
+    def _decode(self, source):
         from keras_attn import decoding
 
         if self.beam_size == 1:
