@@ -6,10 +6,12 @@ spaces are ordinary symbols (written ``▁``), so ``detokenize(tokenize(s))`` gi
 repair. Casing, ``j'ai``, ``est-ce``, ``Merci !`` and ``2:30`` come back as they were
 written.
 
-The normalisation is part of the model file: ``"nmt_nfkc"`` (the default, used for the
-source side) applies NFKC, maps the exotic spaces (U+202F, U+00A0, tabs) to a space and
-collapses runs of spaces; ``"identity"`` (used for the target side) keeps every character,
-so the output writes French spacing as the corpus does (often U+202F before ``! ? :``).
+The normalisation is part of the model file: ``"nmt_nfkc"`` (the default) applies NFKC,
+maps the exotic spaces (U+202F, U+00A0, tabs) to a space and collapses runs of spaces;
+``"nmt_nfkc_cf"`` (used for the source side of a translator) also folds case, so "WHERE",
+"Where" and "where" read alike; ``"identity"`` (used for the target side) keeps every
+character, so the output writes case and French spacing as the corpus does (often U+202F
+before ``! ? :``).
 
 Both directions run on tensorflow-text's ``FastSentencepieceTokenizer``: its ops
 (``TFText>FastSentencepieceTokenize`` / ``Detokenize``) are linked by stock TF Serving and
@@ -35,7 +37,7 @@ import tensorflow_text as tf_text
 
 from keras_attn import runs, text
 
-NORMALIZATIONS = ("nmt_nfkc", "identity", "nfkc")
+NORMALIZATIONS = ("nmt_nfkc", "nmt_nfkc_cf", "identity", "nfkc")
 MODEL_SUFFIX = ".model"
 SPACE = "\u2581"  # how SentencePiece writes a space inside a piece
 
@@ -48,7 +50,8 @@ def learn_sentencepiece(texts, vocab_size=8000, *, normalization="nmt_nfkc",
         texts: iterable of raw strings (as written: no lower-casing or re-spacing).
         vocab_size: most pieces, the four reserved ones included; a corpus too small for it
             gets fewer (``hard_vocab_limit=False``).
-        normalization: ``"nmt_nfkc"`` (NFKC + whitespace clean-up), ``"nfkc"`` or
+        normalization: ``"nmt_nfkc"`` (NFKC + whitespace clean-up), ``"nmt_nfkc_cf"`` (the
+            same + case folding), ``"nfkc"`` or
             ``"identity"`` (every character kept).
         model_type: ``"unigram"`` or ``"bpe"``.
         max_texts: train on at most this many texts (a seeded sample), or all.

@@ -46,8 +46,9 @@ def _tokenizers(config, splits, run_paths, log=print):
     """Load the run's tokenizers, or learn them from the training split and save them.
 
     ``config.tokenizer``: ``"char"`` (dates), ``"sentencepiece"`` (raw text: the source
-    model normalises with NFKC and whitespace clean-up, the target model keeps every
-    character, so outputs are written as the corpus writes them) or ``"wordpiece"``
+    model normalises with NFKC, whitespace clean-up and case folding, the target model
+    keeps every character, so outputs are written as the corpus writes them) or
+    ``"wordpiece"``
     (on D2L-normalised text).
     """
     try:
@@ -59,7 +60,7 @@ def _tokenizers(config, splits, run_paths, log=print):
     t0 = time.time()
     if config.tokenizer == "sentencepiece":
         src_proto = subword.learn_sentencepiece(sources, config.vocab_size,
-                                                normalization="nmt_nfkc")
+                                                normalization="nmt_nfkc_cf")
         tgt_proto = subword.learn_sentencepiece(targets, config.vocab_size,
                                                 normalization="identity")
         subword.save_model(src_proto, run_paths["src_model"])

@@ -51,6 +51,17 @@ def test_source_model_normalises_spaces_but_keeps_case(english):
     assert _decode(english, ids) == ["How are you?", "Thank you!"]
 
 
+def test_case_folding_source_model_reads_any_case_alike():
+    """nmt_nfkc_cf (the translator's source side): "WHERE", "Where" and "where" give the
+    same pieces, spaces normalised as with nmt_nfkc."""
+    tok = subword.SentencePieceTokenizer(
+        subword.learn_sentencepiece(ENGLISH * 8, 120, normalization="nmt_nfkc_cf"))
+    ids = tok.tokenize(tf.constant(["WHERE IS THE  STATION?", "Where is the station?",
+                                    "where is the\tstation?"])).to_list()
+    assert ids[0] == ids[1] == ids[2]
+    assert _decode(tok, tok.tokenize(tf.constant(["Thank\u00a0You!"]))) == ["thank you!"]
+
+
 def test_reserved_ids_are_those_of_text(french):
     assert french.vocab[:4] == text.RESERVED_TOKENS
     assert french.token_to_id(text.END) == text.END_ID
@@ -148,10 +159,15 @@ class _RoundTrip(tf.Module):
         return {"text": self.tok.detokenize(self.tok.tokenize(strings).to_tensor(0))}
 
 
-def test_tflite_runs_both_directions_without_flex(english):
-    """The file needs only TFLite builtins and tensorflow-text's kernels; same text as TF."""
+@pytest.mark.parametrize("normalization", ["nmt_nfkc", "nmt_nfkc_cf"])
+def test_tflite_runs_both_directions_without_flex(english, normalization):
+    """The file needs only TFLite builtins and tensorflow-text's kernels; same text as TF
+    (case folding included: it is part of the model's normalisation)."""
     tf_text = pytest.importorskip("tensorflow_text")
     litert = pytest.importorskip("ai_edge_litert.interpreter")
+    if normalization != "nmt_nfkc":
+        english = subword.SentencePieceTokenizer(
+            subword.learn_sentencepiece(ENGLISH * 8, 120, normalization=normalization))
     module = _RoundTrip(english)
     converter = tf.lite.TFLiteConverter.from_concrete_functions(
         [module.round_trip.get_concrete_function()], module)
@@ -166,7 +182,8 @@ def test_tflite_runs_both_directions_without_flex(english):
     got = runner(strings=np.array([s.encode("utf-8") for s in inputs], dtype=object))["text"]
     want = module.round_trip(tf.constant(inputs))["text"].numpy()
     assert [g.decode("utf-8") for g in got] == [w.decode("utf-8") for w in want]
-    assert [g.decode("utf-8") for g in got][: len(ENGLISH)] == ENGLISH
+    expected = ENGLISH if normalization == "nmt_nfkc" else [e.lower() for e in ENGLISH]
+    assert [g.decode("utf-8") for g in got][: len(ENGLISH)] == expected
 
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "fra-eng")
