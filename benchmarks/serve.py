@@ -47,8 +47,8 @@ def bench_serve(args, peak):
         dates = _serve_dates_run(args, work)
         out = {"available": True, "models": {},
                "config": {"threads": threads, "ctranslate2": f"intra_threads={threads}, "
-                          "inter_threads=1", "tensorflow": f"intra/inter-op threads "
-                          f"{threads}", "tflite": f"num_threads={threads}",
+                          "inter_threads=1", "tensorflow": f"intra-op threads {threads}, "
+                          "inter-op threads 1", "tflite": f"num_threads={threads}",
                           "processes": "each engine alone in a fresh process per round, "
                           "engine order rotated every round", "rounds": args.serve_rounds,
                           "repeats_per_round": args.repeats, "clock": args.clock,

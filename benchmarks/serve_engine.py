@@ -28,9 +28,9 @@ def _tensorflow(threads):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
 
-    if threads:
+    if threads:  # `threads` for each op; ops one at a time, as CTranslate2's inter_threads=1
         tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
     return tf
 
 
