@@ -53,6 +53,8 @@ def _copy_run(run_dir, out):
 
     src = runs.paths(run_dir)
     dst = runs.paths(out)
+    if os.path.exists(out) and os.path.samefile(run_dir, out):
+        return  # re-exporting the committed run itself: it is already minimal
     os.makedirs(out, exist_ok=True)
     for key in ("config", "src_vocab", "tgt_vocab", "metrics"):
         shutil.copyfile(src[key], dst[key])
