@@ -80,13 +80,8 @@ def encode(encoder, source):
         att = blk.attention
 
         def self_attention(h, att=att):
-            qkv = _matmul(h, tf.concat([_value(att.W_q.kernel), _value(att.W_k.kernel),
-                                        _value(att.W_v.kernel)], axis=1),
-                          tf.concat([_value(att.W_q.bias), _value(att.W_k.bias),
-                                     _value(att.W_v.bias)], axis=0) if att.use_bias else None)
-            # (B, S, 3d) -> (B, 3, H, S, dh): rows (s, j, h) gathered as (j, h, s).
-            qkv = tf.gather(tf.reshape(qkv, (batch, -1, head_dim)), split, axis=1)
-            q, k, v = tf.unstack(tf.reshape(qkv, (batch, 3, heads, -1, head_dim)), axis=1)
+            qkv = _matmul(h, *_fused(att, ("W_q", "W_k", "W_v")))  # (B, S, 3d)
+            q, k, v = _heads_first(qkv, split, 3, heads, head_dim)  # (B, H, S, dh) each
             weights = _softmax(_batch_matmul(q * (1.0 / math.sqrt(head_dim)), k, adj_y=True)
                                + key_bias)  # (B, H, S, S)
             context = _batch_matmul(weights, v * value_keep)  # (B, H, S, dh)
@@ -106,6 +101,24 @@ def encode(encoder, source):
     if encoder.final_norm is not None:
         x = _layer_norm(x, *_norm(encoder.final_norm))
     return x
+
+
+def _fused(attention, names):
+    """The kernels of ``attention``'s projections ``names`` side by side, and their biases
+    (None without ``use_bias``): one matmul for all of them."""
+    projections = [getattr(attention, name) for name in names]
+    kernel = tf.concat([_value(p.kernel) for p in projections], axis=1)
+    if not attention.use_bias:
+        return kernel, None
+    return kernel, tf.concat([_value(p.bias) for p in projections], axis=0)
+
+
+def _heads_first(x, rows, parts, heads, head_dim):
+    """``(B, S, parts * H * dh)`` -> ``parts`` tensors ``(B, H, S, dh)``, gathering the rows
+    of ``_head_permutations(S, heads, parts)[0]``."""
+    batch = tf.shape(x)[0]
+    x = tf.gather(tf.reshape(x, (batch, -1, head_dim)), rows, axis=1)
+    return tf.unstack(tf.reshape(x, (batch, parts, heads, -1, head_dim)), axis=1)
 
 
 def _head_permutations(length, heads, parts=3):
@@ -180,7 +193,8 @@ class TransformerDecodeStep:
         keep = tf.reshape(tf.not_equal(source, 0), (batch, 1, 1, -1))
         self.source_bias = tf.where(keep, 0.0, _FILL)
         self.source_keep = tf.cast(keep, tf.float32)
-        self.layers = [self._layer(blk, enc_outputs) for blk in decoder.blks]
+        kv_rows, _ = _head_permutations(tf.shape(enc_outputs)[1], heads, parts=2)
+        self.layers = [self._layer(blk, enc_outputs, kv_rows) for blk in decoder.blks]
         self.growing = _graph_without_xla()
         if not self.growing:
             # Row i: 0 on positions <= i, the fill value after (the keys not written yet).
@@ -191,20 +205,13 @@ class TransformerDecodeStep:
                                indexing="ij")
             self.row_head = tf.stack(grid, axis=-1)
 
-    def _layer(self, blk, enc_outputs):
+    def _layer(self, blk, enc_outputs, kv_rows):
         a1, a2 = blk.attention1, blk.attention2
-        # The cross-attention's keys and values, (B, S, 2d) -> (B, 2, H, S, dh).
-        kv = _matmul(enc_outputs, tf.concat([_value(a2.W_k.kernel), _value(a2.W_v.kernel)], 1),
-                     tf.concat([_value(a2.W_k.bias), _value(a2.W_v.bias)], 0)
-                     if a2.use_bias else None)
-        split, _ = _head_permutations(tf.shape(enc_outputs)[1], self.heads, parts=2)
-        kv = tf.gather(tf.reshape(kv, (self.batch, -1, self.head_dim)), split, axis=1)
-        k, v = tf.unstack(tf.reshape(kv, (self.batch, 2, self.heads, -1, self.head_dim)), axis=1)
+        # The cross-attention's keys and values, (B, S, 2d) -> (B, H, S, dh) each.
+        kv = _matmul(enc_outputs, *_fused(a2, ("W_k", "W_v")))
+        k, v = _heads_first(kv, kv_rows, 2, self.heads, self.head_dim)
         return {
-            "qkv": tf.concat([_value(a1.W_q.kernel), _value(a1.W_k.kernel),
-                              _value(a1.W_v.kernel)], axis=1),  # (d, 3d)
-            "qkv_bias": (tf.concat([_value(a1.W_q.bias), _value(a1.W_k.bias),
-                                    _value(a1.W_v.bias)], axis=0) if a1.use_bias else None),
+            "qkv": _fused(a1, ("W_q", "W_k", "W_v")),  # (d, 3d), (3d,) or None
             "self_out": _dense(a1.W_o), "cross_query": _dense(a2.W_q),
             "cross_out": _dense(a2.W_o),
             "cross_k": k, "cross_v": v * tf.reshape(self.source_keep, (self.batch, 1, -1, 1)),
@@ -239,7 +246,7 @@ class TransformerDecodeStep:
         new_state, weights = [], None
         for layer, cache in zip(self.layers, state):
             def self_attention(h, layer=layer, cache=cache):
-                qkv = _matmul(h, layer["qkv"], layer["qkv_bias"])  # (B, 3d)
+                qkv = _matmul(h, *layer["qkv"])  # (B, 3d)
                 q, k, v = tf.unstack(tf.reshape(qkv, (-1, 3, self.heads, 1, self.head_dim)),
                                      axis=1)  # (B, H, 1, dh) each
                 if self.growing:  # (B, H, index + 1, dh)
