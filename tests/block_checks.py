@@ -159,10 +159,13 @@ def check_xla(make, args, kwargs, terms):
     lc.check_jit(lambda *t: layer(*t[:n], **kwargs), *args, terms=terms)
 
 
-def common_tests(cases, case_terms):
+def common_tests(cases, case_terms, float_inputs=True, dropout=None):
     """The checks every block gets, parametrized over a test file's ``cases``
     (``name -> (make, args, kwargs)``): config round trip, finite gradients, dropout only
-    in training. A test file binds them: ``test_config_round_trip, ... = common_tests(...)``."""
+    in training (for the names in ``dropout``; default all). ``float_inputs=False`` for
+    stacks that take token ids. A test file binds them:
+    ``test_config_round_trip, ... = common_tests(...)``; :func:`stack_tests` adds XLA and
+    mixed precision."""
 
     @pytest.mark.parametrize("name", list(cases))
     def test_config_round_trip(name):
@@ -170,11 +173,27 @@ def common_tests(cases, case_terms):
 
     @pytest.mark.parametrize("name", list(cases))
     def test_gradients_finite(name):
-        check_gradients_finite(*cases[name], float_inputs=True)
+        check_gradients_finite(*cases[name], float_inputs=float_inputs)
 
-    @pytest.mark.parametrize("name", list(cases))
+    @pytest.mark.parametrize("name", list(cases) if dropout is None else dropout)
     def test_dropout_only_in_training(name):
         make, args, kwargs = cases[name]
         lc.check_dropout(make, *args, terms=case_terms[name], **kwargs)
 
     return test_config_round_trip, test_gradients_finite, test_dropout_only_in_training
+
+
+def stack_tests(cases, case_terms, names):
+    """XLA and mixed-float16 checks for the stacks ``names`` of ``cases`` (token inputs):
+    ``test_xla, test_mixed_float16 = stack_tests(...)``."""
+
+    @pytest.mark.parametrize("name", names)
+    def test_xla(name):
+        check_xla(*cases[name], terms=case_terms[name])
+
+    @pytest.mark.parametrize("name", names)
+    def test_mixed_float16(name):
+        make, args, kwargs = cases[name]
+        lc.check_mixed_float16(lambda: make(0.0), *args, **kwargs)
+
+    return test_xla, test_mixed_float16

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import layer_checks as lc
-from block_checks import (BAD_RATES, D, ENC, SRC, TGT, VOCAB, X, check_config_round_trip,
-                          check_gradients_finite, check_xla)
+from block_checks import (BAD_RATES, D, ENC, SRC, TGT, VOCAB, X, common_tests,
+                          stack_tests)
 from keras_attn.layers import BahdanauDecoder, Seq2SeqEncoder
 
 
@@ -92,31 +92,9 @@ CASE_TERMS = {  # roundings of each case's output (lc.tolerance)
 # The checks every layer gets (block_checks): config, gradients, dropout, XLA, mixed precision
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_config_round_trip(name):
-    check_config_round_trip(*CASES[name], terms=CASE_TERMS[name])
-
-
-@pytest.mark.parametrize("name", list(CASES))
-def test_gradients_finite(name):
-    check_gradients_finite(*CASES[name], float_inputs=False)
-
-
-@pytest.mark.parametrize("name", ["bahdanau_decoder"])
-def test_dropout_only_in_training(name):
-    make, args, kwargs = CASES[name]
-    lc.check_dropout(make, *args, terms=CASE_TERMS[name], **kwargs)
-
-
-@pytest.mark.parametrize("name", ["bahdanau_decoder"])
-def test_xla(name):
-    check_xla(*CASES[name], terms=CASE_TERMS[name])
-
-
-@pytest.mark.parametrize("name", ["bahdanau_decoder"])
-def test_mixed_float16(name):
-    make, args, kwargs = CASES[name]
-    lc.check_mixed_float16(lambda: make(0.0), *args, **kwargs)
+test_config_round_trip, test_gradients_finite, test_dropout_only_in_training = common_tests(
+    CASES, CASE_TERMS, float_inputs=False, dropout=["bahdanau_decoder"])
+test_xla, test_mixed_float16 = stack_tests(CASES, CASE_TERMS, ["bahdanau_decoder"])
 
 
 # ----------------------------------------------------------------------------------------
