@@ -1,4 +1,16 @@
-"""Test-wide settings: quiet TensorFlow logs and a fixed seed for every test."""
+"""Test-wide settings and the shared end-to-end fixtures.
+
+- TensorFlow starts quiet and every test starts from a fixed seed.
+- The trained runs that several test files read (a tiny dates run with its exports, a tiny
+  SentencePiece run with its exports) are built once per test session, also under
+  pytest-xdist: the first worker to need one builds it under a file lock in the session's
+  shared temporary folder, the others wait and read it (:func:`build_once`).
+- The ``kernels`` marker: tests whose results hang on floating-point rounding (layer values,
+  decoding tokens, artefacts equal token for token). CI runs them again under other CPUs'
+  kernels (``.ci/run``); the whole files listed in ``KERNEL_FILES`` carry it, other files
+  mark single tests.
+"""
+import json
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -6,8 +18,76 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402  (after the log level, so TensorFlow starts quiet)
 import pytest  # noqa: E402
 
+# Every test of these files compares floats (tolerances derived in tests/layer_checks.py).
+KERNEL_FILES = {
+    "test_ops.py", "test_dot_product_attention.py", "test_additive_attention.py",
+    "test_multi_head_attention.py", "test_nadaraya_watson.py", "test_tf_attention.py",
+    "test_ffn.py", "test_add_norm.py", "test_transformer_blocks.py", "test_transformer.py",
+    "test_bahdanau.py", "test_losses.py", "test_dropout.py", "test_positional.py",
+    "test_schedules.py", "test_fastpath.py", "test_decoding.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in KERNEL_FILES:
+            item.add_marker(pytest.mark.kernels)
+
 
 @pytest.fixture(autouse=True)
 def _seed():
     """Seed Python, NumPy and TensorFlow so layer weights and dropout masks repeat."""
     keras.utils.set_random_seed(0)
+
+
+def build_once(tmp_path_factory, name, build):
+    """``build(folder) -> JSON-able result``, run once per test session.
+
+    Under pytest-xdist every worker has its own base temp folder; their parent is the
+    session's, so the workers meet there. The first to take the lock builds; the others
+    block on the lock, then read the result. Tests must only read what was built.
+    """
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    root = shared / f"shared-{name}"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        import fcntl  # POSIX; the suite runs on Linux and macOS
+
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = root / "done.json"
+        if not done.exists():
+            keras.utils.set_random_seed(0)
+            done.write_text(json.dumps(build(root)))
+        return json.loads(done.read_text())
+
+
+@pytest.fixture(scope="session")
+def tiny_dates(tmp_path_factory):
+    """A small trained dates run and ``export_run``'s output (SavedModel, TFLite targets,
+    report): ``{"run_dir", "export_dir", "inputs"}`` (held-out source dates)."""
+
+    def build(root):
+        import run_fixtures
+        from keras_attn import export
+
+        run_dir, export_dir = str(root / "run"), str(root / "export")
+        sources = run_fixtures.train_tiny_dates_run(run_dir)
+        export.export_run(run_dir, export_dir=export_dir, log=lambda *a: None)
+        return {"run_dir": run_dir, "export_dir": export_dir, "inputs": sources}
+
+    return build_once(tmp_path_factory, "tiny_dates", build)
+
+
+@pytest.fixture(scope="session")
+def tiny_sentencepiece(tmp_path_factory):
+    """A small English->French SentencePiece run trained on ``run_fixtures.PAIRS`` and
+    exported into ``RUN/export``: ``{"run_dir"}``."""
+
+    def build(root):
+        import run_fixtures
+
+        return {"run_dir": run_fixtures.train_tiny_sentencepiece_run(root)}
+
+    return build_once(tmp_path_factory, "tiny_sentencepiece", build)

@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+import guards
 from keras_attn import runs
 from keras_attn.config import TrainConfig
 
@@ -31,10 +32,10 @@ def keras_attn_command():
     return [exe] if exe else [sys.executable, "-m", "keras_attn.cli"]
 
 
-def run_cli(args, timeout=240):
+def run_cli(args):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
     return subprocess.run(keras_attn_command() + [str(a) for a in args], capture_output=True,
-                          text=True, env=env, timeout=timeout)
+                          text=True, env=env, timeout=guards.timeout(15))
 
 
 def tatoeba_lines():
@@ -73,11 +74,20 @@ def _setup_run_with_bad_config(t):
 
 
 # name: (args given tmp, expected exit code, words of the error line, setup(tmp) or None).
-# Run as real `keras-attn` subprocesses (each pays TensorFlow's import, so only these).
+# Run as real `keras-attn` subprocesses (each pays TensorFlow's import, so only these: a
+# data error, an argparse error and a run-directory error, one of each kind of exit).
 SUBPROCESS_CASES = {
     "missing data file": (
         lambda t: ["train", "--task", "tatoeba", "--data", "/nonexistent/fra.txt",
                    "--output", t / "out"], 1, ["not found", "/nonexistent/fra.txt"], None),
+    "unknown option": (lambda t: ["train", "--bogus"], 2,
+                       ["unrecognized arguments: --bogus"], None),
+    "translate: not a run directory": (
+        lambda t: ["translate", t, "3 March 2021"], 1, ["is not a run directory"], None),
+}
+# The same checks through keras_attn.cli.main in this process (same code path after the
+# console-script entry point, no TensorFlow import per case).
+IN_PROCESS_CASES = {
     "data is a folder without train.txt": (
         lambda t: ["train", "--task", "tatoeba", "--data", t / "folder", "--output", t / "out"],
         1, ["not found", "train.txt"], lambda t: (t / "folder").mkdir()),
@@ -89,14 +99,6 @@ SUBPROCESS_CASES = {
         lambda t: ["train", *TINY_DATES, "--output", t / "file" / "x"], 1,
         ["cannot create the output directory", "file/x", "Not a directory"],
         lambda t: (t / "file").write_text("")),
-    "unknown option": (lambda t: ["train", "--bogus"], 2,
-                       ["unrecognized arguments: --bogus"], None),
-    "translate: not a run directory": (
-        lambda t: ["translate", t, "3 March 2021"], 1, ["is not a run directory"], None),
-}
-# The same checks through keras_attn.cli.main in this process (same code path after the
-# console-script entry point, no TensorFlow import per case).
-IN_PROCESS_CASES = {
     "corpus of bad lines only": (
         lambda t: ["train", "--task", "tatoeba", "--data", t / "bad.txt", "--output", t / "out"],
         1, ["No valid sentence pair", "line 1: invalid UTF-8", "line 2: expected 2 or 3"],
@@ -263,7 +265,7 @@ def helps():
     def run(sub):
         argv = [sub, "--help"] if sub else ["--help"]
         proc = subprocess.run([sys.executable, "-c", HELP_CHECK, *argv], capture_output=True,
-                              text=True, timeout=120)
+                              text=True, timeout=guards.timeout(5))
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)
 
@@ -346,7 +348,7 @@ DATES = ["3 March 2021", "le 4 juillet 1999", "Wed, 3 Mar 2021"] * 100  # 3 batc
 def run_cli_default_logging(args, **kwargs):
     """``keras-attn ARGS`` with TF_CPP_MIN_LOG_LEVEL unset, as a user would run it."""
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    return subprocess.run(keras_attn_command() + args, env=env, timeout=240, **kwargs)
+    return subprocess.run(keras_attn_command() + args, env=env, timeout=guards.timeout(15), **kwargs)
 
 
 def test_translate_hides_tensorflow_logs_and_draws_no_bar_into_a_pipe():

