@@ -373,7 +373,8 @@ class AttentionLayerChecks:
     def test_mixed_float16(self):
         name = self.name
         outputs = lc.check_mixed_float16(lambda: LAYERS[name](), QUERIES, KEYS, VALUES,
-                                         valid_lens=np.array([0, 4]), return_attention_scores=True)
+                                         valid_lens=np.array([0, 4]), return_attention_scores=True,
+                                         terms=attention_terms(name, num_keys=KEYS.shape[1])[1])
         # each weight rounded once to float16, by <= eps/2 of itself: <= eps/2 over a row
         # (factor 1: twice that)
         rows = np_(outputs[1]).sum(-1)[1]

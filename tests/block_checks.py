@@ -194,6 +194,6 @@ def stack_tests(cases, case_terms, names):
     @pytest.mark.parametrize("name", names)
     def test_mixed_float16(name):
         make, args, kwargs = cases[name]
-        lc.check_mixed_float16(lambda: make(0.0), *args, **kwargs)
+        lc.check_mixed_float16(lambda: make(0.0), *args, terms=case_terms[name], **kwargs)
 
     return test_xla, test_mixed_float16

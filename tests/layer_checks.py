@@ -343,9 +343,11 @@ def check_functional_model(wire, specs, batches, *, terms):
     return model
 
 
-def check_mixed_float16(make_layer, *args, **kwargs):
+def check_mixed_float16(make_layer, *args, terms, **kwargs):
     """Built under the ``mixed_float16`` policy the layer computes in float16 (variables in
-    float32) and its outputs are finite. Returns the outputs."""
+    float32), its outputs are finite, and they equal the float32 layer's with the same
+    weights to float16's rounding over ``terms`` (see :func:`tolerance`). Returns the
+    float16 outputs."""
     with global_policy("mixed_float16"):
         layer = make_layer()
     assert layer.compute_dtype == "float16" and layer.variable_dtype == "float32"
@@ -355,4 +357,9 @@ def check_mixed_float16(make_layer, *args, **kwargs):
         assert np.all(np.isfinite(as_numpy(out)))
     for w in layer.weights:
         assert keras.backend.standardize_dtype(w.dtype) == "float32", w.path
+    reference = make_layer()  # float32
+    reference(*args, **kwargs)
+    reference.set_weights(layer.get_weights())
+    assert_close(outputs, reference(*args, **kwargs), terms=terms, dtype="float16",
+                 err_msg="mixed_float16 vs float32 with the same weights")
     return outputs

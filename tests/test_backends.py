@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+import guards
 from keras_attn import decoding, layers, losses, models, schedules
 
 BACKEND = keras.backend.backend()
@@ -105,21 +106,60 @@ def test_on_this_backend_layers_mask_padding_and_return_weights():
 
 
 def test_on_this_backend_blocks_stacks_and_positions():
+    """Values against numpy written here (FFN, add & norm, Nadaraya-Watson, sinusoidal
+    positions) and, for the blocks, what must hold on any backend: a Keras mask equals
+    ``valid_lens``, and padded keys change nothing. Every layer is also compared with
+    TensorFlow by value and gradient (``test_across_backends_*``)."""
     rng = np.random.default_rng(2)
     x = rng.normal(size=(2, 6, 8)).astype("float32")
-    enc_blk = layers.TransformerEncoderBlock(8, 16, 2, dropout=0.1, use_bias=True)
-    dec_blk = layers.TransformerDecoderBlock(8, 16, 2, dropout=0.1)
-    assert np_(enc_blk(x, valid_lens=np.array([2, 6]))).shape == (2, 6, 8)
-    assert np_(dec_blk(x, x)).shape == (2, 6, 8)
+    # ~16 products per output (d=8, hidden 16), values O(1)
+    atol = 8 * EPS * 16 * max(np.abs(x).max(), 1.0)
+
+    ffn = layers.PositionWiseFFN(16, 8)
+    out = np_(ffn(x))
+    w1, b1, w2, b2 = (np_(w) for w in (ffn.dense1.kernel, ffn.dense1.bias, ffn.dense2.kernel,
+                                       ffn.dense2.bias))
+    np.testing.assert_allclose(out, np.maximum(x @ w1 + b1, 0) @ w2 + b2, rtol=0,
+                               atol=atol * np.abs(out).max())
+
+    y = rng.normal(size=x.shape).astype("float32")
+    z = x + y
+    mean, var = z.mean(-1, keepdims=True), z.var(-1, keepdims=True)
+    np.testing.assert_allclose(np_(layers.AddNorm()(x, y)), (z - mean) / np.sqrt(var + 1e-5),
+                               rtol=0, atol=atol * 4)
+
+    nw = layers.NadarayaWatson()
+    queries, keys = np.linspace(0, 1, 4), np.linspace(-1, 2, 6)
+    values = np.sin(keys)
+    scores = -((queries[:, None] - keys[None, :]) ** 2) / 2
+    weights = np.exp(scores - scores.max(1, keepdims=True))
+    weights /= weights.sum(1, keepdims=True)
+    np.testing.assert_allclose(np_(nw(queries.astype("float32"), keys.astype("float32"),
+                                      values.astype("float32"))), weights @ values,
+                               rtol=0, atol=16 * EPS)
+
+    lens = np.array([2, 6])
+    keep = np.arange(6)[None, :] < lens[:, None]
+    noisy = np.where(keep[..., None], x, 100.0).astype("float32")  # padding changed
+    for block in (layers.TransformerEncoderBlock(8, 16, 2, use_bias=True),
+                  layers.TransformerEncoderBlock(8, 16, 2, norm_first=True)):
+        by_lens = np_(block(x, valid_lens=lens))
+        np.testing.assert_array_equal(np_(block(x, mask=keep)), by_lens)
+        np.testing.assert_allclose(np_(block(noisy, valid_lens=lens))[keep], by_lens[keep],
+                                   rtol=0, atol=atol * np.abs(by_lens).max())
+    dec = layers.TransformerDecoderBlock(8, 16, 2)
+    by_lens = np_(dec(x[:, :4], x, enc_valid_lens=lens))
+    np.testing.assert_allclose(np_(dec(x[:, :4], noisy, enc_valid_lens=lens)), by_lens,
+                               rtol=0, atol=atol * np.abs(by_lens).max())
+    # causal: the first 3 target positions do not see the 4th
+    np.testing.assert_allclose(np_(dec(x[:, :3], x, enc_valid_lens=lens)), by_lens[:, :3],
+                               rtol=0, atol=atol * np.abs(by_lens).max())
+
     pe = np_(layers.PositionalEncoding(max_len=10)(np.zeros((1, 4, 8), "float32")))
     i, j = np.arange(4)[:, None], np.arange(0, 8, 2)[None, :]
     # the table is float32 of values in [-1, 1]: one rounding, eps32 / 2
     np.testing.assert_allclose(pe[0, :, 0::2], np.sin(i / 10000 ** (j / 8)), rtol=0, atol=EPS)
     np.testing.assert_allclose(pe[0, :, 1::2], np.cos(i / 10000 ** (j / 8)), rtol=0, atol=EPS)
-    ffn = layers.PositionWiseFFN(16, 8)
-    assert np_(ffn(x)).shape == (2, 6, 8)
-    nw = layers.NadarayaWatson(learnable=True)
-    assert np_(nw(np.linspace(0, 1, 4), np.linspace(0, 1, 6), np.ones(6))).shape == (4,)
     with pytest.raises(ValueError, match="max_len"):
         layers.PositionalEncoding(max_len=3)(np.zeros((1, 4, 8), "float32"))
 
@@ -130,31 +170,71 @@ LAYER_SCRIPT = textwrap.dedent('''
     import numpy as np
     import keras
     from keras import ops
-    from keras_attn import layers, losses
+    from keras_attn import layers, losses, models
 
     backend = keras.backend.backend()
     rng = np.random.default_rng(0)
     q = rng.normal(size=(2, 4, 8)).astype("float32")
     kv = rng.normal(size=(2, 6, 8)).astype("float32")
     lens = np.array([3, 6])
+    src = np.array([[5, 6, 7, 0, 0, 0], [8, 9, 10, 11, 12, 13]], "int32")
+    tgt = np.array([[1, 4, 5, 0], [1, 6, 7, 8]], "int32")
+    nw_q = np.linspace(0.0, 1.0, 4).astype("float32")
+    nw_k = np.linspace(-1.0, 2.0, 6).astype("float32")
+    nw_v = np.sin(nw_k).astype("float32")
+    h0, h1 = (rng.normal(size=(2, 8)).astype("float32") for _ in range(2))
+    # name: (layer, call(layer, *float_inputs) -> one tensor, float_inputs). Every public
+    # layer and model; gradients w.r.t. the float inputs and every trainable weight.
     cases = {
-        "dot": (layers.DotProductAttention(), lambda l, a, b: l(a, b, b, valid_lens=lens)),
-        "additive": (layers.AdditiveAttention(8), lambda l, a, b: l(a, b, b, valid_lens=lens)),
+        "masked softmax": (layers.MaskedSoftmax(), lambda l, a: l(a, valid_lens=lens), [q]),
+        "nadaraya-watson": (layers.NadarayaWatson(learnable=True),
+                            lambda l, a, b, c: l(a, b, c), [nw_q, nw_k, nw_v]),
+        "dot": (layers.DotProductAttention(), lambda l, a, b: l(a, b, b, valid_lens=lens),
+                [q, kv]),
+        "additive": (layers.AdditiveAttention(8), lambda l, a, b: l(a, b, b, valid_lens=lens),
+                     [q, kv]),
         "mha": (layers.MultiHeadAttention(8, 2, use_bias=True),
-                lambda l, a, b: l(a, b, b, valid_lens=lens)),
+                lambda l, a, b: l(a, b, b, valid_lens=lens), [q, kv]),
         "mha causal": (layers.MultiHeadAttention(8, 2),
-                       lambda l, a, b: l(a, a, a, use_causal_mask=True)),
+                       lambda l, a: l(a, a, a, use_causal_mask=True), [q]),
+        "positions": (layers.PositionalEncoding(16), lambda l, a: l(a), [q]),
+        "learned positions": (layers.LearnedPositionalEmbedding(16), lambda l, a: l(a), [q]),
+        "ffn": (layers.PositionWiseFFN(16, 8), lambda l, a: l(a), [q]),
+        "addnorm": (layers.AddNorm(), lambda l, a: l(a, a * 2), [q]),
         "encoder block": (layers.TransformerEncoderBlock(8, 16, 2, use_bias=True),
-                          lambda l, a, b: l(b, valid_lens=lens)),
+                          lambda l, b: l(b, valid_lens=lens), [kv]),
+        "encoder block pre-norm": (layers.TransformerEncoderBlock(8, 16, 2, norm_first=True),
+                                   lambda l, b: l(b, valid_lens=lens), [kv]),
         "decoder block": (layers.TransformerDecoderBlock(8, 16, 2),
-                          lambda l, a, b: l(a, b, enc_valid_lens=lens)),
-        "ffn": (layers.PositionWiseFFN(16, 8), lambda l, a, b: l(a)),
-        "addnorm": (layers.AddNorm(), lambda l, a, b: l(a, a * 2)),
-        "positions": (layers.PositionalEncoding(16), lambda l, a, b: l(a)),
+                          lambda l, a, b: l(a, b, enc_valid_lens=lens), [q, kv]),
+        "encoder": (layers.TransformerEncoder(30, 8, 16, 2, 2, max_len=16),
+                    lambda l: l(src), []),
+        "decoder": (layers.TransformerDecoder(30, 8, 16, 2, 2, max_len=16),
+                    lambda l, b: l(tgt, b, enc_valid_lens=lens), [kv]),
+        "seq2seq encoder": (layers.Seq2SeqEncoder(30, 8, 8, 2), lambda l: l(src)[0], []),
+        "bahdanau decoder": (layers.BahdanauDecoder(30, 8, 8, 2),
+                             lambda l, b, s0, s1: l(tgt, b, [s0, s1], enc_valid_lens=lens),
+                             [kv, h0, h1]),
+        "transformer model": (models.transformer_seq2seq(30, 30, num_hiddens=8,
+                                                         ffn_num_hiddens=16, num_heads=2,
+                                                         dropout=0.0, max_len=16),
+                              lambda m: m({"source": src, "target_in": tgt}), []),
+        "tied pre-norm transformer model": (
+            models.transformer_seq2seq(30, 30, num_hiddens=8, ffn_num_hiddens=16,
+                                       num_heads=2, num_layers=1, dropout=0.0, max_len=16,
+                                       norm_first=True, tie_embeddings=True),
+            lambda m: m({"source": src, "target_in": tgt}), []),
+        "bahdanau model": (models.bahdanau_seq2seq(30, 30, embed_size=8, num_hiddens=8,
+                                                   dropout=0.0),
+                           lambda m: m({"source": src, "target_in": tgt}), []),
+        # Random draws differ between backends: compared by what holds on every backend
+        # (test_across_backends_dropout_keeps_and_scales).
+        "dropout": (layers.Dropout(0.25, seed=1), lambda l, a: l(a, training=True),
+                    [np.ones((64, 256), "float32")]),
     }
 
     def grads(fn, variables, inputs):
-        """Gradients of sum(fn() * ramp) w.r.t. the inputs and the layer's variables."""
+        # Gradients of sum(fn() * ramp) w.r.t. the inputs and the layer's variables.
         if backend == "tensorflow":
             import tensorflow as tf
             xs = [tf.constant(v) for v in inputs]
@@ -182,28 +262,32 @@ LAYER_SCRIPT = textwrap.dedent('''
         return out, torch.autograd.grad(loss, wanted, allow_unused=True)
 
     results = {}
-    for name, (layer, call) in cases.items():
-        call(layer, q, kv)  # build
-        for v in layer.weights:
-            v.assign(np.random.default_rng(len(v.path)).normal(size=v.shape).astype("float32") * 0.5)
-        out, g = grads(lambda a, b: call(layer, a, b), list(layer.trainable_weights), [q, kv])
+    for name, (layer, call, inputs) in cases.items():
+        call(layer, *inputs)  # build
+        for v in sorted(layer.weights, key=lambda v: v.path):
+            # the same values on every backend: drawn from the variable's path
+            seed = sum(map(ord, v.path))
+            v.assign(np.random.default_rng(seed).normal(size=v.shape).astype("float32") * 0.5)
+        out, g = grads(lambda *xs: call(layer, *xs), list(layer.trainable_weights), inputs)
         results[name] = {"out": np.asarray(ops.convert_to_numpy(out)).tolist(),
+                         "weights": [v.path for v in layer.trainable_weights],
+                         "num_inputs": len(inputs),
                          "grads": [None if x is None else np.asarray(
                              ops.convert_to_numpy(x)).tolist() for x in g]}
     rng2 = np.random.default_rng(5)
     logits = rng2.normal(size=(2, 3, 11)).astype("float32")
     labels = np.array([[1, 4, 0], [2, 0, 0]], "int32")
     results["loss"] = {"out": float(ops.convert_to_numpy(
-        losses.masked_cross_entropy(labels, logits, 0.1))), "grads": []}
+        losses.masked_cross_entropy(labels, logits, 0.1))), "grads": [], "weights": [], "num_inputs": 0}
     json.dump(results, open(sys.argv[1], "w"))
 ''')
 
 
-def _run_backend(backend, script, *args, timeout=600):
+def _run_backend(backend, script, *args):
     env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="",
                TF_CPP_MIN_LOG_LEVEL="2", JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
-                         text=True, timeout=timeout)
+                         text=True, timeout=guards.timeout(30))
     assert out.returncode == 0, f"{backend}:\n{out.stderr[-4000:]}"
     return out
 
@@ -221,13 +305,34 @@ def layer_results(tmp_path_factory):
     return results
 
 
+def test_across_backends_every_public_layer_and_model_is_compared():
+    """LAYER_SCRIPT builds every layer class keras_attn.layers exports (TiedLogits inside
+    the tied Transformer) and both model builders."""
+    import re
+
+    public = {name for name in dir(layers) if isinstance(getattr(layers, name), type)
+              and issubclass(getattr(layers, name), keras.layers.Layer)}
+    built = set(re.findall(r"layers\.([A-Z][A-Za-z0-9]+)\(", LAYER_SCRIPT))
+    if "tie_embeddings=True" in LAYER_SCRIPT:
+        built.add("TiedLogits")
+    assert public and public <= built, public - built
+    for builder in ("transformer_seq2seq", "bahdanau_seq2seq"):
+        assert f"models.{builder}(" in LAYER_SCRIPT
+
+
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
 def test_across_backends_same_outputs_and_gradients(layer_results, backend):
     ref, got = layer_results["tensorflow"], layer_results[backend]
     assert set(ref) == set(got)
     for name in ref:
+        if name == "dropout":  # random draws: test_across_backends_dropout_keeps_and_scales
+            continue
+        assert got[name]["weights"] == ref[name]["weights"], name  # same weights, same order
+        # every trainable weight gets a gradient on TensorFlow: none is compared vacuously
+        assert all(g is not None for g in ref[name]["grads"][ref[name]["num_inputs"]:]), name
         expected = np.asarray(ref[name]["out"])
-        # each output is a sum of at most a few hundred float32 products (d=8, FFN 16)
+        # each output is a sum of at most a few hundred float32 products (d=8, FFN 16,
+        # two layers), so rounding stays within that many eps of the values' scale
         atol = 8 * EPS * 256 * max(np.abs(expected).max(), 1.0)
         np.testing.assert_allclose(np.asarray(got[name]["out"]), expected, rtol=0, atol=atol,
                                    err_msg=f"{name} on {backend}")
@@ -240,6 +345,23 @@ def test_across_backends_same_outputs_and_gradients(layer_results, backend):
             b = np.zeros_like(a) if b is None else np.asarray(b)
             np.testing.assert_allclose(a, b, rtol=0, atol=8 * EPS * 256 * scale,
                                        err_msg=f"{name} gradient {i} on {backend}")
+
+
+@pytest.mark.parametrize("backend", ("tensorflow",) + OTHER_BACKENDS)
+def test_across_backends_dropout_keeps_and_scales(layer_results, backend):
+    """Dropout(0.25) on ones, training: every value is 0 or the exact inverse keep rate,
+    the kept fraction is 0.75 within 5 standard deviations, and the gradient of
+    sum(y * ramp) is the ramp times the same mask and scale."""
+    out = np.asarray(layer_results[backend]["dropout"]["out"])
+    grad = np.asarray(layer_results[backend]["dropout"]["grads"][0])
+    rate = round(0.25 * 65536) / 65536  # the realised rate (keras_attn.layers.Dropout)
+    scale = np.float32(1.0) / np.float32(1.0 - rate)
+    kept = out != 0
+    np.testing.assert_array_equal(out[kept], scale)
+    n = out.size
+    assert abs(kept.mean() - (1 - rate)) <= 5 * np.sqrt(rate * (1 - rate) / n)
+    ramp = np.arange(out.shape[-1], dtype="float32")
+    np.testing.assert_allclose(grad, np.where(kept, scale * ramp, 0.0), rtol=2 * EPS, atol=0)
 
 
 TRAIN_SCRIPT = textwrap.dedent('''

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from benchmarks import backends, cli, common, report, timing
 from benchmarks.export import bench_export
+import guards
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -182,7 +183,7 @@ def test_bench_backends_section_on_jax(tmp_path):
         [sys.executable, os.path.join(REPO, "scripts", "bench.py"), "--sections", "backends",
          "--backends", "jax", "--quick", "--repeats", "1", "--warmup", "0", "--threads", "1",
          "--json", str(out_json), "--md", str(out_md)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=900)
+        cwd=tmp_path, capture_output=True, text=True, timeout=guards.timeout(60))
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads(out_json.read_text())["sections"]["backends"]["rows"]
     assert row["available"], row.get("reason", "")[-3000:]

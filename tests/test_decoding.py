@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import guards
 import layer_checks as lc
 from keras_attn import data, decoding, fastpath, models
 
@@ -245,11 +246,11 @@ def test_translate_command_line():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run([sys.executable, "-m", "keras_attn.cli", "translate", str(RUN),
                            "3 March 2021", "le 14 juillet 1989"], capture_output=True,
-                          text=True, timeout=300, env=env)
+                          text=True, timeout=guards.timeout(20), env=env)
     assert proc.returncode == 0, proc.stderr[-1000:]
     assert proc.stdout.split() == ["2021-03-03", "1989-07-14"]
     proc = subprocess.run([sys.executable, "-m", "keras_attn.cli", "translate", str(RUN)],
                           input="Wed, 3 Mar 2021\n04/03/2021\n", capture_output=True,
-                          text=True, timeout=300, env=env)
+                          text=True, timeout=guards.timeout(20), env=env)
     assert proc.returncode == 0, proc.stderr[-1000:]
     assert proc.stdout.split() == ["2021-03-03", "2021-03-04"]

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+import guards
+
 pytestmark = pytest.mark.slow
 
 TINY = ["--num-hiddens", "32", "--ffn-num-hiddens", "64", "--num-heads", "2",
@@ -66,7 +68,7 @@ def _env():
 
 def test_mirrored_loss_matches_single_device(tmp_path):
     proc = subprocess.run([sys.executable, "-c", MIRROR_SCRIPT], cwd=tmp_path, env=_env(),
-                          capture_output=True, text=True, timeout=150)
+                          capture_output=True, text=True, timeout=guards.timeout(30))
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
     out = json.loads(line[len("RESULT "):])
@@ -93,27 +95,54 @@ def _free_ports(n):
             s.close()
 
 
-def _start_workers(tmp_path, tag, run_dir, ports, args):
-    """Two ``keras-attn train --distribute multiworker`` processes on 127.0.0.1:``ports``."""
-    workers = [f"127.0.0.1:{port}" for port in ports]
-    procs = []
-    for index in range(2):
-        env = _env()
-        env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
-                                       "task": {"type": "worker", "index": index}})
-        with open(tmp_path / f"{tag}-worker{index}.log", "a") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "keras_attn.cli", "train", "--distribute", "multiworker",
-                 *args, "--output", str(run_dir), "--no-export"],
-                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT))
-    return procs
+def _log_size(path):
+    return len(path.read_text()) if path.exists() else 0
+
+
+def _listening(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _start_workers(tmp_path, tag, run_dir, args, attempts=3):
+    """Two ``keras-attn train --distribute multiworker`` processes on free loopback ports.
+
+    A port found free can be taken by another process before a worker binds it (TF's gRPC
+    server cannot share a held port): a worker that fails with "Could not start gRPC
+    server" is relaunched, with both workers, on new ports.
+    """
+    for _ in range(attempts):
+        workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+        procs = []
+        starts = [_log_size(tmp_path / f"{tag}-worker{i}.log") for i in range(2)]
+        for index in range(2):
+            env = _env()
+            env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
+                                           "task": {"type": "worker", "index": index}})
+            with open(tmp_path / f"{tag}-worker{index}.log", "a") as log:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "keras_attn.cli", "train", "--distribute",
+                     "multiworker", *args, "--output", str(run_dir), "--no-export"],
+                    cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT))
+        ports = [int(w.rsplit(":", 1)[1]) for w in workers]
+        deadline = time.monotonic() + guards.timeout(10)
+        while time.monotonic() < deadline and not all(map(_listening, ports)):
+            if any(p.poll() is not None for p in procs):
+                break
+            time.sleep(0.1)
+        logs = [(tmp_path / f"{tag}-worker{i}.log").read_text()[start:]
+                for i, start in enumerate(starts)]
+        if not any("Could not start gRPC server" in log for log in logs):
+            return procs
+        _kill(procs)
+    raise AssertionError(f"no free ports after {attempts} attempts: {_logs(tmp_path, tag)}")
 
 
 def _kill(procs):
     for p in procs:
         if p.poll() is None:
             p.kill()
-            p.wait(timeout=30)
+            p.wait(timeout=guards.timeout(3))
 
 
 def _logs(tmp_path, tag):
@@ -124,8 +153,8 @@ def test_multiworker_two_processes(tmp_path):
     run_dir = tmp_path / "run"
     procs = []
     try:
-        procs = _start_workers(tmp_path, "run", run_dir, _free_ports(2), [*TINY, "--steps", "3"])
-        codes = [p.wait(timeout=150) for p in procs]
+        procs = _start_workers(tmp_path, "run", run_dir, [*TINY, "--steps", "3"])
+        codes = [p.wait(timeout=guards.timeout(30)) for p in procs]
     finally:
         _kill(procs)
     logs = _logs(tmp_path, "run")
@@ -191,12 +220,11 @@ def test_multiworker_resumes_after_a_worker_is_killed(tmp_path):
     the reference.
     """
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
-    ports = _free_ports(4)
     ref, first, resumed = [], [], []
-    deadline = time.monotonic() + 600  # ~2 min on 2 idle cores; bounded, never hangs
+    deadline = time.monotonic() + guards.timeout(120)  # ~2 min on 2 idle cores
     try:
-        ref = _start_workers(tmp_path, "ref", ref_dir, ports[:2], FAULT_ARGS)
-        first = _start_workers(tmp_path, "first", run_dir, ports[2:], FAULT_ARGS)
+        ref = _start_workers(tmp_path, "ref", ref_dir, FAULT_ARGS)
+        first = _start_workers(tmp_path, "first", run_dir, FAULT_ARGS)
         # Wait until both workers have finished (and backed up) an epoch, then kill worker 1
         # while the next epoch runs.
         while not (_csv_rows(run_dir) and _backup_epoch(run_dir / ".worker-1" / "backup")):
@@ -204,21 +232,21 @@ def test_multiworker_resumes_after_a_worker_is_killed(tmp_path):
             assert time.monotonic() < deadline, _logs(tmp_path, "first")
             time.sleep(0.05)
         os.kill(first[1].pid, signal.SIGKILL)
-        first[1].wait(timeout=30)
+        first[1].wait(timeout=guards.timeout(3))
         killed_at = time.monotonic()
         # The chief fails once its next collective op finds worker 1 gone; if it hangs
         # instead, kill it too. Either way both are relaunched with the same command.
         try:
-            first[0].wait(timeout=90)
+            first[0].wait(timeout=guards.timeout(9))
         except subprocess.TimeoutExpired:
             first[0].kill()
-            first[0].wait(timeout=30)
+            first[0].wait(timeout=guards.timeout(3))
         survivor_seconds = round(time.monotonic() - killed_at, 1)
         killed_after = len(_csv_rows(run_dir))  # epochs finished before the kill
         assert 1 <= killed_after < FAULT_EPOCHS, _logs(tmp_path, "first")
         assert first[0].returncode != 0, "the chief finished although worker 1 was killed"
 
-        resumed = _start_workers(tmp_path, "resumed", run_dir, ports[2:], FAULT_ARGS)
+        resumed = _start_workers(tmp_path, "resumed", run_dir, FAULT_ARGS)
         codes = [p.wait(timeout=max(1, deadline - time.monotonic())) for p in resumed]
         assert codes == [0, 0], _logs(tmp_path, "resumed")
         ref_codes = [p.wait(timeout=max(1, deadline - time.monotonic())) for p in ref]
@@ -255,7 +283,7 @@ def test_mirrored_cli_bucketed_odd_batches(tmp_path):
         [sys.executable, "-m", "keras_attn.cli", "train", "--distribute", "mirrored",
          "--cpu-devices", "2", *TINY, "--batch-size", "63", "--num-test", "8", "--steps", "4",
          "--output", str(tmp_path / "run"), "--no-export"],
-        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=guards.timeout(30))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 replicas" in proc.stdout
     rows = _csv_rows(tmp_path / "run")

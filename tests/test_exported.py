@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import guards
 from keras_attn import data, export, text
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ def saved_model_outputs(test_pairs, tmp_path_factory):
     )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, timeout=300)
+                          env=env, timeout=guards.timeout(15))
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

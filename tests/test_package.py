@@ -2,6 +2,7 @@
 import subprocess
 import sys
 
+import guards
 import keras_attn
 
 CHECK = """
@@ -18,7 +19,7 @@ print("reached", len(ka.SUBMODULES))
 
 def test_every_submodule_is_an_attribute_in_a_fresh_interpreter():
     out = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True,
-                         timeout=300)
+                         timeout=guards.timeout(10))
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"reached {len(keras_attn.SUBMODULES)}" in out.stdout
 

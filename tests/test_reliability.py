@@ -25,8 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import guards
 import layer_checks as lc
-from keras_attn import data, decoding, layers, models, runs, training
+from keras_attn import data, decoding, layers, models, runs, text, training
 from keras_attn.layers import (AddNorm, AdditiveAttention, BahdanauDecoder,
                                DotProductAttention, Dropout, LearnedPositionalEmbedding,
                                MaskedSoftmax, MultiHeadAttention, NadarayaWatson, PositionalEncoding,
@@ -343,7 +344,7 @@ def test_killed_training_resumes_from_the_saved_epoch(tmp_path):
     cmd, env = _cli([*RESUME_ARGS, "--output", run_dir])
     victim = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 400
+        deadline = time.time() + guards.timeout(40)
         # Wait for a whole epoch: backed up and logged; then kill during the next one.
         while time.time() < deadline and victim.poll() is None:
             saved = _saved_epoch(run_dir)
@@ -361,11 +362,11 @@ def test_killed_training_resumes_from_the_saved_epoch(tmp_path):
     assert 1 <= saved < EPOCHS and not (run_dir / "metrics.json").exists()
 
     cmd, env = _cli([*RESUME_ARGS, "--output", run_dir])
-    resumed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    resumed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=guards.timeout(40))
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     started = [int(k) for k in re.findall(rf"^Epoch (\d+)/{EPOCHS}$", resumed.stdout, re.M)]
     assert started == list(range(saved + 1, EPOCHS + 1)), resumed.stdout
-    reference_out = reference.communicate(timeout=400)[0]
+    reference_out = reference.communicate(timeout=guards.timeout(40))[0]
     assert reference.returncode == 0, reference_out
 
     rows, ref_rows = read_log(run_dir), read_log(ref_dir)
@@ -398,8 +399,8 @@ def test_mixed_float16_training_of_the_default_dates_model_stays_finite(tmp_path
         "num_train": 1600, "num_valid": 64, "num_test": 1, "batch_size": 32,
         "mixed_precision": "mixed_float16"})
     splits = data.dates_splits(config.num_train, config.num_valid, config.num_test)
-    src_tok, tgt_tok = training._tokenizers(config, splits, runs.paths(str(tmp_path)),
-                                            log=lambda *a: None)
+    src_tok = text.Tokenizer(text.char_vocab([s for s, _ in splits["train"]]))
+    tgt_tok = text.Tokenizer(text.char_vocab([t for _, t in splits["train"]], extra_chars=""))
     config.src_vocab_size, config.tgt_vocab_size = src_tok.vocab_size, tgt_tok.vocab_size
     train_ds = data.make_dataset(splits["train"], src_tok, tgt_tok, config.batch_size,
                                  max_len=config.max_len)

@@ -191,7 +191,7 @@ def test_xla(name):
 @pytest.mark.parametrize("name", ["encoder_block", "decoder_block"])
 def test_mixed_float16(name):
     make, args, kwargs = CASES[name]
-    lc.check_mixed_float16(lambda: make(0.0), *args, **kwargs)
+    lc.check_mixed_float16(lambda: make(0.0), *args, terms=CASE_TERMS[name], **kwargs)
 
 
 @pytest.mark.parametrize("name", ["encoder_block", "decoder_block"])
