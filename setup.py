@@ -33,12 +33,15 @@ setup(
         "ai-edge-litert",
     ],
     extras_require={
-        # torch: the reference of the parity tests (tests/block_checks.py), which must run, not
-        # skip; ==2.13.0 takes a local 2.13.0+cpu wheel where one lies (it sorts above 2.13.0)
-        # jax: CPU wheels, for the backend tests; ctranslate2: the export test runs, not skips.
-        # keras-hub: the benchmark suite's references, whose smoke tests run in the suite.
-        "test": ["pytest>=7", "pytest-xdist", "hypothesis>=6", "torch==2.13.0", "jax[cpu]>=0.8",
-                 "ctranslate2>=4.5,<5", "keras-hub"],
+        # torch: the reference of the parity tests (tests/block_checks.py); jax: the backend
+        # tests; ctranslate2: the CTranslate2 export tests; keras-hub: the benchmark suite's
+        # references; tensorflow-serving-api: the gRPC client tests. All must run, not skip.
+        # torch==2.13.0 is the CPU build where an index or a local wheel offers 2.13.0+cpu
+        # (a local version sorts above 2.13.0): the README's test command adds PyTorch's CPU
+        # index; from PyPI alone it is the CUDA build. jax[cpu] is the CPU build.
+        "test": ["pytest>=7", "pytest-xdist>=3.2", "hypothesis>=6", "torch==2.13.0",
+                 "jax[cpu]>=0.8", "ctranslate2>=4.5,<5", "keras-hub",
+                 "tensorflow-serving-api==2.21.*"],
         "ctranslate2": ["ctranslate2>=4.5,<5"],
         "bench": ["keras-hub"],
         "serving": ["tensorflow-serving-api==2.21.*"],
