@@ -5,9 +5,8 @@ from keras_attn import text
 
 
 def evaluate(translator, pairs, task, references=None, beam_size=1, batch_size=256):
-    """Exact match (dates) or corpus BLEU/chrF with sacrebleu (text) on ``pairs``."""
-    import sacrebleu
-
+    """Exact match (dates) or corpus BLEU/chrF with sacrebleu (text) on ``pairs``
+    (:func:`corpus_scores`)."""
     sources = [s for s, _ in pairs]
     t0 = time.time()
     hyps = translator.translate(sources, beam_size=beam_size, batch_size=batch_size)
@@ -17,19 +16,28 @@ def evaluate(translator, pairs, task, references=None, beam_size=1, batch_size=2
               "beam_size": beam_size}
     result["exact_match"] = sum(h == t for h, t in zip(hyps, targets)) / max(len(pairs), 1)
     if task != "dates":
-        refs = references or [[t] for t in targets]
-        max_refs = max(len(r) for r in refs)
-        ref_streams = [[r[i] if i < len(r) else r[0] for r in refs] for i in range(max_refs)]
-        result["bleu"] = round(sacrebleu.corpus_bleu(hyps, ref_streams).score, 2)
-        result["chrf"] = round(sacrebleu.corpus_chrf(hyps, ref_streams).score, 2)
-        # The same on D2L-normalised text (lower case, a space before , . ! ?) on both
-        # sides: the protocol of D2L and of the WordPiece runs, kept for comparison.
-        lowered = [text.normalize_text(h) for h in hyps]
-        lowered_refs = [[text.normalize_text(r) for r in stream] for stream in ref_streams]
-        # force: the spaced punctuation is D2L's normalisation, not untokenized output.
-        result["bleu_d2l"] = round(
-            sacrebleu.corpus_bleu(lowered, lowered_refs, force=True).score, 2)
-        result["chrf_d2l"] = round(sacrebleu.corpus_chrf(lowered, lowered_refs).score, 2)
+        result.update(corpus_scores(hyps, references or [[t] for t in targets]))
     result["samples"] = [{"source": s, "target": t, "output": h}
                          for s, t, h in list(zip(sources, targets, hyps))[:10]]
     return result
+
+
+def corpus_scores(hyps, references):
+    """sacrebleu's corpus BLEU and chrF (default settings) of ``hyps`` against every
+    reference of each sentence (``references[i]`` a list of strings), on the text as written
+    (``bleu``, ``chrf``) and on D2L-normalised text on both sides (``bleu_d2l``,
+    ``chrf_d2l``: lower case, a space before , . ! ?; the protocol of D2L and of the
+    WordPiece runs, kept for comparison)."""
+    import sacrebleu
+
+    max_refs = max(len(r) for r in references)
+    ref_streams = [[r[i] if i < len(r) else r[0] for r in references] for i in range(max_refs)]
+    lowered = [text.normalize_text(h) for h in hyps]
+    lowered_refs = [[text.normalize_text(r) for r in stream] for stream in ref_streams]
+    return {
+        "bleu": round(sacrebleu.corpus_bleu(hyps, ref_streams).score, 2),
+        "chrf": round(sacrebleu.corpus_chrf(hyps, ref_streams).score, 2),
+        # force: the spaced punctuation is D2L's normalisation, not untokenized output.
+        "bleu_d2l": round(sacrebleu.corpus_bleu(lowered, lowered_refs, force=True).score, 2),
+        "chrf_d2l": round(sacrebleu.corpus_chrf(lowered, lowered_refs).score, 2),
+    }
