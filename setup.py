@@ -36,9 +36,9 @@ setup(
         # torch: the reference of the parity tests (tests/block_checks.py); jax: the backend
         # tests; ctranslate2: the CTranslate2 export tests; keras-hub: the benchmark suite's
         # references; tensorflow-serving-api: the gRPC client tests. All must run, not skip.
-        # torch==2.13.0 is the CPU build where an index or a local wheel offers 2.13.0+cpu
-        # (a local version sorts above 2.13.0): the README's test command adds PyTorch's CPU
-        # index; from PyPI alone it is the CUDA build. jax[cpu] is the CPU build.
+        # torch==2.13.0 is met by 2.13.0+cpu, which the README's test command installs from
+        # PyTorch's CPU index first (from PyPI alone it is the CUDA build); jax[cpu] is the
+        # CPU build.
         "test": ["pytest>=7", "pytest-xdist>=3.2", "hypothesis>=6", "torch==2.13.0",
                  "jax[cpu]>=0.8", "ctranslate2>=4.5,<5", "keras-hub",
                  "tensorflow-serving-api==2.21.*"],
