@@ -193,3 +193,27 @@ def test_bench_backends_section_on_jax(tmp_path):
     for key in ("ours_ms_per_token", "keras_hub_ms_per_token", "ratio"):
         assert row["decode"][key] > 0
     assert "| jax " in out_md.read_text()
+
+
+def test_budget_figure_reads_budgeted_runs_only(tmp_path):
+    from benchmarks import budget_figure
+
+    for name, budget in (("b60", 3600.0), ("b15", 900.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps(
+            {"bleu": budget / 100, "bleu_d2l": budget / 90, "budget": {"time_budget": budget}}))
+    points = budget_figure.our_points([tmp_path / "b60", tmp_path / "b15"])
+    assert [p[:3] for p in points] == [(15.0, 9.0, 10.0), (60.0, 36.0, 40.0)]
+    (tmp_path / "epochs").mkdir()
+    (tmp_path / "epochs" / "metrics.json").write_text(json.dumps({"bleu": 1, "bleu_d2l": 1}))
+    with pytest.raises(ValueError, match="--time-budget"):
+        budget_figure.our_points([tmp_path / "epochs"])
+    png = budget_figure.plot(points, [(10.0, 20.0)], str(tmp_path / "f.png"))
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_kerashub_recipe_joins_apostrophes_and_hyphens():
+    from benchmarks.kerashub_recipe import natural
+
+    assert natural("j ' ai faim .") == "j'ai faim ."
+    assert natural("est - ce que tu viens ?") == "est-ce que tu viens ?"
