@@ -219,6 +219,8 @@ def heads_first(x, heads, parts=1):
     by a row gather rather than a float ``Transpose`` (whose oneDNN kernel costs far more
     than the copy on one sentence); a reshape when ``L`` is 1."""
     head_dim = x.shape[-1] // (parts * heads)
+    if x.shape[1] == 1 and parts == 1:
+        return [tf.reshape(x, (-1, heads, 1, head_dim))]
     if x.shape[1] == 1:
         return tf.unstack(tf.reshape(x, (-1, parts, heads, 1, head_dim)), axis=1)
     batch, length = tf.shape(x)[0], tf.shape(x)[1]
@@ -251,6 +253,15 @@ def linear(x, kernel, bias=None, transpose_kernel=False):
     if bias is not None:
         y = tf.nn.bias_add(y, tf.cast(bias, x.dtype))
     return tf.reshape(y, (-1, 1, n))
+
+
+def layer_norm(x, gamma, beta, epsilon):
+    """``keras.ops.layer_normalization`` over the last axis, with its arithmetic (the same
+    values), in the 10 ops it needs."""
+    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+    variance = tf.reduce_mean(tf.math.squared_difference(x, mean), axis=-1, keepdims=True)
+    inv = tf.math.rsqrt(variance + epsilon) * tf.cast(gamma, x.dtype)
+    return x * inv + (tf.cast(beta, x.dtype) - mean * inv)
 
 
 def batch_matmul(x, y, adj_y=False):

@@ -2,7 +2,7 @@
 import keras
 
 from keras_attn.layers import _checks
-from keras_attn.layers._dense import dense
+from keras_attn.layers._step import dense
 from keras_attn.layers.dropout import Dropout
 
 

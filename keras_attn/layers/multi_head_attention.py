@@ -7,7 +7,7 @@ from keras import ops
 from keras_attn import fastpath
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
-from keras_attn.layers._dense import dense
+from keras_attn.layers._step import dense
 from keras_attn.layers._masking import AttentionMaskMixin, attention_mask
 from keras_attn.layers.dropout import Dropout
 
@@ -114,7 +114,7 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
                      keys_mask, values_mask):
         """The cached call on TensorFlow's fast path: the same projections (as one
         ``BatchMatMulV3`` per Dense on a decoding step's one position,
-        :func:`keras_attn.layers._dense.dense`) around
+        :func:`keras_attn.layers._step.dense`) around
         :func:`keras_attn.tf_attention.cached_attention`, whose cache is heads-first."""
         from keras_attn import tf_attention
 

@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_attn import fastpath
 from keras_attn.layers import _checks
-from keras_attn.layers._dense import dense
+from keras_attn.layers._step import dense, layer_norm
 from keras_attn.layers.positional_encoding import PositionalEncoding
 from keras_attn.layers.transformer_blocks import TransformerDecoderBlock, TransformerEncoderBlock
 
@@ -66,7 +66,7 @@ class _StackBase(keras.layers.Layer):
         return self.pos_encoding(x, training=training, start_index=start_index)
 
     def _finish(self, x):
-        return self.final_norm(x) if self.final_norm is not None else x
+        return layer_norm(self.final_norm, x) if self.final_norm is not None else x
 
     def _check_tokens(self, tokens):
         _checks.check_rank("tokens", tokens, 2)
@@ -280,7 +280,7 @@ class TiedLogits(keras.layers.Layer):
         self.built = True
 
     def call(self, x, embeddings):
-        if x.shape[1] == 1 and fastpath.enabled():  # a decoding step: see layers._dense
+        if x.shape[1] == 1 and fastpath.enabled():  # a decoding step: see layers._step
             from keras_attn import tf_attention
 
             return tf_attention.linear(x, embeddings, self.bias, transpose_kernel=True)
