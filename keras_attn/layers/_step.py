@@ -27,9 +27,9 @@ def dense(layer, x):
     from keras_attn import tf_attention
 
     dtype = layer.compute_dtype
-    y = tf_attention.linear(keras.ops.cast(x, dtype), layer.kernel,
-                            layer.bias if layer.use_bias else None)
-    return layer.activation(y) if layer.activation is not None else y
+    return tf_attention.linear(keras.ops.cast(x, dtype), layer.kernel,
+                               layer.bias if layer.use_bias else None,
+                               activation=layer.activation)
 
 
 def layer_norm(layer, x):
