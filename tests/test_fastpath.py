@@ -256,3 +256,38 @@ def test_decode_step_with_a_start_id_outside_the_vocabulary():
     fast, ref = both(lambda: decoding.greedy_decode_fixed(model, source, 6, 12, 2)["tokens"]
                      .numpy())
     np.testing.assert_array_equal(fast, ref)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_cached_attention_with_several_queries_and_valid_lens(graph):
+    """The cached call on the fast path (heads-first cache; in a graph a growing one)
+    against the reference for what decoding does not exercise: three queries written at
+    once after two cached positions (a target prefix), causal among themselves, and a
+    cross-attention cache with ``valid_lens``."""
+    rng = np.random.default_rng(7)
+    layer = MultiHeadAttention(16, 4, use_bias=True)
+    x = tf.constant(rng.normal(size=(2, 5, 16)).astype("float32"))
+    source = tf.constant(rng.normal(size=(2, 6, 16)).astype("float32"))
+    layer(x, x, x)
+
+    def run():
+        cache = layer.init_cache(2, 5)
+        out = []
+        for start, stop in ((0, 2), (2, 5)):
+            part = x[:, start:stop]
+            y, _, cache = layer(part, part, part, use_causal_mask=True, cache=cache,
+                                cache_update_index=start, return_attention_scores=True)
+            out.append(y)
+        y, w, _ = layer(x, cache=layer.compute_cache(source), valid_lens=tf.constant([6, 3]),
+                        return_attention_scores=True)
+        return out + [y, w]
+
+    def fn():
+        return [np.asarray(t) for t in (tf.function(run)() if graph else run())]
+
+    fast, ref = both(fn)
+    full = layer(x, x, x, use_causal_mask=True)  # the uncached reference
+    np.testing.assert_allclose(np.concatenate(fast[:2], 1), full, rtol=0, atol=tol(full, 64))
+    for a, b in zip(fast, ref):
+        np.testing.assert_allclose(a, b, rtol=0, atol=tol(b, 64))
+    assert (fast[3][1, :, :, 3:] == 0).all()  # keys beyond valid_lens get no weight

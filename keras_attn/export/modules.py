@@ -9,8 +9,9 @@ TFLite builtin target (the application runs the loop: ``keras_attn.export.runtim
 Portable graphs. Keras's TF backend implements ``keras.ops.slice_update`` with
 ``XlaDynamicUpdateSlice``, an XLA op that TF Serving refuses unless started with
 ``--xla_cpu_compilation_enabled`` (tensorflow/serving issue 2217). The decoding buffers and
-the key/value cache are therefore written with ``keras_attn.ops.slice_update``, core ops on
-TensorFlow (``SELECT_V2`` in TFLite); the SavedModel export fails if an ``Xla*`` op is left.
+the key/value cache are therefore written with core ops (``keras_attn.ops.slice_update``,
+and on TensorFlow's fast path a concat or ``tensor_scatter_nd_update``,
+``keras_attn.tf_attention``); the SavedModel export fails if an ``Xla*`` op is left.
 """
 import tensorflow as tf
 

@@ -35,8 +35,10 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         ``(B, Q, K)`` applied to every head. use_causal_mask: the query at position p sees
         the keys at positions <= p.
         return_attention_scores: also return weights ``(B, H, Q, K)`` (before dropout).
-        cache: optional ``(k, v)``, each ``(B, max_len, H, d_h)``, projected keys and
-            values (as in keras-hub's cached attention):
+        cache: optional ``(k, v)``, each ``(B, max_len, H, d_h)`` (on TensorFlow's fast
+            path heads-first ``(B, H, max_len, d_h)``: make it with :meth:`init_cache` or
+            :meth:`compute_cache`), projected keys and values (as in keras-hub's cached
+            attention):
             with ``cache_update_index=None`` the cache is attended as it is (``keys`` and
             ``values`` are ignored: cross-attention over a source projected once);
             with ``cache_update_index=i`` the projected ``keys``/``values`` are written at
