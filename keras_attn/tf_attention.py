@@ -20,6 +20,7 @@ a fixed cost that dominates on one sentence (docs/benchmarks/NOTES.md, "Decoding
 import contextlib
 import functools
 import math
+import weakref
 
 import tensorflow as tf
 
@@ -242,6 +243,29 @@ def heads_last(x):
     return tf.reshape(x, (batch, -1, heads * head_dim))
 
 
+_INVARIANTS = weakref.WeakKeyDictionary()  # graph -> {(fn, ids): (tensors, result)}
+
+
+def loop_invariant(fn, *tensors):
+    """``fn(*tensors)``, built in the graph that holds ``tensors`` when that is not the
+    graph being traced: a decoding step traced inside a loop reads the weights as tensors
+    of the graph around it (``decoding._Steps``), so what it derives from them alone (the
+    concatenated W_q/W_k/W_v kernels) is computed once per call instead of at every step.
+    Built once per graph and ``tensors``."""
+    graphs = {getattr(t, "graph", None) for t in tensors}
+    if tf.executing_eagerly() or len(graphs) != 1 or None in graphs:
+        return fn(*tensors)
+    (graph,) = graphs
+    if graph is tf.compat.v1.get_default_graph():
+        return fn(*tensors)
+    memo = _INVARIANTS.setdefault(graph, {})
+    key = (fn,) + tuple(id(t) for t in tensors)
+    if key not in memo:  # the memo holds the tensors: their ids are not reused
+        with graph.as_default():
+            memo[key] = (tensors, fn(*tensors))
+    return memo[key][1]
+
+
 def linear(x, kernel, bias=None, transpose_kernel=False, activation=None):
     """``activation(x @ kernel + bias)`` for ``(B, 1, d)`` activations (one position per
     row: a decoding step) as one ``BatchMatMulV3`` on ``(B, d)``: oneDNN's ``MatMul`` and
@@ -258,6 +282,25 @@ def linear(x, kernel, bias=None, transpose_kernel=False, activation=None):
     if activation is not None:
         y = activation(y)
     return tf.reshape(y, (-1, 1, n))
+
+
+def fused_projection(x, layers, use_bias):
+    """``[layer(x) for layer in layers]`` for Dense layers of the same input (a
+    self-attention's W_q, W_k, W_v) and ``(B, 1, d)`` activations: one :func:`linear` with
+    the kernels (and biases) side by side, concatenated once per call
+    (:func:`loop_invariant`)."""
+    kernel = loop_invariant(_concat_kernels, *(tf.convert_to_tensor(l.kernel) for l in layers))
+    bias = (loop_invariant(_concat_biases, *(tf.convert_to_tensor(l.bias) for l in layers))
+            if use_bias else None)
+    return tf.split(linear(x, kernel, bias), len(layers), axis=-1)
+
+
+def _concat_kernels(*kernels):
+    return tf.concat(kernels, axis=1)
+
+
+def _concat_biases(*biases):
+    return tf.concat(biases, axis=0)
 
 
 def layer_norm(x, gamma, beta, epsilon):

@@ -121,10 +121,17 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         from keras_attn import tf_attention
 
         scale = ops.cast(1.0 / math.sqrt(self.head_dim), queries.dtype)
-        q = dense(self.W_q, queries) * scale  # (B, Q, num_hiddens)
         k = v = None
-        if cache_update_index is not None:
-            k, v = dense(self.W_k, keys), dense(self.W_v, values)
+        if cache_update_index is not None and queries is keys is values and (
+                queries.shape[1] == 1 and queries.dtype == self.W_q.kernel.dtype):
+            # Self-attention: one matmul with the three kernels side by side.
+            q, k, v = tf_attention.fused_projection(
+                queries, [self.W_q, self.W_k, self.W_v], self.use_bias)
+        else:
+            q = dense(self.W_q, queries)  # (B, Q, num_hiddens)
+            if cache_update_index is not None:
+                k, v = dense(self.W_k, keys), dense(self.W_v, values)
+        q = q * scale
         keep = attention_mask(queries, queries, mask, queries_mask, keys_mask, values_mask)
         dropout = lambda w: self.dropout_layer(w, training=training)  # noqa: E731
         context, weights, cache = tf_attention.cached_attention(
