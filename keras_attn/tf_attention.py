@@ -315,7 +315,10 @@ def layer_norm(x, gamma, beta, epsilon):
 def batch_matmul(x, y, adj_y=False):
     """``tf.matmul`` as ``BatchMatMulV3``, which TensorFlow's oneDNN rewrite leaves to Eigen:
     on the matrix-vector products of a decoding step about half the time of oneDNN's
-    ``BatchMatMulV2`` (a TFLite builtin all the same)."""
+    ``BatchMatMulV2`` (a TFLite builtin all the same). Other dtypes (float16: no CPU
+    kernel of ``BatchMatMulV3``) go through ``tf.matmul``."""
+    if x.dtype != tf.float32:
+        return tf.matmul(x, y, adjoint_b=adj_y)
     return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype, adj_y=adj_y)
 
 

@@ -291,3 +291,27 @@ def test_cached_attention_with_several_queries_and_valid_lens(graph):
     for a, b in zip(fast, ref):
         np.testing.assert_allclose(a, b, rtol=0, atol=tol(b, 64))
     assert (fast[3][1, :, :, 3:] == 0).all()  # keys beyond valid_lens get no weight
+
+
+def test_cached_decoding_in_mixed_float16():
+    """Under mixed_float16 the fast step's kernels take float16 (``BatchMatMulV3`` has no
+    float16 CPU kernel: ``tf.matmul`` there); eagerly and in a graph it decodes what the
+    reference decodes."""
+    import keras
+
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(3)
+        model = models.transformer_seq2seq(40, 30, 32, 64, 4, 2, 0.0, max_len=24,
+                                           norm_first=True, tie_embeddings=True)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    source = np.array([[5, 6, 7, 3, 0], [8, 9, 3, 0, 0]], "int32")
+
+    def decode():
+        return decoding.greedy_decode_fixed(model, source, 10, 2, 3)["tokens"]
+
+    fast, ref = both(lambda: np.asarray(decode()))
+    np.testing.assert_array_equal(fast, ref)
+    np.testing.assert_array_equal(tf.function(decode)(), ref)
