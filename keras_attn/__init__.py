@@ -7,7 +7,7 @@ TensorFlow, so ``keras-attn --help`` answers at once):
   Bahdanau blocks. ``models``: functional-API builders. ``schedules``, ``losses``.
 - ``decoding``: greedy and beam search with a key/value cache.
 - ``fastpath`` (the one switch for the TensorFlow-only fast paths: ``tf_ops`` kernels,
-  ``tf_attention``, ``tf_decoding``); ``numerics`` (the fill value for masked scores).
+  ``tf_attention``); ``numerics`` (the fill value for masked scores).
 - ``special_tokens`` (the reserved ids), ``vocab`` (WordPiece and character vocabularies),
   ``text`` (character and WordPiece tokenizers, D2L
   normalisation), ``subword`` (SentencePiece: raw text in, natural text out), ``data``
@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 SUBMODULES = ("ops", "layers", "models", "schedules", "losses", "decoding", "special_tokens",
               "vocab", "text", "subword", "data", "config", "training", "distribute", "evaluation",
               "translator", "runs", "export", "viz", "cli", "fastpath", "numerics", "tf_ops",
-              "tf_attention", "tf_decoding")
+              "tf_attention")
 __all__ = list(SUBMODULES) + ["__version__"]
 
 

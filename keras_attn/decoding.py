@@ -12,9 +12,10 @@ per step. The Transformer's cache holds each layer's self-attention keys/values 
 ``(B, max_len, H, d_h)`` buffers and the cross-attention keys/values computed once, so a
 step costs the same at position 8 and at position 64; the Bahdanau cache holds the GRU
 states. ``use_cache=False`` re-runs the model on the whole prefix at every step (the
-reference). On TensorFlow's fast path (:mod:`keras_attn.fastpath`) a Transformer's cached
-step is ``keras_attn.tf_decoding.TransformerDecodeStep``: the same computation in a third of
-the ops (docs/benchmarks/NOTES.md, "Decoding step: op count and CPU time").
+reference). On TensorFlow's fast path (:mod:`keras_attn.fastpath`) the layers choose the
+kernels of a one-position step themselves (heads-first caches, one ``BatchMatMulV3`` per
+projection, no op that oneDNN rewrites: :mod:`keras_attn.tf_attention`); the step is the
+same decoder call everywhere (docs/benchmarks/NOTES.md, "Decoding step").
 
 Token conventions: 0 is padding; ``start_id`` and 0 are never generated; a row stops at
 ``end_id`` (included in the output) and is padded with 0 after it.
@@ -25,7 +26,6 @@ References: D2L 10.8 (beam search); Wu et al. 2016 (GNMT length penalty); keras-
 import keras
 from keras import ops
 
-from keras_attn import fastpath
 from keras_attn import ops as attn_ops
 
 _NEG = attn_ops.large_negative("float32")
@@ -54,6 +54,11 @@ class _Steps:
     self-attention cache, the GRU states, or the prefix); the rest of the cache (the source
     projected once, its mask) is read from here: the loop passes it through unchanged and
     a beam reorder does not copy it.
+
+    A step is the decoder's own cached call (on TensorFlow's fast path its layers choose
+    the kernels of a one-position step, :mod:`keras_attn.tf_attention`). The decoder's
+    weights are read once, in :meth:`init`, and seen by every step through a
+    ``keras.StatelessScope`` (inside a loop, a variable read would run at every step).
     """
 
     _STATE_KEYS = ("self", "states")  # the entries of a decoder's cache that steps rewrite
@@ -71,6 +76,9 @@ class _Steps:
         self.banned = ops.logical_or(ops.equal(ids, 0), ops.equal(ids, start_id))
 
     def init(self):
+        # ops.copy: a tensor read from the variable (convert_to_tensor would give the
+        # variable itself back on TensorFlow); in a graph a read, not a copy of the data.
+        self.weights = [(w, ops.copy(w)) for w in self.decoder.weights]
         encoded = self.encoder(self.source, training=False)
         if self.use_cache:
             cache = self.decoder.init_cache(encoded, self.source, self.max_len)
@@ -80,52 +88,29 @@ class _Steps:
         return ops.zeros((ops.shape(self.source)[0], self.max_len), "int32")  # the prefix
 
     def step(self, token, state, index, alignment=False):
-        if self.use_cache:
-            logits, maps, cache = self.decoder(token[:, None], training=False,
-                                               cache={**self.constants, **state},
-                                               cache_update_index=index,
-                                               return_attention_scores=True)
-            state = {k: cache[k] for k in state}
-            logits, align = logits[:, 0], self.decoder.alignment(maps)[:, 0]
-        else:
-            state = attn_ops.slice_update(state, (0, index), token[:, None])
-            logits, maps = self.decoder(state, *self.encoded, training=False,
-                                        enc_outputs_mask=ops.not_equal(self.source, 0),
-                                        return_attention_scores=True)
-            align = ops.take(self.decoder.alignment(maps), index, axis=1)
-            logits = ops.take(logits, index, axis=1)
+        with keras.StatelessScope(self.weights):
+            logits, state, align = self._step(token, state, index, alignment)
         logits = ops.where(self.banned, _NEG, ops.cast(logits, "float32"))
-        return logits, state, align if alignment else None
+        return logits, state, align
 
-
-class _FastSteps(_Steps):
-    """:class:`_Steps` with the cache, on TensorFlow's fast path for a Transformer
-    (``keras_attn.tf_decoding``: the same computation in fewer ops, none rewritten to
-    oneDNN's)."""
-
-    def __init__(self, model, source, max_len, start_id):
-        super().__init__(model, source, max_len, True, start_id)
-        self.start_id = start_id
-
-    def init(self):
-        from keras_attn import tf_decoding
-
-        encoded = tf_decoding.encode(self.encoder, self.source)
-        self.fn = tf_decoding.TransformerDecodeStep(self.decoder, encoded, self.source,
-                                               self.max_len, self.start_id)
-        return self.fn.init_state()
-
-    def step(self, token, state, index, alignment=False):
-        return self.fn(token, state, index, alignment)
+    def _step(self, token, state, index, alignment):
+        if self.use_cache:
+            out = self.decoder(token[:, None], training=False,
+                               cache={**self.constants, **state}, cache_update_index=index,
+                               return_attention_scores=alignment)
+            logits, cache = out[0], out[-1]
+            align = self.decoder.alignment(out[1])[:, 0] if alignment else None
+            return logits[:, 0], {k: cache[k] for k in state}, align
+        state = attn_ops.slice_update(state, (0, index), token[:, None])
+        logits, maps = self.decoder(state, *self.encoded, training=False,
+                                    enc_outputs_mask=ops.not_equal(self.source, 0),
+                                    return_attention_scores=True)
+        align = ops.take(self.decoder.alignment(maps), index, axis=1) if alignment else None
+        return ops.take(logits, index, axis=1), state, align
 
 
 def _steps(model, source, max_len, use_cache, start_id):
-    """The step functions for ``model``: the fast path where it applies, else the reference."""
-    if use_cache and fastpath.enabled():
-        from keras_attn import tf_decoding
-
-        if tf_decoding.supports(model):
-            return _FastSteps(model, source, max_len, start_id)
+    """The step functions for ``model`` (one implementation: the decoder's own call)."""
     return _Steps(model, source, max_len, use_cache, start_id)
 
 

@@ -180,11 +180,12 @@ def graph_nodes(fn, *args):
 
 @pytest.mark.skipif(not fastpath.enabled(), reason="the budget is the TensorFlow fast path's")
 def test_greedy_step_op_budget():
-    """A cached greedy step runs at most 90 ops per decoder layer plus 70 (the cached
-    Keras layers: about 330 per layer), none of them an XLA op (TF Serving runs
-    without XLA), and neither the step nor the encoder has a float op that the oneDNN
-    rewrite takes over. At batch 1 a step costs about as many microseconds as it has ops."""
-    from keras_attn import tf_decoding
+    """A cached greedy step (the decoder's own call) runs at most 125 ops (not counting
+    constants) per decoder layer plus 65 (without the one-position kernels of
+    tf_attention: about 200 per layer), none of them an XLA op (TF Serving runs without
+    XLA) or a float op that the oneDNN rewrite takes over. At batch 1 a step costs about
+    as many microseconds as it has ops."""
+    from keras_attn import tf_attention
 
     totals = {}
     for layers in (1, 2):
@@ -193,21 +194,18 @@ def test_greedy_step_op_budget():
         spec = tf.TensorSpec((None, None), tf.int32)
         ops = loop_body_ops(fn, spec)
         assert not [op for op in ops if op.startswith("Xla")]
-        totals[layers] = sum(ops.values())
-        rewritten = [(n.op, n.name) for n in graph_nodes(fn, spec) if n.op in ONEDNN_REWRITTEN
-                     and n.attr["T"].type in (tf.float32.as_datatype_enum,
-                                              tf.bfloat16.as_datatype_enum)]
-        assert not rewritten, rewritten
+        totals[layers] = sum(n for op, n in ops.items() if op != "Const")
+        assert not set(ops) & set(ONEDNN_REWRITTEN), ops
         # In a graph the cache grows (a concat per layer for keys and values); for TFLite
         # it is preallocated and a position written (TensorScatterUpdate; one more writes
         # the token into the output buffer).
         assert ops["ConcatV2"] >= 2 * layers and ops["TensorScatterUpdate"] == 1, ops
-        with tf_decoding.preallocated_cache():
+        with tf_attention.preallocated_cache():
             fixed = tf.function(lambda s, m=m: decoding.greedy_decode_fixed(m, s, 10, START,
                                                                             END))
             assert loop_body_ops(fixed, spec)["TensorScatterUpdate"] == 2 * layers + 1
     per_layer = totals[2] - totals[1]
-    assert per_layer <= 90 and totals[1] - per_layer <= 70, totals
+    assert per_layer <= 125 and totals[1] - per_layer <= 65, totals
 
 
 @pytest.mark.parametrize("kwargs, match", [

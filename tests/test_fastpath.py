@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn import decoding, fastpath, losses, models, tf_attention, tf_decoding
+from keras_attn import decoding, fastpath, losses, models, tf_attention
 from keras_attn import ops as attn_ops
 from keras_attn.layers import Dropout, MultiHeadAttention
 from keras_attn.layers.dropout import quantized_rate
@@ -159,25 +159,29 @@ DECODER_CASES = {"post-norm": {}, "pre-norm": dict(norm_first=True),
                  "attention biases": dict(use_bias=True), "tied": dict(tie_embeddings=True)}
 
 
-@pytest.mark.parametrize("case", ["post-norm", "pre-norm", "attention biases"])
-def test_encode_agrees_with_the_encoder(case):
-    """tf_decoding.encode against encoder(source, training=False) at every real source
-    position (padded positions are never attended to), including an out-of-vocabulary id
-    (read as [UNK] by both) and a row that is all padding."""
-    import layer_checks as lc
-
+def _random_transformer(case, seed):
     model = models.transformer_seq2seq(40, 30, num_hiddens=16, ffn_num_hiddens=32,
                                        num_heads=4, num_layers=2, dropout=0.0, max_len=24,
                                        **DECODER_CASES[case])
-    rng = np.random.default_rng(6)
+    rng = np.random.default_rng(seed)
     for w in model.weights:
         w.assign(rng.normal(size=w.shape).astype("float32") * 0.3)
+    return model, rng
+
+
+@pytest.mark.parametrize("case", ["post-norm", "pre-norm", "attention biases"])
+def test_encoder_agrees(case):
+    """The encoder on the fast path against the reference at every real source position
+    (padded positions are never attended to), including an out-of-vocabulary id (read as
+    [UNK] by both) and a row that is all padding."""
+    import layer_checks as lc
+
+    model, rng = _random_transformer(case, 6)
     ids = np.where(np.arange(9) < [[9], [5], [0]], rng.integers(3, 40, (3, 9)), 0)
     ids[0, 3] = 57  # outside the source vocabulary
     source = tf.constant(ids.astype("int32"))
     encoder = model.get_layer("encoder")
-    fast = tf_decoding.encode(encoder, source).numpy()
-    ref = np.asarray(encoder(source, training=False))
+    fast, ref = both(lambda: np.asarray(encoder(source, training=False)))
     assert fast.shape == ref.shape == (3, 9, 16)
     real = ids != 0
     terms = lc.stack_terms(16, lc.encoder_block_terms(16, 32, 4, 9), 2, final_norm=True)
@@ -186,56 +190,58 @@ def test_encode_agrees_with_the_encoder(case):
 
 
 @pytest.mark.parametrize("case", list(DECODER_CASES))
-def test_transformer_decode_step_agrees(case):
-    """tf_decoding.TransformerDecodeStep against the decoder's cached call (the reference
-    decoding._Steps): logits and alignment at every step of a fixed token sequence, then
-    greedy tokens, scores and alignments, and beam hypotheses. Row 2 of the source is
-    all padding: zero alignment and a finite step, as in the reference."""
+def test_cached_decoding_step_agrees(case):
+    """The decoder's cached call on the fast path (heads-first caches, one-position
+    kernels; growing caches in a graph, preallocated eagerly and for TFLite) against the
+    reference path and against the uncached call (the whole prefix re-run): logits and
+    alignment at every step of a fixed token sequence, then greedy tokens, scores and
+    alignments, and beam hypotheses. Row 2 of the source is all padding: zero alignment
+    and a finite step, as in the reference."""
     import layer_checks as lc
 
-    model = models.transformer_seq2seq(40, 30, num_hiddens=16, ffn_num_hiddens=32,
-                                       num_heads=4, num_layers=2, dropout=0.0, max_len=24,
-                                       **DECODER_CASES[case])
-    rng = np.random.default_rng(5)
-    for w in model.weights:
-        w.assign(rng.normal(size=w.shape).astype("float32") * 0.3)
+    model, rng = _random_transformer(case, 5)
     source = tf.constant(np.where(np.arange(7) < [[7], [4], [0]],
                                   rng.integers(3, 40, (3, 7)), 0).astype("int32"))
-    tokens = rng.integers(3, 30, (3, 12)).astype("int32")
-    assert tf_decoding.supports(model)
+    tokens = rng.integers(3, 30, (3, 8)).astype("int32")
 
-    def stepwise():
-        steps = decoding._steps(model, source, 12, use_cache=True, start_id=1)
-        assert isinstance(steps, decoding._FastSteps) == fastpath.enabled()
+    def stepwise(use_cache=True):
+        steps = decoding._steps(model, source, 8, use_cache=use_cache, start_id=1)
         state, out = steps.init(), []
-        for i in range(12):
+        for i in range(8):
             logits, state, align = steps.step(tf.constant(tokens[:, i]), state,
                                               tf.constant(i), alignment=True)
-            out.append((logits.numpy(), align.numpy()))
+            out.append((logits, align))
         return out
 
+    def numpy(run):
+        return [tuple(np.asarray(t) for t in pair) for pair in run]
+
     def decode():
-        greedy = decoding.greedy_decode_fixed(model, source, 12, 1, 2, return_attention=True)
-        beam = decoding.beam_decode_fixed(model, source, 3, 0.6, 12, 1, 2)["tokens"]
+        greedy = decoding.greedy_decode_fixed(model, source, 8, 1, 2, return_attention=True)
+        beam = decoding.beam_decode_fixed(model, source, 3, 0.6, 8, 1, 2)["tokens"]
         if tf.inside_function():
             return greedy, beam
         return {k: v.numpy() for k, v in greedy.items()}, beam.numpy()
 
-    terms = lc.transformer_terms(16, 32, 4, 2, 7, 12, norm_first=True)
-    for (l_fast, a_fast), (l_ref, a_ref) in zip(*both(stepwise)):
-        allowed = l_ref > -1e8  # the banned ids sit at the fill value (plus the logit)
-        np.testing.assert_array_equal(l_fast > -1e8, allowed)
-        lc.assert_close(l_fast[allowed], l_ref[allowed], terms=terms)
-        lc.assert_close(a_fast, a_ref, terms=terms)
-        np.testing.assert_array_equal(a_fast[2], 0)
+    terms = lc.transformer_terms(16, 32, 4, 2, 7, 8, norm_first=True)
+    fast, ref = both(lambda: numpy(stepwise()))
+    graph = numpy(tf.function(stepwise)())  # the cache grows
+    with tf_attention.preallocated_cache():
+        preallocated = numpy(tf.function(stepwise)())
+    uncached = numpy(stepwise(use_cache=False))
+    for run in (fast, graph, preallocated, uncached):
+        for (l_fast, a_fast), (l_ref, a_ref) in zip(run, ref):
+            allowed = l_ref > -1e8  # the banned ids sit at the fill value (plus the logit)
+            np.testing.assert_array_equal(l_fast > -1e8, allowed)
+            lc.assert_close(l_fast[allowed], l_ref[allowed], terms=terms)
+            lc.assert_close(a_fast, a_ref, terms=terms)
+            np.testing.assert_array_equal(a_fast[2], 0)
     (g_fast, b_fast), (g_ref, b_ref) = both(decode)
-    # In a graph the fast step's cache grows by a position per step (eagerly it is
-    # preallocated): the same tokens, scores and alignments.
     g_graph, b_graph = tf.function(decode)()
     for g, b in ((g_fast, b_fast), (g_graph, b_graph)):
         for key in ("tokens", "lengths"):
             np.testing.assert_array_equal(g[key], g_ref[key])
-        lc.assert_close(g["log_prob"], g_ref["log_prob"], terms=12 * (terms + 34))
+        lc.assert_close(g["log_prob"], g_ref["log_prob"], terms=8 * (terms + 34))
         lc.assert_close(g["attention"], g_ref["attention"], terms=terms)
         np.testing.assert_array_equal(b, b_ref)
     assert (g_ref["tokens"] > 2).any()  # something was generated
@@ -250,3 +256,62 @@ def test_decode_step_with_a_start_id_outside_the_vocabulary():
     fast, ref = both(lambda: decoding.greedy_decode_fixed(model, source, 6, 12, 2)["tokens"]
                      .numpy())
     np.testing.assert_array_equal(fast, ref)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_cached_attention_with_several_queries_and_valid_lens(graph):
+    """The cached call on the fast path (heads-first cache; in a graph a growing one)
+    against the reference for what decoding does not exercise: three queries written at
+    once after two cached positions (a target prefix), causal among themselves, and a
+    cross-attention cache with ``valid_lens``."""
+    rng = np.random.default_rng(7)
+    layer = MultiHeadAttention(16, 4, use_bias=True)
+    x = tf.constant(rng.normal(size=(2, 5, 16)).astype("float32"))
+    source = tf.constant(rng.normal(size=(2, 6, 16)).astype("float32"))
+    layer(x, x, x)
+
+    def run():
+        cache = layer.init_cache(2, 5)
+        out = []
+        for start, stop in ((0, 2), (2, 5)):
+            part = x[:, start:stop]
+            y, _, cache = layer(part, part, part, use_causal_mask=True, cache=cache,
+                                cache_update_index=start, return_attention_scores=True)
+            out.append(y)
+        y, w, _ = layer(x, cache=layer.compute_cache(source), valid_lens=tf.constant([6, 3]),
+                        return_attention_scores=True)
+        return out + [y, w]
+
+    def fn():
+        return [np.asarray(t) for t in (tf.function(run)() if graph else run())]
+
+    fast, ref = both(fn)
+    full = layer(x, x, x, use_causal_mask=True)  # the uncached reference
+    np.testing.assert_allclose(np.concatenate(fast[:2], 1), full, rtol=0, atol=tol(full, 64))
+    for a, b in zip(fast, ref):
+        np.testing.assert_allclose(a, b, rtol=0, atol=tol(b, 64))
+    assert (fast[3][1, :, :, 3:] == 0).all()  # keys beyond valid_lens get no weight
+
+
+def test_cached_decoding_in_mixed_float16():
+    """Under mixed_float16 the fast step's kernels take float16 (``BatchMatMulV3`` has no
+    float16 CPU kernel: ``tf.matmul`` there); eagerly and in a graph it decodes what the
+    reference decodes."""
+    import keras
+
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(3)
+        model = models.transformer_seq2seq(40, 30, 32, 64, 4, 2, 0.0, max_len=24,
+                                           norm_first=True, tie_embeddings=True)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    source = np.array([[5, 6, 7, 3, 0], [8, 9, 3, 0, 0]], "int32")
+
+    def decode():
+        return decoding.greedy_decode_fixed(model, source, 10, 2, 3)["tokens"]
+
+    fast, ref = both(lambda: np.asarray(decode()))
+    np.testing.assert_array_equal(fast, ref)
+    np.testing.assert_array_equal(tf.function(decode)(), ref)

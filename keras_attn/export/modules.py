@@ -9,8 +9,9 @@ TFLite builtin target (the application runs the loop: ``keras_attn.export.runtim
 Portable graphs. Keras's TF backend implements ``keras.ops.slice_update`` with
 ``XlaDynamicUpdateSlice``, an XLA op that TF Serving refuses unless started with
 ``--xla_cpu_compilation_enabled`` (tensorflow/serving issue 2217). The decoding buffers and
-the key/value cache are therefore written with ``keras_attn.ops.slice_update``, core ops on
-TensorFlow (``SELECT_V2`` in TFLite); the SavedModel export fails if an ``Xla*`` op is left.
+the key/value cache are therefore written with core ops (``keras_attn.ops.slice_update``,
+and on TensorFlow's fast path a concat or ``tensor_scatter_nd_update``,
+``keras_attn.tf_attention``); the SavedModel export fails if an ``Xla*`` op is left.
 """
 import tensorflow as tf
 
@@ -120,10 +121,10 @@ class TranslatorModule(tf.Module):
 
     def decode(self, source):
         """Source ids ``(B, S)`` -> tokens ``(B, max_len)``, lengths ``(B,)``, score ``(B,)``."""
-        from keras_attn import tf_decoding
+        from keras_attn import tf_attention
 
         if self.for_tflite:
-            with tf_decoding.preallocated_cache():
+            with tf_attention.preallocated_cache():
                 return self._decode(source)
         return self._decode(source)
 
@@ -182,7 +183,7 @@ class BuiltinModule(tf.Module):
 
     ``encode``: ``source`` int32 ``(1, max_len)`` -> ``encoder_output``, ``source_mask``
     float32 ``(1, max_len)``, per layer ``cross_k_<i>``/``cross_v_<i>`` ``(1, max_len, H,
-    d_h)``. ``step``: ``token`` int32 ``(1, 1)``, ``index`` int32 ``()``, ``source_mask``,
+    d_h)`` (heads-first ``(1, H, max_len, d_h)`` on TensorFlow's fast path: ``kv_shape``). ``step``: ``token`` int32 ``(1, 1)``, ``index`` int32 ``()``, ``source_mask``,
     ``cross_k_<i>``, ``cross_v_<i>``, ``cache_k_<i>``, ``cache_v_<i>`` -> ``logits``
     float32 ``(1, V)`` and the updated ``cache_k_<i>``, ``cache_v_<i>``.
     """
@@ -197,8 +198,10 @@ class BuiltinModule(tf.Module):
         self._keras = _Untracked((model.get_layer("encoder"), model.get_layer("decoder")))
         self.max_len = max_len
         self.num_layers = self.decoder.num_layers
-        heads = self.decoder.num_heads
-        self.kv_shape = (1, max_len, heads, self.decoder.num_hiddens // heads)
+        # The layers' cache layout: (1, max_len, H, d_h), heads-first (1, H, max_len, d_h)
+        # on TensorFlow's fast path (MultiHeadAttention.init_cache).
+        k, _ = self.decoder.blks[0].attention1.init_cache(1, max_len)
+        self.kv_shape = tuple(k.shape)
         self.encode = tf.function(self._encode, input_signature=[
             tf.TensorSpec((1, max_len), tf.int32, name="source")])
         kv = [tf.TensorSpec(self.kv_shape, tf.float32, name=f"{kind}_{i}")

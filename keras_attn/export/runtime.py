@@ -121,7 +121,9 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
     width = int(encoder.get_input_details()["source"]["shape"][1])
     step_inputs = step.get_input_details()
     cache_names = sorted(n for n in step_inputs if n.startswith("cache_"))
-    buffer_len = int(step_inputs[cache_names[0]]["shape"][1])
+    # The caches hold as many positions as the encoder's source (BuiltinModule: max_len
+    # both), whatever their layout ((1, L, H, d_h), or heads-first (1, H, L, d_h)).
+    buffer_len = width
     max_len = buffer_len if max_len is None else min(int(max_len), buffer_len)
     source_ids = np.asarray(source_ids, dtype=np.int32).reshape(len(source_ids), -1)
     batch = source_ids.shape[0]

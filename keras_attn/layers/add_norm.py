@@ -2,6 +2,7 @@
 import keras
 
 from keras_attn.layers import _checks
+from keras_attn.layers._step import layer_norm
 from keras_attn.layers.dropout import Dropout
 
 
@@ -44,13 +45,13 @@ class AddNorm(keras.layers.Layer):
                 "`x` and `y` must have the same shape. "
                 f"Received: x with shape={tuple(x.shape)}, y with shape={tuple(y.shape)}"
             )
-        return self.ln(self.dropout_layer(y, training=training) + x)
+        return layer_norm(self.ln, self.dropout_layer(y, training=training) + x)
 
     def residual(self, x, sublayer, training=None, norm_first=False):
         """Apply ``sublayer`` with this residual: post-norm ``ln(x + drop(f(x)))`` or
         pre-norm ``x + drop(f(ln(x)))`` (the Annotated Transformer's ``SublayerConnection``)."""
         if norm_first:
-            return x + self.dropout_layer(sublayer(self.ln(x)), training=training)
+            return x + self.dropout_layer(sublayer(layer_norm(self.ln, x)), training=training)
         return self.call(x, sublayer(x), training=training)
 
     def compute_output_shape(self, x_shape, y_shape=None):

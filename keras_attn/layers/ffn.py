@@ -2,6 +2,7 @@
 import keras
 
 from keras_attn.layers import _checks
+from keras_attn.layers._step import dense
 from keras_attn.layers.dropout import Dropout
 
 
@@ -44,7 +45,8 @@ class PositionWiseFFN(keras.layers.Layer):
 
     def call(self, x, training=None):
         _checks.check_rank("x", x, 3)
-        return self.dense2(self.dropout_layer(self.dense1(x), training=training))
+        hidden = self.dropout_layer(dense(self.dense1, x), training=training)
+        return dense(self.dense2, hidden)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.ffn_num_outputs,)

@@ -7,6 +7,7 @@ from keras import ops
 from keras_attn import fastpath
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
+from keras_attn.layers._step import dense
 from keras_attn.layers._masking import AttentionMaskMixin, attention_mask
 from keras_attn.layers.dropout import Dropout
 
@@ -34,8 +35,10 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         ``(B, Q, K)`` applied to every head. use_causal_mask: the query at position p sees
         the keys at positions <= p.
         return_attention_scores: also return weights ``(B, H, Q, K)`` (before dropout).
-        cache: optional ``(k, v)``, each ``(B, max_len, H, d_h)``, projected keys and
-            values (as in keras-hub's cached attention):
+        cache: optional ``(k, v)``, each ``(B, max_len, H, d_h)`` (on TensorFlow's fast
+            path heads-first ``(B, H, max_len, d_h)``: make it with :meth:`init_cache` or
+            :meth:`compute_cache`), projected keys and values (as in keras-hub's cached
+            attention):
             with ``cache_update_index=None`` the cache is attended as it is (``keys`` and
             ``values`` are ignored: cross-attention over a source projected once);
             with ``cache_update_index=i`` the projected ``keys``/``values`` are written at
@@ -85,6 +88,11 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         cross_cache = cache is not None and cache_update_index is None
         if not cross_cache:
             _checks.check_qkv(queries, keys, values)
+        if cache is not None and fastpath.enabled():
+            return self._cached_call(queries, keys, values, valid_lens, mask,
+                                     return_attention_scores, training, use_causal_mask,
+                                     cache, cache_update_index,
+                                     queries_mask, keys_mask, values_mask)
         q = self.split_heads(self.W_q(queries))  # (B, Q, H, dh)
         if cross_cache:
             k, v = cache
@@ -102,6 +110,36 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         outputs = (output,) + ((weights,) if return_attention_scores else ())
         outputs += (cache,) if cache is not None else ()
         return outputs if len(outputs) > 1 else output
+
+    def _cached_call(self, queries, keys, values, valid_lens, mask, return_attention_scores,
+                     training, use_causal_mask, cache, cache_update_index, queries_mask,
+                     keys_mask, values_mask):
+        """The cached call on TensorFlow's fast path: the same projections (as one
+        ``BatchMatMulV3`` per Dense on a decoding step's one position,
+        :func:`keras_attn.layers._step.dense`) around
+        :func:`keras_attn.tf_attention.cached_attention`, whose cache is heads-first."""
+        from keras_attn import tf_attention
+
+        scale = ops.cast(1.0 / math.sqrt(self.head_dim), queries.dtype)
+        k = v = None
+        if cache_update_index is not None and queries is keys is values and (
+                queries.shape[1] == 1 and queries.dtype == self.W_q.kernel.dtype):
+            # Self-attention: one matmul with the three kernels side by side.
+            q, k, v = tf_attention.fused_projection(
+                queries, [self.W_q, self.W_k, self.W_v], self.use_bias)
+        else:
+            q = dense(self.W_q, queries)  # (B, Q, num_hiddens)
+            if cache_update_index is not None:
+                k, v = dense(self.W_k, keys), dense(self.W_v, values)
+        q = q * scale
+        keep = attention_mask(queries, queries, mask, queries_mask, keys_mask, values_mask)
+        dropout = lambda w: self.dropout_layer(w, training=training)  # noqa: E731
+        context, weights, cache = tf_attention.cached_attention(
+            q, k, v, cache, cache_update_index, self.num_heads, keep, valid_lens,
+            use_causal_mask, dropout)
+        output = dense(self.W_o, context)  # (B, Q, num_hiddens)
+        outputs = (output,) + ((weights,) if return_attention_scores else ())
+        return outputs + (cache,)
 
     def _compute_attention(self, q, k, v, keep=None, valid_lens=None, training=None):
         """``softmax(q k^T / sqrt(d_h)) v`` for every head (section 3.2.1).
@@ -131,10 +169,29 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         return ops.reshape(x, (shape[0], shape[1], self.num_hiddens))
 
     def compute_cache(self, keys, values=None):
-        """Projected, head-split ``(k, v)`` ``(B, K, H, d_h)`` of ``keys``/``values``: the
-        cache of a cross-attention over a source that does not change while decoding."""
+        """Projected, head-split ``(k, v)`` of ``keys``/``values``: the cache of a
+        cross-attention over a source that does not change while decoding. ``(B, K, H,
+        d_h)``, or heads-first ``(B, H, K, d_h)`` on TensorFlow's fast path."""
         values = keys if values is None else values
-        return self.split_heads(self.W_k(keys)), self.split_heads(self.W_v(values))
+        k, v = self.W_k(keys), self.W_v(values)
+        if fastpath.enabled():
+            from keras_attn import tf_attention
+
+            return tf_attention.heads_first(k, self.num_heads)[0], tf_attention.heads_first(
+                v, self.num_heads)[0]
+        return self.split_heads(k), self.split_heads(v)
+
+    def init_cache(self, batch, max_len):
+        """A self-attention cache of ``max_len`` positions: ``(k, v)`` zeros ``(B, max_len,
+        H, d_h)``; on TensorFlow's fast path heads-first, and in a plain graph empty and
+        growing (:func:`keras_attn.tf_attention.empty_cache`)."""
+        if fastpath.enabled():
+            from keras_attn import tf_attention
+
+            return tf_attention.empty_cache(batch, self.num_heads, max_len, self.head_dim,
+                                            self.compute_dtype)
+        zeros = ops.zeros((batch, max_len, self.num_heads, self.head_dim), self.compute_dtype)
+        return zeros, zeros
 
     def compute_output_shape(self, queries_shape, *args, **kwargs):
         return tuple(queries_shape[:-1]) + (self.num_hiddens,)

@@ -4,7 +4,9 @@ import math
 import keras
 from keras import ops
 
+from keras_attn import fastpath
 from keras_attn.layers import _checks
+from keras_attn.layers._step import dense, layer_norm
 from keras_attn.layers.positional_encoding import PositionalEncoding
 from keras_attn.layers.transformer_blocks import TransformerDecoderBlock, TransformerEncoderBlock
 
@@ -19,7 +21,7 @@ def clean_token_ids(tokens, vocab_size):
     """
     tokens = ops.cast(tokens, "int32")
     ok = ops.logical_and(ops.greater_equal(tokens, 0), ops.less(tokens, vocab_size))
-    return ops.where(ok, tokens, ops.ones_like(tokens) * min(1, vocab_size - 1))
+    return ops.where(ok, tokens, min(1, vocab_size - 1))
 
 
 class _StackBase(keras.layers.Layer):
@@ -64,7 +66,7 @@ class _StackBase(keras.layers.Layer):
         return self.pos_encoding(x, training=training, start_index=start_index)
 
     def _finish(self, x):
-        return self.final_norm(x) if self.final_norm is not None else x
+        return layer_norm(self.final_norm, x) if self.final_norm is not None else x
 
     def _check_tokens(self, tokens):
         _checks.check_rank("tokens", tokens, 2)
@@ -198,7 +200,7 @@ class TransformerDecoder(_StackBase):
         """Vocabulary logits from the last hidden states."""
         if self.tie_embeddings:
             return self.dense(x, self.embedding.embeddings)
-        return self.dense(x)
+        return dense(self.dense, x)
 
     def call(self, tokens, enc_outputs=None, enc_valid_lens=None, training=None,
              tokens_mask=None, enc_outputs_mask=None, return_attention_scores=False,
@@ -241,12 +243,12 @@ class TransformerDecoder(_StackBase):
 
         Returns: a dict, the ``cache`` argument of :meth:`call`: ``"self"`` (per layer
         ``(k, v)`` zeros ``(B, max_len, H, d_h)``), ``"cross"`` (per layer ``(k, v)``
-        ``(B, S, H, d_h)``) and ``"source_mask"`` bool ``(B, S)``.
+        ``(B, S, H, d_h)``) and ``"source_mask"`` bool ``(B, S)``. On TensorFlow's fast
+        path the ``(k, v)`` are heads-first, and in a plain graph the self-attention's
+        start empty and grow (``MultiHeadAttention.init_cache``).
         """
         batch = ops.shape(enc_outputs)[0]
-        shape = (batch, max_len, self.num_heads, self.num_hiddens // self.num_heads)
-        zeros = ops.zeros(shape, self.compute_dtype)
-        return {"self": tuple((zeros, zeros) for _ in self.blks),
+        return {"self": tuple(blk.attention1.init_cache(batch, max_len) for blk in self.blks),
                 "cross": tuple(blk.compute_cache(enc_outputs) for blk in self.blks),
                 "source_mask": ops.not_equal(source, PAD_ID)}
 
@@ -278,5 +280,9 @@ class TiedLogits(keras.layers.Layer):
         self.built = True
 
     def call(self, x, embeddings):
+        if x.shape[1] == 1 and fastpath.enabled():  # a decoding step: see layers._step
+            from keras_attn import tf_attention
+
+            return tf_attention.linear(x, embeddings, self.bias, transpose_kernel=True)
         return ops.matmul(x, ops.transpose(ops.cast(embeddings, x.dtype))) + ops.cast(
             self.bias, x.dtype)
