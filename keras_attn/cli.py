@@ -23,7 +23,9 @@ import re
 import sys
 import tempfile
 
-from keras_attn.config import TASK_DEFAULTS, TrainConfig
+import time
+
+from keras_attn.config import TASK_DEFAULTS, TrainConfig, parse_duration
 
 BACKENDS = ("tensorflow", "jax", "torch")
 SUBWORD_TOKENIZERS = ("sentencepiece", "wordpiece")
@@ -173,6 +175,11 @@ def _train_parser(sub):
         p.add_argument(f"--{name}", type=typ, help=f"{what} ({default})")
     p.add_argument("--steps", type=int, default=0,
                    help="total training steps, overriding --epochs (default: 0, use --epochs)")
+    p.add_argument("--time-budget", type=_duration, default=0.0, metavar="DURATION",
+                   help="train for this long instead of --epochs/--steps, e.g. 45m, 1h, "
+                        "1.5h: the learning rate warms up, then decays linearly from "
+                        "--peak-lr to 0 at the budget's end; evaluation and export happen "
+                        "inside it (default: none, train for --epochs)")
     p.add_argument("--schedule", choices=["noam", "cosine"], default="noam",
                    help="learning-rate schedule (default: %(default)s)")
     p.add_argument("--peak-lr", type=float, default=TrainConfig.peak_lr,
@@ -200,8 +207,18 @@ def _train_parser(sub):
     return p
 
 
+def _duration(text):
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _check_train_args(parser, args):
     """Reject options that the chosen task cannot use (an argparse error, exit code 2)."""
+    if args.time_budget and args.steps:
+        parser.error("--time-budget and --steps both say when training ends; give one. "
+                     f"Received: --time-budget {args.time_budget:g}s --steps {args.steps}")
     if args.tokenizer is not None and args.task != "tatoeba":
         parser.error(f"--tokenizer applies to --task tatoeba only (the {args.task} task uses "
                      f"characters). Received: --task {args.task} --tokenizer {args.tokenizer}")
@@ -222,8 +239,14 @@ def cmd_train(args):
 
     config = _config_from_args(args)
     run_dir = args.output or os.path.join("runs", config.task)
+    start = _START if _START is not None else time.monotonic()
+    reserve = None
+    if config.time_budget:
+        from keras_attn import budget
+
+        reserve = budget.reserve_seconds(config.time_budget, export=not args.no_export)
     metrics = training.train(config, run_dir, distribute=args.distribute,
-                             cpu_devices=args.cpu_devices)
+                             cpu_devices=args.cpu_devices, start=start, reserve=reserve)
     if metrics and metrics.get("chief") is False:
         return 0  # a non-chief worker: the chief evaluates and exports
     if not args.no_export:
@@ -236,6 +259,13 @@ def cmd_train(args):
             from keras_attn import export
 
             export.export_run(run_dir)
+    if config.time_budget:
+        from keras_attn.config import format_duration
+
+        used = time.monotonic() - start
+        print(f"time budget: {format_duration(used)} used of "
+              f"{format_duration(config.time_budget)} ({100 * used / config.time_budget:.1f} %)"
+              " by this process")
     print(f"run directory: {run_dir}")
     return 0 if metrics else 1
 
@@ -367,7 +397,13 @@ COMMANDS = {"train": cmd_train, "translate": cmd_translate, "evaluate": cmd_eval
             "export": cmd_export}
 
 
+# time.monotonic() when main() began: a --time-budget counts from the start of the command.
+_START = None
+
+
 def main(argv=None):
+    global _START
+    _START = time.monotonic()
     argv = sys.argv[1:] if argv is None else list(argv)
     if next((a for a in argv if not a.startswith("-")), None) == "train":
         _select_backend(argv)

@@ -4,6 +4,8 @@ Imports neither TensorFlow, Keras nor numpy: ``keras-attn train --help`` reads t
 from here and answers at once.
 """
 import dataclasses
+import math
+import re
 
 from keras_attn.special_tokens import END_ID, START_ID
 
@@ -24,6 +26,7 @@ class TrainConfig:
     batch_size: int = 128
     epochs: int = 10
     steps: int = 0
+    time_budget: float = 0.0  # seconds for the whole command (0: --epochs/--steps)
     schedule: str = "noam"
     warmup: int = 800
     lr_scale: float = 1.0
@@ -72,3 +75,28 @@ TASK_DEFAULTS = {
     task: {**{k: getattr(TrainConfig, k) for k in _SIZES}, **overrides}
     for task, overrides in _TASK_OVERRIDES.items()
 }
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|sec|m|min|h)\s*$")
+_UNIT_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
+
+
+def parse_duration(text):
+    """Seconds in ``"90s"``, ``"45m"``, ``"1h"`` or ``"1.5h"`` (a number and a unit).
+
+    Raises ValueError for anything else, a bare number included (minutes or hours?).
+    """
+    match = _DURATION.match(str(text))
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)] if match else 0.0
+    if not 0 < seconds < math.inf:
+        raise ValueError(f"a time budget must be a positive number followed by s, m or h "
+                         f"(90s, 45m, 1h, 1.5h). Received: {text!r}")
+    return seconds
+
+
+def format_duration(seconds):
+    """``"1:02:03"`` or ``"2:03"`` for a number of seconds."""
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -7,6 +7,7 @@ Layout of ``RUN_DIR``::
     src_vocab.txt        source vocabulary (one token a line; id = line number)
     tgt.model            target SentencePiece model, or tgt_vocab.txt
     backup/              BackupAndRestore state (resume after an interruption)
+    budget.json          a --time-budget run: training time spent at the last backup
     checkpoints/         best weights by validation loss
     logs/                TensorBoard logs;  training_log.csv: one row an epoch
     model.keras          the final model (also loadable without keras_attn's source)
@@ -93,5 +94,6 @@ def paths(run_dir):
         "csv": os.path.join(run_dir, "training_log.csv"),
         "model": os.path.join(run_dir, "model.keras"),
         "metrics": os.path.join(run_dir, "metrics.json"),
+        "budget": os.path.join(run_dir, "budget.json"),
         "export": os.path.join(run_dir, "export"),
     }

@@ -83,3 +83,60 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
     def get_config(self):
         return {"peak_lr": self.peak_lr, "warmup_steps": self.warmup_steps,
                 "decay_steps": self.decay_steps, "alpha": self.alpha}
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Warmup, then linear decay to a floor, over a training budget measured in time.
+
+    The schedule's clock is ``progress``, a non-trainable scalar variable holding the
+    fraction of the training time spent, in ``[0, 1]``; a callback
+    (:class:`keras_attn.budget.BudgetClock`) sets it from the wall clock before every step.
+    The optimizer's step count is not used: however fast or slow the machine (or its load)
+    is, and however that changes during the run, the rate reaches its floor exactly when
+    the budget's training time ends. With ``p = clip(progress, 0, 1)``::
+
+        lr = peak_lr * max(p, 1e-3) / warmup                          p < warmup
+        lr = peak_lr * (alpha + (1 - alpha) * (1 - p) / (1 - warmup))  otherwise
+
+    Linear decay to (nearly) zero at the budget's end is what Li, Yumer and Ramanan
+    found best for a fixed budget. ``progress`` is not part of the config: a resumed run
+    sets it again from the elapsed time saved in its run directory.
+
+    Args:
+        peak_lr: rate at the end of warmup. warmup: fraction of the budget spent warming
+            up, in ``(0, 1)``. alpha: the floor, as a fraction of ``peak_lr``, in ``[0, 1]``.
+
+    Example:
+        >>> schedule = BudgetSchedule(1e-3, warmup=0.1)
+        >>> schedule.progress.assign(0.5)  # half the budget spent
+
+    References: Li, Yumer and Ramanan, "Budgeted Training", ICLR 2020.
+    """
+
+    def __init__(self, peak_lr, warmup=0.1, alpha=0.0):
+        _check_positive("peak_lr", peak_lr)
+        if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not 0 < warmup < 1:
+            raise ValueError(f"`warmup` must be in (0, 1). Received: warmup={warmup!r}")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+            raise ValueError(f"`alpha` must be in [0, 1]. Received: alpha={alpha!r}")
+        self.peak_lr = peak_lr
+        self.warmup = warmup
+        self.alpha = alpha
+        self.progress = keras.Variable(0.0, dtype="float32", trainable=False,
+                                       name="budget_progress")
+
+    def rate(self, p):
+        """The rate at progress ``p`` (a float or tensor); ``__call__`` reads ``progress``."""
+        p = ops.clip(ops.cast(p, "float32"), 0.0, 1.0)
+        warm = self.peak_lr * ops.maximum(p, 1e-3) / self.warmup
+        decay = self.peak_lr * (self.alpha + (1.0 - self.alpha)
+                                * (1.0 - p) / (1.0 - self.warmup))
+        return ops.where(p < self.warmup, warm, decay)
+
+    def __call__(self, step):
+        del step  # the clock is the time spent, not the step count
+        return self.rate(self.progress)
+
+    def get_config(self):
+        return {"peak_lr": self.peak_lr, "warmup": self.warmup, "alpha": self.alpha}

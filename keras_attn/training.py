@@ -15,11 +15,11 @@ import keras
 import tensorflow as tf
 
 import keras_attn.config
-from keras_attn import data, losses, runs, schedules, subword, text
+from keras_attn import budget, data, losses, runs, schedules, subword, text
 from keras_attn.distribute import (DistributedFitModel, ReplicaMeanMaskedCrossentropy,
                                    make_strategy, worker_info)
 from keras_attn.evaluation import evaluate
-from keras_attn.config import TrainConfig
+from keras_attn.config import TrainConfig, format_duration
 from keras_attn.models import build_model
 
 # The options live in keras_attn.config (no TensorFlow) and the builder in
@@ -84,7 +84,15 @@ def _tokenizers(config, splits, run_paths, log=print):
     return src_tok, tgt_tok
 
 
+# Budgeted runs (--time-budget): the share of the training time spent warming up, and the
+# snapshots averaged at the end (one every budget.EPOCH_STEPS steps).
+BUDGET_WARMUP = 0.1
+BUDGET_AVERAGE = 3
+
+
 def _schedule(config, steps_per_epoch):
+    if config.time_budget:
+        return schedules.BudgetSchedule(config.peak_lr, warmup=BUDGET_WARMUP)
     if config.schedule == "noam":
         return schedules.NoamSchedule(config.num_hiddens, config.warmup, config.lr_scale)
     if config.schedule == "cosine":
@@ -153,6 +161,10 @@ def check_config(config):
         fail("max_len", "at least 2 (a token and [END])")
     if config.steps < 0:
         fail("steps", ">= 0 (0: use epochs)")
+    if not config.time_budget >= 0:
+        fail("time_budget", ">= 0 seconds (0: use epochs or steps)")
+    if config.time_budget and config.steps:
+        fail("steps", "0 with a time budget (the budget decides when training ends)")
     if config.steps == 0 and config.epochs < 1:
         fail("epochs", "a positive integer (or give --steps)")
     for name in ("warmup", "num_train", "num_test", "vocab_size"):
@@ -166,8 +178,15 @@ def check_config(config):
     build_model({**dataclasses.asdict(config), "src_vocab_size": 8, "tgt_vocab_size": 8})
 
 
-def train(config, run_dir, log=print, distribute="", cpu_devices=0):
+def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
+          reserve=None):
     """Train ``config`` into ``run_dir``; returns the metrics dict (also in metrics.json).
+
+    With ``config.time_budget`` (seconds), training runs until the budget less ``reserve``
+    seconds (default :func:`budget.reserve_seconds`) has passed since ``start`` (a
+    ``time.monotonic()`` value; default: now), under :class:`schedules.BudgetSchedule`;
+    then the last snapshots' average replaces the final weights if its validation loss is
+    lower. Epochs are then :data:`budget.EPOCH_STEPS` steps (backups, log rows).
 
     ``distribute``/``cpu_devices``: see :func:`make_strategy`; ``batch_size`` is global
     (split across replicas). In a multi-worker run only the chief writes ``run_dir``; the
@@ -175,6 +194,7 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0):
     return ``{"chief": False, "worker": index}``.
     """
     # First: the strategy must exist before TensorFlow creates any tensor or device.
+    start = time.monotonic() if start is None else start
     strategy = make_strategy(distribute, cpu_devices)
     is_chief, worker_index = worker_info(strategy)
     check_config(config)
@@ -209,7 +229,11 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0):
         train_ds, valid_ds = train_ds.with_options(options), valid_ds.with_options(options)
     steps_per_epoch = int(train_ds.cardinality())  # make_dataset counted the batches
     epochs = config.epochs
-    if config.steps:
+    if config.time_budget:
+        epochs = 10**4  # BudgetClock stops training (2.5 M steps)
+        train_ds = train_ds.repeat()
+        steps_per_epoch = min(steps_per_epoch, budget.EPOCH_STEPS)
+    elif config.steps:
         epochs = max(1, -(-config.steps // steps_per_epoch))
         train_ds = train_ds.repeat()
         steps_per_epoch = min(steps_per_epoch, config.steps)
@@ -233,8 +257,9 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0):
         with strategy.scope():
             compile_model(fit_model, compile_config, steps_per_epoch, model.optimizer)
             fit_model.optimizer.build(fit_model.trainable_variables)
-    log(f"model: {config.model}, {model.count_params():,} parameters; "
-        f"{steps_per_epoch} steps x {epochs} epochs")
+    log(f"model: {config.model}, {model.count_params():,} parameters"
+        + (f"; time budget {format_duration(config.time_budget)}" if config.time_budget
+           else f"; {steps_per_epoch} steps x {epochs} epochs"))
 
     if is_chief:
         os.makedirs(os.path.dirname(p["best"]), exist_ok=True)
@@ -250,14 +275,34 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0):
         callbacks[1:1] = [BestWeightsCheckpoint(p["best"]),
                           keras.callbacks.TensorBoard(p["logs"]),
                           keras.callbacks.CSVLogger(p["csv"], append=True)]
+    verbose = 1 if sys.stdout.isatty() else 2
+    clock = snapshots = None
+    if config.time_budget:
+        clock = _budget_clock(config, p, model.optimizer, start, reserve, log)
+        snapshots = budget.Snapshots(BUDGET_AVERAGE)
+        # After the backup (the state is saved with the same epoch), before the CSV row
+        # (it adds the step, learning rate and time to the logs). No best-by-validation
+        # checkpoint: the run ends with the rate at its floor.
+        callbacks[1:] = [clock, snapshots] + [c for c in callbacks[1:]
+                                              if not isinstance(c, BestWeightsCheckpoint)]
+        verbose = 0
+    if clock is not None or not sys.stdout.isatty():
+        callbacks.append(budget.ProgressLine(budget=clock, total_seconds=config.time_budget))
     t0 = time.time()
     fit_model.fit(train_ds, validation_data=valid_ds, epochs=epochs,
-                  steps_per_epoch=steps_per_epoch if config.steps else None,
-                  callbacks=callbacks, shuffle=False, verbose=1 if sys.stdout.isatty() else 2)
+                  steps_per_epoch=(steps_per_epoch if config.steps or config.time_budget
+                                   else None),
+                  # budgeted: every 4th epoch from the first (its row names the columns)
+                  validation_freq=list(range(1, 10**4, 4)) if config.time_budget else 1,
+                  callbacks=callbacks, shuffle=False, verbose=verbose)
     train_seconds = time.time() - t0
     if not is_chief:
         return {"chief": False, "worker": worker_index, "train_seconds": round(train_seconds, 1)}
-    if os.path.exists(p["best"]):
+    chosen = {}
+    if config.time_budget:
+        chosen = _keep_final_or_average(model, snapshots, valid_ds, log)
+        chosen["steps"] = int(model.optimizer.iterations)
+    elif os.path.exists(p["best"]):
         model.load_weights(p["best"])
     _save_model(model, p["model"])
 
@@ -267,12 +312,53 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0):
                             normalize=config.tokenizer == "wordpiece")
     metrics = evaluate(translator, splits["test"], config.task, refs)
     metrics["train_seconds"] = round(train_seconds, 1)
+    if config.time_budget:
+        metrics["budget"] = {**chosen, "time_budget": config.time_budget,
+                             "train_until": round(clock.train_seconds, 1),
+                             "evaluated_at": round(clock.elapsed(), 1)}
     metrics["task"] = config.task
     runs.write_json(p["metrics"], metrics)
     log(json.dumps({k: v for k, v in metrics.items() if k != "samples"}))
     for sample in metrics["samples"][:5]:
         log(f"  {sample['source']!r} -> {sample['output']!r} (reference {sample['target']!r})")
     return metrics
+
+
+def _budget_clock(config, p, optimizer, start, reserve, log):
+    """The :class:`budget.BudgetClock` of a budgeted run, continuing a resumed one."""
+    schedule = optimizer._learning_rate  # the BudgetSchedule compile_model made
+    elapsed_before, train_seconds = 0.0, None
+    if os.path.exists(p["budget"]) and os.path.exists(p["backup"]):
+        state = runs.read_json(p["budget"])
+        elapsed_before, train_seconds = state["elapsed"], state["train_seconds"]
+        log(f"time budget: resuming at {format_duration(elapsed_before)} of "
+            f"{format_duration(train_seconds)} training time")
+    if train_seconds is None:
+        if reserve is None:
+            reserve = budget.reserve_seconds(config.time_budget)
+        train_seconds = config.time_budget - reserve
+        log(f"time budget: {format_duration(config.time_budget)}, training until "
+            f"{format_duration(train_seconds)} (reserve {format_duration(reserve)} for "
+            "choosing weights, evaluation and export)")
+    return budget.BudgetClock(schedule, train_seconds, start, elapsed_before,
+                              state_path=p["budget"])
+
+
+def _keep_final_or_average(model, snapshots, valid_ds, log):
+    """Replace the final weights by the snapshots' average if its validation loss is lower."""
+    final = model.get_weights()
+    losses_ = {"final": model.evaluate(valid_ds, verbose=0, return_dict=True)["loss"]}
+    if len(snapshots.weights) > 1:
+        model.set_weights(snapshots.average())
+        losses_["average"] = model.evaluate(valid_ds, verbose=0, return_dict=True)["loss"]
+        if losses_["average"] >= losses_["final"]:
+            model.set_weights(final)
+    kept = min(losses_, key=losses_.get)
+    log(f"weights: {kept} (validation loss " + ", ".join(
+        f"{k} {v:.4f}" for k, v in losses_.items()) + f"; average of the last "
+        f"{len(snapshots.weights)} snapshots)")
+    return {"weights": kept, "val_loss": {k: round(float(v), 4) for k, v in losses_.items()},
+            "averaged": len(snapshots.weights)}
 
 
 class BestWeightsCheckpoint(keras.callbacks.Callback):
