@@ -59,3 +59,112 @@ def test_unknown_keyword_is_named():
         DecodingOptions.from_kwargs(beam=2)
     assert DecodingOptions.from_kwargs(**{n: getattr(DecodingOptions(), n) for n in NAMES}) \
         == DecodingOptions()
+
+
+# --- the samplers behind the options (keras.ops, eager) -----------------------------------------
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_attn import decoding, models  # noqa: E402
+
+START, END, MAX = 2, 3, 12
+SOURCE = np.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0], [11, 12, 13, 14, 15, 16, 3]],
+                  "int32")
+
+
+@pytest.fixture(scope="module")
+def model():
+    tf.keras.utils.set_random_seed(1)
+    return models.transformer_seq2seq(40, 30, num_hiddens=32, ffn_num_hiddens=64, num_heads=4,
+                                      num_layers=2, dropout=0.0, max_len=64)
+
+
+def run(model, prefix=None, **kwargs):
+    opts = DecodingOptions(**kwargs).resolve(MAX, 0.6)
+    out = decoding.decode(model, SOURCE, opts, MAX, START, END, prefix=prefix)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def reference_log_probs(model, tokens):
+    """Per-token log-probabilities of ``tokens`` (B, T) under the model, by the reference
+    decoder (no cache) re-run on the whole prefix, normalised in numpy."""
+    steps = decoding._Steps(model, SOURCE, MAX, False, START)
+    state, token = steps.init(), np.full((len(SOURCE),), START, "int32")
+    out = []
+    for i in range(tokens.shape[1]):
+        logits, state, _ = steps.step(token, state, i)
+        logits = np.asarray(logits, "float64")
+        lp = logits - logits.max(-1, keepdims=True)
+        lp = lp - np.log(np.exp(lp).sum(-1, keepdims=True))
+        out.append(np.take_along_axis(lp, tokens[:, i:i + 1], 1)[:, 0])
+        token = tokens[:, i]
+    return np.stack(out, 1)
+
+
+def test_uniform_is_the_same_bits_and_uniform():
+    u = np.asarray(decoding.uniform(7, np.arange(20000, dtype="int32"), 3))
+    np.testing.assert_array_equal(u, np.asarray(decoding.uniform(7, np.arange(20000), 3)))
+    assert 0.0 < u.min() and u.max() < 1.0 and abs(u.mean() - 0.5) < 0.01
+    assert abs(u.var() - 1 / 12) < 0.003
+    other = np.asarray(decoding.uniform(8, np.arange(20000), 3))
+    assert abs(np.corrcoef(u, other)[0, 1]) < 0.03  # seeds are not shifted rows
+
+
+def test_defaults_are_greedy(model):
+    greedy = decoding.greedy_decode_fixed(model, SOURCE, MAX, START, END)
+    out = run(model)
+    np.testing.assert_array_equal(out["tokens"][:, 0], greedy["tokens"])
+    np.testing.assert_array_equal(out["scores"][:, 0], greedy["log_prob"])
+
+
+def test_topk_one_is_greedy_whatever_the_seed(model):
+    greedy = run(model)
+    for seed in (0, 3):
+        np.testing.assert_array_equal(
+            run(model, sampling_topk=1, sampling_temperature=3.0, seed=seed)["tokens"],
+            greedy["tokens"])
+
+
+def test_sampling_repeats_with_its_seed(model):
+    opts = dict(sampling_topk=30, sampling_temperature=4.0, beam_size=3, num_hypotheses=3)
+    a, b = run(model, seed=11, **opts), run(model, seed=11, **opts)
+    np.testing.assert_array_equal(a["tokens"], b["tokens"])
+    np.testing.assert_array_equal(a["scores"], b["scores"])
+    c = run(model, seed=12, **opts)
+    assert not np.array_equal(a["tokens"], c["tokens"])
+    assert not np.array_equal(a["tokens"][:, 0], a["tokens"][:, 1])  # own stream per sample
+
+
+def test_topp_tiny_is_greedy(model):
+    """Nucleus with p -> 0 keeps only the most likely token."""
+    np.testing.assert_array_equal(
+        run(model, sampling_topk=30, sampling_topp=1e-6, seed=4)["tokens"], run(model)["tokens"])
+
+
+def test_nbest_sorted_with_reference_scores(model):
+    out = run(model, beam_size=4, num_hypotheses=3, length_penalty=0.6)
+    assert out["tokens"].shape[:2] == (3, 3)
+    assert (np.diff(out["scores"], axis=1) <= 0).all()
+    for n in range(3):
+        tokens, lengths = out["tokens"][:, n], out["lengths"][:, n]
+        lp = reference_log_probs(model, tokens)
+        mask = np.arange(MAX)[None, :] < lengths[:, None]
+        expected = (lp * mask).sum(1) / ((5.0 + lengths) / 6.0) ** 0.6
+        np.testing.assert_allclose(out["scores"][:, n], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_prefix_is_forced_then_continued(model):
+    prefix = np.array([[7, 8], [9, 0], [0, 0]], "int32")
+    for kwargs in (dict(), dict(beam_size=4, num_hypotheses=2)):
+        out = run(model, prefix=prefix, **kwargs)
+        for n in range(out["tokens"].shape[1]):
+            np.testing.assert_array_equal(out["tokens"][0, n, :2], [7, 8])
+            assert out["tokens"][1, n, 0] == 9
+        assert (out["lengths"] >= [[2], [1], [1]]).all()
+
+
+def test_max_length_per_request(model):
+    out = run(model, max_length=4)
+    assert (out["lengths"] <= 4).all() and (out["tokens"][..., 4:] == 0).all()
+    full = run(model)
+    np.testing.assert_array_equal(out["tokens"][..., :4], full["tokens"][..., :4])
