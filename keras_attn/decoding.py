@@ -195,7 +195,7 @@ class Sampler:
         def body(i, token, state, out):
             logits, state, align = steps.step(token, state, i, self.return_attention)
             finished = out["finished"]
-            logits = ops.reshape(logits, (batch, k, -1))
+            logits = ops.reshape(logits, (batch, k, logits.shape[-1] or -1))  # V kept static
             if prefix is not None:  # force the prefix's token where the row has one
                 at = ops.minimum(i, prefix_len - 1)
                 forced = ops.where(i < prefix_len, ops.take(prefix, at, axis=1), 0)  # (B,)
@@ -484,7 +484,7 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None):
         if align:
             result["attention"] = _take_beams(out["attention"], order)
         return result
-    if options.sampling_topk > 1:
+    if options.sampling:
         sampler = RandomSampler(max_len, start_id, end_id, n, options.sampling_topk,
                                 options.sampling_topp, options.sampling_temperature,
                                 options.seed, return_attention=align)

@@ -168,3 +168,41 @@ def test_max_length_per_request(model):
     assert (out["lengths"] <= 4).all() and (out["tokens"][..., 4:] == 0).all()
     full = run(model)
     np.testing.assert_array_equal(out["tokens"][..., :4], full["tokens"][..., :4])
+
+
+# --- Translator on the committed model (exported/run, dates) ------------------------------------
+import pathlib  # noqa: E402
+
+RUN = pathlib.Path(__file__).resolve().parents[1] / "exported" / "run"
+DATES = ["3 March 2021", "le 4 juillet 1999", "July 5, 1987"]
+
+
+@pytest.fixture(scope="module")
+def translator():
+    from keras_attn.translator import Translator
+    return Translator.from_run_dir(str(RUN))
+
+
+def test_translator_defaults_match_translate(translator):
+    best = translator.translate(DATES)
+    nbest = translator.translate_nbest(DATES)
+    assert [h[0]["translation"] for h in nbest] == best
+    beam = translator.translate_nbest(DATES, beam_size=4, num_hypotheses=3)
+    assert [h[0]["translation"] for h in beam] == translator.translate(DATES, beam_size=4)
+    for hyps in beam:
+        assert len(hyps) == 3 and hyps[0]["score"] >= hyps[1]["score"] >= hyps[2]["score"]
+
+
+def test_translator_prefix_and_sampling(translator):
+    for hyps in translator.translate_nbest(DATES, target_prefix="2020"):
+        assert hyps[0]["translation"].startswith("2020")
+    opts = dict(sampling_topk=5, sampling_temperature=2.0, beam_size=2, num_hypotheses=2, seed=3)
+    assert translator.translate_nbest(DATES, **opts) == translator.translate_nbest(DATES, **opts)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(max_length=10_000), "max_length"), (dict(beam_size=0), "beam_size"),
+    (dict(max_length=2, target_prefix="2020-03"), "target_prefix"), (dict(beam=2), "beam")])
+def test_translator_bad_options(translator, kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        translator.translate_nbest(DATES, **kwargs)
