@@ -206,3 +206,15 @@ def test_translator_prefix_and_sampling(translator):
 def test_translator_bad_options(translator, kwargs, name):
     with pytest.raises(ValueError, match=name):
         translator.translate_nbest(DATES, **kwargs)
+
+
+def test_cli_nbest_and_prefix(capsys):
+    from keras_attn import cli
+    assert cli.main(["translate", str(RUN), "3 March 2021", "--beam-size", "4",
+                     "--num-hypotheses", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "3 March 2021" and len(lines) == 3
+    ranks = [line.split("\t") for line in lines[1:]]
+    assert [r[0].strip() for r in ranks] == ["1", "2"] and ranks[1][2] == ranks[1][2].strip()
+    assert cli.main(["translate", str(RUN), "3 March 2021", "--target-prefix", "2020"]) == 0
+    assert capsys.readouterr().out.startswith("2020")
