@@ -218,3 +218,27 @@ def test_cli_nbest_and_prefix(capsys):
     assert [r[0].strip() for r in ranks] == ["1", "2"] and ranks[1][2] == ranks[1][2].strip()
     assert cli.main(["translate", str(RUN), "3 March 2021", "--target-prefix", "2020"]) == 0
     assert capsys.readouterr().out.startswith("2020")
+
+
+def test_uniform_in_tflite_is_the_same_bits_with_builtins_only():
+    """The seed's draws are the same bits in a TFLite file (builtins only, no Flex)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    class Draw(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([], tf.int32), tf.TensorSpec([None], tf.int32),
+                                      tf.TensorSpec([], tf.int32)])
+        def draw(self, seed, rows, step):
+            return {"u": decoding.uniform(seed, rows, step)}
+
+    module = Draw()
+    conv = tf.lite.TFLiteConverter.from_concrete_functions(
+        [module.draw.get_concrete_function()], module)
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    interpreter = Interpreter(model_content=conv.convert())
+    runner = interpreter.get_signature_runner(list(interpreter.get_signature_list())[0])
+    rows = np.arange(2000, dtype="int32")
+    for seed in (0, 7, -123456789, 2**31 - 1):
+        for step in (0, 63):
+            np.testing.assert_array_equal(
+                runner(seed=np.int32(seed), rows=rows, step=np.int32(step))["u"],
+                module.draw(seed, rows, step)["u"].numpy())
