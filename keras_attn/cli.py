@@ -275,10 +275,42 @@ def cmd_translate(args):
 
     translator = Translator.from_run_dir(args.run_dir)
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
-    for line in translator.translate(sentences, beam_size=args.beam_size, alpha=args.alpha,
-                                     progress=progress_bar("translating")):
-        print(line)
+    options = {name: getattr(args, name) for name in _OPTION_FLAGS
+               if getattr(args, name) is not None}
+    if not options:  # today's output: one line per sentence
+        for line in translator.translate(sentences, beam_size=args.beam_size, alpha=args.alpha,
+                                         progress=progress_bar("translating")):
+            print(line)
+        return 0
+    options.setdefault("length_penalty", args.alpha)
+    results = translator.translate_nbest(sentences, beam_size=args.beam_size, **options)
+    n = options.get("num_hypotheses", 1)
+    for sentence, hyps in zip(sentences, results):
+        if n == 1 and not options.get("return_alignments"):
+            print(hyps[0]["translation"])
+            continue
+        print(sentence)
+        for rank, hyp in enumerate(hyps, 1):  # n-best: rank, score, translation
+            print(f"  {rank}\t{hyp['score']:.4f}\t{hyp['translation']}")
+            if "alignment" in hyp:
+                print(f"   \t\t{hyp['alignment']}")
     return 0
+
+
+# The decoding options of `keras-attn translate` besides --beam-size (API.md, "Decoding
+# options per request"); None (not given) leaves the Translator's default.
+_OPTION_FLAGS = {
+    "num_hypotheses": (int, "n-best: translations printed per sentence, <= --beam-size "
+                            "(default: 1)"),
+    "length_penalty": (float, "GNMT length penalty alpha of the beam search (default: --alpha)"),
+    "max_length": (int, "most target tokens (default: the run's max_len)"),
+    "target_prefix": (str, "text the translation must start with (default: none)"),
+    "sampling_topk": (int, "1 = argmax; K > 1 samples among the K most likely tokens "
+                           "(default: 1)"),
+    "sampling_topp": (float, "nucleus sampling threshold in (0, 1] (default: 1.0)"),
+    "sampling_temperature": (float, "sampling temperature > 0 (default: 1.0)"),
+    "seed": (int, "sampling seed: the same seed gives the same sample (default: 0)"),
+}
 
 
 def cmd_evaluate(args):
@@ -352,6 +384,8 @@ def _parsers():
                    help="beams of the beam search; 1 is greedy decoding (default: %(default)s)")
     p.add_argument("--alpha", type=float, default=0.6,
                    help="length penalty of the beam search (default: %(default)s)")
+    for name, (kind, help_text) in _OPTION_FLAGS.items():
+        p.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=help_text)
     _add_verbose(p, argparse.SUPPRESS)
     p = commands["evaluate"] = sub.add_parser(
         "evaluate", help="score a run on a split",

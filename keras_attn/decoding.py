@@ -144,34 +144,51 @@ class Sampler:
         self.max_len, self.start_id, self.end_id = max_len, start_id, end_id
         self.use_cache, self.return_attention = bool(use_cache), bool(return_attention)
 
-    def select(self, logits, scores, finished):
+    def select(self, logits, scores, finished, index=None):
         """``logits`` float32 ``(B, K, V)`` of every next token (banned ids at the fill
         value), ``scores`` ``(B, K)`` the hypotheses' sums of log-probabilities so far,
         ``finished`` bool ``(B, K)`` (they extend with 0 at no cost).
 
         Returns ``(next_tokens (B, K), beam_indices (B, K) or None, new_scores (B, K))``;
-        ``beam_indices`` says which hypothesis each new one extends (None: its own)."""
+        ``beam_indices`` says which hypothesis each new one extends (None: its own).
+        ``index`` is the step (int32 scalar), for samplers whose draw depends on it."""
         raise NotImplementedError
 
     def initial_scores(self, batch):
         return ops.zeros((batch, self.beams), "float32")
 
-    def __call__(self, model, source):
+    def __call__(self, model, source, max_length=None, prefix=None):
+        """``max_length``: optional int32 scalar (a tensor is fine), the most tokens of this
+        call, at most ``max_len`` (the buffers' size). ``prefix``: optional int32
+        ``(B, P)`` target ids forced first (0 = none left for that row); the forced
+        tokens' log-probabilities are 0 in the scores (they count in the lengths)."""
         source = _check_source(source)
         k, max_len = self.beams, self.max_len
         batch, src_len = ops.shape(source)[0], ops.shape(source)[1]
         if k > 1:
             source = ops.repeat(source, k, axis=0)  # (B*K, S)
         steps = _steps(model, source, max_len, self.use_cache, self.start_id)
+        limit = max_len if max_length is None else ops.minimum(
+            ops.cast(max_length, "int32"), max_len)
+        if prefix is not None:
+            prefix = ops.cast(ops.convert_to_tensor(prefix), "int32")
+            prefix_len = ops.shape(prefix)[1]
 
         def cond(i, token, state, out):
-            return ops.logical_and(i < max_len, ops.logical_not(ops.all(out["finished"])))
+            return ops.logical_and(i < limit, ops.logical_not(ops.all(out["finished"])))
 
         def body(i, token, state, out):
             logits, state, align = steps.step(token, state, i, self.return_attention)
             finished = out["finished"]
-            next_token, beam, scores = self.select(ops.reshape(logits, (batch, k, -1)),
-                                                   out["scores"], finished)
+            logits = ops.reshape(logits, (batch, k, logits.shape[-1] or -1))  # V kept static
+            if prefix is not None:  # force the prefix's token where the row has one
+                at = ops.minimum(i, prefix_len - 1)
+                forced = ops.where(i < prefix_len, ops.take(prefix, at, axis=1), 0)  # (B,)
+                ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
+                keep = ops.equal(ids[None, None, :], forced[:, None, None])
+                logits = ops.where(ops.logical_or(forced[:, None, None] == 0, keep),
+                                   logits, _NEG)
+            next_token, beam, scores = self.select(logits, out["scores"], finished, i)
             out = dict(out, scores=scores)
             if beam is not None:  # reorder everything that belongs to a hypothesis
                 rows = ops.reshape(beam + ops.arange(batch)[:, None] * k, (-1,))
@@ -207,7 +224,7 @@ class Sampler:
 class GreedySampler(Sampler):
     """The most likely next token, for each row (one hypothesis per row)."""
 
-    def select(self, logits, scores, finished):
+    def select(self, logits, scores, finished, index=None):
         # top_k rather than argmax: Keras's TF argmax adds a BitwiseAnd (its -0.0 rule)
         # that TFLite has no builtin for; ties go to the lower id either way.
         top, index = ops.top_k(logits, k=1)  # (B, 1, 1)
@@ -234,7 +251,7 @@ class BeamSampler(Sampler):
         first = ops.concatenate([ops.zeros((1,)), ops.full((self.beams - 1,), _NEG)])
         return ops.tile(ops.cast(first, "float32")[None, :], (batch, 1))
 
-    def select(self, logits, scores, finished):
+    def select(self, logits, scores, finished, index=None):
         log_probs = ops.log_softmax(logits, axis=-1)
         vocab = ops.shape(log_probs)[-1]
         pad_only = ops.where(ops.arange(vocab) == 0, 0.0, _NEG)  # a finished one: 0, free
@@ -244,11 +261,83 @@ class BeamSampler(Sampler):
         return ops.cast(index % vocab, "int32"), ops.cast(index // vocab, "int32"), top
 
 
+def _mix16(h):
+    """One round of a 16-bit integer hash: multiply (odd constants, mod 2**16) and
+    ``h += h >> k`` steps. Only int32 add/mul/floor_div/floor_mod on values below 2**31 (no
+    overflow, no bitwise op), so TF, TFLite builtins, JAX and PyTorch give the same bits."""
+    h = ops.mod(h * 20201 + 13849, 65536)
+    h = ops.mod(h + ops.floor_divide(h, 128), 65536)
+    h = ops.mod(h * 30971, 65536)
+    return ops.mod(h + ops.floor_divide(h, 512), 65536)
+
+
+def uniform(seed, row, step):
+    """A float32 in (0, 1) for each ``row`` (int32 ``(N,)``), from ``seed`` and ``step``
+    (int32 scalars): a counter-based hash of (seed, row, step), the same bits on every
+    backend and artefact. 24 random bits (two 16-bit streams), exact in float32."""
+    seed = ops.cast(seed, "int32")
+    parts = [ops.mod(seed, 65536), ops.mod(ops.floor_divide(seed, 65536), 65536),
+             ops.mod(ops.cast(row, "int32"), 65536), ops.mod(ops.cast(step, "int32"), 65536)]
+    words = []
+    for stream in (1, 2):
+        h = stream * 7919
+        for part in parts:  # absorb one input, then mix twice
+            h = _mix16(_mix16(ops.mod(h + part, 65536)))
+        words.append(h)
+    bits = words[0] * 256 + ops.floor_divide(words[1], 256)  # 24 bits
+    return (ops.cast(bits, "float32") + 0.5) / 16777216.0
+
+
+class RandomSampler(Sampler):
+    """Random sampling with top-k, top-p (nucleus) and temperature; ``samples`` draws per
+    row (``num_hypotheses``), each from its own stream of :func:`uniform`.
+
+    ``topk``, ``topp``, ``temperature`` and ``seed`` are read at call time and may be
+    tensors (per-request values in a served graph); ``topk=1`` is the argmax (as
+    :class:`GreedySampler`). The token is drawn by inverse CDF over the candidates sorted by
+    probability (ties: the lower id first). Scores sum the log-probabilities of the drawn
+    tokens under the model (before temperature and truncation).
+    """
+
+    def __init__(self, max_len, start_id, end_id, samples=1, topk=1, topp=1.0,
+                 temperature=1.0, seed=0, use_cache=True, return_attention=False):
+        _check_id("num_hypotheses", samples)
+        super().__init__(max_len, start_id, end_id, use_cache, return_attention)
+        self.beams = samples
+        self.topk, self.topp, self.temperature, self.seed = topk, topp, temperature, seed
+
+    def select(self, logits, scores, finished, index=None):
+        batch, k, vocab = ops.shape(logits)[0], ops.shape(logits)[1], logits.shape[-1]
+        flat = ops.reshape(logits, (-1, vocab))
+        values, ids = ops.top_k(flat, k=vocab)  # sorted, ties to the lower id
+        model_lp = ops.log_softmax(values, axis=-1)
+        scaled = values / ops.cast(self.temperature, "float32")
+        rank = ops.arange(vocab, dtype="int32")[None, :]
+        scaled = ops.where(rank < ops.cast(self.topk, "int32"), scaled, _NEG)
+        probs = ops.softmax(scaled, axis=-1)
+        before = ops.cumsum(probs, axis=-1) - probs  # mass of the more likely candidates
+        probs = ops.where(ops.logical_or(rank == 0, before < ops.cast(self.topp, "float32")),
+                          probs, 0.0)
+        cdf = ops.cumsum(probs, axis=-1)
+        rows = ops.arange(ops.shape(flat)[0], dtype="int32")
+        u = uniform(self.seed, rows, 0 if index is None else index) * cdf[:, -1]
+        pick = ops.sum(ops.cast(cdf[:, :-1] <= u[:, None], "int32"), axis=-1)  # (B*K,)
+        pick = ops.minimum(pick, ops.sum(ops.cast(probs > 0, "int32"), axis=-1) - 1)
+        token = ops.take_along_axis(ids, pick[:, None], axis=1)[:, 0]
+        lp = ops.take_along_axis(model_lp, pick[:, None], axis=1)[:, 0]
+        token = ops.reshape(ops.cast(token, "int32"), (batch, k))
+        lp = ops.reshape(lp, (batch, k))
+        next_token = ops.where(finished, 0, token)
+        return next_token, None, scores + ops.where(finished, 0.0, lp)
+
+
 def _take_beams(t, beam, axis=1):
     """``t`` reordered along the beams by ``beam`` ``(B, K)``: ``t`` is ``(B, K, ...)``
     (``axis=1``) or position-major ``(L, B, K, ...)`` (``axis=2``)."""
     shape = (1,) * (axis - 1) + tuple(ops.shape(beam)) + (1,) * (len(t.shape) - axis - 1)
-    index = ops.broadcast_to(ops.reshape(beam, shape), ops.shape(t))
+    target = list(ops.shape(t))
+    target[axis] = ops.shape(beam)[1]  # fewer than K: the first N of a ranking (n-best)
+    index = ops.broadcast_to(ops.reshape(beam, shape), target)
     return ops.take_along_axis(t, index, axis=axis)
 
 
@@ -350,3 +439,44 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=1, e
     out = beam_decode_fixed(model, source, beam_size, alpha, max_len, start_id, end_id)
     return _trim(out["tokens"], out["lengths"]), out["scores"]
 
+
+
+def decode(model, source, options, max_len, start_id, end_id, prefix=None):
+    """Decode with :class:`keras_attn.decoding_options.DecodingOptions` (resolved: its
+    ``max_length`` and ``length_penalty`` set).
+
+    ``sampling_topk > 1`` samples (``num_hypotheses`` draws per row; ``beam_size`` is then
+    only their upper bound), else ``beam_size > 1`` is beam search, else greedy.
+    ``beam_size`` and ``num_hypotheses`` shape the computation (fixed when traced); the
+    sampling settings and ``seed`` are read as given (tensors are fine). ``prefix``:
+    optional int32 ``(B, P)`` target ids forced first (0-padded).
+
+    Returns a dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)``,
+    ``scores`` float32 ``(B, N)`` (N = ``num_hypotheses``; beam search: best first, by
+    ``log_prob / length_penalty``; greedy and sampling: the summed log-probability) and
+    with ``options.return_alignments`` ``attention`` ``(B, N, max_len, S)``.
+    """
+    n, align = options.num_hypotheses, options.return_alignments
+    if options.beam_size > 1 and not options.sampling:
+        sampler = BeamSampler(options.beam_size, max_len, start_id, end_id)
+        sampler.return_attention = align
+        out = sampler(model, source, options.max_length, prefix)
+        ranked, order = ops.top_k(
+            out["log_prob"] / length_penalty(out["lengths"], options.length_penalty), k=n)
+        result = {"tokens": _take_beams(out["tokens"], order),
+                  "lengths": ops.take_along_axis(out["lengths"], order, axis=1),
+                  "scores": ranked}
+        if align:
+            result["attention"] = _take_beams(out["attention"], order)
+        return result
+    if options.sampling:
+        sampler = RandomSampler(max_len, start_id, end_id, n, options.sampling_topk,
+                                options.sampling_topp, options.sampling_temperature,
+                                options.seed, return_attention=align)
+    else:
+        sampler = GreedySampler(max_len, start_id, end_id, return_attention=align)
+    out = sampler(model, source, options.max_length, prefix)
+    result = {"tokens": out["tokens"], "lengths": out["lengths"], "scores": out["log_prob"]}
+    if align:
+        result["attention"] = out["attention"]
+    return result

@@ -6,6 +6,7 @@ Example:
     ['2021-03-03', '1999-07-04']
 """
 import os
+import types
 
 import keras
 import numpy as np
@@ -13,6 +14,7 @@ import tensorflow as tf
 
 from keras_attn import data, decoding, models, runs, subword, text
 from keras_attn.config import TrainConfig
+from keras_attn.decoding_options import DecodingOptions
 
 
 class Translator:
@@ -91,13 +93,99 @@ class Translator:
                            for t in self._decoder(beam_size, alpha)(source))
         return tokens[:, : max(int(lengths.max(initial=0)), 1)]
 
-    def translate(self, sentences, beam_size=1, alpha=0.6, batch_size=128, progress=None):
-        """Translate a list of strings; returns a list of strings.
+    def options(self, **options):
+        """:class:`DecodingOptions` from keyword arguments, checked against this translator
+        (``max_length`` at most ``max_len``) and with its defaults filled in
+        (``length_penalty`` 0.6, ``max_length`` ``max_len``)."""
+        opts = DecodingOptions.from_kwargs(**options)
+        opts.validate(max_length_limit=self.max_len)
+        return opts.resolve(self.max_len, 0.6)
+
+    def _options_decoder(self, opts, with_prefix):
+        """A ``tf.function`` per shape of the computation (beam, n-best, sampling or not,
+        prefix or not); the other options are tensors, so changing them does not retrace."""
+        key = ("options", opts.beam_size if not opts.sampling else 0, opts.num_hypotheses,
+               opts.sampling, with_prefix)
+        if key not in self._decoders:
+            def fn(source, prefix, length_penalty, max_length, topk, topp, temperature, seed):
+                graph_opts = types.SimpleNamespace(
+                    beam_size=opts.beam_size, num_hypotheses=opts.num_hypotheses,
+                    sampling=opts.sampling, return_alignments=False,
+                    sampling_topk=topk, sampling_topp=topp,
+                    sampling_temperature=temperature, seed=seed,
+                    length_penalty=length_penalty, max_length=max_length)
+                out = decoding.decode(self.model, source, graph_opts, self.max_len,
+                                      text.START_ID, text.END_ID,
+                                      prefix if with_prefix else None)
+                return out["tokens"], out["lengths"], out["scores"]
+            if keras.backend.backend() == "tensorflow":
+                spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32),
+                        tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
+                        tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
+                        tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)]
+                fn = tf.function(fn, input_signature=spec)
+            self._decoders[key] = fn
+        return self._decoders[key]
+
+    def _prefix_ids(self, prefix, batch):
+        """``target_prefix`` as target ids ``(batch, P)`` int32 (P = 0 for "")."""
+        if not prefix:
+            return np.zeros((batch, 0), "int32")
+        ids = self.tgt_tokenizer.tokenize(tf.constant([prefix], tf.string))
+        ids = np.asarray(ids.to_tensor(0) if hasattr(ids, "to_tensor") else ids, "int32")
+        return np.repeat(ids[:1], batch, axis=0)
+
+    def translate_nbest(self, sentences, batch_size=128, **options):
+        """Translate with per-call decoding options (API.md, "Decoding options per request").
+
+        Returns, per sentence, a list of ``num_hypotheses`` dicts ``{"translation": str,
+        "score": float}``, best first for beam search (score: summed log-probability divided
+        by the GNMT length penalty; greedy and sampling: the summed log-probability). With
+        ``target_prefix``, every translation starts with the prefix's tokens and their
+        log-probabilities are not in the score.
+
+        Example:
+            >>> tr.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
+            [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
+        """
+        opts = self.options(**options)
+        if opts.return_alignments:
+            raise NotImplementedError("`return_alignments` is not implemented yet")
+        sentences = list(sentences)
+        prefix = self._prefix_ids(opts.target_prefix, 1)
+        opts.validate(max_length_limit=self.max_len, prefix_tokens=prefix.shape[1])
+        results = []
+        for i in range(0, len(sentences), batch_size):
+            chunk = sentences[i: i + batch_size]
+            source = np.asarray(self.encode(chunk), "int32")
+            fn = self._options_decoder(opts, prefix.shape[1] > 0)
+            tokens, lengths, scores = (keras.ops.convert_to_numpy(t) for t in fn(
+                source, np.repeat(prefix, len(chunk), axis=0),
+                np.float32(opts.length_penalty), np.int32(opts.max_length),
+                np.int32(opts.sampling_topk), np.float32(opts.sampling_topp),
+                np.float32(opts.sampling_temperature), np.int32(opts.seed)))
+            n = tokens.shape[1]
+            flat = tokens.reshape(len(chunk) * n, -1)[:, : max(int(lengths.max(initial=0)), 1)]
+            decoded = self.tgt_tokenizer.detokenize(flat).numpy().reshape(len(chunk), n)
+            for row in range(len(chunk)):
+                results.append([{"translation": decoded[row, h].decode("utf-8", errors="replace"),
+                                 "score": float(scores[row, h])} for h in range(n)])
+        return results
+
+    def translate(self, sentences, beam_size=1, alpha=0.6, batch_size=128, progress=None,
+                  **options):
+        """Translate a list of strings; returns a list of strings (the best translation).
 
         ``progress``: optional ``progress(done, total)``, called after each batch with the
-        number of sentences translated so far.
+        number of sentences translated so far. Any other decoding option of
+        :meth:`translate_nbest` (``length_penalty`` is ``alpha``'s name there) gives that
+        method's best hypothesis.
         """
         sentences = list(sentences)
+        if options:
+            options.setdefault("length_penalty", alpha)
+            return [hyps[0]["translation"] for hyps in
+                    self.translate_nbest(sentences, batch_size, beam_size=beam_size, **options)]
         out = []
         for i in range(0, len(sentences), batch_size):
             source = self.encode(sentences[i: i + batch_size])
