@@ -240,6 +240,7 @@ def test_trained_dates_model_translates_held_out_dates():
 
 
 @needs_run
+@pytest.mark.slow  # two `keras-attn translate` processes (test_cli runs the command in-suite)
 def test_translate_command_line():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run([sys.executable, "-m", "keras_attn.cli", "translate", str(RUN),

@@ -423,6 +423,7 @@ def test_mixed_float16_training_of_the_default_dates_model_stays_finite(tmp_path
         assert getattr(config, key) == defaults[key]
 
 
+@pytest.mark.slow  # a whole training.train run with evaluation
 def test_training_does_not_warn_that_input_ran_out(tmp_path):
     """Keras warned "Your input ran out of data; interrupting training" after the first
     validation pass (bucketed datasets hide their cardinality); nothing is interrupted, but
