@@ -320,6 +320,7 @@ def test_across_backends_every_public_layer_and_model_is_compared():
         assert f"models.{builder}(" in LAYER_SCRIPT
 
 
+@pytest.mark.slow  # three processes (TensorFlow, JAX, PyTorch), ~40 s
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
 def test_across_backends_same_outputs_and_gradients(layer_results, backend):
     ref, got = layer_results["tensorflow"], layer_results[backend]
@@ -347,6 +348,7 @@ def test_across_backends_same_outputs_and_gradients(layer_results, backend):
                                        err_msg=f"{name} gradient {i} on {backend}")
 
 
+@pytest.mark.slow  # shares the three processes of the comparison above
 @pytest.mark.parametrize("backend", ("tensorflow",) + OTHER_BACKENDS)
 def test_across_backends_dropout_keeps_and_scales(layer_results, backend):
     """Dropout(0.25) on ones, training: every value is 0 or the exact inverse keep rate,
