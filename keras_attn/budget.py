@@ -10,6 +10,7 @@ directory (``budget.json``) whenever the backup is saved, so a resumed run conti
 same schedule from the time of its backup.
 """
 import collections
+import os
 import sys
 import time
 
@@ -63,6 +64,47 @@ class BudgetClock(keras.callbacks.Callback):
         self.clock = clock
         self.step_seconds = None  # a running mean of the time between steps
         self._last_end = None
+
+    @classmethod
+    def from_run_dir(cls, run_dir, schedule, time_budget, start, reserve=None, log=print):
+        """The clock of a budgeted run in ``run_dir``, continuing a resumed one.
+
+        A new run trains until ``time_budget`` less ``reserve`` seconds have passed since
+        ``start``. A resumed run (``run_dir/budget.json`` and the ``BackupAndRestore``
+        folder ``run_dir/backup`` both there) continues from the training time saved with
+        its backup, under the training time it was given; ``budget.json`` without a backup
+        means training starts over, and so does the schedule.
+
+        Args:
+            run_dir: the run directory (:mod:`keras_attn.runs` layout); the clock writes
+                its state to ``run_dir/budget.json`` at every epoch end.
+            schedule: the :class:`keras_attn.schedules.BudgetSchedule` of the optimizer.
+            time_budget: seconds for the whole command.
+            start: ``time.monotonic()`` when the command started.
+            reserve: seconds kept back for choosing the weights, evaluation and export
+                (default: :func:`reserve_seconds` of ``time_budget``).
+            log: called with one line saying how long training runs.
+        Example:
+            >>> schedule = BudgetSchedule(1e-3)
+            >>> model.compile(keras.optimizers.Adam(schedule), loss="mse")
+            >>> clock = BudgetClock.from_run_dir("runs/x", schedule, 3600, time.monotonic())
+            >>> model.fit(ds.repeat(), epochs=10**4, steps_per_epoch=EPOCH_STEPS, callbacks=[
+            ...     keras.callbacks.BackupAndRestore("runs/x/backup"), clock])
+        """
+        p = runs.paths(run_dir)
+        if os.path.exists(p["budget"]) and os.path.exists(p["backup"]):
+            state = runs.read_json(p["budget"])
+            elapsed_before, train_seconds = state["elapsed"], state["train_seconds"]
+            log(f"time budget: resuming at {format_duration(elapsed_before)} of "
+                f"{format_duration(train_seconds)} training time")
+        else:
+            if reserve is None:
+                reserve = reserve_seconds(time_budget)
+            elapsed_before, train_seconds = 0.0, time_budget - reserve
+            log(f"time budget: {format_duration(time_budget)}, training until "
+                f"{format_duration(train_seconds)} (reserve {format_duration(reserve)} for "
+                "choosing weights, evaluation and export)")
+        return cls(schedule, train_seconds, start, elapsed_before, state_path=p["budget"])
 
     def elapsed(self):
         return self.elapsed_before + self.clock() - self.start

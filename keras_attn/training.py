@@ -102,11 +102,14 @@ def _schedule(config, steps_per_epoch):
     raise ValueError(f"`schedule` must be 'noam' or 'cosine'. Received: {config.schedule!r}")
 
 
+def _adam(schedule):
+    return keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
+
+
 def compile_model(model, config, steps_per_epoch, optimizer=None):
     """Compile with the run's Adam, masked loss and accuracy (``optimizer``: reuse this one)."""
     if optimizer is None:
-        optimizer = keras.optimizers.Adam(_schedule(config, steps_per_epoch), beta_1=0.9,
-                                          beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
+        optimizer = _adam(_schedule(config, steps_per_epoch))
     # Under a multi-replica strategy (compile inside its scope) the loss must be divided by
     # the number of replicas; one device keeps the plain loss (and the saved compile config).
     distributed = (tf.distribute.has_strategy()
@@ -245,8 +248,12 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
         log("jit_compile: off (XLA does not support MirroredStrategy over logical CPU devices)")
         compile_config = dataclasses.replace(config, jit_compile=False)
     distributed = strategy.num_replicas_in_sync > 1 or bool(distribute)
+    # Kept here: the budget clock drives it (under mixed_float16 compile wraps the optimizer
+    # in a LossScaleOptimizer, whose own learning rate is not the schedule).
+    schedule = _schedule(config, steps_per_epoch)
     with strategy.scope():
-        model = compile_model(build_model(config), compile_config, steps_per_epoch)
+        model = compile_model(build_model(config), compile_config, steps_per_epoch,
+                              _adam(schedule))
     fit_model = model
     if distributed:
         # Made outside the scope (the layers and their variables were made inside it) and
@@ -278,7 +285,8 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     verbose = 1 if sys.stdout.isatty() else 2
     clock = snapshots = None
     if config.time_budget:
-        clock = _budget_clock(config, p, model.optimizer, start, reserve, log)
+        clock = budget.BudgetClock.from_run_dir(run_dir, schedule, config.time_budget, start,
+                                                reserve, log)
         snapshots = budget.Snapshots(BUDGET_AVERAGE)
         # After the backup (the state is saved with the same epoch), before the CSV row
         # (it adds the step, learning rate and time to the logs). No best-by-validation
@@ -322,26 +330,6 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     for sample in metrics["samples"][:5]:
         log(f"  {sample['source']!r} -> {sample['output']!r} (reference {sample['target']!r})")
     return metrics
-
-
-def _budget_clock(config, p, optimizer, start, reserve, log):
-    """The :class:`budget.BudgetClock` of a budgeted run, continuing a resumed one."""
-    schedule = optimizer._learning_rate  # the BudgetSchedule compile_model made
-    elapsed_before, train_seconds = 0.0, None
-    if os.path.exists(p["budget"]) and os.path.exists(p["backup"]):
-        state = runs.read_json(p["budget"])
-        elapsed_before, train_seconds = state["elapsed"], state["train_seconds"]
-        log(f"time budget: resuming at {format_duration(elapsed_before)} of "
-            f"{format_duration(train_seconds)} training time")
-    if train_seconds is None:
-        if reserve is None:
-            reserve = budget.reserve_seconds(config.time_budget)
-        train_seconds = config.time_budget - reserve
-        log(f"time budget: {format_duration(config.time_budget)}, training until "
-            f"{format_duration(train_seconds)} (reserve {format_duration(reserve)} for "
-            "choosing weights, evaluation and export)")
-    return budget.BudgetClock(schedule, train_seconds, start, elapsed_before,
-                              state_path=p["budget"])
 
 
 def _keep_final_or_average(model, snapshots, valid_ds, log):

@@ -196,18 +196,26 @@ def test_clock_saves_elapsed_time_and_a_resumed_run_continues_the_schedule(tmp_p
 
 
 def test_budget_clock_of_a_resumed_run_reads_the_run_dir(tmp_path):
-    p = runs.paths(str(tmp_path))
-    config = TrainConfig(time_budget=3600.0)
-    optimizer = types.SimpleNamespace(_learning_rate=BudgetSchedule(PEAK))
-    fresh = training._budget_clock(config, p, optimizer, 0.0, 300.0, log=lambda *a: None)
+    run_dir, schedule, lines = str(tmp_path), BudgetSchedule(PEAK), []
+    fresh = budget.BudgetClock.from_run_dir(run_dir, schedule, 3600.0, 0.0, 300.0,
+                                            log=lines.append)
     assert (fresh.train_seconds, fresh.elapsed_before) == (3300.0, 0.0)
-    runs.write_json(p["budget"], {"elapsed": 1234.5, "train_seconds": 3250.0, "epoch": 7})
+    assert fresh.schedule is schedule and fresh.state_path == runs.paths(run_dir)["budget"]
+    assert lines == ["time budget: 1:00:00, training until 55:00 (reserve 5:00 for choosing "
+                     "weights, evaluation and export)"]
+    default = budget.BudgetClock.from_run_dir(run_dir, schedule, 3600.0, 0.0, log=lines.append)
+    assert default.train_seconds == 3600.0 - budget.reserve_seconds(3600.0)
+    runs.write_json(str(tmp_path / "budget.json"),
+                    {"elapsed": 1234.5, "train_seconds": 3250.0, "epoch": 7})
     # budget.json without a backup: training starts over, so does the schedule.
-    again = training._budget_clock(config, p, optimizer, 0.0, 300.0, log=lambda *a: None)
-    assert again.elapsed_before == 0.0
+    again = budget.BudgetClock.from_run_dir(run_dir, schedule, 3600.0, 0.0, 300.0,
+                                            log=lines.append)
+    assert (again.train_seconds, again.elapsed_before) == (3300.0, 0.0)
     (tmp_path / "backup").mkdir()
-    resumed = training._budget_clock(config, p, optimizer, 0.0, 100.0, log=lambda *a: None)
+    resumed = budget.BudgetClock.from_run_dir(run_dir, schedule, 3600.0, 0.0, 100.0,
+                                              log=lines.append)
     assert (resumed.train_seconds, resumed.elapsed_before) == (3250.0, 1234.5)
+    assert lines[-1] == "time budget: resuming at 20:34 of 54:10 training time"
 
 
 def test_reserve_is_inside_the_budget():
@@ -305,18 +313,27 @@ def test_resume_with_another_budget_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_budgeted_run_stops_at_the_budget_and_decays_to_the_floor(tmp_path, capsys):
+@pytest.mark.parametrize("precision", [[], ["--mixed-precision", "mixed_float16"]],
+                         ids=["float32", "mixed_float16"])
+def test_budgeted_run_stops_at_the_budget_and_decays_to_the_floor(tmp_path, capsys,
+                                                                   precision):
     """A 20 s budget on a tiny dates model, through the CLI: training stops when the
     training time is spent, the rate has decayed to (nearly) its floor, and the run
     directory holds the budget state and the metrics. Whether the whole command ends
     inside the budget depends on the machine's load (tracing alone can take longer than
-    20 s on a loaded 2-core CPU): that bound is measured on real budgets (docs/budget.md)."""
+    20 s on a loaded 2-core CPU): that bound is measured on real budgets (docs/budget.md).
+    Under mixed_float16 the clock drives the same schedule (compile wraps the optimizer in
+    a LossScaleOptimizer, whose own learning rate is not the schedule)."""
     seconds = 20
     argv = ["train", "--task", "dates", "--num-train", "400", "--num-valid", "20",
             "--num-test", "10", "--num-hiddens", "16", "--ffn-num-hiddens", "32",
             "--num-heads", "2", "--num-layers", "1", "--batch-size", "32", "--no-export",
-            "--time-budget", f"{seconds}s", "--output", str(tmp_path)]
-    assert cli.main(argv) == 0
+            "--time-budget", f"{seconds}s", *precision, "--output", str(tmp_path)]
+    policy = keras.mixed_precision.global_policy()
+    try:
+        assert cli.main(argv) == 0
+    finally:  # training sets the process's policy: later tests start from the same one
+        keras.mixed_precision.set_global_policy(policy)
     out = capsys.readouterr().out
     assert re.search(r"time budget: [\d:]+ used of 0:20 \(\d+\.\d %\)", out), out
     state = json.loads((tmp_path / "budget.json").read_text())
