@@ -271,11 +271,18 @@ def test_snapshots_average_the_last_ones():
 # CLI and config
 
 
-def test_cli_parses_the_budget():
-    args = cli.build_parser().parse_args(["train", "--time-budget", "1.5h"])
-    assert args.time_budget == 5400.0
-    assert cli._config_from_args(args).time_budget == 5400.0
-    assert cli.build_parser().parse_args(["train"]).time_budget == 0.0
+def test_cli_hands_training_the_budget_and_its_reserve(tmp_path, monkeypatch):
+    """``keras-attn train --time-budget 1.5h``: training gets 5,400 s and the reserve of a
+    run without export; no option: no budget."""
+    calls = []
+    monkeypatch.setattr(training, "train", lambda config, run_dir, **kwargs: calls.append(
+        (config, kwargs)) or {"ok": 1})
+    for argv in (["--time-budget", "1.5h"], []):
+        assert cli.main(["train", *argv, "--no-export", "--output", str(tmp_path / "run")]) == 0
+    (budgeted, kwargs), (plain, plain_kwargs) = calls
+    assert budgeted.time_budget == 5400.0
+    assert kwargs["reserve"] == budget.reserve_seconds(5400.0, export=False)
+    assert (plain.time_budget, plain_kwargs["reserve"]) == (0.0, None)
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -295,17 +302,27 @@ def test_check_config_rejects_a_negative_budget():
         training.check_config(TrainConfig(time_budget=-1.0))
 
 
-def test_resume_with_another_budget_is_refused(tmp_path):
+class Started(Exception):
+    """Raised where training would load its data: the run directory was accepted."""
+
+
+def test_resume_with_another_budget_is_refused(tmp_path, monkeypatch):
+    def load_splits(config, log=print):
+        raise Started
+
+    monkeypatch.setattr(training, "load_splits", load_splits)
+    run_dir = str(tmp_path)
     config = TrainConfig(time_budget=3600.0)
-    training._prepare_run_dir(config, str(tmp_path))
     runs.write_json(str(tmp_path / "config.json"), {**vars(config)})
-    training._prepare_run_dir(TrainConfig(time_budget=3600.0), str(tmp_path))  # same: fine
+    with pytest.raises(Started):  # the same options: resumed
+        training.train(TrainConfig(time_budget=3600.0), run_dir, log=lambda *a: None)
     with pytest.raises(ValueError, match="time_budget"):
-        training._prepare_run_dir(TrainConfig(time_budget=7200.0), str(tmp_path))
+        training.train(TrainConfig(time_budget=7200.0), run_dir, log=lambda *a: None)
     # A config.json written before the option existed reads as an epoch run.
     runs.write_json(str(tmp_path / "config.json"),
                     {k: v for k, v in vars(TrainConfig()).items() if k != "time_budget"})
-    training._prepare_run_dir(TrainConfig(), str(tmp_path))
+    with pytest.raises(Started):
+        training.train(TrainConfig(), run_dir, log=lambda *a: None)
 
 
 # ----------------------------------------------------------------------------------------
