@@ -122,16 +122,19 @@ class _Shaped:
         self.shape = shape
 
 
-_CHUNK_BYTES = 1 << 21  # float32 scores per chunk
-_CHUNK_ABOVE = 1 << 24  # chunk only scores larger than this in all
+# The defaults of attention_chunks, read at trace time: set them (e.g. CHUNK_BYTES to a
+# smaller CPU's L2 cache) before a model is traced to tune the chunks for another machine.
+CHUNK_BYTES = 1 << 21  # float32 scores per chunk
+CHUNK_ABOVE = 1 << 24  # chunk only scores larger than this in all
 
 
 def attention_chunks(batch, heads, num_queries, num_keys, chunk_bytes=None,
                      min_total_bytes=None, gpu=None):
     """How many rows of the ``(batch * heads)`` axis each attention chunk takes.
 
-    Scores of more than ``min_total_bytes`` in all (float32; default 16 MiB) are cut into
-    chunks of at most ``chunk_bytes`` (default 2 MiB); a chunk is either whole examples (a
+    Scores of more than ``min_total_bytes`` in all (float32; default :data:`CHUNK_ABOVE`,
+    16 MiB) are cut into chunks of at most ``chunk_bytes`` (default :data:`CHUNK_BYTES`,
+    2 MiB); a chunk is either whole examples (a
     multiple of ``heads`` rows) or a divisor of ``heads`` rows of one example, so a
     per-example mask slices along with it. ``[None]`` (one chunk of every row) when a size
     is not static. On a GPU (``gpu=True``, or by default when TensorFlow sees one) one
@@ -149,8 +152,8 @@ def attention_chunks(batch, heads, num_queries, num_keys, chunk_bytes=None,
         gpu = gpu_visible()
     if gpu:
         return [batch * heads]
-    chunk_bytes = _CHUNK_BYTES if chunk_bytes is None else chunk_bytes
-    min_total_bytes = _CHUNK_ABOVE if min_total_bytes is None else min_total_bytes
+    chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    min_total_bytes = CHUNK_ABOVE if min_total_bytes is None else min_total_bytes
     if 4 * batch * heads * num_queries * num_keys <= min_total_bytes:
         return [batch * heads]
     total = batch * heads

@@ -74,8 +74,8 @@ def test_multi_head_attention_and_gradients_agree(case, monkeypatch):
             rng.random((3, 9)) > 0.3)), "chunks": dict(mask=tf.constant(rng.random((3, 9)) > 0.3))
     }[case]
     if case == "chunks":  # the fast path attends one head per chunk
-        monkeypatch.setattr(tf_attention, "_CHUNK_ABOVE", 0)
-        monkeypatch.setattr(tf_attention, "_CHUNK_BYTES", 4 * q_len * 9)
+        monkeypatch.setattr(tf_attention, "CHUNK_ABOVE", 0)
+        monkeypatch.setattr(tf_attention, "CHUNK_BYTES", 4 * q_len * 9)
         monkeypatch.setattr(tf_attention, "gpu_visible", lambda: False)
     if case == "self causal":
         keys = queries

@@ -80,8 +80,8 @@ def test_multi_head_attention_chunks_follow_the_gpu_decision(monkeypatch, gpu):
     from keras_attn import fastpath, tf_attention
 
     monkeypatch.setattr(tf_attention, "gpu_visible", lambda: gpu)
-    monkeypatch.setattr(tf_attention, "_CHUNK_ABOVE", 0)
-    monkeypatch.setattr(tf_attention, "_CHUNK_BYTES", 60)
+    monkeypatch.setattr(tf_attention, "CHUNK_ABOVE", 0)
+    monkeypatch.setattr(tf_attention, "CHUNK_BYTES", 60)
     x = rand(CHUNK_B, Q, HIDDEN, seed=1)
     layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS)
     layer(x, x, x)
@@ -124,8 +124,8 @@ def test_multi_head_attention_in_chunks_matches_numpy_and_one_chunk(monkeypatch,
 
         return fn(*x) if not graph else tf.function(fn)(*x)
 
-    monkeypatch.setattr(mha_module, "_CHUNK_BYTES", chunk_bytes)
-    monkeypatch.setattr(mha_module, "_CHUNK_ABOVE", 0)
+    monkeypatch.setattr(mha_module, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(mha_module, "CHUNK_ABOVE", 0)
     monkeypatch.setattr(mha_module, "gpu_visible", lambda: False)
     for graph in (False, True):
         out, w, grads = run(graph)
@@ -137,7 +137,7 @@ def test_multi_head_attention_in_chunks_matches_numpy_and_one_chunk(monkeypatch,
         expected_output, expected_weights = reference(layer, queries, keys, values, keep)
         lc.assert_close(w, expected_weights, terms=w_terms)
         lc.assert_close(out, expected_output, terms=out_terms)
-    monkeypatch.setattr(mha_module, "_CHUNK_BYTES", 1 << 30)
+    monkeypatch.setattr(mha_module, "CHUNK_BYTES", 1 << 30)
     one_out, one_w, one_grads = run(True)
     lc.assert_close(out, one_out, terms=out_terms)
     # Gradients: the forward's roundings, then back through W_o (HIDDEN), the weighted
@@ -164,8 +164,8 @@ def test_multi_head_attention_in_chunks_under_xla_and_bfloat16(monkeypatch, vari
     lens = CHUNK_LENS
     layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS)
     expected = np_(layer(x, x, x, valid_lens=lens))  # one chunk, float32
-    monkeypatch.setattr(mha_module, "_CHUNK_BYTES", 120)
-    monkeypatch.setattr(mha_module, "_CHUNK_ABOVE", 0)
+    monkeypatch.setattr(mha_module, "CHUNK_BYTES", 120)
+    monkeypatch.setattr(mha_module, "CHUNK_ABOVE", 0)
     monkeypatch.setattr(mha_module, "gpu_visible", lambda: False)
     if variant == "xla":
         out = tf.function(lambda a: layer(a, a, a, valid_lens=lens), jit_compile=True)(x)
@@ -183,8 +183,8 @@ def test_multi_head_attention_in_chunks_under_xla_and_bfloat16(monkeypatch, vari
 
 def test_multi_head_attention_in_chunks_drops_weights_only_in_training(monkeypatch):
     from keras_attn import tf_attention as mha_module
-    monkeypatch.setattr(mha_module, "_CHUNK_BYTES", 60)  # one head per chunk
-    monkeypatch.setattr(mha_module, "_CHUNK_ABOVE", 0)
+    monkeypatch.setattr(mha_module, "CHUNK_BYTES", 60)  # one head per chunk
+    monkeypatch.setattr(mha_module, "CHUNK_ABOVE", 0)
     monkeypatch.setattr(mha_module, "gpu_visible", lambda: False)
     x = rand(CHUNK_B, Q, HIDDEN, seed=1)
     layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS, dropout=0.5)
