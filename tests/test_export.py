@@ -734,11 +734,15 @@ def test_rest_client_round_trip(loaded, translator, columnar):
     try:
         host = f"127.0.0.1:{server.server_port}"
         texts = ["3 March 2021", "1999-07-04", LONG]
-        rows = client.send_rest(*client.build_rest_request(texts, host=host, columnar=columnar))
+        # The client's default timeout (30 s) is for a real server; here a hang guard
+        # scaled to the machine's load, so a slow, loaded machine does not fail the test.
+        rows = client.send_rest(*client.build_rest_request(texts, host=host, columnar=columnar),
+                                timeout=guards.timeout(5))
         assert [r["translation"] for r in rows] == translator.translate(texts)
         assert [r["truncated"] for r in rows] == [False, False, True]
         with pytest.raises(RuntimeError, match="HTTP 400"):
-            client.send_rest(*client.build_rest_request(texts, "other_model", host=host))
+            client.send_rest(*client.build_rest_request(texts, "other_model", host=host),
+                             timeout=guards.timeout(5))
     finally:
         server.shutdown()
         server.server_close()
@@ -767,7 +771,8 @@ def test_grpc_client_round_trip(loaded, translator):
     server.start()
     try:
         texts = ["3 March 2021", "le 4 juillet 1999"]
-        rows = client.send_grpc(client.build_grpc_request(texts), f"127.0.0.1:{port}")
+        rows = client.send_grpc(client.build_grpc_request(texts), f"127.0.0.1:{port}",
+                                timeout=guards.timeout(5))  # a hang guard, as above
         assert [r["translation"] for r in rows] == translator.translate(texts)
         assert [r["truncated"] for r in rows] == [False, False]
     finally:

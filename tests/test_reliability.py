@@ -341,32 +341,39 @@ def test_killed_training_resumes_from_the_saved_epoch(tmp_path):
     cmd, env = _cli([*RESUME_ARGS, "--output", ref_dir])
     reference = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True)
-    cmd, env = _cli([*RESUME_ARGS, "--output", run_dir])
-    victim = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + guards.timeout(40)
-        # Wait for a whole epoch: backed up and logged; then kill during the next one.
-        while time.time() < deadline and victim.poll() is None:
-            saved = _saved_epoch(run_dir)
-            if saved >= 1 and (run_dir / "training_log.csv").exists() \
-                    and len(read_log(run_dir)) == saved:
-                break
-            time.sleep(0.05)
-        assert victim.poll() is None, "training finished before it could be killed"
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
-    finally:
-        if victim.poll() is None:
-            victim.kill()
-    saved = _saved_epoch(run_dir)
-    assert 1 <= saved < EPOCHS and not (run_dir / "metrics.json").exists()
+    try:  # the reference run must not outlive a failure: it would load the next tests
+        cmd, env = _cli([*RESUME_ARGS, "--output", run_dir])
+        victim = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + guards.timeout(40)
+            # Wait for a whole epoch: backed up and logged; then kill during the next one.
+            while time.monotonic() < deadline and victim.poll() is None:
+                saved = _saved_epoch(run_dir)
+                if saved >= 1 and (run_dir / "training_log.csv").exists() \
+                        and len(read_log(run_dir)) == saved:
+                    break
+                time.sleep(0.05)
+            assert victim.poll() is None, "training finished before it could be killed"
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(timeout=guards.timeout(3))
+        finally:
+            if victim.poll() is None:
+                victim.kill()
+        saved = _saved_epoch(run_dir)
+        assert 1 <= saved < EPOCHS and not (run_dir / "metrics.json").exists()
 
-    cmd, env = _cli([*RESUME_ARGS, "--output", run_dir])
-    resumed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=guards.timeout(40))
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    started = [int(k) for k in re.findall(rf"^Epoch (\d+)/{EPOCHS}$", resumed.stdout, re.M)]
-    assert started == list(range(saved + 1, EPOCHS + 1)), resumed.stdout
-    reference_out = reference.communicate(timeout=guards.timeout(40))[0]
+        cmd, env = _cli([*RESUME_ARGS, "--output", run_dir])
+        resumed = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                                 timeout=guards.timeout(40))
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        started = [int(k) for k in re.findall(rf"^Epoch (\d+)/{EPOCHS}$", resumed.stdout, re.M)]
+        assert started == list(range(saved + 1, EPOCHS + 1)), resumed.stdout
+        reference_out = reference.communicate(timeout=guards.timeout(40))[0]
+    finally:
+        if reference.poll() is None:
+            reference.kill()
+            reference.communicate(timeout=guards.timeout(3))
     assert reference.returncode == 0, reference_out
 
     rows, ref_rows = read_log(run_dir), read_log(ref_dir)
