@@ -239,19 +239,52 @@ def test_tflite_builtin_float32_matches_translator(exported, run, translator, re
 
 @pytest.mark.kernels
 def test_tflite_int8_runs(exported, run, translator, reference):
+    """Both int8 files of the tiny run answer every input. How often they agree with
+    float32 is printed, not judged: the tiny run is barely trained (a fifth of its rows
+    have a step whose two best logits are within 0.05), so that rate is a property of the
+    CPU's int8 kernels (CTranslate2's AVX2 int8 kernels agreed on 45 % of this run). It is
+    judged on the committed, trained model (test_tflite_int8_agrees_on_the_trained_model)."""
     tfl = exported["report"]["tflite"]
-    text_out = _decode(
-        export.run_tflite_text(tfl["text_int8"]["path"], run["inputs"])["translation"])
-    ids = export.run_tflite_builtin(tfl["builtin_int8"]["path"],
-                                    translator.encode(run["inputs"]).numpy())["tokens"]
-    builtin_out = _decode(translator.tgt_tokenizer.detokenize(tf.constant(ids)))
-    agree_text = np.mean([a == b for a, b in zip(text_out, reference)])
+    text_out = export.run_tflite_text(tfl["text_int8"]["path"], run["inputs"])
+    builtin = export.run_tflite_builtin(tfl["builtin_int8"]["path"],
+                                        translator.encode(run["inputs"]).numpy())
+    assert len(text_out["translation"]) == len(builtin["tokens"]) == len(reference)
+    assert np.isfinite(text_out["score"]).all() and np.isfinite(builtin["log_prob"]).all()
+    for row, n in zip(builtin["tokens"], builtin["lengths"]):  # padding after the length
+        assert 0 < n <= len(row) and not row[n:].any() and row[:n].all()
+    builtin_out = _decode(translator.tgt_tokenizer.detokenize(tf.constant(builtin["tokens"])))
+    agree_text = np.mean([a == b for a, b in zip(_decode(text_out["translation"]), reference)])
     agree_builtin = np.mean([a == b for a, b in zip(builtin_out, reference)])
-    print(f"int8 exact agreement with float32 Keras on {len(reference)} inputs: "
-          f"text {agree_text:.0%}, builtin {agree_builtin:.0%}")
-    assert len(text_out) == len(builtin_out) == len(reference)
-    # Same model, 8-bit weights: mostly the same output, and dates of the same shape.
-    assert agree_text >= 0.5 and agree_builtin >= 0.5
+    print(f"int8 exact agreement with float32 Keras on {len(reference)} inputs of the tiny "
+          f"run: text {agree_text:.0%}, builtin {agree_builtin:.0%}")
+
+
+@pytest.mark.slow  # two int8 exports of the default-sized model (~15 s on 2 idle cores)
+def test_tflite_int8_agrees_on_the_trained_model(tmp_path):
+    """What int8 keeps, measured where it means something: the committed, trained dates
+    model (exported/run) exported now, on 200 held-out dates (100 % agreement with float32
+    Keras measured with AVX-512 kernels; 95 % leaves room for other CPUs' roundings)."""
+    from keras_attn import data
+
+    committed = REPO / "exported" / "run"
+    if not (committed / "model.keras").is_file():
+        pytest.skip("exported/run (the committed default model) is missing")
+    trained = Translator.from_run_dir(str(committed))
+    held_out = [s for s, _ in data.dates_splits(30000, 1000, 2000, seed=0)["test"][:200]]
+    float32 = trained.translate(held_out)
+    export.export_tflite(trained, str(tmp_path / "text.tflite"), "text", "int8")
+    export.export_tflite(trained, str(tmp_path / "builtin"), "builtin", "int8")
+    text_out = _decode(export.run_tflite_text(str(tmp_path / "text.tflite"),
+                                              held_out)["translation"])
+    ids = export.run_tflite_builtin(str(tmp_path / "builtin"),
+                                    trained.encode(held_out).numpy())["tokens"]
+    builtin_out = _decode(trained.tgt_tokenizer.detokenize(tf.constant(ids)))
+    agree_text = np.mean([a == b for a, b in zip(text_out, float32)])
+    agree_builtin = np.mean([a == b for a, b in zip(builtin_out, float32)])
+    print(f"int8 exact agreement with float32 Keras (committed model): text {agree_text:.1%}, "
+          f"builtin {agree_builtin:.1%}")
+    assert len(text_out) == len(builtin_out) == len(float32)
+    assert agree_text >= 0.95 and agree_builtin >= 0.95
 
 
 @pytest.mark.parametrize("case", sorted(ROBUST) + ["empty_batch"])
