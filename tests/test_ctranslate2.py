@@ -159,12 +159,12 @@ def test_beam_agreement(translator, ct2, source):
     agree = {
         # length_penalty=0 and alpha=0: both rank by the sum of log-probabilities.
         "alpha0_vs_length_penalty0": _agreement(ours_0, _rows(ct2.translate_ids(
-            source, 4, length_penalty=0.0, num_hypotheses=1))),
+            source, 4, ct2_options={"length_penalty": 0.0, "num_hypotheses": 1}))),
         # beam_size hypotheses with raw scores, reranked with the GNMT penalty.
         "alpha0.6_vs_reranked": _agreement(ours_6, _rows(ct2.translate_ids(source, 4, 0.6))),
         # CTranslate2's own length normalisation: a different ranking.
         "alpha0.6_vs_length_penalty1": _agreement(ours_6, _rows(ct2.translate_ids(
-            source, 4, length_penalty=1.0, num_hypotheses=1))),
+            source, 4, ct2_options={"length_penalty": 1.0, "num_hypotheses": 1}))),
     }
     print("beam agreement with CTranslate2:", json.dumps(agree))
     assert agree["alpha0_vs_length_penalty0"] >= 0.95
