@@ -64,6 +64,43 @@ def source(run, translator):
     return translator.encode(run["inputs"]).numpy()
 
 
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory):
+    """The committed, trained dates model (exported/run) exported to CTranslate2 (float32),
+    with 200 held-out dates: where agreement measures the export, not near ties of a
+    barely trained model."""
+    run_dir = os.path.join(REPO, "exported", "run")
+    if not os.path.isfile(os.path.join(run_dir, "model.keras")):
+        pytest.skip("exported/run (the committed default model) is missing")
+    translator = Translator.from_run_dir(run_dir)
+    path = str(tmp_path_factory.mktemp("ct2_committed") / "ct2")
+    ct2_export.CTranslate2Exporter().export(translator, path, samples=["3 March 2021"])
+    held_out = [s for s, _ in data.dates_splits(30000, 1000, 2000, seed=0)["test"][:200]]
+    return {"translator": translator, "sentences": held_out,
+            "prefixes": ("2020", "19", "1999-12"),
+            "ct2": ct2_export.CTranslate2Translator(path, intra_threads=2),
+            # Measured: every best hypothesis equal with CTranslate2's AVX-512 and AVX2
+            # kernels (docs/decoding_options.md); at most 3 % of 200 may differ.
+            "min_best_agreement": 0.97}
+
+
+@pytest.fixture(scope="module")
+def sentencepiece(tiny_sentencepiece, tmp_path_factory):
+    """The session's tiny SentencePiece English->French run exported to CTranslate2, on its
+    16 training sources (run_fixtures.PAIRS)."""
+    import run_fixtures
+
+    translator = Translator.from_run_dir(tiny_sentencepiece["run_dir"])
+    path = str(tmp_path_factory.mktemp("ct2_sentencepiece") / "ct2")
+    ct2_export.CTranslate2Exporter().export(translator, path, samples=["Hello!"])
+    return {"translator": translator, "sentences": [en for en, _ in run_fixtures.PAIRS],
+            "prefixes": ("Je", "Il est"),
+            "ct2": ct2_export.CTranslate2Translator(path, intra_threads=2),
+            # Measured: 16 of 16 (AVX-512 and AVX2); 3 of 16 may differ (a barely trained
+            # model: a near tie is a property of a row, not of the export).
+            "min_best_agreement": 0.8}
+
+
 def _rows(ids):
     return [[t for t in row if t != 0] for row in np.asarray(ids).tolist()]
 
@@ -159,20 +196,141 @@ def test_beam_agreement(translator, ct2, source):
     agree = {
         # length_penalty=0 and alpha=0: both rank by the sum of log-probabilities.
         "alpha0_vs_length_penalty0": _agreement(ours_0, _rows(ct2.translate_ids(
-            source, 4, length_penalty=0.0, num_hypotheses=1))),
+            source, 4, ct2_options={"length_penalty": 0.0, "num_hypotheses": 1}))),
         # beam_size hypotheses with raw scores, reranked with the GNMT penalty.
         "alpha0.6_vs_reranked": _agreement(ours_6, _rows(ct2.translate_ids(source, 4, 0.6))),
         # CTranslate2's own length normalisation: a different ranking.
         "alpha0.6_vs_length_penalty1": _agreement(ours_6, _rows(ct2.translate_ids(
-            source, 4, length_penalty=1.0, num_hypotheses=1))),
+            source, 4, ct2_options={"length_penalty": 1.0, "num_hypotheses": 1}))),
     }
     print("beam agreement with CTranslate2:", json.dumps(agree))
     assert agree["alpha0_vs_length_penalty0"] >= 0.95
     assert agree["alpha0.6_vs_reranked"] >= 0.95
 
 
+# --- per-request decoding options (API.md): the same as Translator's where CTranslate2 can ----
+MODELS = ["committed", "sentencepiece"]
+
+
+def _texts(nbest):
+    """The best translation of each sentence."""
+    return [hyps[0]["translation"] for hyps in nbest]
+
+
+def _best_scores_diff(ours, theirs):
+    """Largest difference between the two engines' scores of equal best translations."""
+    return max([0.0] + [abs(a[0]["score"] - b[0]["score"]) for a, b in zip(ours, theirs)
+                        if a[0]["translation"] == b[0]["translation"]])
+
+
+def _rescored_diff(m, **options):
+    """Every CTranslate2 hypothesis of the n-best lists against our model's score of the
+    same ids (teacher-forced): the sum of the log-probabilities after the prefix, divided
+    for beam search by ((5 + n) / 6) ** length_penalty. (Texts cannot be matched: two
+    SentencePiece segmentations can give one text.)"""
+    ct2, translator = m["ct2"], m["translator"]
+    opts = ct2.options(**options)
+    prefix = ct2.prefix_tokens(opts.target_prefix)
+    nbest = ct2.decode_nbest(ct2.encode(m["sentences"]), opts, prefix)
+    flat = [(ids, score) for hyps in nbest for ids, score in hyps]
+    tokens = np.zeros((len(flat), max(len(ids) for ids, _ in flat)), np.int32)
+    for r, (ids, _) in enumerate(flat):
+        tokens[r, : len(ids)] = ids
+    source = np.repeat(translator.encode(m["sentences"]).numpy(), [len(h) for h in nbest], 0)
+    log_probs = ct2_export.per_token_log_probs(translator.model, source, tokens)
+    diff = 0.0
+    for r, (ids, score) in enumerate(flat):
+        ours = float(log_probs[r, len(prefix): len(ids)].sum())
+        if opts.beam_size > 1:
+            ours /= ((5.0 + len(ids)) / 6.0) ** opts.length_penalty
+        diff = max(diff, abs(ours - score))
+    return diff
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_options_greedy_equals_translator(request, name):
+    """Greedy through the options: the same text and score (the summed log-probability) as
+    Translator.translate_nbest, also with a shorter max_length."""
+    m = request.getfixturevalue(name)
+    ours = m["translator"].translate_nbest(m["sentences"])
+    theirs = m["ct2"].translate_nbest(m["sentences"])
+    assert _texts(theirs) == _texts(ours)
+    assert all(len(hyps) == 1 for hyps in theirs)
+    assert _best_scores_diff(ours, theirs) < 1e-4  # summed log-probabilities, no penalty
+    assert _rescored_diff(m) < 1e-4
+    # max_length counts target tokens, [END] included, in both.
+    short = m["ct2"].translate_nbest(m["sentences"], max_length=5)
+    assert _texts(short) == _texts(m["translator"].translate_nbest(m["sentences"],
+                                                                   max_length=5))
+    assert m["ct2"].translate(m["sentences"], sampling_temperature=0.5) == _texts(ours)
+
+
+@pytest.mark.parametrize("beam_size", [2, 3, 4])
+@pytest.mark.parametrize("name", MODELS)
+def test_options_beam_nbest(request, name, beam_size):
+    """n-best lists: CTranslate2's beam (finished hypotheses leave the beam) reranked with
+    the GNMT penalty against ours (finished hypotheses keep their slot): the best
+    hypotheses agree on (nearly) all sentences; lower ranks are other hypotheses more
+    often (a property of the algorithms, printed, not asserted)."""
+    m = request.getfixturevalue(name)
+    options = dict(beam_size=beam_size, num_hypotheses=beam_size, length_penalty=0.6)
+    ours = m["translator"].translate_nbest(m["sentences"], **options)
+    theirs = m["ct2"].translate_nbest(m["sentences"], **options)
+    assert [len(hyps) for hyps in theirs] == [beam_size] * len(m["sentences"])
+    assert all(a["score"] >= b["score"] for hyps in theirs for a, b in zip(hyps, hyps[1:]))
+    best = _agreement(_texts(ours), _texts(theirs))
+    lists = _agreement([[h["translation"] for h in x] for x in ours],
+                       [[h["translation"] for h in x] for x in theirs])
+    overlap = sum(len({h["translation"] for h in a} & {h["translation"] for h in b})
+                  for a, b in zip(ours, theirs)) / (beam_size * len(ours))
+    print(f"{name} beam {beam_size}: best {best:.1%}, whole n-best list {lists:.1%}, "
+          f"n-best overlap {overlap:.1%} (ISA {os.environ.get('CT2_FORCE_CPU_ISA', 'auto')})")
+    assert best >= m["min_best_agreement"]
+    # Both scores are the summed log-probability / ((5 + n) / 6) ** 0.6 (n: [END] included).
+    assert _best_scores_diff(ours, theirs) < 1e-4
+    assert _rescored_diff(m, **options) < 1e-4
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize("name", MODELS)
+def test_options_target_prefix(request, name, beam_size):
+    """target_prefix as text: every CTranslate2 output starts with it and is Translator's
+    output with the same prefix (greedy: every sentence; beam: as the best hypotheses)."""
+    m = request.getfixturevalue(name)
+    for prefix in m["prefixes"]:
+        ours = m["translator"].translate_nbest(m["sentences"], beam_size=beam_size,
+                                               target_prefix=prefix)
+        theirs = m["ct2"].translate_nbest(m["sentences"], beam_size=beam_size,
+                                          target_prefix=prefix)
+        assert all(t.startswith(prefix) for t in _texts(theirs)), (prefix, _texts(theirs))
+        same = _agreement(_texts(ours), _texts(theirs))
+        print(f"{name} beam {beam_size} target_prefix={prefix!r}: {same:.1%} equal")
+        if beam_size == 1:
+            assert _texts(theirs) == _texts(ours)
+        else:
+            assert same >= m["min_best_agreement"]
+        # The forced tokens' log-probabilities are in neither score.
+        assert _best_scores_diff(ours, theirs) < 1e-4
+        assert _rescored_diff(m, beam_size=beam_size, target_prefix=prefix) < 1e-4
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"sampling_topk": 5}, "sampling_topk=5"),
+    ({"sampling_topk": 2, "seed": 3}, "sampling_topk=2"),
+    ({"return_alignments": True}, "return_alignments=True"),
+    ({"beam_size": 2, "num_hypotheses": 3}, "num_hypotheses=3"),
+    ({"max_length": 33}, "max_length=33"),  # the tiny run's max_len is 32
+    ({"length_penalty": "0.6"}, "length_penalty='0.6'"),
+    ({"target_prefix": "1" * 40}, "target_prefix"),
+    ({"beam": 4}, "beam"),
+])
+def test_options_refused_with_the_option_named(ct2, options, match):
+    with pytest.raises(ValueError, match=match):
+        ct2.translate_nbest(["3 March 2021"], **options)
+
+
 # --- the command line and int8 --------------------------------------------------------------
-def test_cli_export_overwrite_and_int8(run, tmp_path, capsys):
+def test_cli_export_overwrite_and_int8(run, tmp_path, capsys, request):
     run_dir = str(tmp_path / "run")  # a copy: the shared run is only read
     shutil.copytree(run["dir"], run_dir, ignore=shutil.ignore_patterns("export"))
     target = str(tmp_path / "cli_ct2")
@@ -191,14 +349,12 @@ def test_cli_export_overwrite_and_int8(run, tmp_path, capsys):
     # What int8 keeps is measured on the committed, trained dates model: on the tiny run
     # (barely trained, near ties everywhere) int8 agreement is a property of the CPU's int8
     # kernels (measured 45 % with CTranslate2's AVX2 kernels), not of the export.
+    trained_run = request.getfixturevalue("committed")  # skips without exported/run
     committed = os.path.join(REPO, "exported", "run")
-    if not os.path.isfile(os.path.join(committed, "model.keras")):
-        pytest.skip("exported/run (the committed default model) is missing")
     committed_int8 = str(tmp_path / "committed_int8")
     assert cli.main(["export", committed, "--format", "ctranslate2", "--quantization", "int8",
                      "--export-dir", committed_int8]) == 0
-    trained = Translator.from_run_dir(committed)
-    held_out = [s for s, _ in data.dates_splits(30000, 1000, 2000, seed=0)["test"][:200]]
+    trained, held_out = trained_run["translator"], trained_run["sentences"]
     ids = trained.encode(held_out).numpy()
     ours = _rows(trained.translate_ids(ids))
     theirs = _rows(ct2_export.CTranslate2Translator(committed_int8,

@@ -43,6 +43,14 @@ max_len`` (the ``[END]``-included source limit of ``Translator.encode``). What i
   ``beam_size > 1`` asks for ``beam_size`` hypotheses with their raw scores and reranks
   them with the GNMT penalty. Either way the best hypotheses agree on most sentences,
   not on all (measured in ``tests/test_ctranslate2.py`` and the bench's ``serve`` section).
+  Lower ranks of an n-best list differ more often: a finished hypothesis stays in
+  CTranslate2's results, while ours can be pushed out of its slot by better live ones;
+* ``target_prefix``: CTranslate2 forces the prefix's tokens with a score of 0, as ours;
+  right after the prefix it also bans ``</s>`` from the secondary beams (ours does not);
+* ``max_length`` / ``max_decoding_length`` count the same tokens (prefix and ``</s>``).
+
+Per-request options (API.md) by our names, what CTranslate2 cannot give as ours refused
+(sampling, alignments): :class:`CTranslate2Translator` and docs/decoding_options.md.
 
 Refused (``ValueError`` naming the option, before anything is written): a Bahdanau model
 (``model``), an FFN activation other than ReLU (``activation``), encoder and decoder with
@@ -62,6 +70,7 @@ from keras_attn.export.ct2_converter import (  # noqa: F401  (this module's API)
 import ctranslate2
 
 from keras_attn import runs, subword, text
+from keras_attn.decoding_options import DecodingOptions
 from keras_attn.export.base import (Exporter, check_choice, sample_sources, tokenizer_files,
                                     versions, write_files)
 
@@ -187,11 +196,20 @@ class CTranslate2Translator:
     """Text in, text out with a model directory from :func:`export_ctranslate2`.
 
     The same interface as ``keras_attn.translator.Translator`` (``encode``,
-    ``translate_ids``, ``translate``), so ``keras_attn.evaluation.evaluate`` scores it too.
+    ``translate_ids``, ``translate``, ``translate_nbest`` with the per-request options of
+    API.md under our names), so ``keras_attn.evaluation.evaluate`` scores it too.
     Tokenizes with our vocabularies (``keras_attn.text.Tokenizer``) and decodes with
-    :func:`decoding_options`; ``beam_size > 1`` asks CTranslate2 for ``beam_size``
-    hypotheses with ``length_penalty=0`` (raw sums of log-probabilities) and reranks them
-    with our GNMT penalty ``((5 + n) / 6) ** alpha``.
+    :func:`decoding_options`. CTranslate2 is asked for raw sums of log-probabilities
+    (``length_penalty=0``); ``beam_size > 1`` asks for ``beam_size`` hypotheses and reranks
+    them with our GNMT penalty ``((5 + n) / 6) ** length_penalty``.
+
+    What is equal to ``Translator`` (docs/decoding_options.md): greedy output, with or
+    without ``target_prefix`` (forced with CTranslate2's ``target_prefix``, its
+    log-probabilities not in the score, as ours), ``max_length``; beam search's best
+    hypothesis on most sentences, not all (another algorithm, module notes). Refused with a
+    ``ValueError`` naming the option: sampling (``sampling_topk > 1``: CTranslate2's random
+    numbers are not our seeded hash) and ``return_alignments`` (CTranslate2's attention is
+    not our alignment).
 
     Args:
         model_dir: the exported directory.
@@ -201,6 +219,8 @@ class CTranslate2Translator:
         >>> ct2 = CTranslate2Translator("runs/dates/export/ctranslate2", intra_threads=2)
         >>> ct2.translate(["3 March 2021"])
         ['2021-03-03']
+        >>> ct2.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
+        [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
     """
 
     def __init__(self, model_dir, device="cpu", compute_type="default", intra_threads=0,
@@ -212,7 +232,8 @@ class CTranslate2Translator:
         self.src_tokenizer = subword.load_tokenizer(os.path.join(model_dir, files["src"]))
         self.tgt_tokenizer = subword.load_tokenizer(os.path.join(model_dir, files["tgt"]))
         self.src_tokens = ct2_vocab(self.src_tokenizer.vocab)
-        self.tgt_ids = {t: i for i, t in enumerate(ct2_vocab(self.tgt_tokenizer.vocab))}
+        self.tgt_tokens = ct2_vocab(self.tgt_tokenizer.vocab)
+        self.tgt_ids = {t: i for i, t in enumerate(self.tgt_tokens)}
         self.translator = ctranslate2.Translator(
             os.fspath(model_dir), device=device, compute_type=compute_type,
             intra_threads=intra_threads, inter_threads=inter_threads)
@@ -232,46 +253,132 @@ class CTranslate2Translator:
         rows = np.asarray(source).tolist()
         return [[self.src_tokens[i] for i in row if i != text.PAD_ID][:-1] for row in rows]
 
-    def translate_tokens(self, tokens, beam_size=1, alpha=0.6, **options):
-        """Target ids per sentence (``[END]`` included when the hypothesis ended), and
-        their scores (sum of log-probabilities; GNMT-normalised with ``beam_size > 1``).
-        ``options`` override the ``translate_batch`` options."""
-        kwargs = dict(decoding_options(self.max_len, beam_size), return_scores=True)
-        if beam_size > 1:
-            kwargs.update(length_penalty=0.0, num_hypotheses=beam_size)
-        kwargs.update(options)
-        results = self.translator.translate_batch(tokens, **kwargs)
-        ids, scores = [], []
+    def options(self, **options):
+        """:class:`~keras_attn.decoding_options.DecodingOptions` from keyword arguments, as
+        ``Translator.options`` (checked, ``length_penalty`` 0.6 and ``max_length``
+        ``max_len`` filled in), refusing what CTranslate2 cannot give as ours.
+
+        Raises:
+            ValueError: a bad or unknown option (``DecodingOptions``), ``sampling_topk > 1``
+                or ``return_alignments=True``.
+        """
+        opts = DecodingOptions.from_kwargs(**options)
+        if opts.sampling:
+            raise ValueError(
+                "`sampling_topk` > 1 (random sampling) is not available with CTranslate2: "
+                "its random numbers are not keras_attn's seeded hash, so a `seed` would not "
+                "give the same sample (use Translator, the SavedModel or the TFLite file). "
+                f"Received: sampling_topk={opts.sampling_topk}")
+        if opts.return_alignments:
+            raise ValueError(
+                "`return_alignments` is not available with CTranslate2: its attention "
+                "vectors are not keras_attn's word alignments. "
+                f"Received: return_alignments={opts.return_alignments}")
+        opts.validate(max_length_limit=self.max_len)
+        return opts.resolve(self.max_len, 0.6)
+
+    def prefix_tokens(self, target_prefix):
+        """``target_prefix`` as target token strings (our target tokenizer, as
+        ``Translator`` forces it; no ``</s>``)."""
+        import tensorflow as tf
+
+        if not target_prefix:
+            return []
+        ids = self.tgt_tokenizer.tokenize(tf.constant([target_prefix], tf.string))
+        row = ids.to_list()[0] if hasattr(ids, "to_list") else np.asarray(ids)[0].tolist()
+        return [self.tgt_tokens[i] for i in row]
+
+    def decode_nbest(self, tokens, opts, prefix=(), ct2_options=None):
+        """``translate_batch`` on source token strings (:meth:`encode`) with options from
+        :meth:`options`; per sentence ``[(target ids, score)]``, best first, at most
+        ``opts.num_hypotheses`` (ids as ``Translator``'s: ``[END]`` included when the
+        hypothesis ended, the prefix's ids first).
+
+        Scores are sums of log-probabilities of the generated tokens (``</s>`` included, the
+        forced prefix not), divided for ``beam_size > 1`` by the GNMT penalty of the whole
+        length n (prefix and ``</s>`` included), as ``keras_attn.decoding.decode``.
+
+        Args:
+            tokens: source token strings per sentence. opts: resolved ``DecodingOptions``.
+            prefix: target token strings forced first (:meth:`prefix_tokens`).
+            ct2_options: ``translate_batch`` arguments that override ours, with
+                CTranslate2's meanings (with its own ``length_penalty`` the hypotheses keep
+                CTranslate2's ranking and scores).
+        """
+        kwargs = dict(decoding_options(self.max_len, opts.beam_size), return_scores=True,
+                      max_decoding_length=opts.max_length, length_penalty=0.0)
+        if opts.beam_size > 1:
+            kwargs["num_hypotheses"] = opts.beam_size  # rerank the whole beam, as ours
+        kwargs.update(ct2_options or {})
+        rerank = opts.beam_size > 1 and "length_penalty" not in (ct2_options or {})
+        target_prefix = [list(prefix)] * len(tokens) if prefix else None
+        results = self.translator.translate_batch(tokens, target_prefix, **kwargs)
+        out = []
         for result in results:
             hyps = [[self.tgt_ids[t] for t in h] for h in result.hypotheses]
-            hyp_scores = list(result.scores)
-            if beam_size > 1 and "length_penalty" not in options:
-                hyp_scores = [s / ((5.0 + len(h)) / 6.0) ** alpha
-                              for s, h in zip(hyp_scores, hyps)]
-            best = int(np.argmax(hyp_scores))  # first of equals, as CTranslate2 sorts
-            ids.append(hyps[best])
-            scores.append(hyp_scores[best])
-        return ids, scores
+            scores = [float(s) for s in result.scores]
+            if rerank:
+                scores = [s / ((5.0 + len(h)) / 6.0) ** opts.length_penalty
+                          for s, h in zip(scores, hyps)]
+            order = sorted(range(len(hyps)), key=lambda j: -scores[j])  # stable: first of equals
+            out.append([(hyps[j], scores[j]) for j in order[: opts.num_hypotheses]])
+        return out
 
-    def translate_ids(self, source, beam_size=1, alpha=0.6, **options):
+    def translate_tokens(self, tokens, beam_size=1, alpha=0.6, ct2_options=None):
+        """Target ids per sentence (``[END]`` included when the hypothesis ended), and
+        their scores (sum of log-probabilities; GNMT-normalised with ``beam_size > 1``).
+
+        ``ct2_options``: a dict of ``translate_batch`` arguments that override ours, with
+        CTranslate2's meanings (``{"length_penalty": 1.0}``: its ``length ** 1.0``
+        ranking, not reranked)."""
+        opts = DecodingOptions(beam_size=beam_size, length_penalty=alpha).resolve(
+            self.max_len, alpha)
+        best = [hyps[0] for hyps in self.decode_nbest(tokens, opts, ct2_options=ct2_options)]
+        return [ids for ids, _ in best], [score for _, score in best]
+
+    def translate_ids(self, source, beam_size=1, alpha=0.6, ct2_options=None):
         """Best output ids ``(B, T)`` for source ids ``(B, S)``, as
         ``Translator.translate_ids`` (``[END]`` included, then 0)."""
         ids, _ = self.translate_tokens(self.tokens_from_ids(source), beam_size, alpha,
-                                       **options)
+                                       ct2_options)
         return _pad(ids)
 
-    def translate(self, sentences, beam_size=1, alpha=0.6, batch_size=128, **options):
-        """Translate a list of strings; returns a list of strings."""
+    def translate_nbest(self, sentences, batch_size=128, **options):
+        """Translate with per-call decoding options, as ``Translator.translate_nbest``.
+
+        Returns, per sentence, a list of ``num_hypotheses`` dicts ``{"translation": str,
+        "score": float}``, best first (beam: summed log-probability / GNMT penalty; greedy:
+        the summed log-probability). With ``target_prefix`` every translation starts with
+        the prefix's tokens and their log-probabilities are not in the score.
+
+        Raises:
+            ValueError: as :meth:`options` (sampling, alignments, bad values), or a
+                ``target_prefix`` that leaves no room within ``max_length``.
+        """
         import tensorflow as tf
 
+        opts = self.options(**options)
+        prefix = self.prefix_tokens(opts.target_prefix)
+        opts.validate(max_length_limit=self.max_len, prefix_tokens=len(prefix))
         sentences = list(sentences)
-        out = []
+        results = []
         for i in range(0, len(sentences), batch_size):
-            ids, _ = self.translate_tokens(self.encode(sentences[i: i + batch_size]),
-                                           beam_size, alpha, **options)
-            decoded = self.tgt_tokenizer.detokenize(tf.constant(_pad(ids))).numpy()
-            out.extend(s.decode("utf-8", errors="replace") for s in decoded)
-        return out
+            nbest = self.decode_nbest(self.encode(sentences[i: i + batch_size]), opts, prefix)
+            flat = [ids for hyps in nbest for ids, _ in hyps]
+            decoded = iter(self.tgt_tokenizer.detokenize(tf.constant(_pad(flat))).numpy())
+            results.extend([{"translation": next(decoded).decode("utf-8", errors="replace"),
+                             "score": score} for _, score in hyps] for hyps in nbest)
+        return results
+
+    def translate(self, sentences, beam_size=1, alpha=0.6, batch_size=128, **options):
+        """Translate a list of strings; returns a list of strings (the best translation).
+
+        Any other option of :meth:`translate_nbest` (``length_penalty`` is ``alpha``'s name
+        there) gives that method's best hypothesis, as ``Translator.translate``.
+        """
+        options.setdefault("length_penalty", alpha)
+        return [hyps[0]["translation"] for hyps in
+                self.translate_nbest(sentences, batch_size, beam_size=beam_size, **options)]
 
 
 def _pad(rows):
