@@ -275,7 +275,7 @@ def cmd_translate(args):
 
     translator = Translator.from_run_dir(args.run_dir)
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
-    options = {name: getattr(args, name) for name in _OPTION_FLAGS
+    options = {name: getattr(args, name) for name in (*_OPTION_FLAGS, "return_alignments")
                if getattr(args, name) is not None}
     if not options:  # today's output: one line per sentence
         for line in translator.translate(sentences, beam_size=args.beam_size, alpha=args.alpha,
@@ -386,6 +386,9 @@ def _parsers():
                    help="length penalty of the beam search (default: %(default)s)")
     for name, (kind, help_text) in _OPTION_FLAGS.items():
         p.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=help_text)
+    p.add_argument("--return-alignments", action="store_true", default=None,
+                   help="print word alignments (Pharaoh i-j: source word i, target word j) "
+                        "under each translation (default: off)")
     _add_verbose(p, argparse.SUPPRESS)
     p = commands["evaluate"] = sub.add_parser(
         "evaluate", help="score a run on a split",

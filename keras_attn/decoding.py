@@ -29,6 +29,7 @@ from keras import ops
 from keras_attn import ops as attn_ops
 
 _NEG = attn_ops.large_negative("float32")
+KINDS = ("greedy", "beam", "sample")  # how :func:`decode` chooses the next tokens
 _POSITION_MAJOR = ("tokens", "attention")  # the loop's buffers written one position a step
 
 
@@ -165,7 +166,7 @@ class Sampler:
         source = _check_source(source)
         k, max_len = self.beams, self.max_len
         batch, src_len = ops.shape(source)[0], ops.shape(source)[1]
-        if k > 1:
+        if not isinstance(k, int) or k > 1:  # a tensor: the hypotheses of a served request
             source = ops.repeat(source, k, axis=0)  # (B*K, S)
         steps = _steps(model, source, max_len, self.use_cache, self.start_id)
         limit = max_len if max_length is None else ops.minimum(
@@ -243,7 +244,7 @@ class BeamSampler(Sampler):
     """
 
     def __init__(self, beam_size, max_len, start_id, end_id):
-        _check_id("beam_size", beam_size)
+        _check_count("beam_size", beam_size)
         super().__init__(max_len, start_id, end_id, use_cache=True)
         self.beams = beam_size
 
@@ -255,8 +256,9 @@ class BeamSampler(Sampler):
         log_probs = ops.log_softmax(logits, axis=-1)
         vocab = ops.shape(log_probs)[-1]
         pad_only = ops.where(ops.arange(vocab) == 0, 0.0, _NEG)  # a finished one: 0, free
-        log_probs = ops.where(finished[..., None], pad_only, log_probs)
-        flat = ops.reshape(scores[..., None] + log_probs, (ops.shape(scores)[0], -1))
+        # expand_dims, not [..., None]: TFLite has no builtin for a new axis on rank 2.
+        log_probs = ops.where(ops.expand_dims(finished, -1), pad_only, log_probs)
+        flat = ops.reshape(ops.expand_dims(scores, -1) + log_probs, (ops.shape(scores)[0], -1))
         top, index = ops.top_k(flat, k=self.beams)  # (B, K) of the K * V extensions
         return ops.cast(index % vocab, "int32"), ops.cast(index // vocab, "int32"), top
 
@@ -301,7 +303,7 @@ class RandomSampler(Sampler):
 
     def __init__(self, max_len, start_id, end_id, samples=1, topk=1, topp=1.0,
                  temperature=1.0, seed=0, use_cache=True, return_attention=False):
-        _check_id("num_hypotheses", samples)
+        _check_count("num_hypotheses", samples)
         super().__init__(max_len, start_id, end_id, use_cache, return_attention)
         self.beams = samples
         self.topk, self.topp, self.temperature, self.seed = topk, topp, temperature, seed
@@ -345,6 +347,13 @@ def _check_id(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         what = "a positive integer" if name in ("max_len", "beam_size") else "a positive token id"
         raise ValueError(f"`{name}` must be {what}. Received: {name}={value!r}")
+
+
+def _check_count(name, value):
+    """A number of hypotheses: a positive Python int, or an int32 tensor (a served
+    request's value, checked by the graph that reads it)."""
+    if isinstance(value, (bool, int)):
+        _check_id(name, value)
 
 
 def _check_source(source):
@@ -441,15 +450,17 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=1, e
 
 
 
-def decode(model, source, options, max_len, start_id, end_id, prefix=None):
+def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=None):
     """Decode with :class:`keras_attn.decoding_options.DecodingOptions` (resolved: its
     ``max_length`` and ``length_penalty`` set).
 
     ``sampling_topk > 1`` samples (``num_hypotheses`` draws per row; ``beam_size`` is then
     only their upper bound), else ``beam_size > 1`` is beam search, else greedy.
-    ``beam_size`` and ``num_hypotheses`` shape the computation (fixed when traced); the
-    sampling settings and ``seed`` are read as given (tensors are fine). ``prefix``:
-    optional int32 ``(B, P)`` target ids forced first (0-padded).
+    ``kind`` (one of :data:`KINDS`) makes that choice instead, for a graph that traces
+    every kind once and picks one per request: ``beam_size`` and ``num_hypotheses`` may
+    then be int32 tensors too. The sampling settings and ``seed`` are read as given
+    (tensors are fine). ``prefix``: optional int32 ``(B, P)`` target ids forced first
+    (0 = none left for that row; ``P >= 1``).
 
     Returns a dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)``,
     ``scores`` float32 ``(B, N)`` (N = ``num_hypotheses``; beam search: best first, by
@@ -457,26 +468,48 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None):
     with ``options.return_alignments`` ``attention`` ``(B, N, max_len, S)``.
     """
     n, align = options.num_hypotheses, options.return_alignments
-    if options.beam_size > 1 and not options.sampling:
-        sampler = BeamSampler(options.beam_size, max_len, start_id, end_id)
-        sampler.return_attention = align
-        out = sampler(model, source, options.max_length, prefix)
+    if kind is None:
+        kind = "sample" if options.sampling else "beam" if options.beam_size > 1 else "greedy"
+    if kind not in KINDS:
+        raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
+    if kind == "beam":
+        out = BeamSampler(options.beam_size, max_len, start_id, end_id)(
+            model, source, options.max_length, prefix)
         ranked, order = ops.top_k(
             out["log_prob"] / length_penalty(out["lengths"], options.length_penalty), k=n)
         result = {"tokens": _take_beams(out["tokens"], order),
                   "lengths": ops.take_along_axis(out["lengths"], order, axis=1),
                   "scores": ranked}
-        if align:
-            result["attention"] = _take_beams(out["attention"], order)
-        return result
-    if options.sampling:
-        sampler = RandomSampler(max_len, start_id, end_id, n, options.sampling_topk,
-                                options.sampling_topp, options.sampling_temperature,
-                                options.seed, return_attention=align)
     else:
-        sampler = GreedySampler(max_len, start_id, end_id, return_attention=align)
-    out = sampler(model, source, options.max_length, prefix)
-    result = {"tokens": out["tokens"], "lengths": out["lengths"], "scores": out["log_prob"]}
+        if kind == "sample":
+            sampler = RandomSampler(max_len, start_id, end_id, n, options.sampling_topk,
+                                    options.sampling_topp, options.sampling_temperature,
+                                    options.seed)
+        else:
+            sampler = GreedySampler(max_len, start_id, end_id)
+        out = sampler(model, source, options.max_length, prefix)
+        result = {"tokens": out["tokens"], "lengths": out["lengths"], "scores": out["log_prob"]}
     if align:
-        result["attention"] = out["attention"]
+        shape = ops.shape(result["tokens"])  # (B, N, T)
+        flat = ops.reshape(result["tokens"], (-1, shape[2]))
+        attention = cross_attention(model, ops.repeat(source, shape[1], axis=0), flat, start_id)
+        result["attention"] = ops.reshape(attention, (shape[0], shape[1], shape[2], -1))
     return result
+
+
+def cross_attention(model, source, tokens, start_id):
+    """float32 ``(B, T, S)``: the attention of each of ``tokens`` ``(B, T)`` over ``source``
+    ``(B, S)`` when the decoder reads them after ``start_id`` (one teacher-forced pass, as
+    in training): the last decoder layer's cross-attention averaged over heads, or the
+    Bahdanau weights. What :mod:`keras_attn.alignment` reads for word alignments; the
+    weights are those the decoder computed for each token while generating it."""
+    source = _check_source(source)
+    tokens = ops.cast(tokens, "int32")
+    start = ops.full((ops.shape(tokens)[0], 1), start_id, "int32")
+    target_in = ops.concatenate([start, tokens[:, :-1]], axis=1)
+    encoded = model.get_layer("encoder")(source, training=False)
+    encoded = tuple(encoded) if isinstance(encoded, (tuple, list)) else (encoded,)
+    decoder = model.get_layer("decoder")
+    _, maps = decoder(target_in, *encoded, training=False,
+                      enc_outputs_mask=ops.not_equal(source, 0), return_attention_scores=True)
+    return ops.cast(decoder.alignment(maps), "float32")

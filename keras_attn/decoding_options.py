@@ -70,8 +70,9 @@ class DecodingOptions:
             raise _bad("max_length", self.max_length, "an integer >= 1")
         if not _is_int(self.seed) or not -2**31 <= self.seed < 2**31:
             raise _bad("seed", self.seed, "an int32 integer")
-        if self.length_penalty is not None and not _is_float(self.length_penalty):
-            raise _bad("length_penalty", self.length_penalty, "a number")
+        if self.length_penalty is not None and (not _is_float(self.length_penalty)
+                                                or not 0.0 <= self.length_penalty < float("inf")):
+            raise _bad("length_penalty", self.length_penalty, "a number >= 0")
         if not _is_float(self.sampling_topp) or not 0.0 < self.sampling_topp <= 1.0:
             raise _bad("sampling_topp", self.sampling_topp, "a number in (0, 1]")
         if not _is_float(self.sampling_temperature) or not self.sampling_temperature > 0.0:

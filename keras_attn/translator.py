@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_attn import data, decoding, models, runs, subword, text
+from keras_attn import alignment, data, decoding, models, runs, subword, text
 from keras_attn.config import TrainConfig
 from keras_attn.decoding_options import DecodingOptions
 
@@ -36,6 +36,7 @@ class Translator:
         self.max_len = max_len
         self.normalize = normalize
         self._decoders = {}
+        self._word_tables = None  # alignment.word_tables of both sides, when first asked
 
     @classmethod
     def from_run_dir(cls, run_dir):
@@ -105,19 +106,21 @@ class Translator:
         """A ``tf.function`` per shape of the computation (beam, n-best, sampling or not,
         prefix or not); the other options are tensors, so changing them does not retrace."""
         key = ("options", opts.beam_size if not opts.sampling else 0, opts.num_hypotheses,
-               opts.sampling, with_prefix)
+               opts.sampling, with_prefix, opts.return_alignments)
         if key not in self._decoders:
             def fn(source, prefix, length_penalty, max_length, topk, topp, temperature, seed):
                 graph_opts = types.SimpleNamespace(
                     beam_size=opts.beam_size, num_hypotheses=opts.num_hypotheses,
-                    sampling=opts.sampling, return_alignments=False,
+                    sampling=opts.sampling, return_alignments=opts.return_alignments,
                     sampling_topk=topk, sampling_topp=topp,
                     sampling_temperature=temperature, seed=seed,
                     length_penalty=length_penalty, max_length=max_length)
                 out = decoding.decode(self.model, source, graph_opts, self.max_len,
                                       text.START_ID, text.END_ID,
                                       prefix if with_prefix else None)
-                return out["tokens"], out["lengths"], out["scores"]
+                codes = self._alignment_codes(source, out) if opts.return_alignments \
+                    else out["lengths"]
+                return out["tokens"], out["lengths"], out["scores"], codes
             if keras.backend.backend() == "tensorflow":
                 spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32),
                         tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
@@ -126,6 +129,18 @@ class Translator:
                 fn = tf.function(fn, input_signature=spec)
             self._decoders[key] = fn
         return self._decoders[key]
+
+    def _alignment_codes(self, source, out):
+        """Pair codes ``(B, N, T)`` (:func:`keras_attn.alignment.hard_alignment`)."""
+        if self._word_tables is None:
+            self._word_tables = (alignment.word_tables(self.src_tokenizer),
+                                 alignment.word_tables(self.tgt_tokenizer))
+        shape = keras.ops.shape(out["tokens"])
+        codes = alignment.hard_alignment(
+            keras.ops.reshape(out["attention"], (shape[0] * shape[1], shape[2], -1)),
+            keras.ops.repeat(source, shape[1], axis=0),
+            keras.ops.reshape(out["tokens"], (-1, shape[2])), *self._word_tables, self.max_len)
+        return keras.ops.reshape(codes, shape)
 
     def _prefix_ids(self, prefix, batch):
         """``target_prefix`` as target ids ``(batch, P)`` int32 (P = 0 for "")."""
@@ -142,15 +157,15 @@ class Translator:
         "score": float}``, best first for beam search (score: summed log-probability divided
         by the GNMT length penalty; greedy and sampling: the summed log-probability). With
         ``target_prefix``, every translation starts with the prefix's tokens and their
-        log-probabilities are not in the score.
+        log-probabilities are not in the score. With ``return_alignments=True`` each dict
+        also has ``"alignment"``: Pharaoh ``i-j`` pairs (source word ``i``, target word
+        ``j``; :mod:`keras_attn.alignment`).
 
         Example:
             >>> tr.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
             [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
         """
         opts = self.options(**options)
-        if opts.return_alignments:
-            raise NotImplementedError("`return_alignments` is not implemented yet")
         sentences = list(sentences)
         prefix = self._prefix_ids(opts.target_prefix, 1)
         opts.validate(max_length_limit=self.max_len, prefix_tokens=prefix.shape[1])
@@ -159,7 +174,7 @@ class Translator:
             chunk = sentences[i: i + batch_size]
             source = np.asarray(self.encode(chunk), "int32")
             fn = self._options_decoder(opts, prefix.shape[1] > 0)
-            tokens, lengths, scores = (keras.ops.convert_to_numpy(t) for t in fn(
+            tokens, lengths, scores, codes = (keras.ops.convert_to_numpy(t) for t in fn(
                 source, np.repeat(prefix, len(chunk), axis=0),
                 np.float32(opts.length_penalty), np.int32(opts.max_length),
                 np.int32(opts.sampling_topk), np.float32(opts.sampling_topp),
@@ -168,8 +183,12 @@ class Translator:
             flat = tokens.reshape(len(chunk) * n, -1)[:, : max(int(lengths.max(initial=0)), 1)]
             decoded = self.tgt_tokenizer.detokenize(flat).numpy().reshape(len(chunk), n)
             for row in range(len(chunk)):
-                results.append([{"translation": decoded[row, h].decode("utf-8", errors="replace"),
-                                 "score": float(scores[row, h])} for h in range(n)])
+                hyps = [{"translation": decoded[row, h].decode("utf-8", errors="replace"),
+                         "score": float(scores[row, h])} for h in range(n)]
+                if opts.return_alignments:
+                    for h, hyp in enumerate(hyps):
+                        hyp["alignment"] = alignment.to_pharaoh(codes[row, h], self.max_len)
+                results.append(hyps)
         return results
 
     def translate(self, sentences, beam_size=1, alpha=0.6, batch_size=128, progress=None,

@@ -17,7 +17,8 @@ class                       artefact                                            
 
 Modules (arrows only downward): ``rundir`` (``export_run``: a run directory to every TF
 target, one report) -> ``saved_model``, ``tflite``, ``ctranslate2`` (the exporters) ->
-``modules`` (the serving ``tf.Module`` s: the model side owns the serving functions) and
+``modules`` (the serving ``tf.Module`` s: the model side owns the serving functions; its
+``translate`` signature takes every decoding option per request: ``request``) and
 ``core_text`` (a character tokenizer from core ops) -> ``base`` (the template, ``Parts``,
 report helpers) and ``runtime`` (the numpy app loop over the TFLite files; no Keras).
 
@@ -44,9 +45,11 @@ _NAMES = {
     "tflite": ("TARGETS", "TFLITE_EXPORTERS", "TFTEXT_TFLITE_OPS", "TFLiteBuiltinExporter",
                "TFLiteExporter", "TFLiteTextExporter", "check_builtin_only", "check_text_ops",
                "export_tflite", "tflite_ops"),
+    "request": ("OPTION_SPECS", "RequestDecoder", "TRANSLATE_SIGNATURE"),
     "rundir": ("compare_samples", "export_run"),
-    "runtime": ("TFLITE_ENCODER_SIGNATURE", "TFLITE_STEP_SIGNATURE", "TFLITE_TEXT_SIGNATURE",
-                "run_tflite_builtin", "run_tflite_text", "text_interpreter"),
+    "runtime": ("TFLITE_ENCODER_SIGNATURE", "TFLITE_OPTIONS_SIGNATURE", "TFLITE_STEP_SIGNATURE",
+                "TFLITE_TEXT_SIGNATURE", "option_inputs", "run_tflite_builtin",
+                "run_tflite_options", "run_tflite_text", "text_interpreter"),
 }
 _MODULE_OF = {name: module for module, names in _NAMES.items() for name in names}
 __all__ = sorted(_MODULE_OF)

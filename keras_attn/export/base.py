@@ -65,10 +65,10 @@ def as_parts(translator_or_parts, max_len=None):
 
 
 # --- option checks (each raises ValueError naming the option and the value) ---------------
-def check_beam(beam_size):
+def check_beam(beam_size, name="beam_size"):
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(
-            f"`beam_size` must be a positive integer. Received: beam_size={beam_size!r}")
+            f"`{name}` must be a positive integer. Received: {name}={beam_size!r}")
     return beam_size
 
 

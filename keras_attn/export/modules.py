@@ -17,12 +17,15 @@ import tensorflow as tf
 
 from keras_attn import text
 from keras_attn.export.base import check_beam
+from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
+from keras_attn.export.request import TRANSLATE_SIGNATURE
 from keras_attn.export.runtime import TFLITE_ENCODER_SIGNATURE, TFLITE_STEP_SIGNATURE
 
 SERVING_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "translate_ids"
 TEXT_OPS = ("auto", "core", "tftext")
+DEFAULT_MAX_BEAM = 8  # the largest beam_size a request of the `translate` signature may ask
 
 
 def track_variables(module, concrete_functions):
@@ -56,9 +59,10 @@ class TranslatorModule(tf.Module):
     """
 
     def __init__(self, parts, beam_size=1, alpha=0.6, for_tflite=False, text_ops="auto",
-                 batch_size=None, name="translator"):
+                 batch_size=None, max_beam_size=DEFAULT_MAX_BEAM, name="translator"):
         super().__init__(name=name)
         check_beam(beam_size)
+        check_beam(max_beam_size, "max_beam_size")
         # The Keras model is not a SavedModel dependency: `track_variables` records the
         # tf.Variables the traced functions capture instead (as keras.export does). Tracking
         # the Keras variable wrappers saves a second copy of every variable, and TF1-style
@@ -81,6 +85,10 @@ class TranslatorModule(tf.Module):
         self.translate_ids = tf.function(
             self._translate_ids,
             input_signature=[tf.TensorSpec([None, None], tf.int32, name="source")])
+        self.max_beam_size = int(max_beam_size)
+        self._request = _Untracked(request.RequestDecoder(self, parts, max_beam_size))
+        self.translate = tf.function(self._translate,
+                                     input_signature=request.input_signature(batch_size))
 
     @property
     def model(self):
@@ -93,13 +101,15 @@ class TranslatorModule(tf.Module):
     def signatures(self):
         """``{signature name: concrete function}`` of the SavedModel (variables tracked)."""
         functions = {SERVING_SIGNATURE: self.serve.get_concrete_function(),
+                     TRANSLATE_SIGNATURE: self.translate.get_concrete_function(),
                      IDS_SIGNATURE: self.translate_ids.get_concrete_function()}
         self.track_variables(functions.values())
         return functions
 
     def tflite_functions(self):
         """``{signature key: concrete function}`` of the TFLite text target."""
-        functions = {SERVING_SIGNATURE: self.serve.get_concrete_function()}
+        functions = {SERVING_SIGNATURE: self.serve.get_concrete_function(),
+                     TRANSLATE_SIGNATURE: self.translate.get_concrete_function()}
         self.track_variables(functions.values())
         return functions
 
@@ -153,6 +163,16 @@ class TranslatorModule(tf.Module):
         else:
             translation = self.tgt_tokenizer.detokenize(tokens)
         return {"translation": translation, "score": score, "truncated": truncated}
+
+    def _translate(self, text, beam_size, num_hypotheses, length_penalty, max_length,
+                   target_prefix, sampling_topk, sampling_topp, sampling_temperature, seed,
+                   return_alignments):
+        return self._request.value.translate(
+            text, beam_size=beam_size, num_hypotheses=num_hypotheses,
+            length_penalty=length_penalty, max_length=max_length, target_prefix=target_prefix,
+            sampling_topk=sampling_topk, sampling_topp=sampling_topp,
+            sampling_temperature=sampling_temperature, seed=seed,
+            return_alignments=return_alignments)
 
     def _translate_ids(self, source):
         source = tf.cast(source, tf.int32)[:, : self.max_len]

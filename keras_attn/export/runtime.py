@@ -19,6 +19,7 @@ import numpy as np
 from keras_attn.special_tokens import END_ID, START_ID
 
 TFLITE_TEXT_SIGNATURE = "serving_default"
+TFLITE_OPTIONS_SIGNATURE = "translate"  # keras_attn.export.request.TRANSLATE_SIGNATURE
 TFLITE_ENCODER_SIGNATURE = "encode"
 TFLITE_STEP_SIGNATURE = "decode_step"
 BUILTIN_FILES = ("encoder.tflite", "decoder_step.tflite")
@@ -63,6 +64,55 @@ def run_tflite_text(model, texts):
         return {"translation": np.zeros((0,), object), "score": np.zeros((0,), np.float32),
                 "truncated": np.zeros((0,), bool)}
     return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+
+
+def run_tflite_options(model, texts, **options):
+    """Translate with the text file's ``translate`` signature: per-request decoding options
+    (API.md, "Decoding options per request"), n-best and alignments.
+
+    Options are checked first (``ValueError`` naming the option, as ``Translator``); the
+    file refuses what it alone knows (``beam_size`` above its maximum, ``max_length`` above
+    its ``max_len``, a prefix too long) with a failed invocation (``RuntimeError``).
+
+    Args:
+        model: the ``.tflite`` file or its content.
+        texts: strings. options: keyword arguments of ``DecodingOptions``.
+
+    Returns:
+        dict of numpy arrays ``translations`` (bytes) ``(B, N)``, ``scores`` float32
+        ``(B, N)``, ``alignments`` (bytes, empty unless asked) ``(B, N)``, ``truncated``
+        ``(B,)``.
+
+    Example:
+        >>> run_tflite_options("exported/tflite/text_float32.tflite", ["3 March 2021"],
+        ...                    beam_size=4, num_hypotheses=2)["translations"]
+    """
+    from keras_attn.decoding_options import DecodingOptions
+
+    opts = DecodingOptions.from_kwargs(**options)
+    if isinstance(model, (bytes, bytearray)):
+        interpreter = text_interpreter(model_content=bytes(model))
+    else:
+        interpreter = text_interpreter(model_path=os.fspath(model))
+    runner = interpreter.get_signature_runner(TFLITE_OPTIONS_SIGNATURE)
+    return runner(text=_bytes_array(texts), **option_inputs(opts))
+
+
+def option_inputs(opts):
+    """The ``translate`` signature's option inputs (numpy scalars) for ``DecodingOptions``
+    ``opts``: ``max_length`` 0 and ``length_penalty`` -1 where ``opts`` leaves them to
+    the artefact."""
+    return {
+        "beam_size": np.int32(opts.beam_size), "num_hypotheses": np.int32(opts.num_hypotheses),
+        "length_penalty": np.float32(-1.0 if opts.length_penalty is None
+                                     else opts.length_penalty),
+        "max_length": np.int32(opts.max_length or 0),
+        "target_prefix": np.array([opts.target_prefix.encode("utf-8")] if opts.target_prefix
+                                  else [], dtype=object),
+        "sampling_topk": np.int32(opts.sampling_topk),
+        "sampling_topp": np.float32(opts.sampling_topp),
+        "sampling_temperature": np.float32(opts.sampling_temperature),
+        "seed": np.int32(opts.seed), "return_alignments": np.bool_(opts.return_alignments)}
 
 
 def _bytes_array(texts):

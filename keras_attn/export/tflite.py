@@ -92,10 +92,11 @@ def check_text_ops(model_content, name="the text target"):
     return ops
 
 
-def _signature(content):
-    """Input/output names, dtypes and shapes of a flatbuffer's first signature."""
+def _signature(content, key=None):
+    """Input/output names, dtypes and shapes of a flatbuffer's signature ``key`` (None:
+    the first)."""
     interpreter = runtime.text_interpreter(model_content=content)
-    key = list(interpreter.get_signature_list())[0]
+    key = key or list(interpreter.get_signature_list())[0]
     runner = interpreter.get_signature_runner(key)
 
     def spec(details):
@@ -115,11 +116,17 @@ def _dtype_name(dtype):
 def _rename_signature(content, key):
     """A flatbuffer converted from one concrete function gets the key ``serving_default``;
     give it ``key``."""
+    return _rename_signatures(content, lambda _: key)
+
+
+def _rename_signatures(content, new_key):
+    """The flatbuffer with every signature key ``k`` renamed ``new_key(k)``. (Converted
+    from several concrete functions, signatures are keyed by the functions' graph names.)"""
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(content))
     for sig in model.signatureDefs:
-        sig.signatureKey = key.encode("utf-8")
+        sig.signatureKey = new_key(sig.signatureKey.decode("utf-8")).encode("utf-8")
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
@@ -158,8 +165,11 @@ class TFLiteExporter(Exporter):
 
     def convert(self, concrete_fn, module, name):
         """The flatbuffer of ``concrete_fn`` (variables found through ``module``), its ops
-        checked by :meth:`check_ops`."""
-        converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete_fn], module)
+        checked by :meth:`check_ops`. ``concrete_fn`` may be a dict ``{signature key:
+        concrete function}``: one file with those signatures."""
+        functions = concrete_fn if isinstance(concrete_fn, dict) else {None: concrete_fn}
+        converter = tf.lite.TFLiteConverter.from_concrete_functions(
+            list(functions.values()), module)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         converter.allow_custom_ops = self.allow_custom_ops
         if self.quantization == "float16":
@@ -171,6 +181,9 @@ class TFLiteExporter(Exporter):
             content = converter.convert()
         except Exception as e:  # the converter raises ConverterError with the op list
             raise ValueError(f"TFLite conversion of {name} failed: {e}") from e
+        if len(functions) > 1:
+            keys = {fn.graph.name: key for key, fn in functions.items()}
+            content = _rename_signatures(content, keys.__getitem__)
         return content, self.check_ops(content, name)
 
 
@@ -196,14 +209,16 @@ class TFLiteTextExporter(TFLiteExporter):
 
     def write(self, parts, path):
         module = self.build_module(parts)
-        (key, fn), = module.tflite_functions().items()
-        content, ops = self.convert(fn, module, "the text target")
+        functions = module.tflite_functions()
+        content, ops = self.convert(functions, module, "the text target")
         runs.atomic_write_bytes(path, content)
-        report = {"ops": ops, "decoding": decoding_info(parts, self.beam_size, self.alpha, False),
+        decoding = dict(decoding_info(parts, self.beam_size, self.alpha, False),
+                        max_beam_size=module.max_beam_size)
+        report = {"ops": ops, "decoding": decoding,
                   "runtime": "ai_edge_litert InterpreterWithCustomOps with tensorflow_text."
                              "tflite_registrar.SELECT_TFTEXT_OPS (keras_attn.export.runtime."
-                             "run_tflite_text)",
-                  "signatures": {key: _signature(content)}}
+                             "run_tflite_text, run_tflite_options)",
+                  "signatures": {key: _signature(content, key) for key in functions}}
         if parts.normalize:
             report["warnings"] = [
                 "this file expects normalised input: the model was trained on text normalised "

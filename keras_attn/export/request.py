@@ -1,0 +1,204 @@
+"""Decoding options per request inside a served graph (TensorFlow-only): the ``translate``
+signature of the SavedModel and of the TFLite text file.
+
+Every option of ``keras_attn.decoding_options`` (API.md, "Decoding options per request")
+is an input tensor. The graph checks them (:func:`checks`: an ``InvalidArgument`` naming
+the option from a SavedModel; in TFLite, which drops ``Assert``, a failed ``RESHAPE`` that
+ends the invocation with an error), then picks one of three traced decoders with ``tf.cond``
+(greedy, beam search, sampling). Every branch is ``keras_attn.decoding.decode``, the same
+code that eager decoding and ``Translator.translate_nbest`` run; only the kind of search is
+chosen by the branch, the rest (beam size, n-best, length penalty, length, prefix,
+sampling settings, seed) are tensors. Alignments, when asked, come from one more
+teacher-forced pass of the decoder over the hypotheses (``decoding.cross_attention``).
+
+Two values stand for the export's own: ``max_length`` 0 (its ``max_len``) and a negative
+``length_penalty`` (its ``alpha``); a signature has no optional inputs.
+
+Outputs: ``translations`` string ``(B, N)``, ``scores`` float32 ``(B, N)``, ``alignments``
+string ``(B, N)`` (Pharaoh ``i-j`` pairs, ``keras_attn.alignment``; empty unless asked),
+``truncated`` bool ``(B,)``.
+"""
+import contextlib
+import types
+
+import tensorflow as tf
+
+from keras_attn import alignment, decoding, text
+
+# Every option of keras_attn.decoding_options.NAMES and its dtype in the signature.
+OPTION_SPECS = {
+    "beam_size": tf.int32, "num_hypotheses": tf.int32, "length_penalty": tf.float32,
+    "max_length": tf.int32, "target_prefix": tf.string, "sampling_topk": tf.int32,
+    "sampling_topp": tf.float32, "sampling_temperature": tf.float32, "seed": tf.int32,
+    "return_alignments": tf.bool,
+}
+TRANSLATE_SIGNATURE = "translate"
+
+
+def input_signature(batch_size=None):
+    """``tf.TensorSpec`` s of the ``translate`` signature: ``text (B,)`` then every option
+    as a scalar, in :data:`OPTION_SPECS` order, but ``target_prefix``: strings ``(P,)``,
+    none, one for every sentence, or one per sentence (``P = B``)."""
+    return [tf.TensorSpec([batch_size], tf.string, name="text")] + [
+        tf.TensorSpec([None] if name == "target_prefix" else [], dtype, name=name)
+        for name, dtype in OPTION_SPECS.items()]
+
+
+def _require_tflite(ok):
+    """int32 0, or a failed invocation when ``ok`` is False. TFLite drops ``Assert``: a
+    ``GATHER`` out of bounds fails instead (an error, not a crash). The value must feed
+    the result, or the converter prunes it; the table is not uniform, or it folds it."""
+    return tf.gather(tf.constant([0, 1]), tf.where(ok, 0, 2))
+
+
+def checks(options, max_beam_size, max_len, prefix_len, for_tflite):
+    """The ops that refuse bad options (messages as ``DecodingOptions``'s ``ValueError``)."""
+    o = types.SimpleNamespace(**options)
+    rules = [
+        (o.beam_size >= 1, "`beam_size` must be an integer >= 1"),
+        (o.beam_size <= max_beam_size,
+         f"`beam_size` must be at most {max_beam_size} (the maximum fixed at export)"),
+        (o.num_hypotheses >= 1, "`num_hypotheses` must be an integer >= 1"),
+        (o.num_hypotheses <= o.beam_size, "`num_hypotheses` must not exceed `beam_size`"),
+        (tf.math.is_finite(o.length_penalty), "`length_penalty` must be a finite number"),
+        (o.max_length >= 0, "`max_length` must be an integer >= 0 (0: the export's)"),
+        (o.max_length <= max_len,
+         f"`max_length` must be at most {max_len} (the maximum fixed at export)"),
+        (prefix_len < tf.where(o.max_length > 0, o.max_length, max_len),
+         "`target_prefix` leaves no room within max_length (too many target tokens)"),
+        (o.sampling_topk >= 1, "`sampling_topk` must be an integer >= 1"),
+        (tf.logical_and(o.sampling_topp > 0.0, o.sampling_topp <= 1.0),
+         "`sampling_topp` must be a number in (0, 1]"),
+        (o.sampling_temperature > 0.0, "`sampling_temperature` must be a number > 0"),
+    ]
+    guards = []
+    for ok, message in rules:
+        name = message.split("`")[1]
+        if for_tflite:
+            guards.append(_require_tflite(ok))
+        else:
+            guards.append(tf.debugging.Assert(ok, [f"{message}. Received: {name}=",
+                                                   options[name]]))
+    return guards
+
+
+class RequestDecoder:
+    """The per-request decoding of a :class:`~keras_attn.export.modules.TranslatorModule`.
+
+    Args:
+        module: the ``TranslatorModule`` (its model, graph tokenizers, ``max_len``).
+        parts: the ``Parts`` it was built from (the vocabularies' word tables).
+        max_beam_size: the largest ``beam_size`` (and ``num_hypotheses``) a request may ask.
+    """
+
+    def __init__(self, module, parts, max_beam_size):
+        self.module = module
+        self.max_beam_size = int(max_beam_size)
+        self.src_tables = [tf.constant(t) for t in alignment.word_tables(parts.src_tokenizer)]
+        self.tgt_tables = [tf.constant(t) for t in alignment.word_tables(parts.tgt_tokenizer)]
+        pairs = alignment.pair_strings(module.max_len)
+        if module.for_tflite:
+            import tensorflow_text as tf_text
+
+            # FastWordpiece's detokenizer joins the pair strings with spaces in TFLite.
+            pairs[0] = text.PAD
+            self._pair_detokenizer = tf_text.FastWordpieceTokenizer(
+                pairs, suffix_indicator=text.SUFFIX, token_out_type=tf.int32,
+                unknown_token=text.PAD, no_pretokenization=True, support_detokenization=True)
+        else:
+            self._pair_table = tf.constant(pairs, tf.string)
+
+    def translate(self, strings, **options):
+        """The ``translate`` signature's body (module docstring)."""
+        m = self.module
+        batch = tf.shape(strings)[0]
+        source, truncated = m.encode_text(strings)
+        if m.for_tflite:  # as in TranslatorModule._serve: TFLite needs a row to decode
+            source = tf.pad(source, [[0, tf.maximum(1 - batch, 0)], [0, 0]])
+        rows = tf.shape(source)[0]
+        prefixes = options["target_prefix"]
+        count = tf.shape(prefixes)[0]
+        tokens = m.tgt_tokenizer.tokenize(prefixes)
+        prefix_len = tf.reduce_max(tf.concat([tf.cast(tokens.row_lengths(), tf.int32), [0]], 0))
+        guards = checks(options, self.max_beam_size, m.max_len, prefix_len, m.for_tflite)
+        count_ok = (count <= 1) | (count == batch)
+        if m.for_tflite:
+            guards.append(_require_tflite(count_ok))
+        else:
+            guards.append(tf.debugging.Assert(count_ok, [
+                "`target_prefix` must hold no string, one for every sentence or one per "
+                "sentence. Received: target_prefix of length", count, "for", batch,
+                "sentences"]))
+        with tf.control_dependencies([g for g in guards if not isinstance(g, tf.Tensor)]):
+            # (P + 1, width + 1): a row and a column of padding (0: nothing forced).
+            prefix = tf.pad(tf.cast(tokens.to_tensor(default_value=text.PAD_ID), tf.int32),
+                            [[0, 1], [0, 1]])
+        if m.for_tflite:  # the guards' values feed the decoding, so they run
+            prefix = prefix + tf.add_n(guards)
+        # One prefix per sentence, or row 0 for every sentence (the prefix, or padding).
+        prefix = tf.gather(prefix, tf.where(count == rows, tf.range(rows), 0))
+        o = types.SimpleNamespace(**options)
+        # The export's values where a request leaves them: max_length 0, length_penalty < 0.
+        o.max_length = tf.where(o.max_length > 0, o.max_length, m.max_len)
+        o.length_penalty = tf.where(o.length_penalty >= 0, o.length_penalty, m.alpha)
+        sampling = o.sampling_topk > 1
+        beam = tf.logical_and(tf.logical_not(sampling), o.beam_size > 1)
+
+        def branch(kind):
+            return lambda: self._decode(source, prefix, o, kind)
+
+        tokens, scores = tf.cond(sampling, branch("sample"), lambda: tf.cond(
+            beam, branch("beam"), branch("greedy")))
+        codes = tf.cond(o.return_alignments, lambda: self._alignments(source, tokens),
+                        lambda: tf.zeros_like(tokens))
+        n = tf.shape(tokens)[1]
+        flat = tf.reshape(tokens, [rows * n, m.max_len])
+        if m.for_tflite:
+            words = m.tgt_tokenizer.detokenize_tflite(flat)
+        else:
+            words = m.tgt_tokenizer.detokenize(flat)
+        out = {"translations": tf.reshape(words, [rows, n]), "scores": scores,
+               "alignments": tf.reshape(self._pharaoh(tf.reshape(codes, [rows * n, -1])),
+                                        [rows, n]),
+               "truncated": truncated}
+        if m.for_tflite:
+            out = {k: v[:batch] for k, v in out.items()}
+        return out
+
+    def _decode(self, source, prefix, o, kind):
+        """One branch: tokens ``(B, N, max_len)`` and scores ``(B, N)``."""
+        from keras_attn import tf_attention
+
+        m = self.module
+        options = types.SimpleNamespace(
+            beam_size=1 if kind == "greedy" else o.beam_size,
+            num_hypotheses=1 if kind == "greedy" else o.num_hypotheses,
+            sampling=kind == "sample", return_alignments=False,
+            length_penalty=o.length_penalty, max_length=o.max_length,
+            sampling_topk=o.sampling_topk, sampling_topp=o.sampling_topp,
+            sampling_temperature=o.sampling_temperature, seed=o.seed)
+        with tf_attention.preallocated_cache() if m.for_tflite else contextlib.nullcontext():
+            out = decoding.decode(m.model, source, options, m.max_len, text.START_ID,
+                                  text.END_ID, prefix, kind=kind)
+        return out["tokens"], out["scores"]
+
+    def _alignments(self, source, tokens):
+        """Pair codes ``(B, N, max_len)`` of the hypotheses ``tokens`` ``(B, N, max_len)``
+        (one teacher-forced pass of the decoder, ``decoding.cross_attention``)."""
+        m = self.module
+        shape = tf.shape(tokens)
+        source = tf.repeat(source, shape[1], axis=0)
+        flat = tf.reshape(tokens, [-1, m.max_len])
+        attention = decoding.cross_attention(m.model, source, flat, text.START_ID)
+        codes = alignment.hard_alignment(attention, source, flat, self.src_tables,
+                                         self.tgt_tables, m.max_len)
+        return tf.reshape(codes, shape)
+
+    def _pharaoh(self, codes):
+        """Pair codes ``(N, T)`` -> Pharaoh strings ``(N,)``."""
+        counts = tf.reduce_sum(tf.cast(codes > 0, tf.int32), axis=1)
+        if self.module.for_tflite:
+            return self._pair_detokenizer.detokenize(
+                tf.RaggedTensor.from_tensor(codes, lengths=counts))
+        words = tf.RaggedTensor.from_tensor(tf.gather(self._pair_table, codes), lengths=counts)
+        return tf.strings.reduce_join(words, axis=1, separator=" ")
