@@ -238,18 +238,10 @@ class Tokenizer(tf.Module):
         Example:
             >>> tok.tokenize(tf.constant(["j'ai faim ."]))   # [[j, ', ai, faim, .]]
         """
-        if not self.char_level:
-            return self._tokenizer.tokenize(strings)
-        ids, starts, ends = self._tokenizer.tokenize_with_offsets(strings)
-        ids = ids.with_flat_values(tf.gather(self._suffix_of, ids.flat_values))
-        # The whole string is one "word": "" comes back as one zero-width [UNK]; drop it
-        # (ragged ops that TFLite runs: a dense copy with shorter rows).
-        lengths = tf.cast(ids.row_lengths(), tf.int32)
-        empty = (lengths == 1) & tf.reduce_all(
-            tf.equal(starts.to_tensor(default_value=0), ends.to_tensor(default_value=0)), axis=1)
-        lengths = tf.where(empty, 0, lengths)
-        dense = tf.pad(ids.to_tensor(default_value=PAD_ID), [[0, 0], [0, 1]])
-        return tf.RaggedTensor.from_tensor(dense, lengths=lengths)
+        ids = self._tokenizer.tokenize(strings)
+        if self.char_level:
+            ids = ids.with_flat_values(tf.gather(self._suffix_of, ids.flat_values))
+        return ids
 
     @tf.function
     def detokenize_tflite(self, ids):
