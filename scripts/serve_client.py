@@ -8,6 +8,8 @@ Examples::
     python scripts/serve_client.py --grpc localhost:8500 "3 March 2021"        # needs
         # pip install "tensorflow-serving-api==2.21.*"
     echo "3 March 2021" | python scripts/serve_client.py                      # lines on stdin
+    python scripts/serve_client.py --option beam_size=4 --option num_hypotheses=2 \
+        --option return_alignments=true "3 March 2021"     # the ``translate`` signature
 
 Each request is built by a function separate from the one that sends it
 (``build_rest_request`` / ``build_grpc_request``), so the request can be checked against
@@ -16,6 +18,13 @@ library; the gRPC client imports ``grpc`` and ``tensorflow_serving`` lazily.
 
 The ``serving_default`` signature takes ``text`` (string ``(B,)``) and returns
 ``translation`` (string), ``score`` (float32) and ``truncated`` (bool), one per input.
+
+The ``translate`` signature (``keras_attn.export.request``) takes ``text`` plus every
+decoding option of API.md ("Decoding options per request") as an input, all of them
+required: ``options=`` of the builders (``--option NAME=VALUE`` here) fills the ones not
+given with :data:`OPTION_DEFAULTS`. It returns ``translations``, ``scores`` and
+``alignments`` ``(B, N)`` and ``truncated`` ``(B,)``; a REST request for it is columnar
+(its options are scalars, not one value per sentence).
 """
 import argparse
 import base64
@@ -28,6 +37,16 @@ MODEL_NAME = "translator"
 SIGNATURE = "serving_default"
 INPUT_NAME = "text"
 OUTPUT_NAMES = ("translation", "score", "truncated")
+TRANSLATE_SIGNATURE = "translate"
+# The ``translate`` signature's option inputs with the values a request sends when it does
+# not choose (keras_attn.export.request.OPTION_SPECS: int32, float32, a 1-D string list,
+# bool): ``length_penalty`` -1 and ``max_length`` 0 mean the export's own values, an empty
+# ``target_prefix`` no prefix (one string: for every sentence; B strings: one each).
+OPTION_DEFAULTS = {
+    "beam_size": 1, "num_hypotheses": 1, "length_penalty": -1.0, "max_length": 0,
+    "target_prefix": [], "sampling_topk": 1, "sampling_topp": 1.0,
+    "sampling_temperature": 1.0, "seed": 0, "return_alignments": False,
+}
 
 
 def _as_bytes(text):
@@ -44,16 +63,43 @@ def _json_string(text):
         return {"b64": base64.b64encode(raw).decode("ascii")}
 
 
-def build_rest_request(texts, model_name=MODEL_NAME, signature=SIGNATURE,
-                       host="localhost:8501", columnar=False):
+def option_values(options):
+    """Every option input of the ``translate`` signature: :data:`OPTION_DEFAULTS` updated
+    with ``options`` (a dict by option name; a ``target_prefix`` string becomes a list of
+    one). Values are cast to the default's type (JSON ``4`` for an int32 input, ``0.6`` for
+    a float32 one), so TF Serving parses them.
+
+    Raises:
+        ValueError: an unknown option name.
+    """
+    unknown = sorted(set(options) - set(OPTION_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown decoding option(s) {unknown}; the options are "
+                         f"{list(OPTION_DEFAULTS)}")
+    values = dict(OPTION_DEFAULTS)
+    for name, value in options.items():
+        if name == "target_prefix":
+            value = [value] if isinstance(value, (str, bytes)) else list(value)
+        else:
+            value = type(OPTION_DEFAULTS[name])(value)
+        values[name] = value
+    return values
+
+
+def build_rest_request(texts, model_name=MODEL_NAME, signature=None,
+                       host="localhost:8501", columnar=False, options=None):
     """The REST predict request for ``texts``.
 
     Args:
         texts: list of str (or bytes).
-        model_name: TF Serving model name. signature: signature name.
+        model_name: TF Serving model name. signature: signature name (default
+            ``serving_default``, or ``translate`` when ``options`` are given).
         host: ``HOST:PORT`` of the REST API.
         columnar: ``{"inputs": {"text": [...]}}`` instead of the row format
             ``{"instances": [{"text": ...}, ...]}``.
+        options: decoding options (dict by name) for the ``translate`` signature; with
+            them (or with ``signature="translate"``) the request is columnar and carries
+            every option input (:func:`option_values`).
 
     Returns:
         ``(url, payload)``: the URL to POST to and the JSON-serialisable body.
@@ -61,9 +107,16 @@ def build_rest_request(texts, model_name=MODEL_NAME, signature=SIGNATURE,
     Example:
         >>> build_rest_request(["3 March 2021"])[1]
         {'signature_name': 'serving_default', 'instances': [{'text': '3 March 2021'}]}
+        >>> build_rest_request(["3 March 2021"], options={"beam_size": 4})[1]["inputs"]["beam_size"]
+        4
     """
+    signature = signature or (SIGNATURE if options is None else TRANSLATE_SIGNATURE)
     values = [_json_string(t) for t in texts]
     url = f"http://{host}/v1/models/{model_name}:predict"
+    if options is not None or signature == TRANSLATE_SIGNATURE:
+        inputs = option_values(options or {})
+        inputs["target_prefix"] = [_json_string(p) for p in inputs["target_prefix"]]
+        return url, {"signature_name": signature, "inputs": {INPUT_NAME: values, **inputs}}
     if columnar:
         return url, {"signature_name": signature, "inputs": {INPUT_NAME: values}}
     return url, {"signature_name": signature,
@@ -97,12 +150,15 @@ def parse_rest_response(answer):
     if "predictions" in answer:
         return [{k: _from_json(v) for k, v in row.items()} for row in answer["predictions"]]
     outputs = answer["outputs"]
-    size = len(outputs[OUTPUT_NAMES[0]])
+    size = len(next(iter(outputs.values()), []))  # every output is (B, ...)
     return [{name: _from_json(outputs[name][i]) for name in outputs} for i in range(size)]
 
 
 def _from_json(value):
-    """Undo TF Serving's ``{"b64": ...}`` wrapping of non-UTF-8 strings."""
+    """Undo TF Serving's ``{"b64": ...}`` wrapping of non-UTF-8 strings (in lists too:
+    the ``translate`` signature's outputs are ``(B, N)``)."""
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
     if isinstance(value, dict) and set(value) == {"b64"}:
         return base64.b64decode(value["b64"]).decode("utf-8", "replace")
     return value
@@ -119,28 +175,45 @@ def _serving_api():
     return grpc, predict_pb2, prediction_service_pb2_grpc
 
 
-def build_grpc_request(texts, model_name=MODEL_NAME, signature=SIGNATURE):
+def build_grpc_request(texts, model_name=MODEL_NAME, signature=None, options=None):
     """A ``tensorflow_serving.apis.predict_pb2.PredictRequest`` for ``texts``.
 
-    The input ``text`` is a ``DT_STRING`` tensor of shape ``(len(texts),)``.
+    The input ``text`` is a ``DT_STRING`` tensor of shape ``(len(texts),)``. With
+    ``options`` (or ``signature="translate"``), every option input of :func:`option_values`
+    too: ``DT_INT32``, ``DT_FLOAT``, ``DT_BOOL`` scalars and ``target_prefix`` a
+    ``DT_STRING`` tensor of shape ``(P,)``. ``signature`` as in :func:`build_rest_request`.
 
     Example:
         >>> request = build_grpc_request(["3 March 2021"])
         >>> request.inputs["text"].string_val
         [b'3 March 2021']
     """
+    signature = signature or (SIGNATURE if options is None else TRANSLATE_SIGNATURE)
     _, predict_pb2, _ = _serving_api()
     from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
+
+    def strings(values):
+        return tensor_pb2.TensorProto(
+            dtype=types_pb2.DT_STRING,
+            tensor_shape=tensor_shape_pb2.TensorShapeProto(
+                dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=len(values))]),
+            string_val=[_as_bytes(v) for v in values])
 
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model_name
     request.model_spec.signature_name = signature
-    tensor = tensor_pb2.TensorProto(
-        dtype=types_pb2.DT_STRING,
-        tensor_shape=tensor_shape_pb2.TensorShapeProto(
-            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=len(texts))]),
-        string_val=[_as_bytes(t) for t in texts])
-    request.inputs[INPUT_NAME].CopyFrom(tensor)
+    request.inputs[INPUT_NAME].CopyFrom(strings(texts))
+    if options is not None or signature == TRANSLATE_SIGNATURE:
+        for name, value in option_values(options or {}).items():
+            if name == "target_prefix":
+                tensor = strings(value)
+            elif isinstance(value, bool):
+                tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_BOOL, bool_val=[value])
+            elif isinstance(value, int):
+                tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT32, int_val=[value])
+            else:
+                tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[value])
+            request.inputs[name].CopyFrom(tensor)  # no tensor_shape: a scalar
     return request
 
 
@@ -157,20 +230,44 @@ def send_grpc(request, host="localhost:8500", timeout=30.0):
 
 
 def parse_grpc_response(response):
-    """Rows from a ``PredictResponse``."""
-    columns = {}
-    for name, tensor in response.outputs.items():
-        if tensor.string_val:
-            columns[name] = [v.decode("utf-8", "replace") for v in tensor.string_val]
-        elif tensor.float_val:
-            columns[name] = list(tensor.float_val)
-        elif tensor.bool_val:
-            columns[name] = list(tensor.bool_val)
-        else:
-            columns[name] = list(tensor.int_val)
+    """Rows from a ``PredictResponse`` (a ``(B, N)`` output gives each row a list of N).
+
+    ``tf.make_ndarray`` reads every encoding of a ``TensorProto`` (typed fields or packed
+    ``tensor_content``) with its shape.
+    """
+    from tensorflow import make_ndarray
+
+    def plain(value):
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+    columns = {name: plain(make_ndarray(tensor).tolist())
+               for name, tensor in response.outputs.items()}
+    columns = {name: v if isinstance(v, list) else [v] for name, v in columns.items()}
     size = max((len(v) for v in columns.values()), default=0)
     return [{name: values[i] for name, values in columns.items() if i < len(values)}
             for i in range(size)]
+
+
+def _parse_option(text):
+    """``"beam_size=4"`` -> ``("beam_size", 4)``, typed as :data:`OPTION_DEFAULTS`."""
+    name, sep, value = text.partition("=")
+    if not sep or name not in OPTION_DEFAULTS:
+        raise ValueError(f"--option {text!r}: expected NAME=VALUE with NAME one of "
+                         f"{list(OPTION_DEFAULTS)}")
+    default = OPTION_DEFAULTS[name]
+    if name == "target_prefix":
+        return name, value
+    if isinstance(default, bool):
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"--option {text!r}: {name} is true or false")
+        return name, value.lower() in ("true", "1")
+    try:
+        return name, type(default)(value)
+    except ValueError:
+        kind = "an integer" if isinstance(default, int) else "a number"
+        raise ValueError(f"--option {text!r}: {name} is {kind}") from None
 
 
 def main(argv=None):
@@ -180,19 +277,33 @@ def main(argv=None):
     where.add_argument("--rest", metavar="HOST:PORT", help="REST API (default localhost:8501)")
     where.add_argument("--grpc", metavar="HOST:PORT", help="gRPC API, e.g. localhost:8500")
     parser.add_argument("--model-name", default=MODEL_NAME)
-    parser.add_argument("--signature", default=SIGNATURE)
+    parser.add_argument("--signature", help=f"default {SIGNATURE}, or {TRANSLATE_SIGNATURE} "
+                                            "with --option")
+    parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                        help="a decoding option of the translate signature (repeat it): "
+                             + ", ".join(OPTION_DEFAULTS))
     parser.add_argument("--columnar", action="store_true", help="REST columnar format")
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(argv)
+    try:
+        options = dict(_parse_option(o) for o in args.option)
+        option_values(options)
+    except ValueError as e:
+        parser.error(str(e))
+    signature = args.signature or (TRANSLATE_SIGNATURE if options else SIGNATURE)
+    if options and signature != TRANSLATE_SIGNATURE:
+        parser.error(f"--option is for --signature {TRANSLATE_SIGNATURE}")
+    options = options if signature == TRANSLATE_SIGNATURE else None
     texts = args.texts or [line.rstrip("\n") for line in sys.stdin]
     try:
         if args.grpc:
-            rows = send_grpc(build_grpc_request(texts, args.model_name, args.signature),
+            rows = send_grpc(build_grpc_request(texts, args.model_name, signature, options),
                              args.grpc, args.timeout)
         else:
-            url, payload = build_rest_request(texts, args.model_name, args.signature,
-                                              args.rest or "localhost:8501", args.columnar)
+            url, payload = build_rest_request(texts, args.model_name, signature,
+                                              args.rest or "localhost:8501", args.columnar,
+                                              options)
             rows = send_rest(url, payload, args.timeout)
     except (RuntimeError, ImportError) as e:
         print(f"serve_client: error: {e}", file=sys.stderr)
@@ -200,6 +311,11 @@ def main(argv=None):
     for source, row in zip(texts, rows):
         if args.json:
             print(json.dumps({"source": source, **row}, ensure_ascii=False))
+        elif "translations" in row:  # the translate signature: n-best per sentence
+            print(source)
+            for i, (hyp, score) in enumerate(zip(row["translations"], row["scores"])):
+                pairs = row.get("alignments", [""] * (i + 1))[i]
+                print(f"  {i + 1}\t{score:.4f}\t{hyp}" + (f"\t{pairs}" if pairs else ""))
         else:
             flag = "  (input truncated)" if row.get("truncated") else ""
             print(f"{row.get('translation')}\t{row.get('score', float('nan')):.3f}{flag}")

@@ -728,6 +728,56 @@ def test_grpc_request_matches_signature(loaded):
     assert tf.make_ndarray(tensor).tolist() == [b"3 March 2021", b"x"]
 
 
+def test_translate_signature_requests_carry_every_option():
+    """``options=`` / ``--option NAME=VALUE``: the REST (columnar) and gRPC requests for
+    the ``translate`` signature carry every input of ``export.request.input_signature``
+    (TF Serving has no optional inputs), each one parsed by the signature's dtype into
+    its shape, as TF Serving parses JSON; the options not given are the "not set" values."""
+    from keras_attn.export import request as export_request
+
+    client = _serve_client()
+    specs = {spec.name: spec for spec in export_request.input_signature()}
+    options = {"beam_size": 4, "num_hypotheses": 2, "length_penalty": 0.6,
+               "target_prefix": "2020", "return_alignments": True}
+    _, payload = client.build_rest_request(["3 March 2021", b"\xff"], options=options)
+    assert payload["signature_name"] == export_request.TRANSLATE_SIGNATURE
+    inputs = payload["inputs"]
+    assert set(inputs) == set(specs) == set(client.OPTION_DEFAULTS) | {"text"}
+    json_types = {tf.int32: int, tf.float32: float, tf.bool: bool, tf.string: list}
+    for name, value in inputs.items():
+        assert type(value) is json_types[specs[name].dtype], (name, value)
+        if specs[name].dtype == tf.string:
+            value = [base64.b64decode(v["b64"]) if isinstance(v, dict) else v for v in value]
+        assert specs[name].shape.is_compatible_with(tf.constant(value, specs[name].dtype).shape)
+    assert {k: inputs[k] for k in options} == {**options, "target_prefix": ["2020"]}
+    assert (inputs["max_length"], inputs["sampling_topk"], inputs["seed"]) == (0, 1, 0)
+    _, plain = client.build_rest_request(["x"], signature="translate")  # every default
+    assert plain["inputs"] == {"text": ["x"], **client.OPTION_DEFAULTS}
+    with pytest.raises(ValueError, match="unknown decoding option"):
+        client.build_rest_request(["x"], options={"beam": 4})
+    assert dict(map(client._parse_option, ["beam_size=4", "return_alignments=true",
+                                           "length_penalty=0.6", "target_prefix=a=b"])) == {
+        "beam_size": 4, "return_alignments": True, "length_penalty": 0.6, "target_prefix": "a=b"}
+    for bad in ("beam=4", "beam_size", "beam_size=x", "return_alignments=yes"):
+        with pytest.raises(ValueError):
+            client._parse_option(bad)
+    rows = client.parse_rest_response({"outputs": {
+        "translations": [["2021-03-03", {"b64": "/w=="}]], "scores": [[-0.46, -3.3]],
+        "alignments": [["0-0", ""]], "truncated": [False]}})
+    assert rows == [{"translations": ["2021-03-03", "\ufffd"], "scores": [-0.46, -3.3],
+                     "alignments": ["0-0", ""], "truncated": False}]
+
+    pytest.importorskip("tensorflow_serving.apis",
+                        reason="tensorflow-serving-api is not installed")
+    request = client.build_grpc_request(["3 March 2021", "x"], options=options)
+    assert request.model_spec.signature_name == "translate" and set(request.inputs) == set(specs)
+    for name, tensor in request.inputs.items():
+        assert tensor.dtype == specs[name].dtype.as_datatype_enum, name
+        assert specs[name].shape.is_compatible_with(tf.make_ndarray(tensor).shape), name
+    assert tf.make_ndarray(request.inputs["target_prefix"]).tolist() == [b"2020"]
+    assert tf.make_ndarray(request.inputs["length_penalty"]) == np.float32(0.6)
+
+
 class _FakeRestServing(http.server.BaseHTTPRequestHandler):
     """Answers ``/v1/models/translator:predict`` like TF Serving, with the SavedModel."""
     loaded = None
