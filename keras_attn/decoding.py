@@ -64,7 +64,7 @@ class _Steps:
 
     _STATE_KEYS = ("self", "states")  # the entries of a decoder's cache that steps rewrite
 
-    def __init__(self, model, source, max_len, use_cache, start_id):
+    def __init__(self, model, source, max_len, use_cache, start_id, encoded):
         self.encoder = model.get_layer("encoder")
         self.decoder = model.get_layer("decoder")
         table = getattr(self.decoder, "max_len", None)
@@ -73,6 +73,7 @@ class _Steps:
                 f"`max_len` must not exceed the decoder's positional table (max_len="
                 f"{table}). Received: max_len={max_len}")
         self.source, self.max_len, self.use_cache = source, max_len, use_cache
+        self._encoded = encoded  # the encoder's output for `source`
         ids = ops.arange(self.decoder.vocab_size, dtype="int32")
         self.banned = ops.logical_or(ops.equal(ids, 0), ops.equal(ids, start_id))
 
@@ -80,7 +81,7 @@ class _Steps:
         # ops.copy: a tensor read from the variable (convert_to_tensor would give the
         # variable itself back on TensorFlow); in a graph a read, not a copy of the data.
         self.weights = [(w, ops.copy(w)) for w in self.decoder.weights]
-        encoded = self.encoder(self.source, training=False)
+        encoded = self._encoded
         if self.use_cache:
             cache = self.decoder.init_cache(encoded, self.source, self.max_len)
             self.constants = {k: v for k, v in cache.items() if k not in self._STATE_KEYS}
@@ -110,9 +111,15 @@ class _Steps:
         return ops.take(logits, index, axis=1), state, align
 
 
-def _steps(model, source, max_len, use_cache, start_id):
+def _steps(model, source, max_len, use_cache, start_id, encoded):
     """The step functions for ``model`` (one implementation: the decoder's own call)."""
-    return _Steps(model, source, max_len, use_cache, start_id)
+    return _Steps(model, source, max_len, use_cache, start_id, encoded)
+
+
+def encode(model, source):
+    """The encoder's output for ``source`` ``(B, S)`` (the decoders' ``init_cache`` input):
+    a graph that decodes several ways encodes once and passes it to each."""
+    return model.get_layer("encoder")(_check_source(source), training=False)
 
 
 class Sampler:
@@ -158,17 +165,22 @@ class Sampler:
     def initial_scores(self, batch):
         return ops.zeros((batch, self.beams), "float32")
 
-    def __call__(self, model, source, max_length=None, prefix=None):
+    def __call__(self, model, source, max_length=None, prefix=None, encoded=None):
         """``max_length``: optional int32 scalar (a tensor is fine), the most tokens of this
         call, at most ``max_len`` (the buffers' size). ``prefix``: optional int32
         ``(B, P)`` target ids forced first (0 = none left for that row); the forced
-        tokens' log-probabilities are 0 in the scores (they count in the lengths)."""
+        tokens' log-probabilities are 0 in the scores (they count in the lengths).
+        ``encoded``: :func:`encode` ``(model, source)``, if already computed."""
         source = _check_source(source)
         k, max_len = self.beams, self.max_len
         batch, src_len = ops.shape(source)[0], ops.shape(source)[1]
+        if encoded is None:
+            encoded = encode(model, source)
         if not isinstance(k, int) or k > 1:  # a tensor: the hypotheses of a served request
+            # Encoded once per sentence, then repeated for its K hypotheses.
             source = ops.repeat(source, k, axis=0)  # (B*K, S)
-        steps = _steps(model, source, max_len, self.use_cache, self.start_id)
+            encoded = keras.tree.map_structure(lambda t: ops.repeat(t, k, axis=0), encoded)
+        steps = _steps(model, source, max_len, self.use_cache, self.start_id, encoded)
         limit = max_len if max_length is None else ops.minimum(
             ops.cast(max_length, "int32"), max_len)
         if prefix is not None:
@@ -450,7 +462,8 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=1, e
 
 
 
-def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=None):
+def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=None,
+           encoded=None):
     """Decode with :class:`keras_attn.decoding_options.DecodingOptions` (resolved: its
     ``max_length`` and ``length_penalty`` set).
 
@@ -460,7 +473,8 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=
     every kind once and picks one per request: ``beam_size`` and ``num_hypotheses`` may
     then be int32 tensors too. The sampling settings and ``seed`` are read as given
     (tensors are fine). ``prefix``: optional int32 ``(B, P)`` target ids forced first
-    (0 = none left for that row; ``P >= 1``).
+    (0 = none left for that row; ``P >= 1``). ``encoded``: :func:`encode` ``(model,
+    source)``, if already computed.
 
     Returns a dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)``,
     ``scores`` float32 ``(B, N)`` (N = ``num_hypotheses``; beam search: best first, by
@@ -474,7 +488,7 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=
         raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
     if kind == "beam":
         out = BeamSampler(options.beam_size, max_len, start_id, end_id)(
-            model, source, options.max_length, prefix)
+            model, source, options.max_length, prefix, encoded)
         ranked, order = ops.top_k(
             out["log_prob"] / length_penalty(out["lengths"], options.length_penalty), k=n)
         result = {"tokens": _take_beams(out["tokens"], order),
@@ -487,27 +501,33 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=
                                     options.seed)
         else:
             sampler = GreedySampler(max_len, start_id, end_id)
-        out = sampler(model, source, options.max_length, prefix)
+        out = sampler(model, source, options.max_length, prefix, encoded)
         result = {"tokens": out["tokens"], "lengths": out["lengths"], "scores": out["log_prob"]}
     if align:
         shape = ops.shape(result["tokens"])  # (B, N, T)
         flat = ops.reshape(result["tokens"], (-1, shape[2]))
-        attention = cross_attention(model, ops.repeat(source, shape[1], axis=0), flat, start_id)
+        attention = cross_attention(model, source, flat, start_id, encoded)
         result["attention"] = ops.reshape(attention, (shape[0], shape[1], shape[2], -1))
     return result
 
 
-def cross_attention(model, source, tokens, start_id):
-    """float32 ``(B, T, S)``: the attention of each of ``tokens`` ``(B, T)`` over ``source``
-    ``(B, S)`` when the decoder reads them after ``start_id`` (one teacher-forced pass, as
-    in training): the last decoder layer's cross-attention averaged over heads, or the
-    Bahdanau weights. What :mod:`keras_attn.alignment` reads for word alignments; the
-    weights are those the decoder computed for each token while generating it."""
+def cross_attention(model, source, tokens, start_id, encoded=None):
+    """float32 ``(B * N, T, S)``: the attention of each of ``tokens`` ``(B * N, T)`` (N
+    hypotheses per sentence, together) over ``source`` ``(B, S)`` when the decoder reads
+    them after ``start_id`` (one teacher-forced pass, as in training): the last decoder
+    layer's cross-attention averaged over heads, or the Bahdanau weights. What
+    :mod:`keras_attn.alignment` reads for word alignments; the weights are those the
+    decoder computed for each token while generating it. ``encoded``: :func:`encode`
+    ``(model, source)``, if already computed."""
     source = _check_source(source)
     tokens = ops.cast(tokens, "int32")
+    if encoded is None:
+        encoded = encode(model, source)
+    n = ops.shape(tokens)[0] // ops.shape(source)[0]
+    source = ops.repeat(source, n, axis=0)
+    encoded = keras.tree.map_structure(lambda t: ops.repeat(t, n, axis=0), encoded)
     start = ops.full((ops.shape(tokens)[0], 1), start_id, "int32")
     target_in = ops.concatenate([start, tokens[:, :-1]], axis=1)
-    encoded = model.get_layer("encoder")(source, training=False)
     encoded = tuple(encoded) if isinstance(encoded, (tuple, list)) else (encoded,)
     decoder = model.get_layer("decoder")
     _, maps = decoder(target_in, *encoded, training=False,

@@ -86,19 +86,14 @@ def run(model, prefix=None, **kwargs):
 
 
 def reference_log_probs(model, tokens):
-    """Per-token log-probabilities of ``tokens`` (B, T) under the model, by the reference
-    decoder (no cache) re-run on the whole prefix, normalised in numpy."""
-    steps = decoding._Steps(model, SOURCE, MAX, False, START)
-    state, token = steps.init(), np.full((len(SOURCE),), START, "int32")
-    out = []
-    for i in range(tokens.shape[1]):
-        logits, state, _ = steps.step(token, state, i)
-        logits = np.asarray(logits, "float64")
-        lp = logits - logits.max(-1, keepdims=True)
-        lp = lp - np.log(np.exp(lp).sum(-1, keepdims=True))
-        out.append(np.take_along_axis(lp, tokens[:, i:i + 1], 1)[:, 0])
-        token = tokens[:, i]
-    return np.stack(out, 1)
+    """Per-token log-probabilities of ``tokens`` (B, T) under the model: one teacher-forced
+    call of the whole model (no cache), padding and [START] banned as the decoders do
+    (``decoding.log_probs``), gathered in numpy."""
+    target_in = np.concatenate([np.full((len(SOURCE), 1), START, "int32"), tokens[:, :-1]], 1)
+    logits = model({"source": np.asarray(SOURCE, "int32"), "target_in": target_in},
+                   training=False)
+    lp = np.asarray(decoding.log_probs(logits, START), "float64")
+    return np.take_along_axis(lp, tokens[..., None], 2)[..., 0]
 
 
 def test_uniform_is_the_same_bits_and_uniform():

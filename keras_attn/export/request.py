@@ -144,12 +144,14 @@ class RequestDecoder:
         sampling = o.sampling_topk > 1
         beam = tf.logical_and(tf.logical_not(sampling), o.beam_size > 1)
 
+        encoded = decoding.encode(m.model, source)  # once, for every branch
+
         def branch(kind):
-            return lambda: self._decode(source, prefix, o, kind)
+            return lambda: self._decode(source, encoded, prefix, o, kind)
 
         tokens, scores = tf.cond(sampling, branch("sample"), lambda: tf.cond(
             beam, branch("beam"), branch("greedy")))
-        codes = tf.cond(o.return_alignments, lambda: self._alignments(source, tokens),
+        codes = tf.cond(o.return_alignments, lambda: self._alignments(source, encoded, tokens),
                         lambda: tf.zeros_like(tokens))
         n = tf.shape(tokens)[1]
         flat = tf.reshape(tokens, [rows * n, m.max_len])
@@ -165,7 +167,7 @@ class RequestDecoder:
             out = {k: v[:batch] for k, v in out.items()}
         return out
 
-    def _decode(self, source, prefix, o, kind):
+    def _decode(self, source, encoded, prefix, o, kind):
         """One branch: tokens ``(B, N, max_len)`` and scores ``(B, N)``."""
         from keras_attn import tf_attention
 
@@ -179,17 +181,17 @@ class RequestDecoder:
             sampling_temperature=o.sampling_temperature, seed=o.seed)
         with tf_attention.preallocated_cache() if m.for_tflite else contextlib.nullcontext():
             out = decoding.decode(m.model, source, options, m.max_len, text.START_ID,
-                                  text.END_ID, prefix, kind=kind)
+                                  text.END_ID, prefix, kind=kind, encoded=encoded)
         return out["tokens"], out["scores"]
 
-    def _alignments(self, source, tokens):
+    def _alignments(self, source, encoded, tokens):
         """Pair codes ``(B, N, max_len)`` of the hypotheses ``tokens`` ``(B, N, max_len)``
         (one teacher-forced pass of the decoder, ``decoding.cross_attention``)."""
         m = self.module
         shape = tf.shape(tokens)
-        source = tf.repeat(source, shape[1], axis=0)
         flat = tf.reshape(tokens, [-1, m.max_len])
-        attention = decoding.cross_attention(m.model, source, flat, text.START_ID)
+        attention = decoding.cross_attention(m.model, source, flat, text.START_ID, encoded)
+        source = tf.repeat(source, shape[1], axis=0)
         codes = alignment.hard_alignment(attention, source, flat, self.src_tables,
                                          self.tgt_tables, m.max_len)
         return tf.reshape(codes, shape)

@@ -62,6 +62,10 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
     translator = Translator.from_run_dir(run_dir)
     parts = as_parts(translator)
     tflite = [e for e in candidates if e.supports(parts) is None]
+    shared = {}  # the text targets' traced modules, one per model
+    for exporter in tflite:
+        if isinstance(exporter, TFLiteTextExporter):
+            exporter.module_cache = shared
     export_dir = os.path.abspath(export_dir or runs.paths(run_dir)["export"])
     saved_base = os.path.join(export_dir, "saved_model")
     tflite_dir = os.path.join(export_dir, "tflite")

@@ -198,14 +198,24 @@ class TFLiteTextExporter(TFLiteExporter):
     def check_ops(self, content, name):
         return check_text_ops(content, name)
 
+    # Set by export_run to one dict for all its text exporters: the quantizations of one
+    # model share the traced module (tracing the decoders costs more than converting).
+    module_cache = None
+
     def build_module(self, parts):
         from keras_attn.models import model_kind
 
+        key = (id(parts.model), parts.max_len, self.beam_size, self.alpha)
+        if self.module_cache is not None and key in self.module_cache:
+            return self.module_cache[key]
         # Keras's GRU loops keep per-step TensorLists whose element shape must be static
         # for TFLite: a Bahdanau model gets a batch of exactly one sentence.
         batch_size = 1 if model_kind(parts.model) == "bahdanau" else None
-        return TranslatorModule(parts, self.beam_size, self.alpha, for_tflite=True,
-                                text_ops="tftext", batch_size=batch_size)
+        module = TranslatorModule(parts, self.beam_size, self.alpha, for_tflite=True,
+                                  text_ops="tftext", batch_size=batch_size)
+        if self.module_cache is not None:
+            self.module_cache[key] = module
+        return module
 
     def write(self, parts, path):
         module = self.build_module(parts)
