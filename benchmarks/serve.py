@@ -133,7 +133,8 @@ def _serve_sentences(run_dir, n):
     return [s for s, _ in splits["test"][:n]]
 
 
-ENGINES = ("saved_model_translate_ids", "saved_model_serving_default", "tflite_text_float32",
+ENGINES = ("saved_model_translate_ids", "saved_model_serving_default", "saved_model_translate",
+           "tflite_text_float32",
            "tflite_text_int8", "ctranslate2_float32", "ctranslate2_int8")
 
 
@@ -148,7 +149,8 @@ def _export_all(translator, run_dir, work, label, ct2_export):
 
     log(f"  [{label}] exporting {run_dir}")
     sm = export.export_saved_model(translator, os.path.join(work, f"{label}_sm"))
-    paths = {"saved_model_translate_ids": sm["path"], "saved_model_serving_default": sm["path"]}
+    paths = {"saved_model_translate_ids": sm["path"], "saved_model_serving_default": sm["path"],
+             "saved_model_translate": sm["path"]}
     sizes = {"saved_model": sm["total_bytes"]}
     unavailable = {}
     for q in ("float32", "int8"):
@@ -214,6 +216,7 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads):
     engines = [e for e in ENGINES if e in paths]
     signatures = {"saved_model_translate_ids": export.IDS_SIGNATURE,
                   "saved_model_serving_default": export.SERVING_SIGNATURE,
+                  "saved_model_translate": export.TRANSLATE_SIGNATURE,
                   "tflite_text_float32": runtime.TFLITE_TEXT_SIGNATURE,
                   "tflite_text_int8": runtime.TFLITE_TEXT_SIGNATURE}
     rounds = max(args.serve_rounds, 1)
@@ -269,7 +272,10 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads):
                        "spread_pct": round(100 * (max(per_round[e]) - min(per_round[e])) / sec,
                                            1),
                        "rounds": len(per_round[e]), "repeats_per_round": args.repeats}
-            for base in dict.fromkeys(("ctranslate2_float32", yardstick(e))):
+            bases = ("ctranslate2_float32", yardstick(e))
+            if e == "saved_model_translate":  # what the options cost at their defaults
+                bases += ("saved_model_serving_default",)
+            for base in dict.fromkeys(bases):
                 ratios = [t_ct2 / t for t, t_ct2 in zip(per_round[e], per_round[base])]
                 rows[e][f"vs_{base}"] = {"median": round(float(np.median(ratios)), 3),
                                          "min": round(min(ratios), 3),

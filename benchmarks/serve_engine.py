@@ -8,6 +8,7 @@ Usage (``benchmarks.serve`` writes the spec and reads the result):
     python -m benchmarks.serve_engine SPEC.json RESULT.json
 
 The spec: ``engine`` (``saved_model_translate_ids``, ``saved_model_serving_default``,
+``saved_model_translate`` (the options signature, every option at its default),
 ``tflite_text_float32``/``_int8``, ``ctranslate2_float32``/``_int8``), ``path`` (the
 artefact), ``signature`` (of the SavedModel or the TFLite file), ``inputs`` (a JSON file with
 ``source_ids``, ``sentences``, ``tflite_sentences`` and ``ct2_tokens``), ``batches``, ``repeats``, ``warmup``, ``threads``, ``clock``,
@@ -47,6 +48,16 @@ def _saved_model(spec, inputs):
             rows = rows[:, : max(int((rows != 0).sum(axis=1).max()), 1)]
             tokens = signature(source=tf.constant(rows))["tokens"].numpy()
             return [[int(t) for t in row if t != 0] for row in tokens.tolist()]
+    elif spec["engine"] == "saved_model_translate":  # every option at its default
+        from keras_attn.decoding_options import DecodingOptions
+        from keras_attn.export.runtime import option_inputs
+
+        sentences = inputs["sentences"]
+        options = {k: tf.constant(v) for k, v in option_inputs(DecodingOptions()).items()}
+
+        def run(lo, hi):
+            out = signature(text=tf.constant(sentences[lo:hi]), **options)["translations"]
+            return [s.decode("utf-8", "replace") for s in out.numpy()[:, 0]]
     else:
         sentences = inputs["sentences"]
 
