@@ -209,7 +209,8 @@ def test_beam_agreement(translator, ct2, source):
 
 
 # --- per-request decoding options (API.md): the same as Translator's where CTranslate2 can ----
-MODELS = ["committed", "sentencepiece"]
+# The tiny SentencePiece run is trained and exported for the session (~75 s): slow pass.
+MODELS = ["committed", pytest.param("sentencepiece", marks=pytest.mark.slow)]
 
 
 def _texts(nbest):

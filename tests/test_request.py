@@ -76,7 +76,10 @@ def check_equal(expected, got, what):
         assert [h["alignment"] for h in g] == [h.get("alignment", "") for h in e], (what, row)
 
 
-@pytest.fixture(scope="module", params=["dates", "sentencepiece"])
+# The committed dates files need no build; the tiny SentencePiece run is trained and
+# exported for the session (~75 s), so its half runs in CI's slow pass.
+@pytest.fixture(scope="module",
+                params=["dates", pytest.param("sentencepiece", marks=pytest.mark.slow)])
 def artefacts(request):
     """``(Translator, SavedModel signature, TFLite runner, sentences, prefix)``."""
     if request.param == "dates":

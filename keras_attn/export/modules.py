@@ -86,6 +86,7 @@ class TranslatorModule(tf.Module):
             self._translate_ids,
             input_signature=[tf.TensorSpec([None, None], tf.int32, name="source")])
         self.max_beam_size = int(max_beam_size)
+        self.batch_size = batch_size
         self._request = _Untracked(request.RequestDecoder(self, parts, max_beam_size))
         self.translate = tf.function(self._translate,
                                      input_signature=request.input_signature(batch_size))
@@ -107,9 +108,12 @@ class TranslatorModule(tf.Module):
         return functions
 
     def tflite_functions(self):
-        """``{signature key: concrete function}`` of the TFLite text target."""
-        functions = {SERVING_SIGNATURE: self.serve.get_concrete_function(),
-                     TRANSLATE_SIGNATURE: self.translate.get_concrete_function()}
+        """``{signature key: concrete function}`` of the TFLite text target. A module with
+        a fixed batch (a Bahdanau model: Keras's GRU loops need a static batch in TFLite)
+        has no ``translate`` signature: beams and n-best need ``B * K`` rows."""
+        functions = {SERVING_SIGNATURE: self.serve.get_concrete_function()}
+        if self.batch_size is None:
+            functions[TRANSLATE_SIGNATURE] = self.translate.get_concrete_function()
         self.track_variables(functions.values())
         return functions
 
