@@ -507,7 +507,7 @@ def overwritten(exported, translator, tmp_path_factory):
     base = tmp_path_factory.mktemp("overwrite")
     shutil.copytree(exported["saved_model"], base / "translator" / "1")
     report = export.export_saved_model(translator, base, version=1, overwrite=True,
-                                       beam_size=2, text_ops="tftext")
+                                       beam_size=2, text_ops="tftext", request_signature=False)
     return {"base": base, "report": report}
 
 

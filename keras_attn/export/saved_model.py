@@ -59,6 +59,8 @@ class SavedModelExporter(Exporter):
             (``CoreCharTokenizer``), others with tensorflow-text; ``"tftext"``: always the
             tokenizer objects; ``"core"``: core ops or an error.
         overwrite: replace an existing version (otherwise ``FileExistsError``).
+        request_signature: also the ``translate`` signature (every decoding option per
+            request); False: ``serving_default`` and ``translate_ids`` alone.
 
     Example:
         >>> SavedModelExporter(version=2).export(translator, "exported/saved_model")
@@ -67,7 +69,7 @@ class SavedModelExporter(Exporter):
     format = "tf_saved_model"
 
     def __init__(self, model_name=MODEL_NAME, version=1, beam_size=1, alpha=0.6,
-                 text_ops="auto", overwrite=False):
+                 text_ops="auto", overwrite=False, request_signature=True):
         super().__init__(overwrite)
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"`version` must be a non-negative integer (TF Serving reads "
@@ -81,6 +83,8 @@ class SavedModelExporter(Exporter):
         self.beam_size = check_beam(beam_size)
         self.alpha = check_alpha(alpha)
         self.text_ops = check_choice("text_ops", text_ops, TEXT_OPS)
+        self.request_signature = check_choice("request_signature", request_signature,
+                                              (True, False))
 
     def options(self):
         return {"tag_set": "serve", "model_name": self.model_name, "version": self.version}
@@ -91,7 +95,8 @@ class SavedModelExporter(Exporter):
 
     def write(self, parts, path):
         module = TranslatorModule(parts, self.beam_size, self.alpha, for_tflite=False,
-                                  text_ops=self.text_ops)
+                                  text_ops=self.text_ops,
+                                  request_signature=self.request_signature)
         self._save(module, path, module.signatures())
         return {"decoding": decoding_info(parts, self.beam_size, self.alpha, module.normalize),
                 "text_ops": module.text_ops}
@@ -135,7 +140,8 @@ class SavedModelExporter(Exporter):
 
 
 def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, version=1,
-                       overwrite=False, beam_size=1, max_len=None, alpha=0.6, text_ops="auto"):
+                       overwrite=False, beam_size=1, max_len=None, alpha=0.6, text_ops="auto",
+                       request_signature=True):
     """Write a TF-Serving SavedModel to ``export_dir/model_name/version/``
     (:class:`SavedModelExporter`; ``max_len`` overrides the translator's).
 
@@ -146,7 +152,8 @@ def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, v
     Example:
         >>> export_saved_model(Translator.from_run_dir("runs/dates"), "exported/saved_model")
     """
-    exporter = SavedModelExporter(model_name, version, beam_size, alpha, text_ops, overwrite)
+    exporter = SavedModelExporter(model_name, version, beam_size, alpha, text_ops, overwrite,
+                                  request_signature)
     return exporter.export(as_parts(translator_or_parts, max_len), export_dir)
 
 

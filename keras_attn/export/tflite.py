@@ -202,17 +202,26 @@ class TFLiteTextExporter(TFLiteExporter):
     # model share the traced module (tracing the decoders costs more than converting).
     module_cache = None
 
+    def __init__(self, quantization="float32", beam_size=1, alpha=0.6, overwrite=False,
+                 request_signature=True):
+        super().__init__(quantization, beam_size, alpha, overwrite)
+        # False: serving_default alone (no `translate` signature; half the export time).
+        self.request_signature = check_choice("request_signature", request_signature,
+                                              (True, False))
+
     def build_module(self, parts):
         from keras_attn.models import model_kind
 
-        key = (id(parts.model), parts.max_len, self.beam_size, self.alpha)
+        key = (id(parts.model), parts.max_len, self.beam_size, self.alpha,
+               self.request_signature)
         if self.module_cache is not None and key in self.module_cache:
             return self.module_cache[key]
         # Keras's GRU loops keep per-step TensorLists whose element shape must be static
         # for TFLite: a Bahdanau model gets a batch of exactly one sentence.
         batch_size = 1 if model_kind(parts.model) == "bahdanau" else None
         module = TranslatorModule(parts, self.beam_size, self.alpha, for_tflite=True,
-                                  text_ops="tftext", batch_size=batch_size)
+                                  text_ops="tftext", batch_size=batch_size,
+                                  request_signature=self.request_signature)
         if self.module_cache is not None:
             self.module_cache[key] = module
         return module
