@@ -491,7 +491,7 @@ def test_bench_serve_quick(run, tmp_path):
     assert out["available"] is True and set(out["models"]) == {"dates", "fra"}
     for name, m in out["models"].items():
         # A TFLite target that fails to export is listed with the reason, not timed.
-        engines = {"saved_model_translate_ids", "saved_model_serving_default",
+        engines = {"saved_model_translate_ids", "saved_model_serving_default", "saved_model_translate",
                    "ctranslate2_float32", "ctranslate2_int8"} | (
             {"tflite_text_float32", "tflite_text_int8"} - set(m["unavailable"]))
         assert set(m["batches"]) == {"1", "2"}
