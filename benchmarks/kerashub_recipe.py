@@ -124,18 +124,22 @@ def main(argv=None):
     start_id, end_id = fra_tok.token_to_id("[START]"), fra_tok.token_to_id("[END]")
     sampler = keras_hub.samplers.GreedySampler()
 
-    def translate(batch_sources):
-        encoder_input = src_packer(eng_tok(tf.constant([s.lower() for s in batch_sources])))
-        rows = len(batch_sources)
-
+    @tf.function(reduce_retracing=True)
+    def generate(encoder_input, prompt):
+        # The recipe's decoding (the whole model re-run on the prefix at every step, no
+        # cache) traced once per batch shape instead of run op by op: the same tokens.
         def next_fn(prompt, cache, index):
             logits = model([encoder_input, prompt])[:, index - 1, :]
             return logits, None, cache
 
+        return sampler(next_fn, prompt, cache=None, index=1, stop_token_ids=[end_id])
+
+    def translate(batch_sources):
+        encoder_input = src_packer(eng_tok(tf.constant([s.lower() for s in batch_sources])))
+        rows = len(batch_sources)
         prompt = tf.concat([tf.fill((rows, 1), start_id),
                             tf.zeros((rows, max_len - 1), "int32")], axis=-1)
-        generated = sampler(next_fn, prompt, cache=None, index=1,
-                            stop_token_ids=[end_id]).numpy()
+        generated = generate(encoder_input, prompt).numpy()
         out = []
         for row in generated:
             ids = [t for t in row[1:].tolist() if t != 0]

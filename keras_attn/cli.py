@@ -317,6 +317,8 @@ def cmd_evaluate(args):
     from keras_attn import evaluation, runs, training
     from keras_attn.translator import Translator
 
+    if args.length_penalty < 0:
+        raise ValueError(f"--length-penalty must be >= 0. Received: {args.length_penalty}")
     translator = Translator.from_run_dir(args.run_dir)  # first: checks it is a run directory
     config = TrainConfig.from_dict(runs.read_json(runs.paths(args.run_dir)["config"]))
     splits, refs = training.load_splits(config)
@@ -328,7 +330,8 @@ def cmd_evaluate(args):
     translator.translate = functools.partial(translator.translate,
                                              progress=progress_bar(f"evaluating {args.split}"))
     result = evaluation.evaluate(translator, pairs, config.task,
-                               refs if args.split == "test" else None, beam_size=args.beam_size)
+                                 refs if args.split == "test" else None,
+                                 beam_size=args.beam_size, length_penalty=args.length_penalty)
     summary = {k: v for k, v in result.items() if k != "samples"}
     print(summary)
     return 0
@@ -398,6 +401,8 @@ def _parsers():
                    help="split of the run's data (default: %(default)s)")
     p.add_argument("--beam-size", type=int, default=1,
                    help="beams of the beam search; 1 is greedy decoding (default: %(default)s)")
+    p.add_argument("--length-penalty", type=float, default=0.6,
+                   help="beam search's GNMT length penalty alpha (default: %(default)s)")
     p.add_argument("--limit", type=int, default=0,
                    help="score the first N pairs only (default: 0, all)")
     _add_verbose(p, argparse.SUPPRESS)

@@ -17,6 +17,12 @@ kernels of a one-position step themselves (heads-first caches, one ``BatchMatMul
 projection, no op that oneDNN rewrites: :mod:`keras_attn.tf_attention`); the step is the
 same decoder call everywhere (docs/benchmarks/NOTES.md, "Decoding step").
 
+In a TensorFlow graph that is not compiled by XLA (the SavedModel's signatures, the
+Translator's ``tf.function``), greedy decoding and sampling drop a row from the step's work
+when it ends (:meth:`Sampler._compact_loop`): the rows still going carry the cache, the
+finished ones cost nothing more. Beam search keeps every row (its hypotheses trade rows),
+and so do XLA and TFLite (fixed shapes).
+
 Token conventions: 0 is padding; ``start_id`` and 0 are never generated; a row stops at
 ``end_id`` (included in the output) and is padded with 0 after it.
 
@@ -77,15 +83,20 @@ class _Steps:
         ids = ops.arange(self.decoder.vocab_size, dtype="int32")
         self.banned = ops.logical_or(ops.equal(ids, 0), ops.equal(ids, start_id))
 
-    def init(self):
+    def init(self, carry_constants=False):
+        """The first state. ``carry_constants``: the state holds the whole cache (the
+        source's projections too, every tensor with the rows first), for a loop that drops
+        rows from it (:meth:`Sampler.__call__` with ``compact``)."""
         # ops.copy: a tensor read from the variable (convert_to_tensor would give the
         # variable itself back on TensorFlow); in a graph a read, not a copy of the data.
         self.weights = [(w, ops.copy(w)) for w in self.decoder.weights]
         encoded = self._encoded
         if self.use_cache:
             cache = self.decoder.init_cache(encoded, self.source, self.max_len)
-            self.constants = {k: v for k, v in cache.items() if k not in self._STATE_KEYS}
-            return {k: v for k, v in cache.items() if k in self._STATE_KEYS}
+            carried = {k for k, v in cache.items()
+                       if k in self._STATE_KEYS or (carry_constants and v is not None)}
+            self.constants = {k: v for k, v in cache.items() if k not in carried}
+            return {k: v for k, v in cache.items() if k in carried}
         self.encoded = tuple(encoded) if isinstance(encoded, (tuple, list)) else (encoded,)
         return ops.zeros((ops.shape(self.source)[0], self.max_len), "int32")  # the prefix
 
@@ -111,8 +122,22 @@ class _Steps:
         return ops.take(logits, index, axis=1), state, align
 
 
-def _steps(model, source, max_len, use_cache, start_id, encoded):
-    """The step functions for ``model`` (one implementation: the decoder's own call)."""
+def step_functions(model, source, max_len, use_cache, start_id, encoded):
+    """The decoding step of ``model`` for a loop of one's own: ``init() -> state`` and
+    ``step(token, state, index, alignment=False) -> (logits, state, alignment)`` (the
+    decoder's own call; what every :class:`Sampler` drives).
+
+    Args:
+        model: a model of :mod:`keras_attn.models`. source: int ``(B, S)`` token ids.
+        max_len: the longest output. use_cache: the cached step (else the reference,
+            which re-runs the decoder on the prefix). start_id: the token banned from the
+            logits besides padding. encoded: :func:`encode`'s output for ``source``.
+
+    Example:
+        >>> steps = step_functions(model, source, 8, True, 2, encode(model, source))
+        >>> state = steps.init()
+        >>> logits, state, _ = steps.step(ops.full((B,), 2, "int32"), state, 0)
+    """
     return _Steps(model, source, max_len, use_cache, start_id, encoded)
 
 
@@ -144,6 +169,7 @@ class Sampler:
     """
 
     beams = 1
+    reorders = False  # whether select() moves hypotheses between rows (beam search)
 
     def __init__(self, max_len, start_id, end_id, use_cache=True, return_attention=False):
         _check_id("max_len", max_len)
@@ -151,15 +177,19 @@ class Sampler:
         _check_id("end_id", end_id)
         self.max_len, self.start_id, self.end_id = max_len, start_id, end_id
         self.use_cache, self.return_attention = bool(use_cache), bool(return_attention)
+        # Finished rows leave the step's work where the loop can shrink (see `_compacts`).
+        self.compact = True
 
-    def select(self, logits, scores, finished, index=None):
+    def select(self, logits, scores, finished, index=None, rows=None):
         """``logits`` float32 ``(B, K, V)`` of every next token (banned ids at the fill
         value), ``scores`` ``(B, K)`` the hypotheses' sums of log-probabilities so far,
-        ``finished`` bool ``(B, K)`` (they extend with 0 at no cost).
+        ``finished`` bool ``(B, K)`` (they extend with 0 at no cost; None: none has).
 
         Returns ``(next_tokens (B, K), beam_indices (B, K) or None, new_scores (B, K))``;
         ``beam_indices`` says which hypothesis each new one extends (None: its own).
-        ``index`` is the step (int32 scalar), for samplers whose draw depends on it."""
+        ``index`` is the step (int32 scalar) and ``rows`` int32 ``(B * K,)`` the
+        hypotheses' numbers in the whole batch (default: ``0 .. B * K - 1``; fewer rows
+        when finished ones have left the loop), for samplers whose draw depends on them."""
         raise NotImplementedError
 
     def initial_scores(self, batch):
@@ -180,12 +210,14 @@ class Sampler:
             # Encoded once per sentence, then repeated for its K hypotheses.
             source = ops.repeat(source, k, axis=0)  # (B*K, S)
             encoded = keras.tree.map_structure(lambda t: ops.repeat(t, k, axis=0), encoded)
-        steps = _steps(model, source, max_len, self.use_cache, self.start_id, encoded)
+        steps = step_functions(model, source, max_len, self.use_cache, self.start_id, encoded)
         limit = max_len if max_length is None else ops.minimum(
             ops.cast(max_length, "int32"), max_len)
         if prefix is not None:
             prefix = ops.cast(ops.convert_to_tensor(prefix), "int32")
             prefix_len = ops.shape(prefix)[1]
+        if self._compacts():
+            return self._compact_loop(steps, batch, limit, prefix)
 
         def cond(i, token, state, out):
             return ops.logical_and(i < limit, ops.logical_not(ops.all(out["finished"])))
@@ -233,19 +265,109 @@ class Sampler:
             result["attention"] = ops.transpose(out["attention"], (1, 2, 0, 3))
         return result
 
+    def _compacts(self):
+        """Whether this call's loop drops finished rows from the step's work: on
+        TensorFlow's fast path, in a graph whose loop may carry tensors that change shape
+        (not under XLA, not with a preallocated cache: TFLite), for samplers whose rows
+        never trade places (not beam search), with the cache."""
+        if not (self.compact and self.use_cache) or self.reorders or self.return_attention:
+            return False
+        from keras_attn import fastpath
+
+        if not fastpath.enabled():
+            return False
+        from keras_attn import tf_attention
+
+        return tf_attention.growing_cache()
+
+    def _compact_loop(self, steps, batch, limit, prefix):
+        """The loop of :meth:`__call__` over the unfinished rows only. The state (the whole
+        cache, the source's projections too), the last tokens, the scores, the tokens so
+        far and ``rows`` (their numbers in the batch) lose a row at the step it ends,
+        which then writes its tokens, length and score into the whole-batch buffers (the
+        rows still going at the end are written after the loop). A row's values are those
+        of the plain loop; only the number of rows beside it differs."""
+        import tensorflow as tf  # reached on TensorFlow only (_compacts)
+
+        k, max_len, n = self.beams, self.max_len, batch * self.beams
+
+        def relax(t):  # rows first, how many is left open: the loop drops rows
+            return tf.compat.v1.placeholder_with_default(t, (None,) + tuple(t.shape[1:]))
+
+        def write(out, rows, scores, tokens):
+            """``out`` with ``rows`` done: their ``tokens`` so far, length and score."""
+            length = tf.shape(tokens)[1]
+            padded = tf.pad(tokens, [[0, 0], [0, max_len - length]])
+            at = rows[:, None]
+            return {"tokens": tf.tensor_scatter_nd_update(out["tokens"], at, padded),
+                    "lengths": tf.tensor_scatter_nd_update(
+                        out["lengths"], at, tf.fill(tf.shape(rows), length)),
+                    "scores": tf.tensor_scatter_nd_update(out["scores"], at, scores)}
+
+        def cond(i, token, state, rows, scores, tokens, out):
+            return ops.logical_and(i < limit, ops.shape(rows)[0] > 0)
+
+        def body(i, token, state, rows, scores, tokens, out):
+            logits, state, _ = steps.step(token, state, i)
+            logits = ops.expand_dims(logits, 1)  # (N, 1, V): one hypothesis per row here
+            if prefix is not None:
+                at = ops.minimum(i, prefix_len - 1)
+                forced = ops.where(i < prefix_len, ops.take(prefix, at, axis=1), 0)  # (B,)
+                forced = ops.take(forced, ops.floor_divide(rows, k))[:, None, None]
+                ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
+                keep = ops.equal(ids[None, None, :], forced)
+                logits = ops.where(ops.logical_or(forced == 0, keep), logits, _NEG)
+            token, _, scores = self.select(logits, ops.expand_dims(scores, 1), None, i, rows)
+            token, scores = token[:, 0], scores[:, 0]
+            tokens = ops.concatenate([tokens, ops.expand_dims(token, 1)], axis=1)
+            going = ops.not_equal(token, self.end_id)
+
+            def drop_ended():
+                ended, keep = (tf.reshape(tf.where(m), (-1,)) for m in (~going, going))
+                done = write(out, *(tf.gather(t, ended) for t in (rows, scores, tokens)))
+                kept = tf.nest.map_structure(lambda t: tf.gather(t, keep),
+                                             (token, state, rows, scores, tokens))
+                return (*kept, done)
+
+            # The rows' copies only at the steps where some row ends.
+            token, state, rows, scores, tokens, out = tf.cond(
+                tf.reduce_all(going), lambda: (token, state, rows, scores, tokens, out),
+                drop_ended)
+            return i + 1, token, state, rows, scores, tokens, out
+
+        if prefix is not None:
+            prefix_len = ops.shape(prefix)[1]
+        out = {"tokens": ops.zeros((n, max_len), "int32"), "lengths": ops.zeros((n,), "int32"),
+               "scores": ops.zeros((n,), "float32")}
+        loop_vars = (ops.convert_to_tensor(0, "int32"),
+                     relax(ops.full((n,), self.start_id, "int32")),
+                     keras.tree.map_structure(relax, steps.init(carry_constants=True)),
+                     relax(ops.arange(n, dtype="int32")),
+                     relax(ops.reshape(self.initial_scores(batch), (-1,))),
+                     tf.compat.v1.placeholder_with_default(tf.zeros((n, 0), "int32"),
+                                                           (None, None)), out)
+        _, _, _, rows, scores, tokens, out = ops.while_loop(cond, body, loop_vars)
+        out = write(out, rows, scores, tokens)  # the rows that reached the limit
+        return {"tokens": ops.reshape(out["tokens"], (batch, k, max_len)),
+                "lengths": ops.reshape(out["lengths"], (batch, k)),
+                "log_prob": ops.reshape(out["scores"], (batch, k))}
+
 
 class GreedySampler(Sampler):
     """The most likely next token, for each row (one hypothesis per row)."""
 
-    def select(self, logits, scores, finished, index=None):
+    def select(self, logits, scores, finished, index=None, rows=None):
         # top_k rather than argmax: Keras's TF argmax adds a BitwiseAnd (its -0.0 rule)
         # that TFLite has no builtin for; ties go to the lower id either way.
         top, index = ops.top_k(logits, k=1)  # (B, 1, 1)
         # The best token's log-softmax, (x - max) - log(sum(exp(x - max))) at x = max,
         # without normalising the whole vocabulary.
         log_prob = -ops.log(ops.sum(ops.exp(logits - top), axis=-1))  # (B, 1)
-        next_token = ops.where(finished, 0, ops.cast(index[..., 0], "int32"))
-        return next_token, None, scores + ops.where(finished, 0.0, log_prob)
+        next_token = ops.cast(index[..., 0], "int32")
+        if finished is None:  # none has finished
+            return next_token, None, scores + log_prob
+        return (ops.where(finished, 0, next_token), None,
+                scores + ops.where(finished, 0.0, log_prob))
 
 
 class BeamSampler(Sampler):
@@ -254,6 +376,8 @@ class BeamSampler(Sampler):
     Only the first beam is live at the start, so the beams do not repeat one another. The
     caller ranks the final hypotheses (:func:`beam_decode_fixed` by the GNMT score).
     """
+
+    reorders = True
 
     def __init__(self, beam_size, max_len, start_id, end_id):
         _check_count("beam_size", beam_size)
@@ -264,7 +388,7 @@ class BeamSampler(Sampler):
         first = ops.concatenate([ops.zeros((1,)), ops.full((self.beams - 1,), _NEG)])
         return ops.tile(ops.cast(first, "float32")[None, :], (batch, 1))
 
-    def select(self, logits, scores, finished, index=None):
+    def select(self, logits, scores, finished, index=None, rows=None):
         log_probs = ops.log_softmax(logits, axis=-1)
         vocab = ops.shape(log_probs)[-1]
         pad_only = ops.where(ops.arange(vocab) == 0, 0.0, _NEG)  # a finished one: 0, free
@@ -320,7 +444,7 @@ class RandomSampler(Sampler):
         self.beams = samples
         self.topk, self.topp, self.temperature, self.seed = topk, topp, temperature, seed
 
-    def select(self, logits, scores, finished, index=None):
+    def select(self, logits, scores, finished, index=None, rows=None):
         batch, k, vocab = ops.shape(logits)[0], ops.shape(logits)[1], logits.shape[-1]
         flat = ops.reshape(logits, (-1, vocab))
         values, ids = ops.top_k(flat, k=vocab)  # sorted, ties to the lower id
@@ -333,7 +457,8 @@ class RandomSampler(Sampler):
         probs = ops.where(ops.logical_or(rank == 0, before < ops.cast(self.topp, "float32")),
                           probs, 0.0)
         cdf = ops.cumsum(probs, axis=-1)
-        rows = ops.arange(ops.shape(flat)[0], dtype="int32")
+        if rows is None:
+            rows = ops.arange(ops.shape(flat)[0], dtype="int32")
         u = uniform(self.seed, rows, 0 if index is None else index) * cdf[:, -1]
         pick = ops.sum(ops.cast(cdf[:, :-1] <= u[:, None], "int32"), axis=-1)  # (B*K,)
         pick = ops.minimum(pick, ops.sum(ops.cast(probs > 0, "int32"), axis=-1) - 1)
@@ -341,8 +466,9 @@ class RandomSampler(Sampler):
         lp = ops.take_along_axis(model_lp, pick[:, None], axis=1)[:, 0]
         token = ops.reshape(ops.cast(token, "int32"), (batch, k))
         lp = ops.reshape(lp, (batch, k))
-        next_token = ops.where(finished, 0, token)
-        return next_token, None, scores + ops.where(finished, 0.0, lp)
+        if finished is None:  # none has finished
+            return token, None, scores + lp
+        return ops.where(finished, 0, token), None, scores + ops.where(finished, 0.0, lp)
 
 
 def _take_beams(t, beam, axis=1):

@@ -4,16 +4,20 @@ import time
 from keras_attn import text
 
 
-def evaluate(translator, pairs, task, references=None, beam_size=1, batch_size=256):
+def evaluate(translator, pairs, task, references=None, beam_size=1, batch_size=256,
+             length_penalty=0.6):
     """Exact match (dates) or corpus BLEU/chrF with sacrebleu (text) on ``pairs``
-    (:func:`corpus_scores`)."""
+    (:func:`corpus_scores`); ``length_penalty``: beam search's GNMT alpha."""
     sources = [s for s, _ in pairs]
     t0 = time.time()
-    hyps = translator.translate(sources, beam_size=beam_size, batch_size=batch_size)
+    hyps = translator.translate(sources, beam_size=beam_size, alpha=length_penalty,
+                                batch_size=batch_size)
     seconds = time.time() - t0
     targets = [t for _, t in pairs]
     result = {"num_sentences": len(pairs), "decode_seconds": round(seconds, 2),
               "beam_size": beam_size}
+    if beam_size > 1:
+        result["length_penalty"] = length_penalty
     result["exact_match"] = sum(h == t for h, t in zip(hyps, targets)) / max(len(pairs), 1)
     if task != "dates":
         result.update(corpus_scores(hyps, references or [[t] for t in targets]))

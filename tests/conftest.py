@@ -1,8 +1,8 @@
 """Test-wide settings and the shared end-to-end fixtures.
 
 - TensorFlow starts quiet and every test starts from a fixed seed.
-- The trained runs that several test files read (a tiny dates run with its exports, a tiny
-  SentencePiece run with its exports) are built once per test session, also under
+- The trained runs that several test files read (the committed tiny dates run with its
+  exports, a tiny SentencePiece run with its exports) are built once per test session, also under
   pytest-xdist: the first worker to need one builds it under a file lock in the session's
   shared temporary folder, the others wait and read it (:func:`build_once`).
 - The ``kernels`` marker: tests whose results hang on floating-point rounding (layer values,
@@ -65,20 +65,20 @@ def build_once(tmp_path_factory, name, build):
 
 @pytest.fixture(scope="session")
 def tiny_dates(tmp_path_factory):
-    """A small trained dates run and ``export_run``'s output (SavedModel, TFLite targets,
-    report; no ``translate`` signature): ``{"run_dir", "export_dir", "inputs"}``
-    (held-out source dates)."""
+    """The committed tiny dates run (``tests/data/tiny_dates_run``, copied) and
+    ``export_run``'s float32 output (SavedModel, TFLite text and builtin files, report; no
+    ``translate`` signature): ``{"run_dir", "export_dir", "inputs"}`` (held-out source
+    dates). int8 and the ``translate`` signature are checked on the committed ``exported/``
+    files (test_exported, test_request), made by the same ``export_run``."""
 
     def build(root):
         import run_fixtures
         from keras_attn import export
 
         run_dir, export_dir = str(root / "run"), str(root / "export")
-        sources = run_fixtures.train_tiny_dates_run(run_dir)
-        # Without the `translate` signature (half the export time): test_request checks
-        # it on the committed exported/ files and on the tiny SentencePiece run.
+        sources = run_fixtures.copy_tiny_dates_run(run_dir)
         export.export_run(run_dir, export_dir=export_dir, log=lambda *a: None,
-                          request_signature=False)
+                          quantizations=("float32",), request_signature=False)
         return {"run_dir": run_dir, "export_dir": export_dir, "inputs": sources}
 
     return build_once(tmp_path_factory, "tiny_dates", build)

@@ -1,18 +1,50 @@
-"""A small trained dates run directory, shared by the export and CTranslate2 tests."""
+"""The small trained runs the export, CTranslate2 and request tests share.
+
+- The tiny dates run is committed (``tests/data/tiny_dates_run``): training it in every
+  session proves nothing that the training tests do not, and cost a fifth of the README
+  command's time. Rebuild it after a change to the model or its saving format with
+  ``python tests/run_fixtures.py`` (the weights differ from CPU to CPU; the tests only
+  compare our artefacts with each other on whatever weights it holds).
+- The tiny SentencePiece run is trained per session (the slow pass): it is the test of
+  the SentencePiece training path end to end.
+"""
 import dataclasses
 import os
+import shutil
+import sys
 
 import keras
 
 from keras_attn import data, runs, text, training
 
+TINY_DATES_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                              "tiny_dates_run")
+TINY_DATES_SPLITS = dict(num_train=3000, num_valid=100, num_test=200)
+
+
+def tiny_dates_inputs():
+    """The tiny dates run's held-out source dates (its test split)."""
+    n = TINY_DATES_SPLITS
+    return [s for s, _ in data.dates_splits(n["num_train"], n["num_valid"], n["num_test"],
+                                            seed=0)["test"]]
+
+
+def copy_tiny_dates_run(run_dir):
+    """A writable copy of the committed tiny dates run in ``run_dir``; its held-out inputs."""
+    if not os.path.isfile(os.path.join(TINY_DATES_RUN, "model.keras")):
+        raise FileNotFoundError(f"{TINY_DATES_RUN} is missing: rebuild it with "
+                                "`python tests/run_fixtures.py`")
+    shutil.copytree(TINY_DATES_RUN, run_dir)
+    return tiny_dates_inputs()
+
 
 def train_tiny_dates_run(run_dir):
-    """A dates run directory (config, vocabularies, model.keras, metrics samples)."""
+    """A dates run directory (config, vocabularies, model.keras without the optimizer's
+    state, metrics samples); returns its held-out sources."""
     config = training.TrainConfig(
         task="dates", num_hiddens=64, ffn_num_hiddens=128, num_heads=4, num_layers=2,
-        dropout=0.0, batch_size=64, epochs=3, warmup=200, max_len=32, num_train=3000,
-        num_valid=100, num_test=200, label_smoothing=0.0)
+        dropout=0.0, batch_size=64, epochs=3, warmup=200, max_len=32,
+        label_smoothing=0.0, **TINY_DATES_SPLITS)
     keras.utils.set_random_seed(0)
     splits = data.dates_splits(config.num_train, config.num_valid, config.num_test, seed=0)
     p = runs.paths(run_dir)
@@ -27,7 +59,9 @@ def train_tiny_dates_run(run_dir):
                            config.batch_size, max_len=config.max_len)
     model = training.compile_model(training.build_model(config), config, 50)
     model.fit(ds, epochs=config.epochs, verbose=0, shuffle=False)  # make_dataset shuffles
-    model.save(p["model"])
+    plain = training.build_model(config)  # uncompiled: the file keeps no optimizer state
+    plain.set_weights(model.get_weights())
+    plain.save(p["model"])
     runs.write_json(p["metrics"], {"samples": [{"source": s, "target": t, "output": ""}
                                                for s, t in splits["test"][:8]]})
     return [s for s, _ in splits["test"]]
@@ -63,3 +97,11 @@ def train_tiny_sentencepiece_run(root):
     training.train(config, run_dir, log=lambda *a: None)
     export.export_run(run_dir, log=lambda *a: None)
     return run_dir
+
+
+if __name__ == "__main__":
+    # python tests/run_fixtures.py [RUN_DIR]: rebuild the committed tiny dates run.
+    out = sys.argv[1] if len(sys.argv) > 1 else TINY_DATES_RUN
+    shutil.rmtree(out, ignore_errors=True)
+    train_tiny_dates_run(out)
+    print(f"wrote {out}")

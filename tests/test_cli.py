@@ -125,6 +125,9 @@ IN_PROCESS_CASES = {
                                        ["--epochs", "invalid int value: 'many'"], None),
     "evaluate: not a run directory": (
         lambda t: ["evaluate", t], 1, ["is not a run directory"], None),
+    "evaluate: negative length penalty": (
+        lambda t: ["evaluate", t, "--beam-size", "4", "--length-penalty", "-1"], 1,
+        ["--length-penalty must be >= 0", "-1.0"], None),
     "translate: corrupt config.json": (
         lambda t: ["translate", t / "run", "3 March 2021"], 1,
         ["config.json", "is not valid JSON"], _setup_run_with_bad_config),
@@ -314,6 +317,31 @@ def test_tokenizer_option(argv, tokenizer, tmp_path, monkeypatch, capsys):
                         lambda config, run_dir, **kwargs: configs.append(config) or {"ok": 1})
     assert cli.main([*argv, "--no-export", "--output", str(tmp_path)]) == 0
     assert [c.tokenizer for c in configs] == [tokenizer]
+
+
+def test_evaluate_hands_beam_size_and_length_penalty_to_the_translator(monkeypatch, capsys):
+    """``keras-attn evaluate --beam-size --length-penalty`` decodes with both (the settings
+    compared in docs/budget.md) and reports them."""
+    from keras_attn import cli
+    from keras_attn.translator import Translator
+
+    run_dir = os.path.join(os.path.dirname(os.path.dirname(__file__)), "exported", "run")
+    if not os.path.isfile(os.path.join(run_dir, "model.keras")):
+        pytest.skip("exported/run (the committed default model) is missing")
+    calls = []
+    translate = Translator.translate
+
+    def spy(self, sentences, beam_size=1, alpha=0.6, **kwargs):
+        calls.append((beam_size, alpha))
+        return translate(self, sentences, beam_size=beam_size, alpha=alpha, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate", spy)
+    assert cli.main(["evaluate", run_dir, "--beam-size", "2", "--length-penalty", "1.5",
+                     "--limit", "4"]) == 0
+    assert calls == [(2, 1.5)]
+    out = capsys.readouterr().out
+    assert "'beam_size': 2" in out and "'length_penalty': 1.5" in out
+    assert "'exact_match': 1.0" in out  # the committed model gets 4 dates right with beams
 
 
 def test_progress_bar_draws_only_on_a_terminal():

@@ -130,6 +130,47 @@ def test_eager_function_and_xla_agree(model):
     np.testing.assert_array_equal(eager, xla)
 
 
+@pytest.mark.skipif(not fastpath.enabled(), reason="rows leave the loop on the fast path only")
+@pytest.mark.parametrize("model, kind", [("transformer_prenorm", "sample"),
+                                          ("bahdanau", "greedy")], indirect=["model"])
+def test_finished_rows_leave_the_loop(model, kind):
+    """In a TensorFlow graph the rows that have ended leave the step's work
+    (``Sampler._compact_loop``): tokens and lengths equal the plain loop's
+    (``compact = False``) and eager decoding's, scores up to roundings, with a prefix
+    forced on some rows, three samples per row when sampling. The end token is the
+    model's most frequent output, so rows end at different steps."""
+    source = np.concatenate([SOURCE, SOURCE[::-1] % 20])
+    first = decoding.GreedySampler(12, START, END)(model, source)["tokens"].numpy()
+    ids, counts = np.unique(first[first > END], return_counts=True)
+    end = int(ids[np.argmax(counts)])
+    prefix = np.array([[7, 8], [0, 0], [9, 0], [0, 0], [4, 5], [0, 0]], "int32")
+    compacted = []
+
+    def run(compact):
+        if kind == "greedy":
+            sampler = decoding.GreedySampler(12, START, end)
+        else:
+            sampler = decoding.RandomSampler(12, START, end, samples=3, topk=6, topp=0.9,
+                                             temperature=1.5, seed=5)
+        sampler.compact = compact
+        if tf.inside_function():
+            compacted.append(sampler._compacts())
+        out = sampler(model, source, prefix=prefix)
+        return out if tf.inside_function() else {k: v.numpy() for k, v in out.items()}
+
+    eager = run(True)
+    graph = {k: v.numpy() for k, v in tf.function(lambda: run(True))().items()}
+    plain = {k: v.numpy() for k, v in tf.function(lambda: run(False))().items()}
+    assert compacted == [True, False]
+    for out in (graph, plain):
+        for key in ("tokens", "lengths"):
+            np.testing.assert_array_equal(out[key], eager[key])
+        lc.assert_close(out["log_prob"], eager["log_prob"], terms=model_log_prob_terms(model, 12))
+    ended = eager["lengths"][eager["lengths"] < 12]
+    assert len(set(ended.tolist())) >= 2, eager["lengths"]  # rows left at different steps
+    assert (eager["tokens"][:, :, 0][prefix[:, 0] > 0] == prefix[prefix[:, 0] > 0, :1]).all()
+
+
 def test_beam_search_under_xla(model):
     def run(s):
         return decoding.beam_decode_fixed(model, s, 3, 0.6, 12, START, END)["tokens"]
@@ -196,10 +237,13 @@ def test_greedy_step_op_budget():
         assert not [op for op in ops if op.startswith("Xla")]
         totals[layers] = sum(n for op, n in ops.items() if op != "Const")
         assert not set(ops) & set(ONEDNN_REWRITTEN), ops
-        # In a graph the cache grows (a concat per layer for keys and values); for TFLite
-        # it is preallocated and a position written (TensorScatterUpdate; one more writes
-        # the token into the output buffer).
-        assert ops["ConcatV2"] >= 2 * layers and ops["TensorScatterUpdate"] == 1, ops
+        # In a graph the cache grows (a concat per layer for keys and values, one more for
+        # the rows' tokens) and one If drops the rows that ended (Sampler._compact_loop:
+        # nothing is written into the batch's buffers at a step where none ends); for
+        # TFLite the cache is preallocated and a position written (TensorScatterUpdate;
+        # one more writes the token into the output buffer).
+        assert ops["ConcatV2"] >= 2 * layers + 1 and ops["TensorScatterUpdate"] == 0, ops
+        assert ops["StatelessIf"] + ops["If"] == 1, ops
         with tf_attention.preallocated_cache():
             fixed = tf.function(lambda s, m=m: decoding.greedy_decode_fixed(m, s, 10, START,
                                                                             END))

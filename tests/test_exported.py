@@ -71,11 +71,17 @@ def test_text_tflite_matches_saved_model(saved_model_outputs, test_pairs):
 
 def _builtin(quantization, test_pairs):
     folder = EXPORTED / "tflite" / f"builtin_{quantization}"
+    assert sorted(os.listdir(folder)) == [
+        "decoder_step.tflite", "encoder.tflite", "metadata.json", "src_vocab.txt",
+        "tgt_vocab.txt"]
     tok = text.Tokenizer.from_file(str(folder / "src_vocab.txt"))
     tgt = text.Tokenizer.from_file(str(folder / "tgt_vocab.txt"))
     ids = tok.tokenize(tf.constant([s for s, _ in test_pairs]))
     source = data.prepare_source(tf.cast(ids, tf.int32), 48).to_tensor(0).numpy()
     out = export.run_tflite_builtin(str(folder), source)
+    assert np.isfinite(out["log_prob"]).all()
+    for row, n in zip(out["tokens"], out["lengths"]):  # padding after the length, only there
+        assert 0 < n <= len(row) and not row[n:].any() and row[:n].all()
     return [t.decode() for t in tgt.detokenize(out["tokens"]).numpy().tolist()]
 
 
@@ -87,9 +93,28 @@ def test_int8_loses_at_most_one_point(saved_model_outputs, test_pairs):
     reference = exact(saved_model_outputs, test_pairs)
     text_int8 = export.run_tflite_text(str(EXPORTED / "tflite" / "text_int8.tflite"),
                                        [s for s, _ in test_pairs])
+    assert np.isfinite(text_int8["score"]).all()
     text_int8 = [t.decode() for t in text_int8["translation"].tolist()]
     assert exact(text_int8, test_pairs) >= reference - 0.01
     assert exact(_builtin("int8", test_pairs), test_pairs) >= reference - 0.01
+
+
+def test_int8_files_store_a_byte_per_weight():
+    """int8 keeps 1 byte of a weight's 4: the text file (whose decoding graph and tokenizers
+    are not quantized) saves more than half of the weights' float32 bytes, the builtin
+    files shrink below 60 %."""
+    import keras
+
+    model = keras.models.load_model(str(EXPORTED / "run" / "model.keras"), compile=False)
+    weights = 4 * model.count_params()
+    tflite = EXPORTED / "tflite"
+
+    def size(path):
+        return (sum(p.stat().st_size for p in path.iterdir()) if path.is_dir()
+                else path.stat().st_size)
+
+    assert size(tflite / "text_float32.tflite") - size(tflite / "text_int8.tflite") > 0.5 * weights
+    assert size(tflite / "builtin_int8") < 0.6 * size(tflite / "builtin_float32")
 
 
 def test_builtin_files_have_no_flex_or_custom_ops():

@@ -205,7 +205,7 @@ def test_cached_decoding_step_agrees(case):
     tokens = rng.integers(3, 30, (3, 8)).astype("int32")
 
     def stepwise(use_cache=True):
-        steps = decoding._steps(model, source, 8, use_cache=use_cache, start_id=1,
+        steps = decoding.step_functions(model, source, 8, use_cache=use_cache, start_id=1,
                                 encoded=decoding.encode(model, source))
         state, out = steps.init(), []
         for i in range(8):

@@ -113,7 +113,7 @@ def test_every_artefact_gives_the_same_answer(artefacts, options):
                 assert pairs == sorted(set(pairs), key=lambda p: (p[1], p[0]))
     check_equal(expected, as_lists(saved_model_translate(signature, sentences, **options)),
                 "SavedModel")
-    out = runner(text=runtime._bytes_array(sentences),
+    out = runner(text=runtime.text_array(sentences),
                  **runtime.option_inputs(DecodingOptions.from_kwargs(**options)))
     check_equal(expected, as_lists(out), "TFLite float32")
 
@@ -145,7 +145,7 @@ def test_sampling_repeats_with_its_seed_and_changes_with_another(artefacts):
     assert first["translations"].tolist() == again["translations"].tolist()
     assert first["translations"].tolist() != other["translations"].tolist()
     inputs = runtime.option_inputs(DecodingOptions(seed=11, **options))
-    tfl = [runner(text=runtime._bytes_array(sentences), **inputs)["translations"].tolist()
+    tfl = [runner(text=runtime.text_array(sentences), **inputs)["translations"].tolist()
            for _ in range(2)]
     assert tfl[0] == tfl[1] == first["translations"].tolist()
 
@@ -165,10 +165,10 @@ def test_bad_options_answer_clearly_and_the_artefact_goes_on(artefacts, bad, nam
     with pytest.raises(tf.errors.InvalidArgumentError, match=name):
         signature(text=tf.constant(sentences), **{k: tf.constant(v) for k, v in inputs.items()})
     with pytest.raises(RuntimeError):  # TFLite: the invocation fails, nothing crashes
-        runner(text=runtime._bytes_array(sentences), **inputs)
+        runner(text=runtime.text_array(sentences), **inputs)
     good = saved_model_translate(signature, sentences)
     assert good["translations"].shape == (len(sentences), 1)
-    out = runner(text=runtime._bytes_array(sentences),
+    out = runner(text=runtime.text_array(sentences),
                  **runtime.option_inputs(DecodingOptions()))
     assert out["translations"].tolist() == good["translations"].tolist()
 

@@ -49,7 +49,7 @@ _NAMES = {
     "rundir": ("compare_samples", "export_run"),
     "runtime": ("TFLITE_ENCODER_SIGNATURE", "TFLITE_OPTIONS_SIGNATURE", "TFLITE_STEP_SIGNATURE",
                 "TFLITE_TEXT_SIGNATURE", "option_inputs", "run_tflite_builtin",
-                "run_tflite_options", "run_tflite_text", "text_interpreter"),
+                "run_tflite_options", "run_tflite_text", "text_array", "text_interpreter"),
 }
 _MODULE_OF = {name: module for module, names in _NAMES.items() for name in names}
 __all__ = sorted(_MODULE_OF)

@@ -55,7 +55,7 @@ def run_tflite_text(model, texts):
     else:
         interpreter = text_interpreter(model_path=os.fspath(model))
     runner = interpreter.get_signature_runner(TFLITE_TEXT_SIGNATURE)
-    texts = _bytes_array(texts)
+    texts = text_array(texts)
     if list(runner.get_input_details()["text"]["shape_signature"]) != [1]:
         return runner(text=texts)
     # A fixed batch of one (Bahdanau models): one call per sentence.
@@ -95,7 +95,7 @@ def run_tflite_options(model, texts, **options):
     else:
         interpreter = text_interpreter(model_path=os.fspath(model))
     runner = interpreter.get_signature_runner(TFLITE_OPTIONS_SIGNATURE)
-    return runner(text=_bytes_array(texts), **option_inputs(opts))
+    return runner(text=text_array(texts), **option_inputs(opts))
 
 
 def option_inputs(opts):
@@ -115,7 +115,7 @@ def option_inputs(opts):
         "seed": np.int32(opts.seed), "return_alignments": np.bool_(opts.return_alignments)}
 
 
-def _bytes_array(texts):
+def text_array(texts):
     """A 1-D object array of ``bytes`` (str is UTF-8 encoded) for a string input."""
     return np.array([t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts],
                     dtype=object).reshape(-1)
