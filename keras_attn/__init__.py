@@ -5,7 +5,10 @@ TensorFlow, so ``keras-attn --help`` answers at once):
 
 - ``ops``: masks and the masked softmax. ``layers``: attention layers, Transformer and
   Bahdanau blocks. ``models``: functional-API builders. ``schedules``, ``losses``.
-- ``decoding``: greedy and beam search with a key/value cache.
+- ``decoding``: greedy search, beam search and sampling with a key/value cache, and the
+  per-request ``decode``; its loops are ``samplers``, the step they drive ``steps``;
+  ``decoding_options`` (every per-request option, checked), ``alignment`` (word
+  alignments from the cross-attention).
 - ``fastpath`` (the one switch for the TensorFlow-only fast paths: ``tf_ops`` kernels,
   ``tf_attention``); ``numerics`` (the fill value for masked scores).
 - ``special_tokens`` (the reserved ids), ``vocab`` (WordPiece and character vocabularies),
@@ -13,7 +16,7 @@ TensorFlow, so ``keras-attn --help`` answers at once):
   normalisation), ``subword`` (SentencePiece: raw text in, natural text out), ``data``
   (datasets and tf.data pipelines).
 - ``config`` (every option of a run; no TensorFlow), ``training`` (the ``keras-attn train``
-  recipes), ``distribute`` (tf.distribute), ``evaluation`` (exact match, BLEU, chrF),
+  recipes), ``budget`` (training for a time budget), ``distribute`` (tf.distribute), ``evaluation`` (exact match, BLEU, chrF),
   ``translator`` (text in, text out), ``runs`` (run directories), ``export`` (SavedModel,
   TFLite, CTranslate2), ``viz`` (attention heatmaps and the chapter's figures), ``cli``.
 
@@ -29,10 +32,10 @@ import importlib
 
 __version__ = "0.1.0"
 
-SUBMODULES = ("ops", "layers", "models", "schedules", "losses", "decoding", "special_tokens",
-              "vocab", "text", "subword", "data", "config", "training", "distribute", "evaluation",
-              "translator", "runs", "export", "viz", "cli", "fastpath", "numerics", "tf_ops",
-              "tf_attention")
+SUBMODULES = ("ops", "layers", "models", "schedules", "losses", "decoding", "samplers", "steps",
+              "decoding_options", "alignment", "special_tokens", "vocab", "text", "subword",
+              "data", "config", "training", "budget", "distribute", "evaluation", "translator",
+              "runs", "export", "viz", "cli", "fastpath", "numerics", "tf_ops", "tf_attention")
 __all__ = list(SUBMODULES) + ["__version__"]
 
 

@@ -252,7 +252,7 @@ _INVARIANTS = weakref.WeakKeyDictionary()  # graph -> {(fn, ids): (tensors, resu
 def loop_invariant(fn, *tensors):
     """``fn(*tensors)``, built in the graph that holds ``tensors`` when that is not the
     graph being traced: a decoding step traced inside a loop reads the weights as tensors
-    of the graph around it (``decoding._Steps``), so what it derives from them alone (the
+    of the graph around it (``steps._Steps``), so what it derives from them alone (the
     concatenated W_q/W_k/W_v kernels) is computed once per call instead of at every step.
     Built once per graph and ``tensors``."""
     graphs = {getattr(t, "graph", None) for t in tensors}

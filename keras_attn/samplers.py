@@ -1,0 +1,373 @@
+"""The decoding loops: a :class:`Sampler` per way of choosing the next tokens.
+
+:class:`Sampler` owns the loop (``keras.ops.while_loop``, so it runs on TensorFlow, JAX and
+PyTorch, eagerly, traced, under XLA, and exports into SavedModels and TFLite files) and
+drives the model's step (:mod:`keras_attn.steps`); :class:`GreedySampler`,
+:class:`BeamSampler` and :class:`RandomSampler` only choose the next tokens. Every buffer
+is preallocated at ``max_len`` and written at the step index (no dynamic-size
+``TensorArray``: under XLA in TF 2.21 their writes can be silently dropped).
+
+In a TensorFlow graph that is not compiled by XLA (the SavedModel's signatures, the
+Translator's ``tf.function``), greedy decoding and sampling drop a row from the step's work
+when it ends (:meth:`Sampler._compact_loop`): the rows still going carry the cache, the
+finished ones cost nothing more. Beam search keeps every row (its hypotheses trade rows),
+and so do XLA and TFLite (fixed shapes).
+
+Token conventions: 0 is padding; ``start_id`` and 0 are never generated; a row stops at
+``end_id`` (included in the output) and is padded with 0 after it.
+
+References: D2L 10.8 (beam search); keras-hub's ``Sampler``.
+"""
+import keras
+from keras import ops
+
+from keras_attn.steps import NEG, check_source, encode, step_functions
+
+_POSITION_MAJOR = ("tokens", "attention")  # the loop's buffers written one position a step
+
+
+class Sampler:
+    """The decoding loop; subclasses choose the next tokens (:meth:`select`).
+
+    Hypotheses are laid out ``(B, K)`` (``K = beams``; the model sees ``B * K`` rows, the
+    beams of a row together). A finished hypothesis continues with padding at no cost.
+    Inside the loop the output buffers are position-major (``(max_len, B, K)``), so a
+    step writes one slice with ``scatter_update``.
+
+    Args:
+        max_len: most tokens generated per row. start_id, end_id: target vocabulary ids.
+        use_cache: decode with the key/value cache (False: re-run the model on the whole
+            prefix at every step, the reference).
+        return_attention: also return the alignment of each token over the source.
+
+    Call arguments: ``model`` (from :mod:`keras_attn.models`), ``source`` int ``(B, S)``.
+
+    Returns a dict of fixed-size buffers: ``tokens`` int32 ``(B, K, max_len)`` (0 after
+    ``end_id``), ``lengths`` int32 ``(B, K)``, ``log_prob`` float32 ``(B, K)`` and with
+    ``return_attention`` ``attention`` float32 ``(B, K, max_len, S)``.
+    """
+
+    beams = 1
+    reorders = False  # whether select() moves hypotheses between rows (beam search)
+
+    def __init__(self, max_len, start_id, end_id, use_cache=True, return_attention=False):
+        _check_id("max_len", max_len)
+        _check_id("start_id", start_id)
+        _check_id("end_id", end_id)
+        self.max_len, self.start_id, self.end_id = max_len, start_id, end_id
+        self.use_cache, self.return_attention = bool(use_cache), bool(return_attention)
+        # Finished rows leave the step's work where the loop can shrink (see `_compacts`).
+        self.compact = True
+
+    def select(self, logits, scores, finished, index=None, rows=None):
+        """``logits`` float32 ``(B, K, V)`` of every next token (banned ids at the fill
+        value), ``scores`` ``(B, K)`` the hypotheses' sums of log-probabilities so far,
+        ``finished`` bool ``(B, K)`` (they extend with 0 at no cost; None: none has).
+
+        Returns ``(next_tokens (B, K), beam_indices (B, K) or None, new_scores (B, K))``;
+        ``beam_indices`` says which hypothesis each new one extends (None: its own).
+        ``index`` is the step (int32 scalar) and ``rows`` int32 ``(B * K,)`` the
+        hypotheses' numbers in the whole batch (default: ``0 .. B * K - 1``; fewer rows
+        when finished ones have left the loop), for samplers whose draw depends on them."""
+        raise NotImplementedError
+
+    def initial_scores(self, batch):
+        return ops.zeros((batch, self.beams), "float32")
+
+    def __call__(self, model, source, max_length=None, prefix=None, encoded=None):
+        """``max_length``: optional int32 scalar (a tensor is fine), the most tokens of this
+        call, at most ``max_len`` (the buffers' size). ``prefix``: optional int32
+        ``(B, P)`` target ids forced first (0 = none left for that row); the forced
+        tokens' log-probabilities are 0 in the scores (they count in the lengths).
+        ``encoded``: :func:`encode` ``(model, source)``, if already computed."""
+        source = check_source(source)
+        k, max_len = self.beams, self.max_len
+        batch, src_len = ops.shape(source)[0], ops.shape(source)[1]
+        if encoded is None:
+            encoded = encode(model, source)
+        if not isinstance(k, int) or k > 1:  # a tensor: the hypotheses of a served request
+            # Encoded once per sentence, then repeated for its K hypotheses.
+            source = ops.repeat(source, k, axis=0)  # (B*K, S)
+            encoded = keras.tree.map_structure(lambda t: ops.repeat(t, k, axis=0), encoded)
+        steps = step_functions(model, source, max_len, self.use_cache, self.start_id, encoded)
+        limit = max_len if max_length is None else ops.minimum(
+            ops.cast(max_length, "int32"), max_len)
+        if prefix is not None:
+            prefix = ops.cast(ops.convert_to_tensor(prefix), "int32")
+            prefix_len = ops.shape(prefix)[1]
+        if self._compacts():
+            return self._compact_loop(steps, batch, limit, prefix)
+
+        def cond(i, token, state, out):
+            return ops.logical_and(i < limit, ops.logical_not(ops.all(out["finished"])))
+
+        def body(i, token, state, out):
+            logits, state, align = steps.step(token, state, i, self.return_attention)
+            finished = out["finished"]
+            logits = ops.reshape(logits, (batch, k, logits.shape[-1] or -1))  # V kept static
+            if prefix is not None:  # force the prefix's token where the row has one
+                at = ops.minimum(i, prefix_len - 1)
+                forced = ops.where(i < prefix_len, ops.take(prefix, at, axis=1), 0)  # (B,)
+                ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
+                keep = ops.equal(ids[None, None, :], forced[:, None, None])
+                logits = ops.where(ops.logical_or(forced[:, None, None] == 0, keep),
+                                   logits, NEG)
+            next_token, beam, scores = self.select(logits, out["scores"], finished, i)
+            out = dict(out, scores=scores)
+            if beam is not None:  # reorder everything that belongs to a hypothesis
+                rows = ops.reshape(beam + ops.arange(batch)[:, None] * k, (-1,))
+                state = keras.tree.map_structure(lambda t: ops.take(t, rows, axis=0), state)
+                out = {name: t if name == "scores" else
+                       take_beams(t, beam, axis=2 if name in _POSITION_MAJOR else 1)
+                       for name, t in out.items()}
+                finished = out["finished"]
+            at = ops.reshape(i, (1, 1))  # position i of the position-major buffers
+            out["lengths"] = out["lengths"] + ops.cast(ops.logical_not(finished), "int32")
+            out["tokens"] = ops.scatter_update(out["tokens"], at, ops.expand_dims(next_token, 0))
+            if self.return_attention:
+                align = ops.reshape(ops.cast(align, "float32"), (1, batch, k, -1))
+                out["attention"] = ops.scatter_update(out["attention"], at, align)
+            out["finished"] = ops.logical_or(finished, ops.equal(next_token, self.end_id))
+            return i + 1, ops.reshape(next_token, (-1,)), state, out
+
+        out = {"tokens": ops.zeros((max_len, batch, k), "int32"),
+               "finished": ops.zeros((batch, k), "bool"),
+               "lengths": ops.zeros((batch, k), "int32"), "scores": self.initial_scores(batch)}
+        if self.return_attention:
+            out["attention"] = ops.zeros((max_len, batch, k, src_len), "float32")
+        loop_vars = (ops.convert_to_tensor(0, "int32"),
+                     ops.full((batch * k,), self.start_id, "int32"), steps.init(), out)
+        _, _, _, out = ops.while_loop(cond, body, loop_vars)
+        result = {"tokens": ops.transpose(out["tokens"], (1, 2, 0)), "lengths": out["lengths"],
+                  "log_prob": out["scores"]}
+        if self.return_attention:
+            result["attention"] = ops.transpose(out["attention"], (1, 2, 0, 3))
+        return result
+
+    def _compacts(self):
+        """Whether this call's loop drops finished rows from the step's work: on
+        TensorFlow's fast path, in a graph whose loop may carry tensors that change shape
+        (not under XLA, not with a preallocated cache: TFLite), for samplers whose rows
+        never trade places (not beam search), with the cache."""
+        if not (self.compact and self.use_cache) or self.reorders or self.return_attention:
+            return False
+        from keras_attn import fastpath
+
+        if not fastpath.enabled():
+            return False
+        from keras_attn import tf_attention
+
+        return tf_attention.growing_cache()
+
+    def _compact_loop(self, steps, batch, limit, prefix):
+        """The loop of :meth:`__call__` over the unfinished rows only. The state (the whole
+        cache, the source's projections too), the last tokens, the scores, the tokens so
+        far and ``rows`` (their numbers in the batch) lose a row at the step it ends,
+        which then writes its tokens, length and score into the whole-batch buffers (the
+        rows still going at the end are written after the loop). A row's values are those
+        of the plain loop; only the number of rows beside it differs."""
+        import tensorflow as tf  # reached on TensorFlow only (_compacts)
+
+        k, max_len, n = self.beams, self.max_len, batch * self.beams
+
+        def relax(t):  # rows first, how many is left open: the loop drops rows
+            return tf.compat.v1.placeholder_with_default(t, (None,) + tuple(t.shape[1:]))
+
+        def write(out, rows, scores, tokens):
+            """``out`` with ``rows`` done: their ``tokens`` so far, length and score."""
+            length = tf.shape(tokens)[1]
+            padded = tf.pad(tokens, [[0, 0], [0, max_len - length]])
+            at = rows[:, None]
+            return {"tokens": tf.tensor_scatter_nd_update(out["tokens"], at, padded),
+                    "lengths": tf.tensor_scatter_nd_update(
+                        out["lengths"], at, tf.fill(tf.shape(rows), length)),
+                    "scores": tf.tensor_scatter_nd_update(out["scores"], at, scores)}
+
+        def cond(i, token, state, rows, scores, tokens, out):
+            return ops.logical_and(i < limit, ops.shape(rows)[0] > 0)
+
+        def body(i, token, state, rows, scores, tokens, out):
+            logits, state, _ = steps.step(token, state, i)
+            logits = ops.expand_dims(logits, 1)  # (N, 1, V): one hypothesis per row here
+            if prefix is not None:
+                at = ops.minimum(i, prefix_len - 1)
+                forced = ops.where(i < prefix_len, ops.take(prefix, at, axis=1), 0)  # (B,)
+                forced = ops.take(forced, ops.floor_divide(rows, k))[:, None, None]
+                ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
+                keep = ops.equal(ids[None, None, :], forced)
+                logits = ops.where(ops.logical_or(forced == 0, keep), logits, NEG)
+            token, _, scores = self.select(logits, ops.expand_dims(scores, 1), None, i, rows)
+            token, scores = token[:, 0], scores[:, 0]
+            tokens = ops.concatenate([tokens, ops.expand_dims(token, 1)], axis=1)
+            going = ops.not_equal(token, self.end_id)
+
+            def drop_ended():
+                ended, keep = (tf.reshape(tf.where(m), (-1,)) for m in (~going, going))
+                done = write(out, *(tf.gather(t, ended) for t in (rows, scores, tokens)))
+                kept = tf.nest.map_structure(lambda t: tf.gather(t, keep),
+                                             (token, state, rows, scores, tokens))
+                return (*kept, done)
+
+            # The rows' copies only at the steps where some row ends.
+            token, state, rows, scores, tokens, out = tf.cond(
+                tf.reduce_all(going), lambda: (token, state, rows, scores, tokens, out),
+                drop_ended)
+            return i + 1, token, state, rows, scores, tokens, out
+
+        if prefix is not None:
+            prefix_len = ops.shape(prefix)[1]
+        out = {"tokens": ops.zeros((n, max_len), "int32"), "lengths": ops.zeros((n,), "int32"),
+               "scores": ops.zeros((n,), "float32")}
+        loop_vars = (ops.convert_to_tensor(0, "int32"),
+                     relax(ops.full((n,), self.start_id, "int32")),
+                     keras.tree.map_structure(relax, steps.init(carry_constants=True)),
+                     relax(ops.arange(n, dtype="int32")),
+                     relax(ops.reshape(self.initial_scores(batch), (-1,))),
+                     tf.compat.v1.placeholder_with_default(tf.zeros((n, 0), "int32"),
+                                                           (None, None)), out)
+        _, _, _, rows, scores, tokens, out = ops.while_loop(cond, body, loop_vars)
+        out = write(out, rows, scores, tokens)  # the rows that reached the limit
+        return {"tokens": ops.reshape(out["tokens"], (batch, k, max_len)),
+                "lengths": ops.reshape(out["lengths"], (batch, k)),
+                "log_prob": ops.reshape(out["scores"], (batch, k))}
+
+
+class GreedySampler(Sampler):
+    """The most likely next token, for each row (one hypothesis per row)."""
+
+    def select(self, logits, scores, finished, index=None, rows=None):
+        # top_k rather than argmax: Keras's TF argmax adds a BitwiseAnd (its -0.0 rule)
+        # that TFLite has no builtin for; ties go to the lower id either way.
+        top, index = ops.top_k(logits, k=1)  # (B, 1, 1)
+        # The best token's log-softmax, (x - max) - log(sum(exp(x - max))) at x = max,
+        # without normalising the whole vocabulary.
+        log_prob = -ops.log(ops.sum(ops.exp(logits - top), axis=-1))  # (B, 1)
+        next_token = ops.cast(index[..., 0], "int32")
+        if finished is None:  # none has finished
+            return next_token, None, scores + log_prob
+        return (ops.where(finished, 0, next_token), None,
+                scores + ops.where(finished, 0.0, log_prob))
+
+
+class BeamSampler(Sampler):
+    """The ``beam_size`` best extensions of a row's hypotheses, by summed log-probability.
+
+    Only the first beam is live at the start, so the beams do not repeat one another. The
+    caller ranks the final hypotheses (:func:`beam_decode_fixed` by the GNMT score).
+    """
+
+    reorders = True
+
+    def __init__(self, beam_size, max_len, start_id, end_id):
+        _check_count("beam_size", beam_size)
+        super().__init__(max_len, start_id, end_id, use_cache=True)
+        self.beams = beam_size
+
+    def initial_scores(self, batch):
+        first = ops.concatenate([ops.zeros((1,)), ops.full((self.beams - 1,), NEG)])
+        return ops.tile(ops.cast(first, "float32")[None, :], (batch, 1))
+
+    def select(self, logits, scores, finished, index=None, rows=None):
+        log_probs = ops.log_softmax(logits, axis=-1)
+        vocab = ops.shape(log_probs)[-1]
+        pad_only = ops.where(ops.arange(vocab) == 0, 0.0, NEG)  # a finished one: 0, free
+        # expand_dims, not [..., None]: TFLite has no builtin for a new axis on rank 2.
+        log_probs = ops.where(ops.expand_dims(finished, -1), pad_only, log_probs)
+        flat = ops.reshape(ops.expand_dims(scores, -1) + log_probs, (ops.shape(scores)[0], -1))
+        top, index = ops.top_k(flat, k=self.beams)  # (B, K) of the K * V extensions
+        return ops.cast(index % vocab, "int32"), ops.cast(index // vocab, "int32"), top
+
+
+def _mix16(h):
+    """One round of a 16-bit integer hash: multiply (odd constants, mod 2**16) and
+    ``h += h >> k`` steps. Only int32 add/mul/floor_div/floor_mod on values below 2**31 (no
+    overflow, no bitwise op), so TF, TFLite builtins, JAX and PyTorch give the same bits."""
+    h = ops.mod(h * 20201 + 13849, 65536)
+    h = ops.mod(h + ops.floor_divide(h, 128), 65536)
+    h = ops.mod(h * 30971, 65536)
+    return ops.mod(h + ops.floor_divide(h, 512), 65536)
+
+
+def uniform(seed, row, step):
+    """A float32 in (0, 1) for each ``row`` (int32 ``(N,)``), from ``seed`` and ``step``
+    (int32 scalars): a counter-based hash of (seed, row, step), the same bits on every
+    backend and artefact. 24 random bits (two 16-bit streams), exact in float32."""
+    seed = ops.cast(seed, "int32")
+    parts = [ops.mod(seed, 65536), ops.mod(ops.floor_divide(seed, 65536), 65536),
+             ops.mod(ops.cast(row, "int32"), 65536), ops.mod(ops.cast(step, "int32"), 65536)]
+    words = []
+    for stream in (1, 2):
+        h = stream * 7919
+        for part in parts:  # absorb one input, then mix twice
+            h = _mix16(_mix16(ops.mod(h + part, 65536)))
+        words.append(h)
+    bits = words[0] * 256 + ops.floor_divide(words[1], 256)  # 24 bits
+    return (ops.cast(bits, "float32") + 0.5) / 16777216.0
+
+
+class RandomSampler(Sampler):
+    """Random sampling with top-k, top-p (nucleus) and temperature; ``samples`` draws per
+    row (``num_hypotheses``), each from its own stream of :func:`uniform`.
+
+    ``topk``, ``topp``, ``temperature`` and ``seed`` are read at call time and may be
+    tensors (per-request values in a served graph); ``topk=1`` is the argmax (as
+    :class:`GreedySampler`). The token is drawn by inverse CDF over the candidates sorted by
+    probability (ties: the lower id first). Scores sum the log-probabilities of the drawn
+    tokens under the model (before temperature and truncation).
+    """
+
+    def __init__(self, max_len, start_id, end_id, samples=1, topk=1, topp=1.0,
+                 temperature=1.0, seed=0, use_cache=True, return_attention=False):
+        _check_count("num_hypotheses", samples)
+        super().__init__(max_len, start_id, end_id, use_cache, return_attention)
+        self.beams = samples
+        self.topk, self.topp, self.temperature, self.seed = topk, topp, temperature, seed
+
+    def select(self, logits, scores, finished, index=None, rows=None):
+        batch, k, vocab = ops.shape(logits)[0], ops.shape(logits)[1], logits.shape[-1]
+        flat = ops.reshape(logits, (-1, vocab))
+        values, ids = ops.top_k(flat, k=vocab)  # sorted, ties to the lower id
+        model_lp = ops.log_softmax(values, axis=-1)
+        scaled = values / ops.cast(self.temperature, "float32")
+        rank = ops.arange(vocab, dtype="int32")[None, :]
+        scaled = ops.where(rank < ops.cast(self.topk, "int32"), scaled, NEG)
+        probs = ops.softmax(scaled, axis=-1)
+        before = ops.cumsum(probs, axis=-1) - probs  # mass of the more likely candidates
+        probs = ops.where(ops.logical_or(rank == 0, before < ops.cast(self.topp, "float32")),
+                          probs, 0.0)
+        cdf = ops.cumsum(probs, axis=-1)
+        if rows is None:
+            rows = ops.arange(ops.shape(flat)[0], dtype="int32")
+        u = uniform(self.seed, rows, 0 if index is None else index) * cdf[:, -1]
+        pick = ops.sum(ops.cast(cdf[:, :-1] <= u[:, None], "int32"), axis=-1)  # (B*K,)
+        pick = ops.minimum(pick, ops.sum(ops.cast(probs > 0, "int32"), axis=-1) - 1)
+        token = ops.take_along_axis(ids, pick[:, None], axis=1)[:, 0]
+        lp = ops.take_along_axis(model_lp, pick[:, None], axis=1)[:, 0]
+        token = ops.reshape(ops.cast(token, "int32"), (batch, k))
+        lp = ops.reshape(lp, (batch, k))
+        if finished is None:  # none has finished
+            return token, None, scores + lp
+        return ops.where(finished, 0, token), None, scores + ops.where(finished, 0.0, lp)
+
+
+def take_beams(t, beam, axis=1):
+    """``t`` reordered along the beams by ``beam`` ``(B, K)``: ``t`` is ``(B, K, ...)``
+    (``axis=1``) or position-major ``(L, B, K, ...)`` (``axis=2``)."""
+    shape = (1,) * (axis - 1) + tuple(ops.shape(beam)) + (1,) * (len(t.shape) - axis - 1)
+    target = list(ops.shape(t))
+    target[axis] = ops.shape(beam)[1]  # fewer than K: the first N of a ranking (n-best)
+    index = ops.broadcast_to(ops.reshape(beam, shape), target)
+    return ops.take_along_axis(t, index, axis=axis)
+
+
+def _check_id(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        what = "a positive integer" if name in ("max_len", "beam_size") else "a positive token id"
+        raise ValueError(f"`{name}` must be {what}. Received: {name}={value!r}")
+
+
+def _check_count(name, value):
+    """A number of hypotheses: a positive Python int, or an int32 tensor (a served
+    request's value, checked by the graph that reads it)."""
+    if isinstance(value, (bool, int)):
+        _check_id(name, value)

@@ -1,0 +1,131 @@
+"""The decoding step: one position of a model of :mod:`keras_attn.models`, for a loop.
+
+Both decoders are driven alike: ``decoder.init_cache(encoder output, source, max_len)``
+once, then ``decoder(token, cache=..., cache_update_index=i)`` per step. The Transformer's
+cache holds each layer's self-attention keys/values and the cross-attention keys/values
+computed once, so a step costs the same at position 8 and at position 64; the Bahdanau
+cache holds the GRU states. ``use_cache=False`` re-runs the model on the whole prefix at
+every step (the reference). On TensorFlow's fast path (:mod:`keras_attn.fastpath`) the
+layers choose the kernels of a one-position step themselves (heads-first caches, one
+``BatchMatMulV3`` per projection, no op that oneDNN rewrites: :mod:`keras_attn.tf_attention`);
+the step is the same decoder call everywhere (docs/benchmarks/NOTES.md, "Decoding step").
+"""
+import keras
+from keras import ops
+
+from keras_attn import ops as attn_ops
+
+NEG = attn_ops.large_negative("float32")  # the logit of a banned token
+
+
+def log_probs(logits, start_id):
+    """float32 log-probabilities ``(..., V)`` with padding (0) and ``start_id`` forbidden."""
+    logits = ops.cast(logits, "float32")
+    ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
+    banned = ops.logical_or(ops.equal(ids, 0), ops.equal(ids, start_id))
+    return ops.log_softmax(ops.where(banned, NEG, logits), axis=-1)
+
+
+class _Steps:
+    """``init() -> state`` and ``step(token, state, index) -> (logits, state, alignment)``
+    for a model of :mod:`keras_attn.models`, with or without the cache (the reference).
+
+    ``logits`` are float32 ``(B, V)`` with padding (0) and ``start_id`` at the fill value
+    (:func:`log_probs` normalises them). The state is what a step rewrites (the
+    self-attention cache, the GRU states, or the prefix); the rest of the cache (the source
+    projected once, its mask) is read from here: the loop passes it through unchanged and
+    a beam reorder does not copy it.
+
+    A step is the decoder's own cached call (on TensorFlow's fast path its layers choose
+    the kernels of a one-position step, :mod:`keras_attn.tf_attention`). The decoder's
+    weights are read once, in :meth:`init`, and seen by every step through a
+    ``keras.StatelessScope`` (inside a loop, a variable read would run at every step).
+    """
+
+    _STATE_KEYS = ("self", "states")  # the entries of a decoder's cache that steps rewrite
+
+    def __init__(self, model, source, max_len, use_cache, start_id, encoded):
+        self.encoder = model.get_layer("encoder")
+        self.decoder = model.get_layer("decoder")
+        table = getattr(self.decoder, "max_len", None)
+        if table is not None and max_len > table:
+            raise ValueError(
+                f"`max_len` must not exceed the decoder's positional table (max_len="
+                f"{table}). Received: max_len={max_len}")
+        self.source, self.max_len, self.use_cache = source, max_len, use_cache
+        self._encoded = encoded  # the encoder's output for `source`
+        ids = ops.arange(self.decoder.vocab_size, dtype="int32")
+        self.banned = ops.logical_or(ops.equal(ids, 0), ops.equal(ids, start_id))
+
+    def init(self, carry_constants=False):
+        """The first state. ``carry_constants``: the state holds the whole cache (the
+        source's projections too, every tensor with the rows first), for a loop that drops
+        rows from it (:meth:`Sampler.__call__` with ``compact``)."""
+        # ops.copy: a tensor read from the variable (convert_to_tensor would give the
+        # variable itself back on TensorFlow); in a graph a read, not a copy of the data.
+        self.weights = [(w, ops.copy(w)) for w in self.decoder.weights]
+        encoded = self._encoded
+        if self.use_cache:
+            cache = self.decoder.init_cache(encoded, self.source, self.max_len)
+            carried = {k for k, v in cache.items()
+                       if k in self._STATE_KEYS or (carry_constants and v is not None)}
+            self.constants = {k: v for k, v in cache.items() if k not in carried}
+            return {k: v for k, v in cache.items() if k in carried}
+        self.encoded = tuple(encoded) if isinstance(encoded, (tuple, list)) else (encoded,)
+        return ops.zeros((ops.shape(self.source)[0], self.max_len), "int32")  # the prefix
+
+    def step(self, token, state, index, alignment=False):
+        with keras.StatelessScope(self.weights):
+            logits, state, align = self._step(token, state, index, alignment)
+        logits = ops.where(self.banned, NEG, ops.cast(logits, "float32"))
+        return logits, state, align
+
+    def _step(self, token, state, index, alignment):
+        if self.use_cache:
+            out = self.decoder(token[:, None], training=False,
+                               cache={**self.constants, **state}, cache_update_index=index,
+                               return_attention_scores=alignment)
+            logits, cache = out[0], out[-1]
+            align = self.decoder.alignment(out[1])[:, 0] if alignment else None
+            return logits[:, 0], {k: cache[k] for k in state}, align
+        state = attn_ops.slice_update(state, (0, index), token[:, None])
+        logits, maps = self.decoder(state, *self.encoded, training=False,
+                                    enc_outputs_mask=ops.not_equal(self.source, 0),
+                                    return_attention_scores=True)
+        align = ops.take(self.decoder.alignment(maps), index, axis=1) if alignment else None
+        return ops.take(logits, index, axis=1), state, align
+
+
+def step_functions(model, source, max_len, use_cache, start_id, encoded):
+    """The decoding step of ``model`` for a loop of one's own: ``init() -> state`` and
+    ``step(token, state, index, alignment=False) -> (logits, state, alignment)`` (the
+    decoder's own call; what every :class:`Sampler` drives).
+
+    Args:
+        model: a model of :mod:`keras_attn.models`. source: int ``(B, S)`` token ids.
+        max_len: the longest output. use_cache: the cached step (else the reference,
+            which re-runs the decoder on the prefix). start_id: the token banned from the
+            logits besides padding. encoded: :func:`encode`'s output for ``source``.
+
+    Example:
+        >>> steps = step_functions(model, source, 8, True, 2, encode(model, source))
+        >>> state = steps.init()
+        >>> logits, state, _ = steps.step(ops.full((B,), 2, "int32"), state, 0)
+    """
+    return _Steps(model, source, max_len, use_cache, start_id, encoded)
+
+
+def encode(model, source):
+    """The encoder's output for ``source`` ``(B, S)`` (the decoders' ``init_cache`` input):
+    a graph that decodes several ways encodes once and passes it to each."""
+    return model.get_layer("encoder")(check_source(source), training=False)
+
+
+def check_source(source):
+    """``source`` as int32 ``(B, S)`` token ids; ``ValueError`` for floats or another rank."""
+    source = ops.convert_to_tensor(source)
+    if "float" in keras.backend.standardize_dtype(source.dtype):
+        raise ValueError(f"`source` must hold integer token ids. Received: dtype={source.dtype}")
+    if len(source.shape) != 2:
+        raise ValueError(f"`source` must have shape (B, S). Received: shape={tuple(source.shape)}")
+    return ops.cast(source, "int32")
