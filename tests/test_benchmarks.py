@@ -217,3 +217,20 @@ def test_kerashub_recipe_joins_apostrophes_and_hyphens():
 
     assert natural("j ' ai faim .") == "j'ai faim ."
     assert natural("est - ce que tu viens ?") == "est-ce que tu viens ?"
+
+
+@pytest.mark.slow  # two traced decoders and their timed rounds (~15 s)
+def test_finished_rows_benchmark(tmp_path):
+    """benchmarks.finished_rows on the committed tiny dates run: both loops give the same
+    tokens (the script checks), and the JSON has a row per batch size."""
+    from benchmarks import finished_rows
+
+    out = tmp_path / "rows.json"
+    record = finished_rows.main([os.path.join(REPO, "tests", "data", "tiny_dates_run"),
+                                 "--batches", "1:2,4:2", "--rounds", "1",
+                                 "--output", str(out)])
+    assert json.loads(out.read_text()) == record
+    assert set(record["batches"]) == {"1", "4"}
+    for row in record["batches"].values():
+        assert row["rows_kept"] > 0 and row["rows_leave"] > 0 and row["target_tokens"] > 0
+        assert row["speedup_range"][0] <= row["speedup_median"] <= row["speedup_range"][1]
