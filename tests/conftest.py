@@ -2,16 +2,20 @@
 
 - TensorFlow starts quiet and every test starts from a fixed seed.
 - The trained runs that several test files read (the committed tiny dates run with its
-  exports, a tiny SentencePiece run with its exports) are built once per test session, also under
-  pytest-xdist: the first worker to need one builds it under a file lock in the session's
-  shared temporary folder, the others wait and read it (:func:`build_once`).
+  exports, a tiny SentencePiece run with its exports) are built once for a version of the
+  code, also under pytest-xdist: the first worker to need one builds it under a file lock
+  in ``.fixture_cache/``, the others (and later sessions: CI's other passes) read it
+  (:func:`build_once`).
 - The ``kernels`` marker: tests whose results hang on floating-point rounding (layer values,
   decoding tokens, artefacts equal token for token). CI runs them again under other CPUs'
   kernels (``.ci/run``); the whole files listed in ``KERNEL_FILES`` carry it, other files
   mark single tests.
 """
+import hashlib
 import json
 import os
+import pathlib
+import shutil
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -40,17 +44,44 @@ def _seed():
     keras.utils.set_random_seed(0)
 
 
-def build_once(tmp_path_factory, name, build):
-    """``build(folder) -> JSON-able result``, run once per test session.
+TESTS = pathlib.Path(__file__).resolve().parent
+REPO = TESTS.parent
+# Where the shared runs are kept between test sessions (CI's passes share them): one folder
+# per run and version of the code that builds it. KERAS_ATTN_TEST_FIXTURE_CACHE=0 builds
+# them in the session's temporary folder instead.
+FIXTURE_CACHE = REPO / ".fixture_cache"
 
-    Under pytest-xdist every worker has its own base temp folder; their parent is the
-    session's, so the workers meet there. The first to take the lock builds; the others
-    block on the lock, then read the result. Tests must only read what was built.
+
+def fixture_key():
+    """A digest of everything a shared run is built from: the package's and the fixtures'
+    code, the committed tiny runs, and the TensorFlow and Keras versions."""
+    import tensorflow as tf
+
+    digest = hashlib.sha256(f"{tf.__version__} {keras.__version__}".encode())
+    sources = sorted((REPO / "keras_attn").rglob("*.py")) + sorted((TESTS / "data").rglob("*"))
+    for path in sources + [TESTS / "run_fixtures.py", TESTS / "conftest.py"]:
+        if path.is_file():
+            digest.update(path.relative_to(REPO).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build_once(tmp_path_factory, name, build):
+    """``build(folder) -> JSON-able result``, run once for this version of the code.
+
+    The folder is ``.fixture_cache/NAME-KEY`` (:func:`fixture_key`): later sessions (CI's
+    other passes, a re-run) read it until the code changes, and a new key replaces the
+    older folders of ``NAME``. Under pytest-xdist the workers meet there too: the first to
+    take the lock builds, the others block on the lock, then read the result. Tests must
+    only read what was built (copy it to change it).
     """
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
-    root = shared / f"shared-{name}"
+    if os.environ.get("KERAS_ATTN_TEST_FIXTURE_CACHE", "1") == "0":
+        shared = tmp_path_factory.getbasetemp()
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            shared = shared.parent
+        root = shared / f"shared-{name}"
+    else:
+        root = FIXTURE_CACHE / f"{name}-{fixture_key()}"
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         import fcntl  # POSIX; the suite runs on Linux and macOS
@@ -58,6 +89,12 @@ def build_once(tmp_path_factory, name, build):
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = root / "done.json"
         if not done.exists():
+            for old in root.parent.glob(f"{name}-*"):
+                if old != root:
+                    shutil.rmtree(old, ignore_errors=True)
+            for entry in root.iterdir():  # what an interrupted build left
+                if entry.name != ".lock":
+                    shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
             keras.utils.set_random_seed(0)
             done.write_text(json.dumps(build(root)))
         return json.loads(done.read_text())
