@@ -53,7 +53,7 @@ from benchmarks.decode import bench_decode
 from benchmarks.export import bench_export
 from benchmarks.mha import bench_mha
 from benchmarks.report import markdown
-from benchmarks.serve import bench_serve
+from benchmarks.serve import ENGINES, REFERENCE_ENGINES, bench_serve
 from benchmarks.timing import CLOCKS, log
 from benchmarks.train import bench_train
 
@@ -100,6 +100,11 @@ def parse_args(argv=None):
                          "(default 5; quick 1)")
     ap.add_argument("--serve-batches", type=lambda s: [int(x) for x in s.split(",")],
                     default=None, help="'serve': batch sizes (default 1,32; quick 1,2)")
+    ap.add_argument("--serve-engines", type=lambda s: [x.strip() for x in s.split(",")],
+                    default=None, help="'serve': engines to time (default: all; "
+                    f"{', '.join(REFERENCE_ENGINES)} always)")
+    ap.add_argument("--serve-models", type=lambda s: [x.strip() for x in s.split(",")],
+                    default=["dates", "fra"], help="'serve': models (default: dates,fra)")
     ap.add_argument("--note", default="", help="free text for the results (machine state, ...)")
     ap.add_argument("--render", metavar="JSON", default=None,
                     help="only rewrite --md from an existing results file")
@@ -123,6 +128,17 @@ def parse_args(argv=None):
         args.serve_rounds = 1 if args.quick else 5
     if args.serve_batches is None:
         args.serve_batches = [1, 2] if args.quick else [1, 32]
+    if args.serve_engines is None:
+        args.serve_engines = list(ENGINES)
+    elif set(args.serve_engines) - set(ENGINES):
+        ap.error(f"unknown --serve-engines {sorted(set(args.serve_engines) - set(ENGINES))}; "
+                 f"choose from {','.join(ENGINES)}")
+    else:  # the references (ratios, agreement) and the int8 yardstick where int8 is timed
+        wanted = set(args.serve_engines) | set(REFERENCE_ENGINES) | (
+            {"ctranslate2_int8"} if any(e.endswith("int8") for e in args.serve_engines) else set())
+        args.serve_engines = [e for e in ENGINES if e in wanted]
+    if set(args.serve_models) - {"dates", "fra"}:
+        ap.error(f"--serve-models: dates and/or fra. Received: {','.join(args.serve_models)}")
     return args
 
 

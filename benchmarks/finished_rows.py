@@ -35,8 +35,11 @@ def main(argv=None):
     args = parse_args(argv)
     import tensorflow as tf
 
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    except RuntimeError:  # TensorFlow already started in this process (a test): its threads
+        print(f"--threads {args.threads} not applied: TensorFlow is already initialised")
     from keras_attn import decoding, runs, text, training
     from keras_attn.config import TrainConfig
     from keras_attn.translator import Translator
@@ -55,7 +58,8 @@ def main(argv=None):
         return tf.function(fn, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
     fns = {"rows_kept": decoder(False), "rows_leave": decoder(True)}
-    record = {"run_dir": os.path.abspath(args.run_dir), "threads": args.threads,
+    record = {"run_dir": os.path.abspath(args.run_dir),
+              "threads": tf.config.threading.get_intra_op_parallelism_threads() or "default",
               "rounds": args.rounds, "batches": {}}
     for pair in args.batches.split(","):
         batch, count = (int(v) for v in pair.split(":"))

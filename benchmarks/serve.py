@@ -56,13 +56,16 @@ def bench_serve(args, peak):
                           "sentences": args.serve_sentences, "batches": args.serve_batches},
                "target_tokens": "tokens the SavedModel generates (translate_ids, [END] "
                                 "included); tokens/s = those / seconds, for every engine"}
-        out["models"]["dates"] = _serve_one(args, ct2_export, dates, work, "dates", threads)
-        fra, how = _serve_fra_run(args, work, dates)
-        if fra is None:
-            out["models"]["fra"] = {"available": False, "reason": how}
-        else:
-            out["models"]["fra"] = _serve_one(args, ct2_export, fra, work, "fra", threads)
-            out["models"]["fra"]["weights"] = how
+        models = getattr(args, "serve_models", ("dates", "fra"))
+        if "dates" in models:
+            out["models"]["dates"] = _serve_one(args, ct2_export, dates, work, "dates", threads)
+        if "fra" in models:
+            fra, how = _serve_fra_run(args, work, dates)
+            if fra is None:
+                out["models"]["fra"] = {"available": False, "reason": how}
+            else:
+                out["models"]["fra"] = _serve_one(args, ct2_export, fra, work, "fra", threads)
+                out["models"]["fra"]["weights"] = how
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -138,35 +141,45 @@ ENGINES = ("saved_model_translate_ids", "saved_model_serving_default", "saved_mo
            "tflite_text_int8", "ctranslate2_float32", "ctranslate2_int8")
 
 
+# Timed in every run: the ratios' yardstick and the agreement's references.
+REFERENCE_ENGINES = ("saved_model_translate_ids", "saved_model_serving_default",
+                     "ctranslate2_float32")
+
+
 def yardstick(engine):
     """The CTranslate2 engine of the same precision (int8 files against int8)."""
     return "ctranslate2_int8" if engine.endswith("int8") else "ctranslate2_float32"
 
 
-def _export_all(translator, run_dir, work, label, ct2_export):
-    """Every artefact of ``run_dir`` under ``work``: engine -> path, sizes, unavailable."""
+def _export_all(translator, run_dir, work, label, ct2_export, engines=ENGINES):
+    """The artefacts of ``run_dir`` that ``engines`` run, under ``work``: engine -> path,
+    sizes, unavailable."""
     from keras_attn import export
 
     log(f"  [{label}] exporting {run_dir}")
-    sm = export.export_saved_model(translator, os.path.join(work, f"{label}_sm"))
-    paths = {"saved_model_translate_ids": sm["path"], "saved_model_serving_default": sm["path"],
-             "saved_model_translate": sm["path"]}
+    sm = export.export_saved_model(translator, os.path.join(work, f"{label}_sm"),
+                                   request_signature="saved_model_translate" in engines)
+    paths = {e: sm["path"] for e in ("saved_model_translate_ids", "saved_model_serving_default",
+                                     "saved_model_translate") if e in engines}
     sizes = {"saved_model": sm["total_bytes"]}
     unavailable = {}
     for q in ("float32", "int8"):
-        try:  # a target that fails to export is reported, the other engines still timed
-            rep = export.export_tflite(translator, os.path.join(
-                work, f"{label}_text_{q}.tflite"), "text", q)
-        except Exception as e:  # noqa: BLE001
-            unavailable[f"tflite_text_{q}"] = f"{type(e).__name__}: {e}"[:500]
-            log(f"  [{label}] tflite_text_{q} not available: {unavailable[f'tflite_text_{q}']}")
-        else:
-            paths[f"tflite_text_{q}"] = rep["path"]
-            sizes[f"tflite_text_{q}"] = rep["total_bytes"]
-        rep = ct2_export.export_ctranslate2(run_dir, os.path.join(work, f"{label}_ct2_{q}"), q,
-                                            log=lambda *a: None)
-        paths[f"ctranslate2_{q}"] = rep["path"]
-        sizes[f"ctranslate2_{q}"] = rep["total_bytes"]
+        if f"tflite_text_{q}" in engines:
+            try:  # a target that fails to export is reported, the other engines still timed
+                rep = export.export_tflite(translator, os.path.join(
+                    work, f"{label}_text_{q}.tflite"), "text", q)
+            except Exception as e:  # noqa: BLE001
+                unavailable[f"tflite_text_{q}"] = f"{type(e).__name__}: {e}"[:500]
+                log(f"  [{label}] tflite_text_{q} not available: "
+                    f"{unavailable[f'tflite_text_{q}']}")
+            else:
+                paths[f"tflite_text_{q}"] = rep["path"]
+                sizes[f"tflite_text_{q}"] = rep["total_bytes"]
+        if f"ctranslate2_{q}" in engines:
+            rep = ct2_export.export_ctranslate2(run_dir, os.path.join(
+                work, f"{label}_ct2_{q}"), q, log=lambda *a: None)
+            paths[f"ctranslate2_{q}"] = rep["path"]
+            sizes[f"ctranslate2_{q}"] = rep["total_bytes"]
     return paths, sizes, unavailable
 
 
@@ -201,7 +214,8 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads):
     from keras_attn.translator import Translator
 
     translator = Translator.from_run_dir(run_dir)
-    paths, sizes, unavailable = _export_all(translator, run_dir, work, label, ct2_export)
+    paths, sizes, unavailable = _export_all(translator, run_dir, work, label, ct2_export,
+                                            getattr(args, "serve_engines", ENGINES))
     sentences = _serve_sentences(run_dir, args.serve_sentences)
     source = translator.encode(sentences).numpy()  # the same ids for every engine
     ct2 = ct2_export.CTranslate2Translator(paths["ctranslate2_float32"], intra_threads=1)

@@ -56,6 +56,9 @@ def build(kind, dropout=0.1):
 
 
 # --- on this backend ---------------------------------------------------------------------------
+@pytest.mark.skipif(BACKEND == "tensorflow", reason="on TensorFlow: test_models (training, "
+                    "saving) and test_decoding (cached = uncached, beams); CI runs this under "
+                    "JAX and PyTorch")
 @pytest.mark.parametrize("kind", ["transformer", "bahdanau"])
 def test_on_this_backend_models_train_save_load_and_decode(kind, tmp_path):
     x, y = toy_batch()

@@ -388,6 +388,7 @@ def test_translate_hides_tensorflow_logs_and_draws_no_bar_into_a_pipe():
     assert "\r" not in proc.stderr and "translating" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow  # a `keras-attn translate` process (the pipe case runs in-suite)
 def test_verbose_shows_tensorflow_logs():
     proc = run_cli_default_logging(["translate", "--verbose", RUN_DIR, "3 March 2021"],
                                    capture_output=True, text=True)
@@ -396,6 +397,7 @@ def test_verbose_shows_tensorflow_logs():
     assert CPP_LOG_LINE.search(proc.stderr), proc.stderr
 
 
+@pytest.mark.slow  # a `keras-attn translate` process (the pipe case runs in-suite)
 def test_translate_draws_a_bar_on_a_terminal():
     leader, follower = pty.openpty()
     try:

@@ -1,16 +1,12 @@
 """Greedy and beam search (issue 5): cache vs reference, beam vs greedy, graph modes, a
 trained model through ``translate``."""
 import collections
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import guards
 import layer_checks as lc
 from keras_attn import data, decoding, fastpath, models
 
@@ -281,19 +277,3 @@ def test_trained_dates_model_translates_held_out_dates():
     assert np.mean([o == t for o, (_, t) in zip(greedy, pairs)]) >= 0.98
     beam = translator.translate([s for s, _ in pairs[:50]], beam_size=3)
     assert np.mean([o == t for o, (_, t) in zip(beam, pairs[:50])]) >= 0.96
-
-
-@needs_run
-@pytest.mark.slow  # two `keras-attn translate` processes (test_cli runs the command in-suite)
-def test_translate_command_line():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run([sys.executable, "-m", "keras_attn.cli", "translate", str(RUN),
-                           "3 March 2021", "le 14 juillet 1989"], capture_output=True,
-                          text=True, timeout=guards.timeout(20), env=env)
-    assert proc.returncode == 0, proc.stderr[-1000:]
-    assert proc.stdout.split() == ["2021-03-03", "1989-07-14"]
-    proc = subprocess.run([sys.executable, "-m", "keras_attn.cli", "translate", str(RUN)],
-                          input="Wed, 3 Mar 2021\n04/03/2021\n", capture_output=True,
-                          text=True, timeout=guards.timeout(20), env=env)
-    assert proc.returncode == 0, proc.stderr[-1000:]
-    assert proc.stdout.split() == ["2021-03-03", "2021-03-04"]

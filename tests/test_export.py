@@ -170,6 +170,7 @@ def test_saved_model_in_fresh_process_matches_translator(run, exported, referenc
     assert len(out["translation"]) == len(raw)
 
 
+@pytest.mark.slow  # saved_model_cli in a process (the fresh-process test runs in-suite)
 def test_saved_model_cli_run(exported, translator):
     cli_path = shutil.which("saved_model_cli") or os.path.join(os.path.dirname(sys.executable),
                                                                "saved_model_cli")
@@ -482,6 +483,7 @@ def overwritten(exported, translator, tmp_path_factory):
     return {"base": base, "report": report}
 
 
+@pytest.mark.slow  # a second SavedModel export (tensorflow-text ops, beam 2)
 def test_overwrite_replaces_version(overwritten, translator, run):
     base, report = overwritten["base"], overwritten["report"]
     assert sorted(os.listdir(base / "translator")) == ["1", "1.report.json"]
@@ -496,6 +498,7 @@ def test_overwrite_replaces_version(overwritten, translator, run):
     assert _decode(out["translation"]) == translator.translate(run["inputs"][:20], beam_size=2)
 
 
+@pytest.mark.slow  # the tensorflow-text export of test_overwrite_replaces_version
 def test_tftext_saved_model_in_fresh_process(overwritten, translator, run, tmp_path):
     script = tmp_path / "load_saved_model.py"
     script.write_text(FRESH_PROCESS)
