@@ -56,7 +56,7 @@ class Sampler:
         _check_id("end_id", end_id)
         self.max_len, self.start_id, self.end_id = max_len, start_id, end_id
         self.use_cache, self.return_attention = bool(use_cache), bool(return_attention)
-        # Finished rows leave the step's work where the loop can shrink (see `_compacts`).
+        # Finished rows leave the step's work where the loop can shrink (see `compacts`).
         self.compact = True
 
     def select(self, logits, scores, finished, index=None, rows=None):
@@ -95,7 +95,7 @@ class Sampler:
         if prefix is not None:
             prefix = ops.cast(ops.convert_to_tensor(prefix), "int32")
             prefix_len = ops.shape(prefix)[1]
-        if self._compacts():
+        if self.compacts():
             return self._compact_loop(steps, batch, limit, prefix)
 
         def cond(i, token, state, out):
@@ -144,7 +144,7 @@ class Sampler:
             result["attention"] = ops.transpose(out["attention"], (1, 2, 0, 3))
         return result
 
-    def _compacts(self):
+    def compacts(self):
         """Whether this call's loop drops finished rows from the step's work: on
         TensorFlow's fast path, in a graph whose loop may carry tensors that change shape
         (not under XLA, not with a preallocated cache: TFLite), for samplers whose rows
@@ -166,7 +166,7 @@ class Sampler:
         which then writes its tokens, length and score into the whole-batch buffers (the
         rows still going at the end are written after the loop). A row's values are those
         of the plain loop; only the number of rows beside it differs."""
-        import tensorflow as tf  # reached on TensorFlow only (_compacts)
+        import tensorflow as tf  # reached on TensorFlow only (compacts)
 
         k, max_len, n = self.beams, self.max_len, batch * self.beams
 

@@ -150,7 +150,7 @@ def test_finished_rows_leave_the_loop(model, kind):
                                              temperature=1.5, seed=5)
         sampler.compact = compact
         if tf.inside_function():
-            compacted.append(sampler._compacts())
+            compacted.append(sampler.compacts())
         out = sampler(model, source, prefix=prefix)
         return out if tf.inside_function() else {k: v.numpy() for k, v in out.items()}
 
