@@ -167,6 +167,19 @@ def test_finished_rows_leave_the_loop(model, kind):
     assert (eager["tokens"][:, :, 0][prefix[:, 0] > 0] == prefix[prefix[:, 0] > 0, :1]).all()
 
 
+@pytest.mark.skipif(not fastpath.enabled(), reason="rows leave the loop on the fast path only")
+def test_a_graph_for_any_batch_picks_its_loop_by_the_rows(model):
+    """Traced for any batch, greedy decoding drops finished rows when there are several
+    and runs the plain loop for one row: both give eager decoding's tokens."""
+    fn = tf.function(lambda s: decoding.greedy_decode_fixed(model, s, 12, START, END),
+                     input_signature=[tf.TensorSpec((None, None), tf.int32)])
+    for source in (SOURCE, SOURCE[1:2]):
+        eager = decoding.greedy_decode_fixed(model, source, 12, START, END)
+        graph = fn(tf.constant(source))
+        for key in ("tokens", "lengths"):
+            np.testing.assert_array_equal(graph[key], eager[key])
+
+
 def test_beam_search_under_xla(model):
     def run(s):
         return decoding.beam_decode_fixed(model, s, 3, 0.6, 12, START, END)["tokens"]
@@ -185,22 +198,25 @@ def test_cross_attention_weights_per_token(model):
     lc.assert_close(weights.sum(-1), np.ones(weights.shape[:-1]), terms=2 * k + 3)
 
 
-def loop_body_ops(fn, *args):
-    """Op types (with counts) in the body of the one while loop of ``fn`` traced for
-    ``args``: the ops that run at every decoding step, nested function calls included."""
+def loop_bodies(fn, *args):
+    """Op types (with counts) in the body of each while loop of ``fn`` traced for ``args``
+    (top level or in a branch of a conditional): the ops that run at every decoding step,
+    nested function calls included."""
     graph_def = fn.get_concrete_function(*args).graph.as_graph_def()
     library = {f.signature.name: f for f in graph_def.library.function}
-    (loop,) = [n for n in graph_def.node if n.op in ("While", "StatelessWhile")]
-    counts = collections.Counter()
+    loops = [n for n in graph_def.node if n.op in ("While", "StatelessWhile")]
+    loops += [n for f in graph_def.library.function for n in f.node_def
+              if n.op in ("While", "StatelessWhile")]
 
-    def count(function):
+    def count(function, counts):
         for node in function.node_def:
             counts[node.op] += 1
             if node.op in ("PartitionedCall", "StatefulPartitionedCall"):
-                count(library[node.attr["f"].func.name])
+                count(library[node.attr["f"].func.name], counts)
+        return counts
 
-    count(library[loop.attr["body"].func.name])
-    return counts
+    return [count(library[loop.attr["body"].func.name], collections.Counter())
+            for loop in loops]
 
 
 # Float ops that TensorFlow's oneDNN rewrite replaces by kernels that parallelise every
@@ -229,21 +245,28 @@ def test_greedy_step_op_budget():
         m = models.transformer_seq2seq(40, 30, 32, 64, 4, layers, dropout=0.0, max_len=24)
         fn = tf.function(lambda s, m=m: decoding.greedy_decode_fixed(m, s, 10, START, END))
         spec = tf.TensorSpec((None, None), tf.int32)
-        ops = loop_body_ops(fn, spec)
-        assert not [op for op in ops if op.startswith("Xla")]
-        totals[layers] = sum(n for op, n in ops.items() if op != "Const")
-        assert not set(ops) & set(ONEDNN_REWRITTEN), ops
-        # In a graph the cache grows (a concat per layer for keys and values, one more for
-        # the rows' tokens) and one If drops the rows that ended (Sampler._compact_loop:
-        # nothing is written into the batch's buffers at a step where none ends); for
-        # TFLite the cache is preallocated and a position written (TensorScatterUpdate;
-        # one more writes the token into the output buffer).
-        assert ops["ConcatV2"] >= 2 * layers + 1 and ops["TensorScatterUpdate"] == 0, ops
-        assert ops["StatelessIf"] + ops["If"] == 1, ops
+        # In a graph the batch picks one of two loops. Both grow the cache (a concat per
+        # layer for keys and values). Several rows: the loop that drops the rows that ended
+        # (one concat more for the rows' tokens, one If; nothing written into the batch's
+        # buffers at a step where none ends). One row: the loop over every row (one
+        # TensorScatterUpdate writes the token).
+        compact, plain = sorted(loop_bodies(fn, spec), key=lambda c: -c["StatelessIf"])
+        for ops in (compact, plain):
+            assert not [op for op in ops if op.startswith("Xla")]
+            assert not set(ops) & set(ONEDNN_REWRITTEN), ops
+            assert ops["ConcatV2"] >= 2 * layers, ops
+        assert compact["ConcatV2"] >= 2 * layers + 1 and compact["TensorScatterUpdate"] == 0
+        assert compact["StatelessIf"] + compact["If"] == 1, compact
+        assert plain["TensorScatterUpdate"] == 1 and plain["StatelessIf"] + plain["If"] == 0
+        totals[layers] = max(sum(n for op, n in ops.items() if op != "Const")
+                             for ops in (compact, plain))
+        # For TFLite the cache is preallocated and a position written (TensorScatterUpdate;
+        # one more writes the token into the output buffer): one loop.
         with tf_attention.preallocated_cache():
             fixed = tf.function(lambda s, m=m: decoding.greedy_decode_fixed(m, s, 10, START,
                                                                             END))
-            assert loop_body_ops(fixed, spec)["TensorScatterUpdate"] == 2 * layers + 1
+            (ops,) = loop_bodies(fixed, spec)
+            assert ops["TensorScatterUpdate"] == 2 * layers + 1
     per_layer = totals[2] - totals[1]
     assert per_layer <= 125 and totals[1] - per_layer <= 65, totals
 
