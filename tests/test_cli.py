@@ -379,6 +379,7 @@ def run_cli_default_logging(args, **kwargs):
     return subprocess.run(keras_attn_command() + args, env=env, timeout=guards.timeout(15), **kwargs)
 
 
+@pytest.mark.slow  # a `keras-attn translate` process
 def test_translate_hides_tensorflow_logs_and_draws_no_bar_into_a_pipe():
     proc = run_cli_default_logging(["translate", RUN_DIR], input="\n".join(DATES) + "\n",
                                    capture_output=True, text=True)

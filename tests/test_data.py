@@ -312,6 +312,7 @@ def test_pipeline_bucketing_and_max_len(char_tok):
         data.make_dataset(pairs, char_tok, char_tok, batch_size=4, max_len=1)
 
 
+@pytest.mark.slow  # reads the whole real corpus
 def test_real_corpus():
     if not (FRA_ENG / "train.txt").exists():
         pytest.skip(f"real corpus not found at {FRA_ENG} (shared data folder absent)")

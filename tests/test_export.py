@@ -151,6 +151,7 @@ def test_export_run_layout_and_report(exported, translator):
 
 
 # --- SavedModel ------------------------------------------------------------------------------
+@pytest.mark.slow  # a TensorFlow process (test_exported loads the committed one so)
 def test_saved_model_in_fresh_process_matches_translator(run, exported, reference, tmp_path):
     raw = [s.encode() for s in run["inputs"]] + list(ROBUST.values())
     (tmp_path / "inputs.json").write_text(json.dumps([b.hex() for b in raw]))
@@ -436,6 +437,7 @@ def _raise_midway(module, path, signatures):
     raise KeyboardInterrupt  # as if the user pressed Ctrl-C while saving
 
 
+@pytest.mark.slow  # a SavedModel export, interrupted
 def test_interrupted_saved_model_export_leaves_no_version(translator, tmp_path, monkeypatch):
     monkeypatch.setattr(export.SavedModelExporter, "_save", staticmethod(_raise_midway))
     with pytest.raises(KeyboardInterrupt):

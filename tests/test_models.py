@@ -258,6 +258,7 @@ def test_mixed_float16_training(kind):
     assert np.all(np.isfinite(lc.as_numpy(model(x))))
 
 
+@pytest.mark.slow  # two trainings per model, one compiled by XLA
 @pytest.mark.parametrize("kind", KINDS)
 def test_jit_compile_training_matches_eager(kind):
     x, y = copy_data(32, seed=6)

@@ -259,6 +259,7 @@ def test_tflite_tokenize_detokenize(word_tok):
     assert [o.decode() for o in out] == s
 
 
+@pytest.mark.slow  # learns two vocabularies on the real corpus
 def test_real_corpus_roundtrip_rate():
     """>99 % of normalised dev.txt lines round-trip with a vocabulary learned on a sample."""
     if not (FRA_ENG / "train.txt").exists():
