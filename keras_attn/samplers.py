@@ -112,8 +112,6 @@ class Sampler:
     def _loop(self, steps, batch, src_len, limit, prefix):
         """The loop over every row (a finished one goes on with padding at no cost)."""
         k, max_len = self.beams, self.max_len
-        if prefix is not None:
-            prefix_len = ops.shape(prefix)[1]
 
         def cond(i, token, state, out):
             return ops.logical_and(i < limit, ops.logical_not(ops.all(out["finished"])))
@@ -123,12 +121,7 @@ class Sampler:
             finished = out["finished"]
             logits = ops.reshape(logits, (batch, k, logits.shape[-1] or -1))  # V kept static
             if prefix is not None:  # force the prefix's token where the row has one
-                at = ops.minimum(i, prefix_len - 1)
-                forced = ops.where(i < prefix_len, ops.take(prefix, at, axis=1), 0)  # (B,)
-                ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
-                keep = ops.equal(ids[None, None, :], forced[:, None, None])
-                logits = ops.where(ops.logical_or(forced[:, None, None] == 0, keep),
-                                   logits, NEG)
+                logits = _force_prefix(logits, prefix, i)
             next_token, beam, scores = self.select(logits, out["scores"], finished, i)
             out = dict(out, scores=scores)
             if beam is not None:  # reorder everything that belongs to a hypothesis
@@ -207,12 +200,7 @@ class Sampler:
             logits, state, _ = steps.step(token, state, i)
             logits = ops.expand_dims(logits, 1)  # (N, 1, V): one hypothesis per row here
             if prefix is not None:
-                at = ops.minimum(i, prefix_len - 1)
-                forced = ops.where(i < prefix_len, ops.take(prefix, at, axis=1), 0)  # (B,)
-                forced = ops.take(forced, ops.floor_divide(rows, k))[:, None, None]
-                ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
-                keep = ops.equal(ids[None, None, :], forced)
-                logits = ops.where(ops.logical_or(forced == 0, keep), logits, NEG)
+                logits = _force_prefix(logits, prefix, i, ops.floor_divide(rows, k))
             token, _, scores = self.select(logits, ops.expand_dims(scores, 1), None, i, rows)
             token, scores = token[:, 0], scores[:, 0]
             tokens = ops.concatenate([tokens, ops.expand_dims(token, 1)], axis=1)
@@ -231,8 +219,6 @@ class Sampler:
                 drop_ended)
             return i + 1, token, state, rows, scores, tokens, out
 
-        if prefix is not None:
-            prefix_len = ops.shape(prefix)[1]
         out = {"tokens": ops.zeros((n, max_len), "int32"), "lengths": ops.zeros((n,), "int32"),
                "scores": ops.zeros((n,), "float32")}
         loop_vars = (ops.convert_to_tensor(0, "int32"),
@@ -293,6 +279,22 @@ class BeamSampler(Sampler):
         flat = ops.reshape(ops.expand_dims(scores, -1) + log_probs, (ops.shape(scores)[0], -1))
         top, index = ops.top_k(flat, k=self.beams)  # (B, K) of the K * V extensions
         return ops.cast(index % vocab, "int32"), ops.cast(index // vocab, "int32"), top
+
+
+def _force_prefix(logits, prefix, index, sentences=None):
+    """``logits`` ``(N, K, V)`` with every id but ``prefix``'s token at step ``index``
+    banned, in the rows whose prefix ``(B, P)`` still has one (0: none left).
+    ``sentences``: each row's sentence, int32 ``(N,)`` (default: row ``b`` is sentence
+    ``b``)."""
+    prefix_len = ops.shape(prefix)[1]
+    at = ops.minimum(index, prefix_len - 1)
+    forced = ops.where(index < prefix_len, ops.take(prefix, at, axis=1), 0)  # (B,)
+    if sentences is not None:
+        forced = ops.take(forced, sentences)
+    forced = forced[:, None, None]
+    ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
+    keep = ops.equal(ids[None, None, :], forced)
+    return ops.where(ops.logical_or(forced == 0, keep), logits, NEG)
 
 
 def _mix16(h):
