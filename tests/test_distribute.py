@@ -149,18 +149,11 @@ def _logs(tmp_path, tag):
     return [(tmp_path / f"{tag}-worker{i}.log").read_text()[-3000:] for i in range(2)]
 
 
-def test_multiworker_two_processes(tmp_path):
-    run_dir = tmp_path / "run"
-    procs = []
-    try:
-        procs = _start_workers(tmp_path, "run", run_dir, [*TINY, "--steps", "3"])
-        codes = [p.wait(timeout=guards.timeout(30)) for p in procs]
-    finally:
-        _kill(procs)
-    logs = _logs(tmp_path, "run")
-    assert codes == [0, 0], logs
+def _check_multiworker_layout(tmp_path, tag, run_dir):
+    """What an uninterrupted two-worker run leaves: the chief (worker 0) wrote the run,
+    worker 1 only its temporary folder, without results."""
+    logs = _logs(tmp_path, tag)
     assert "2 replicas" in logs[0] and "worker 1" in logs[1]
-    # The chief (worker 0) wrote the run; worker 1 only its temp dir, without results.
     for name in ("metrics.json", "training_log.csv", "checkpoints/best.weights.h5", "logs"):
         assert (run_dir / name).exists(), name
     worker_dir = run_dir / ".worker-1"
@@ -217,7 +210,7 @@ def test_multiworker_resumes_after_a_worker_is_killed(tmp_path):
     """SIGKILL worker 1 mid-epoch, relaunch both workers: training resumes where it stopped.
 
     An uninterrupted run with the same seed and options runs beside it (its own ports), as
-    the reference.
+    the reference; it is also the test of a plain two-worker run (what each worker writes).
     """
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
     ref, first, resumed = [], [], []
@@ -253,6 +246,7 @@ def test_multiworker_resumes_after_a_worker_is_killed(tmp_path):
         assert ref_codes == [0, 0], _logs(tmp_path, "ref")
     finally:
         _kill(ref + first + resumed)
+    _check_multiworker_layout(tmp_path, "ref", ref_dir)
 
     # Both relaunched workers restored their own backup and started at the first epoch
     # that had not finished ("Epoch N/M" counts from 1).

@@ -495,8 +495,11 @@ def test_overwrite_replaces_version(overwritten, translator, run):
     assert report["non_core_ops"] == [
         {"op": op, "registered_by": "tensorflow_text", "version": tensorflow_text.__version__}
         for op in ("FastWordpieceTokenizeWithOffsets", "TFText>FastWordpieceDetokenize")]
-    out = tf.saved_model.load(report["path"]).signatures["serving_default"](
-        text=tf.constant(run["inputs"][:20]))
+    loaded = tf.saved_model.load(report["path"])
+    # request_signature=False: no `translate` signature, nor its function kept beside.
+    assert set(loaded.signatures) == {"serving_default", "translate_ids"}
+    assert not hasattr(loaded, "translate")
+    out = loaded.signatures["serving_default"](text=tf.constant(run["inputs"][:20]))
     assert _decode(out["translation"]) == translator.translate(run["inputs"][:20], beam_size=2)
 
 
@@ -543,7 +546,8 @@ def word_run(tmp_path_factory):
     models.build_model(config).save(p["model"])
     runs.write_json(p["metrics"], {"samples": [{"source": s} for s in WORD_SAMPLES]})
     report = export.export_run(run_dir, export_dir=str(root / "export"),
-                               quantizations=("float32",), log=lambda *a: None)
+                               quantizations=("float32",), log=lambda *a: None,
+                               request_signature=False)
     return {"dir": run_dir, "report": report, "translator": Translator.from_run_dir(run_dir)}
 
 
