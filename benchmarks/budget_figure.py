@@ -7,6 +7,7 @@ training so far; its output is lower case, so only its D2L-normalised BLEU is co
 
 Example:
     python -m benchmarks.budget_figure runs/fra15 runs/fra30 runs/fra60 \\
+        --series "dropout 0=runs/fra60_d0" \\
         --kerashub docs/benchmarks/kerashub_recipe.json --output docs/figures/budget_bleu.png
 """
 import argparse
@@ -36,24 +37,30 @@ def kerashub_points(path):
 
 
 def plot(ours, kerashub, output, title=""):
+    """Draw the figure. ``ours``: the points of :func:`our_points`, or a list of
+    ``(label, points)`` series (one colour each: as written solid, D2L-normalised dashed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if ours and not isinstance(ours[0][0], str):
+        ours = [("keras_attn, --time-budget", ours)]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    if ours:
-        x = [p[0] for p in ours]
-        ax.plot(x, [p[1] for p in ours], "o-", label="keras_attn, --time-budget (as written)")
-        ax.plot(x, [p[2] for p in ours], "o--", label="keras_attn (D2L-normalised)")
+    for k, (label, points) in enumerate(ours):
+        x = [p[0] for p in points]
+        color = f"C{k}"
+        ax.plot(x, [p[1] for p in points], "o-", color=color, label=f"{label} (as written)")
+        ax.plot(x, [p[2] for p in points], "o--", color=color, alpha=0.6,
+                label=f"{label} (D2L-normalised)")
     if kerashub:
-        ax.plot([p[0] for p in kerashub], [p[1] for p in kerashub], "s:",
+        ax.plot([p[0] for p in kerashub], [p[1] for p in kerashub], "s:", color="C3",
                 label="KerasHub keras.io recipe (D2L-normalised)")
     ax.set_xlabel("wall minutes (ours: the whole budget; KerasHub: training so far)")
     ax.set_ylabel("BLEU on dev.txt (2,000 sentences)")
     ax.set_title(title or "English -> French on a 2-core CPU")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     fig.savefig(output, dpi=120)
@@ -61,16 +68,30 @@ def plot(ours, kerashub, output, title=""):
     return output
 
 
+def parse_series(text):
+    """``"LABEL=DIR[,DIR...]"`` -> ``(label, [dirs])``."""
+    label, sep, dirs = text.partition("=")
+    if not sep or not label or not dirs:
+        raise argparse.ArgumentTypeError(f"expected LABEL=DIR[,DIR...], got {text!r}")
+    return label, dirs.split(",")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="*", help="run directories trained with --time-budget")
+    p.add_argument("--label", default="keras_attn, --time-budget",
+                   help="the legend of the runs given as arguments (default: %(default)s)")
+    p.add_argument("--series", type=parse_series, action="append", default=[],
+                   metavar="LABEL=DIR[,DIR...]",
+                   help="another series of budgeted runs (repeatable)")
     p.add_argument("--kerashub", default="", help="benchmarks.kerashub_recipe's JSON")
     p.add_argument("--title", default="")
     p.add_argument("--output", default="docs/figures/budget_bleu.png")
     args = p.parse_args(argv)
-    ours = our_points(args.runs)
+    series = [(args.label, args.runs)] if args.runs else []
+    series = [(label, our_points(dirs)) for label, dirs in series + args.series]
     theirs = kerashub_points(args.kerashub) if args.kerashub else []
-    print(plot(ours, theirs, args.output, args.title))
+    print(plot(series, theirs, args.output, args.title))
 
 
 if __name__ == "__main__":

@@ -210,6 +210,12 @@ def test_budget_figure_reads_budgeted_runs_only(tmp_path):
         budget_figure.our_points([tmp_path / "epochs"])
     png = budget_figure.plot(points, [(10.0, 20.0)], str(tmp_path / "f.png"))
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    # Several series from the command line: LABEL=DIR[,DIR...]
+    budget_figure.main([str(tmp_path / "b15"), "--series", f"other={tmp_path / 'b60'}",
+                        "--output", str(tmp_path / "g.png")])
+    assert open(tmp_path / "g.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit):
+        budget_figure.main(["--series", "no-equals-sign"])
 
 
 def test_kerashub_recipe_joins_apostrophes_and_hyphens():
