@@ -7,11 +7,15 @@ from keras_attn import text
 def evaluate(translator, pairs, task, references=None, beam_size=1, batch_size=256,
              length_penalty=0.6):
     """Exact match (dates) or corpus BLEU/chrF with sacrebleu (text) on ``pairs``
-    (:func:`corpus_scores`); ``length_penalty``: beam search's GNMT alpha."""
+    (:func:`corpus_scores`); ``length_penalty``: beam search's GNMT alpha.
+
+    ``translator`` is anything with ``translate(sources, beam_size=, batch_size=)`` (a
+    ``Translator``, a SavedModel wrapper); ``alpha=`` is passed only to a beam search.
+    """
     sources = [s for s, _ in pairs]
     t0 = time.time()
-    hyps = translator.translate(sources, beam_size=beam_size, alpha=length_penalty,
-                                batch_size=batch_size)
+    beam = {"alpha": length_penalty} if beam_size > 1 else {}
+    hyps = translator.translate(sources, beam_size=beam_size, batch_size=batch_size, **beam)
     seconds = time.time() - t0
     targets = [t for _, t in pairs]
     result = {"num_sentences": len(pairs), "decode_seconds": round(seconds, 2),
