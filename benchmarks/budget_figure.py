@@ -14,6 +14,8 @@ import argparse
 import json
 import os
 
+LABEL = "keras_attn, --time-budget"  # the legend of runs given without a label
+
 
 def our_points(run_dirs):
     """``[(minutes, bleu, bleu_d2l, run_dir)]`` of budgeted runs, by budget."""
@@ -45,7 +47,7 @@ def plot(ours, kerashub, output, title=""):
     import matplotlib.pyplot as plt
 
     if ours and not isinstance(ours[0][0], str):
-        ours = [("keras_attn, --time-budget", ours)]
+        ours = [(LABEL, ours)]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for k, (label, points) in enumerate(ours):
         x = [p[0] for p in points]
@@ -54,7 +56,8 @@ def plot(ours, kerashub, output, title=""):
         ax.plot(x, [p[2] for p in points], "o--", color=color, alpha=0.6,
                 label=f"{label} (D2L-normalised)")
     if kerashub:
-        ax.plot([p[0] for p in kerashub], [p[1] for p in kerashub], "s:", color="C3",
+        ax.plot([p[0] for p in kerashub], [p[1] for p in kerashub], "s:",
+                color=f"C{len(ours)}",  # the colour after our series'
                 label="KerasHub keras.io recipe (D2L-normalised)")
     ax.set_xlabel("wall minutes (ours: the whole budget; KerasHub: training so far)")
     ax.set_ylabel("BLEU on dev.txt (2,000 sentences)")
@@ -79,7 +82,7 @@ def parse_series(text):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="*", help="run directories trained with --time-budget")
-    p.add_argument("--label", default="keras_attn, --time-budget",
+    p.add_argument("--label", default=LABEL,
                    help="the legend of the runs given as arguments (default: %(default)s)")
     p.add_argument("--series", type=parse_series, action="append", default=[],
                    metavar="LABEL=DIR[,DIR...]",
