@@ -136,11 +136,17 @@ class BudgetClock(keras.callbacks.Callback):
             self.model.stop_training = True
         if logs is not None:
             logs["learning_rate"] = float(self.schedule.rate(self.progress()))
-            logs["step"] = int(self.model.optimizer.iterations)
+            logs["step"] = optimizer_step(self.model.optimizer)
             logs["elapsed_seconds"] = round(elapsed, 1)
         if self.state_path:
             runs.write_json(self.state_path, {"elapsed": elapsed, "epoch": epoch + 1,
                                               "train_seconds": self.train_seconds})
+
+
+def optimizer_step(optimizer):
+    """The optimizer's step count as an int. ``int(optimizer.iterations)`` fails under a
+    ``tf.distribute`` strategy, where the variable is a ``MirroredVariable``."""
+    return int(keras.ops.convert_to_numpy(optimizer.iterations))
 
 
 class ProgressLine(keras.callbacks.Callback):
@@ -176,7 +182,7 @@ class ProgressLine(keras.callbacks.Callback):
 
     def line(self, logs):
         optimizer = self.model.optimizer
-        parts = [f"step {int(optimizer.iterations)}"]
+        parts = [f"step {optimizer_step(optimizer)}"]
         if logs and "loss" in logs:
             parts.append(f"loss {float(logs['loss']):.4f}")
         parts.append(f"lr {float(optimizer.learning_rate):.3g}")

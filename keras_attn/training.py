@@ -309,7 +309,7 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     chosen = {}
     if config.time_budget:
         chosen = _keep_final_or_average(model, snapshots, valid_ds, log)
-        chosen["steps"] = int(model.optimizer.iterations)
+        chosen["steps"] = budget.optimizer_step(model.optimizer)
     elif os.path.exists(p["best"]):
         model.load_weights(p["best"])
     _save_model(model, p["model"])

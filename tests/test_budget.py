@@ -251,6 +251,36 @@ def test_progress_line_every_minute_with_step_loss_rate_and_budget_time():
                                      (180, "3:00", "13:40")]]
 
 
+def test_progress_line_and_clock_under_a_distribution_strategy(tmp_path):
+    """Under ``tf.distribute`` the optimizer's step counter is a ``MirroredVariable``, which
+    ``int()`` refuses: a multi-worker run once crashed at its first progress line. A real
+    ``fit`` under a one-device MirroredStrategy (the same variable type as two workers)."""
+    import tensorflow as tf
+
+    clock, out = FakeClock(), io.StringIO()
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        schedule = BudgetSchedule(PEAK)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.Adam(schedule), loss="mse")
+    assert type(model.optimizer.iterations.value).__name__ == "MirroredVariable"
+    bc = budget.BudgetClock(schedule, 900.0, start=0.0, clock=clock,
+                            state_path=str(tmp_path / "budget.json"))
+
+    class Tick(keras.callbacks.Callback):  # every step takes a minute of the fake clock
+        def on_train_batch_begin(self, batch, logs=None):
+            clock.t += 60.0
+
+    line = budget.ProgressLine(every=60.0, budget=bc, total_seconds=1000.0, stream=out,
+                               clock=clock)
+    history = model.fit(np.ones((8, 3)), np.ones((8, 1)), batch_size=4, epochs=2,
+                        callbacks=[Tick(), bc, line], verbose=0)
+    steps = [int(m.group(1)) for m in re.finditer(r"^step (\d+)  loss", out.getvalue(), re.M)]
+    assert steps == [1, 2, 3, 4]
+    assert history.history["step"] == [2, 4]
+    assert budget.optimizer_step(model.optimizer) == 4
+
+
 # ----------------------------------------------------------------------------------------
 # Snapshots
 
