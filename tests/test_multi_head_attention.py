@@ -197,8 +197,13 @@ def test_multi_head_attention_in_chunks_drops_weights_only_in_training(monkeypat
     # Statistical, not rounding: at rate 0.5 one draw's spread is about |output|, so the
     # mean of 300 draws is within |output| / sqrt(300) ~ 0.058 max|output| (1 sigma);
     # 0.15 is 2.6 sigma (the draws are seeded).
-    mean = np.mean([call(layer, x, x, x, training=True)[0] for _ in range(300)], axis=0)
+    # Traced once (the chunk loop unrolled), then run 300 times: each run draws new masks
+    # from the layer's seed generator, as the eager calls above do.
+    draw = tf.function(lambda a: layer(a, a, a, training=True))
+    mean = np.mean([np_(draw(x)) for _ in range(300)], axis=0)
     np.testing.assert_allclose(mean, eval_out, atol=0.15 * np.abs(eval_out).max())
+    # ... and those draws differ from each other, so the mean is over 300 masks, not one.
+    assert not np.array_equal(np_(draw(x)), np_(draw(x)))
 
 
 # ---------------------------------------------------------------------------------- errors
