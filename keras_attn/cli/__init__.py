@@ -1,0 +1,66 @@
+"""``keras-attn``: train, translate, evaluate and export from the command line.
+
+Examples::
+
+    keras-attn train                                  # dates task, defaults, ./runs/dates
+    keras-attn train --task tatoeba --data ../shared/data/fra-eng --output runs/fra
+    keras-attn translate runs/dates "3 March 2021"    # or lines on stdin
+    keras-attn evaluate runs/dates --split test
+    keras-attn export runs/dates
+    keras-attn export runs/dates --format ctranslate2 --quantization int8
+
+The parser imports neither TensorFlow nor Keras (the options and their defaults come from
+:mod:`keras_attn.config`), so ``--help`` answers at once; each command imports what it runs.
+TensorFlow's C++ log lines are hidden unless ``--verbose`` is given or
+``TF_CPP_MIN_LOG_LEVEL`` is set; long work draws a progress bar when stderr is a terminal.
+
+One module per command (:mod:`.train`, :mod:`.decode` for ``translate`` and ``evaluate``,
+:mod:`.export`), each with ``add_parser(subparsers)`` and ``run(args)``; :mod:`.console`
+holds what they share (the backend switch, TensorFlow's quiet import, the progress bar).
+"""
+import argparse
+import sys
+import time
+
+from keras_attn.cli import decode, export, train
+from keras_attn.cli.console import add_verbose, progress_bar, quiet_tensorflow
+
+__all__ = ["main", "build_parser", "progress_bar", "COMMANDS"]
+
+COMMANDS = {"train": train.run, "translate": decode.run_translate,
+            "evaluate": decode.run_evaluate, "export": export.run}
+
+
+def _parsers():
+    """The ``keras-attn`` parser and its subcommand parsers by name."""
+    parser = argparse.ArgumentParser(prog="keras-attn", description=__doc__.split("\n")[0])
+    add_verbose(parser, False)
+    sub = parser.add_subparsers(dest="command", required=True)
+    commands = {"train": train.add_parser(sub)}
+    commands.update(decode.add_parsers(sub))
+    commands["export"] = export.add_parser(sub)
+    return parser, commands
+
+
+def build_parser():
+    """The ``keras-attn`` argument parser (builds without importing TensorFlow or Keras)."""
+    return _parsers()[0]
+
+
+def main(argv=None):
+    """Run ``keras-attn`` with ``argv`` (default: ``sys.argv[1:]``); the exit code."""
+    start = time.monotonic()  # a --time-budget counts from the start of the command
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if next((a for a in argv if not a.startswith("-")), None) == "train":
+        train.select_backend(argv)
+    parser, commands = _parsers()
+    args = parser.parse_args(argv)
+    args.started = start
+    if args.command == "train":
+        train.check_args(commands["train"], args)
+    quiet_tensorflow(args.verbose)
+    try:
+        return COMMANDS[args.command](args)
+    except (FileNotFoundError, ValueError, OSError, UnicodeDecodeError) as e:
+        print(f"keras-attn {args.command}: error: {e}", file=sys.stderr)
+        return 1

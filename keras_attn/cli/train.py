@@ -1,0 +1,184 @@
+"""``keras-attn train``: options, the checks argparse cannot make, and the run."""
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+
+from keras_attn.cli.console import add_verbose
+from keras_attn.config import TASK_DEFAULTS, TrainConfig, parse_duration
+
+BACKENDS = ("tensorflow", "jax", "torch")
+SUBWORD_TOKENIZERS = ("sentencepiece", "wordpiece")
+
+# Options whose default depends on --task: (name, type, what it sets).
+TASK_OPTIONS = [
+    ("num-hiddens", int, "model width (d_model; the GRU size for bahdanau)"),
+    ("ffn-num-hiddens", int, "hidden width of the position-wise feed-forward layers"),
+    ("num-heads", int, "attention heads"),
+    ("num-layers", int, "layers in the encoder and in the decoder"),
+    ("dropout", float, "dropout on embeddings, attention weights and residual branches"),
+    ("ffn-dropout", float, "dropout on the feed-forward hidden layer"),
+    ("batch-size", int, "sentence pairs per (global) batch"),
+    ("epochs", int, "training epochs"),
+    ("warmup", int, "warmup steps of the learning-rate schedule"),
+    ("lr-scale", float, "factor on the noam learning rate"),
+    ("label-smoothing", float, "label smoothing of the loss"),
+    ("max-len", int, "most tokens per sentence, [END] included (longer ones are cut)"),
+    ("vocab-size", int, "subword vocabulary size per language (tatoeba)"),
+    ("num-train", int, "training pairs (0: the whole corpus)"),
+    ("num-valid", int, "validation pairs (tatoeba: held-out English sentences)"),
+    ("num-test", int, "test pairs (dates; tatoeba tests on dev.txt or on held-out sentences)"),
+]
+
+
+def select_backend(argv):
+    """Set ``KERAS_BACKEND`` from ``train --backend`` before anything imports Keras."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--backend", choices=BACKENDS)
+    known, _ = pre.parse_known_args(argv)
+    if known.backend:
+        if "keras" in sys.modules:
+            import keras
+
+            if keras.backend.backend() != known.backend:
+                raise SystemExit(f"keras-attn: error: Keras already runs on "
+                                 f"{keras.backend.backend()}; --backend {known.backend} "
+                                 "must be chosen before Keras is imported")
+        os.environ["KERAS_BACKEND"] = known.backend
+
+
+def _task_default(name):
+    """``"default: 128 for dates, 256 for tatoeba"``, or ``"default: 4"`` when one for all."""
+    values = {task: defaults.get(name, getattr(TrainConfig, name))
+              for task, defaults in TASK_DEFAULTS.items()}
+    if len(set(values.values())) == 1:
+        return f"default: {next(iter(values.values()))}"
+    return "default: " + ", ".join(f"{value} for {task}" for task, value in values.items())
+
+
+def _duration(text):
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_parser(sub):
+    p = sub.add_parser("train", help="train a model (default: Transformer on the dates task)",
+                       description="Train a model into a run directory, evaluate it on the "
+                                   "test split and export it. Re-running the same command "
+                                   "resumes an interrupted run.")
+    p.add_argument("--task", choices=list(TASK_DEFAULTS), default="dates",
+                   help="dates: date formats to ISO (characters); tatoeba: English to "
+                        "French (default: %(default)s)")
+    p.add_argument("--data", default="",
+                   help="tatoeba corpus: a file, a folder with train.txt and dev.txt, or a "
+                        "URL (default: ../shared/data/fra-eng if it exists, else D2L's "
+                        "fra-eng.zip)")
+    p.add_argument("--model", choices=["transformer", "bahdanau"],
+                   help=f"architecture ({_task_default('model')})")
+    p.add_argument("--tokenizer", choices=SUBWORD_TOKENIZERS,
+                   help="subword vocabulary of --task tatoeba (default: "
+                        f"{TASK_DEFAULTS['tatoeba']['tokenizer']}); the dates task always "
+                        "uses characters")
+    for name, typ, what in TASK_OPTIONS:
+        default = _task_default(name.replace("-", "_"))
+        p.add_argument(f"--{name}", type=typ, help=f"{what} ({default})")
+    p.add_argument("--steps", type=int, default=0,
+                   help="total training steps, overriding --epochs (default: 0, use --epochs)")
+    p.add_argument("--time-budget", type=_duration, default=0.0, metavar="DURATION",
+                   help="train for this long instead of --epochs/--steps, e.g. 45m, 1h, "
+                        "1.5h: the learning rate warms up, then decays linearly from "
+                        "--peak-lr to 0 at the budget's end; evaluation and export happen "
+                        "inside it (default: none, train for --epochs)")
+    p.add_argument("--schedule", choices=["noam", "cosine"], default="noam",
+                   help="learning-rate schedule (default: %(default)s)")
+    p.add_argument("--peak-lr", type=float, default=TrainConfig.peak_lr,
+                   help="peak learning rate of the cosine schedule (default: %(default)s)")
+    p.add_argument("--mixed-precision", choices=["", "mixed_float16", "mixed_bfloat16"],
+                   default="", help="Keras dtype policy (default: float32)")
+    p.add_argument("--jit-compile", action="store_true",
+                   help="XLA-compile the train step (default: off)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the data split, shuffling and weights (default: %(default)s)")
+    p.add_argument("--output", default=None, help="run directory (default: runs/<task>)")
+    p.add_argument("--no-export", action="store_true",
+                   help="skip exporting after training (default: export)")
+    p.add_argument("--distribute", choices=["", "mirrored", "multiworker"], default="",
+                   help="mirrored: all local GPUs (or --cpu-devices); multiworker: "
+                        "MultiWorkerMirroredStrategy from TF_CONFIG (see docs/distributed.md) "
+                        "(default: one device)")
+    p.add_argument("--cpu-devices", type=int, default=0,
+                   help="split the CPU into N logical devices, for testing mirrored runs "
+                        "(default: 0, no split)")
+    p.add_argument("--backend", choices=BACKENDS, default="tensorflow",
+                   help="Keras backend that trains the model; the export at the end always "
+                        "runs on TensorFlow (default: %(default)s)")
+    add_verbose(p, argparse.SUPPRESS)
+    return p
+
+
+def check_args(parser, args):
+    """Reject options that the chosen task cannot use (an argparse error, exit code 2)."""
+    if args.time_budget and args.steps:
+        parser.error("--time-budget and --steps both say when training ends; give one. "
+                     f"Received: --time-budget {args.time_budget:g}s --steps {args.steps}")
+    if args.tokenizer is not None and args.task != "tatoeba":
+        parser.error(f"--tokenizer applies to --task tatoeba only (the {args.task} task uses "
+                     f"characters). Received: --task {args.task} --tokenizer {args.tokenizer}")
+
+
+def config_from_args(args):
+    """The :class:`TrainConfig` of the task's defaults with the options given on top."""
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    values = {k: v for k, v in TASK_DEFAULTS[args.task].items() if k in names}
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None:
+            values[name] = value
+    return TrainConfig(**values)
+
+
+def _export_elsewhere(run_dir):
+    """Export a run trained on another backend in a TensorFlow process."""
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    return subprocess.run([sys.executable, "-m", "keras_attn.cli", "export", run_dir],
+                          env=env).returncode
+
+
+def run(args):
+    from keras_attn import training
+
+    config = config_from_args(args)
+    run_dir = args.output or os.path.join("runs", config.task)
+    start = getattr(args, "started", None) or time.monotonic()
+    reserve = None
+    if config.time_budget:
+        from keras_attn import budget
+
+        reserve = budget.reserve_seconds(config.time_budget, export=not args.no_export)
+    metrics = training.train(config, run_dir, distribute=args.distribute,
+                             cpu_devices=args.cpu_devices, start=start, reserve=reserve)
+    if metrics and metrics.get("chief") is False:
+        return 0  # a non-chief worker: the chief evaluates and exports
+    if not args.no_export:
+        import keras
+
+        if keras.backend.backend() != "tensorflow":
+            if _export_elsewhere(run_dir):
+                return 1
+        else:
+            from keras_attn import export
+
+            export.export_run(run_dir)
+    if config.time_budget:
+        from keras_attn.config import format_duration
+
+        used = time.monotonic() - start
+        print(f"time budget: {format_duration(used)} used of "
+              f"{format_duration(config.time_budget)} ({100 * used / config.time_budget:.1f} %)"
+              " by this process")
+    print(f"run directory: {run_dir}")
+    return 0 if metrics else 1
