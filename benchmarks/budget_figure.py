@@ -8,13 +8,16 @@ training so far; its output is lower case, so only its D2L-normalised BLEU is co
 Example:
     python -m benchmarks.budget_figure runs/fra15 runs/fra30 runs/fra60 \\
         --series "dropout 0=runs/fra60_d0" \\
-        --kerashub docs/benchmarks/kerashub_recipe.json --output docs/figures/budget_bleu.png
+        --kerashub "run 1=docs/benchmarks/kerashub_recipe.json" \\
+        --kerashub "run 2=docs/benchmarks/kerashub_recipe_2.json" \\
+        --output docs/figures/budget_bleu.png
 """
 import argparse
 import json
 import os
 
 LABEL = "keras_attn, --time-budget"  # the legend of runs given without a label
+KERASHUB = "KerasHub keras.io recipe"
 
 
 def our_points(run_dirs):
@@ -40,7 +43,9 @@ def kerashub_points(path):
 
 def plot(ours, kerashub, output, title=""):
     """Draw the figure. ``ours``: the points of :func:`our_points`, or a list of
-    ``(label, points)`` series (one colour each: as written solid, D2L-normalised dashed)."""
+    ``(label, points)`` series (one colour each: as written solid, D2L-normalised dashed).
+    ``kerashub``: the points of :func:`kerashub_points`, or a list of ``(label, points)``
+    (one run of the recipe each)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -55,10 +60,13 @@ def plot(ours, kerashub, output, title=""):
         ax.plot(x, [p[1] for p in points], "o-", color=color, label=f"{label} (as written)")
         ax.plot(x, [p[2] for p in points], "o--", color=color, alpha=0.6,
                 label=f"{label} (D2L-normalised)")
-    if kerashub:
-        ax.plot([p[0] for p in kerashub], [p[1] for p in kerashub], "s:",
-                color=f"C{len(ours)}",  # the colour after our series'
-                label="KerasHub keras.io recipe (D2L-normalised)")
+    if kerashub and not isinstance(kerashub[0][0], str):
+        kerashub = [("", kerashub)]
+    for k, (label, points) in enumerate(kerashub):
+        name = f"{KERASHUB}, {label}" if label else KERASHUB
+        ax.plot([p[0] for p in points], [p[1] for p in points], "s:v:^:"[2 * k % 6:][:2],
+                color=f"C{len(ours) + k}",  # the colours after our series'
+                label=f"{name} (D2L-normalised)")
     ax.set_xlabel("wall minutes (ours: the whole budget; KerasHub: training so far)")
     ax.set_ylabel("BLEU on dev.txt (2,000 sentences)")
     ax.set_title(title or "English -> French on a 2-core CPU")
@@ -79,6 +87,14 @@ def parse_series(text):
     return label, dirs.split(",")
 
 
+def parse_kerashub(text):
+    """``"[LABEL=]PATH"`` -> ``(label, path)`` (label "" when none)."""
+    label, sep, path = text.rpartition("=")
+    if sep and not path:
+        raise argparse.ArgumentTypeError(f"expected [LABEL=]PATH, got {text!r}")
+    return label, path
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="*", help="run directories trained with --time-budget")
@@ -87,13 +103,15 @@ def main(argv=None):
     p.add_argument("--series", type=parse_series, action="append", default=[],
                    metavar="LABEL=DIR[,DIR...]",
                    help="another series of budgeted runs (repeatable)")
-    p.add_argument("--kerashub", default="", help="benchmarks.kerashub_recipe's JSON")
+    p.add_argument("--kerashub", type=parse_kerashub, action="append", default=[],
+                   metavar="[LABEL=]PATH",
+                   help="benchmarks.kerashub_recipe's JSON (repeatable: one run each)")
     p.add_argument("--title", default="")
     p.add_argument("--output", default="docs/figures/budget_bleu.png")
     args = p.parse_args(argv)
     series = [(args.label, args.runs)] if args.runs else []
     series = [(label, our_points(dirs)) for label, dirs in series + args.series]
-    theirs = kerashub_points(args.kerashub) if args.kerashub else []
+    theirs = [(label, kerashub_points(path)) for label, path in args.kerashub]
     print(plot(series, theirs, args.output, args.title))
 
 

@@ -216,6 +216,18 @@ def test_budget_figure_reads_budgeted_runs_only(tmp_path):
     assert open(tmp_path / "g.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(SystemExit):
         budget_figure.main(["--series", "no-equals-sign"])
+    # Runs of the KerasHub recipe, labelled or not: [LABEL=]PATH, repeatable.
+    for name, minutes in (("k1.json", 10.0), ("k2.json", 20.0)):
+        (tmp_path / name).write_text(json.dumps(
+            {"points": [{"train_minutes": minutes, "bleu_d2l": 5.0}]}))
+    assert budget_figure.parse_kerashub("run 1=a=b.json") == ("run 1=a", "b.json")
+    assert budget_figure.parse_kerashub("k.json") == ("", "k.json")
+    budget_figure.main([str(tmp_path / "b15"), "--kerashub", str(tmp_path / "k1.json"),
+                        "--kerashub", f"second={tmp_path / 'k2.json'}",
+                        "--output", str(tmp_path / "h.png")])
+    assert open(tmp_path / "h.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit):
+        budget_figure.main(["--kerashub", "label-but-no-path="])
 
 
 def test_kerashub_recipe_joins_apostrophes_and_hyphens():
