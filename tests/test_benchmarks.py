@@ -160,6 +160,7 @@ def test_markdown_backends_rows_and_unavailable_backend():
     assert "| jax | not available: ImportError: no jax |" in text
 
 
+@pytest.mark.slow  # keras_hub's sampler traced on a model
 def test_keras_hub_sampler_decoding_equals_the_hand_written_loop():
     from benchmarks.decode import KerasHubGreedy
     from benchmarks.references import seq2seq_models

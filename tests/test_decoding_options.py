@@ -178,6 +178,7 @@ def translator():
     return Translator.from_run_dir(str(RUN))
 
 
+@pytest.mark.slow  # traces four decoders of the Translator (test_request checks the options)
 def test_translator_defaults_match_translate(translator):
     best = translator.translate(DATES)
     nbest = translator.translate_nbest(DATES)
@@ -188,6 +189,7 @@ def test_translator_defaults_match_translate(translator):
         assert len(hyps) == 3 and hyps[0]["score"] >= hyps[1]["score"] >= hyps[2]["score"]
 
 
+@pytest.mark.slow  # traces two more decoders
 def test_translator_prefix_and_sampling(translator):
     for hyps in translator.translate_nbest(DATES, target_prefix="2020"):
         assert hyps[0]["translation"].startswith("2020")
@@ -203,6 +205,7 @@ def test_translator_bad_options(translator, kwargs, name):
         translator.translate_nbest(DATES, **kwargs)
 
 
+@pytest.mark.slow  # loads the run and traces two decoders, twice
 def test_cli_nbest_and_prefix(capsys):
     from keras_attn import cli
     assert cli.main(["translate", str(RUN), "3 March 2021", "--beam-size", "4",

@@ -241,6 +241,7 @@ def test_trained_model_save_load(trained, tmp_path):
     assert "masked_accuracy" in metrics
 
 
+@pytest.mark.slow  # three mixed-float16 train steps per model, each traced anew
 @pytest.mark.parametrize("kind", KINDS)
 def test_mixed_float16_training(kind):
     with lc.global_policy("mixed_float16"):
