@@ -1,7 +1,7 @@
 """Finished rows leaving the decoding loop: greedy decoding of a trained run in a
-``tf.function``, with the rows that ended dropped from the step's work (the default in a
-TensorFlow graph, ``keras_attn.samplers.Sampler._compact_loop``) and with every row kept
-(``sampler.compact = False``), side by side.
+``tf.function`` traced with the kernel policy's ``dynamic_shapes`` (as ``Translator`` does),
+with the rows that ended dropped from the step's work (``keras_attn.decoding.compacted``,
+``compact=True``) and with every row kept (``compact=False``), side by side.
 
 For each batch size: ``--rounds`` alternating rounds over the same batches of the run's
 test sentences (dev.txt for the Tatoeba task), target tokens per second of each round's
@@ -40,7 +40,7 @@ def main(argv=None):
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     except RuntimeError:  # TensorFlow already started in this process (a test): its threads
         print(f"--threads {args.threads} not applied: TensorFlow is already initialised")
-    from keras_attn import decoding, runs, text, training
+    from keras_attn import decoding, fastpath, runs, text, training
     from keras_attn.config import TrainConfig
     from keras_attn.translator import Translator
 
@@ -50,9 +50,10 @@ def main(argv=None):
 
     def decoder(compact):
         def fn(source):
-            sampler = decoding.GreedySampler(translator.max_len, text.START_ID, text.END_ID)
-            sampler.compact = compact
-            out = sampler(translator.model, source)
+            sampler = decoding.GreedySampler(translator.max_len, text.START_ID, text.END_ID,
+                                             compact=compact)
+            with fastpath.using(dynamic_shapes=True):
+                out = sampler(translator.model, source)
             return out["tokens"][:, 0], out["lengths"][:, 0]
 
         return tf.function(fn, input_signature=[tf.TensorSpec([None, None], tf.int32)])

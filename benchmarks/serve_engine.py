@@ -49,7 +49,7 @@ def _saved_model(spec, inputs):
             tokens = signature(source=tf.constant(rows))["tokens"].numpy()
             return [[int(t) for t in row if t != 0] for row in tokens.tolist()]
     elif spec["engine"] == "saved_model_translate":  # every option at its default
-        from keras_attn.decoding_options import DecodingOptions
+        from keras_attn.decoding.options import DecodingOptions
         from keras_attn.export.runtime import option_inputs
 
         sentences = inputs["sentences"]

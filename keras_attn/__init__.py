@@ -5,12 +5,14 @@ TensorFlow, so ``keras-attn --help`` answers at once):
 
 - ``ops``: masks and the masked softmax. ``layers``: attention layers, Transformer and
   Bahdanau blocks. ``models``: functional-API builders. ``schedules``, ``losses``.
-- ``decoding``: greedy search, beam search and sampling with a key/value cache, and the
-  per-request ``decode``; its loops are ``samplers``, the step they drive ``steps``;
-  ``decoding_options`` (every per-request option, checked), ``alignment`` (word
-  alignments from the cross-attention).
-- ``fastpath`` (the one switch for the TensorFlow-only fast paths: ``tf_ops`` kernels,
-  ``tf_attention``); ``numerics`` (the fill value for masked scores).
+- ``decoding`` (a package): greedy search, beam search and sampling with a key/value cache,
+  and the per-request ``decode``; one module per job (``search``, ``samplers``,
+  ``compacted``, ``step``, ``rng``, ``options``). ``alignment`` (word alignments from the
+  cross-attention).
+- ``fastpath`` (the kernel policy: the TensorFlow-only fast paths on or off, growing
+  decoding caches, attention chunks); their kernels: ``tf_ops`` (softmax, loss, dropout),
+  ``tf_attention`` (attention over whole sequences), ``tf_step`` (a cached one-position
+  decoding step); ``numerics`` (the fill value for masked scores).
 - ``special_tokens`` (the reserved ids), ``vocab`` (WordPiece and character vocabularies),
   ``text`` (character and WordPiece tokenizers, D2L
   normalisation), ``subword`` (SentencePiece: raw text in, natural text out), ``data``
@@ -32,10 +34,10 @@ import importlib
 
 __version__ = "0.1.0"
 
-SUBMODULES = ("ops", "layers", "models", "schedules", "losses", "decoding", "samplers", "steps",
-              "decoding_options", "alignment", "special_tokens", "vocab", "text", "subword",
-              "data", "config", "training", "budget", "distribute", "evaluation", "translator",
-              "runs", "export", "viz", "cli", "fastpath", "numerics", "tf_ops", "tf_attention")
+SUBMODULES = ("ops", "layers", "models", "schedules", "losses", "decoding", "alignment",
+              "special_tokens", "vocab", "text", "subword", "data", "config", "training",
+              "budget", "distribute", "evaluation", "translator", "runs", "export", "viz", "cli",
+              "fastpath", "numerics", "tf_ops", "tf_attention", "tf_step")
 __all__ = list(SUBMODULES) + ["__version__"]
 
 

@@ -1,46 +1,127 @@
-"""The one switch between the reference implementations and the TensorFlow fast paths.
+"""The kernel policy: which implementation of a computation runs, as one explicit object.
 
 Every computation in keras_attn has a reference path written with ``keras.ops``: it reads
-like the paper and runs on TensorFlow, JAX and PyTorch. A few also have a fast path in
-:mod:`keras_attn.tf_ops` (hand-written gradients for the masked softmax and the loss,
-attention in cache-sized chunks and a one-query decoding step, dropout decisions drawn
-16 bits at a time). The fast paths run when this switch is on (the default) and Keras runs
-on TensorFlow; tests check that the two paths agree.
+like the paper and runs on TensorFlow, JAX and PyTorch. A few also have a fast path for
+TensorFlow (:mod:`keras_attn.tf_ops`: hand-written gradients for the masked softmax and the
+loss, dropout decisions drawn 16 bits at a time; :mod:`keras_attn.tf_attention`: attention
+of every head as batched matmuls, in cache-sized chunks; :mod:`keras_attn.tf_step`: the
+kernels of a one-position decoding step). :class:`KernelPolicy` says which runs, and how a
+decoding loop may lay out its state:
 
-The switch is read when a function is traced: set it before building or calling a model.
+- ``fast_paths``: the TensorFlow fast paths (when Keras runs on TensorFlow); tests check
+  that both paths agree. Default: on, unless ``KERAS_ATTN_FAST_PATHS=0`` is set.
+- ``dynamic_shapes``: whether a decoding loop may carry tensors whose shape changes (a
+  self-attention cache that grows by one position a step, a loop that drops the rows that
+  ended: :mod:`keras_attn.decoding.compacted`). Only a TensorFlow graph that XLA does not
+  compile and that is not converted to TFLite can: off by default (fixed ``max_len``
+  buffers everywhere), switched on by the graphs that can (``Translator``'s decoders, the
+  SavedModel's signatures). Ignored when executing eagerly.
+- ``attention_chunks``: cut large attention scores into chunks that stay in the CPU's
+  cache (:func:`keras_attn.tf_attention.attention_chunks`); None: when TensorFlow sees no
+  GPU (asked once per process).
+
+The policy is read when a function is traced: set it before building or calling a model.
+It is a context variable (per thread and per asyncio task), so a server tracing two
+artefacts at once does not mix them.
 
 Example:
     >>> from keras_attn import fastpath
-    >>> with fastpath.disabled():        # or KERAS_ATTN_FAST_PATHS=0 in the environment
-    ...     out = layer(x)               # the reference path
+    >>> with fastpath.using(fast_paths=False):   # or KERAS_ATTN_FAST_PATHS=0
+    ...     out = layer(x)                        # the reference path
+    >>> fastpath.current().fast_paths
+    True
 """
 import contextlib
+import contextvars
+import dataclasses
 import os
-
-_enabled = os.environ.get("KERAS_ATTN_FAST_PATHS", "1").strip().lower() not in (
-    "0", "false", "no", "off")
+from typing import Optional
 
 
-def enabled():
-    """True when the fast paths are switched on and the Keras backend is TensorFlow."""
-    if not _enabled:
-        return False
-    import keras
+@dataclasses.dataclass(frozen=True)
+class KernelPolicy:
+    """Which kernels run and how decoding lays out its state (module docstring).
 
-    return keras.backend.backend() == "tensorflow"
+    Args:
+        fast_paths: the TensorFlow fast paths (on TensorFlow only).
+        dynamic_shapes: a decoding loop may carry tensors whose shape changes (a plain
+            TensorFlow graph: not eager, not XLA, not TFLite).
+        attention_chunks: chunk large attention scores (None: when no GPU is visible).
+    """
+
+    fast_paths: bool = True
+    dynamic_shapes: bool = False
+    attention_chunks: Optional[bool] = None
+
+    def __post_init__(self):
+        for name in ("fast_paths", "dynamic_shapes"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be True or False. "
+                                 f"Received: {name}={getattr(self, name)!r}")
+        if self.attention_chunks not in (None, True, False):
+            raise ValueError("`attention_chunks` must be None, True or False. "
+                             f"Received: attention_chunks={self.attention_chunks!r}")
+
+    def fast(self):
+        """True when the fast paths are on and the Keras backend is TensorFlow."""
+        if not self.fast_paths:
+            return False
+        import keras
+
+        return keras.backend.backend() == "tensorflow"
+
+    def growing_cache(self):
+        """Whether a self-attention cache made now grows by a position per step: fast
+        paths, ``dynamic_shapes``, and a function being traced (TensorFlow only)."""
+        if not (self.dynamic_shapes and self.fast()):
+            return False
+        import tensorflow as tf
+
+        return tf.inside_function()
+
+
+def _from_environment():
+    flag = os.environ.get("KERAS_ATTN_FAST_PATHS", "1").strip().lower()
+    return KernelPolicy(fast_paths=flag not in ("0", "false", "no", "off"))
+
+
+_POLICY = contextvars.ContextVar("keras_attn_kernel_policy", default=_from_environment())
+
+
+def current():
+    """The :class:`KernelPolicy` in force."""
+    return _POLICY.get()
 
 
 @contextlib.contextmanager
-def switched(flag):
-    """Run the block with the fast paths on or off, then restore the previous setting."""
-    global _enabled
-    previous, _enabled = _enabled, bool(flag)
+def using(policy=None, **changes):
+    """Run the block under ``policy`` (a :class:`KernelPolicy`; default the current one)
+    with ``changes`` applied, then restore the previous one.
+
+    Example:
+        >>> with fastpath.using(dynamic_shapes=True):
+        ...     concrete = tf.function(decode).get_concrete_function(spec)
+    """
+    policy = current() if policy is None else policy
+    if not isinstance(policy, KernelPolicy):
+        raise ValueError(f"`policy` must be a KernelPolicy. Received: policy={policy!r}")
+    token = _POLICY.set(dataclasses.replace(policy, **changes))
     try:
-        yield
+        yield _POLICY.get()
     finally:
-        _enabled = previous
+        _POLICY.reset(token)
+
+
+def enabled():
+    """True when the fast paths are on and the Keras backend is TensorFlow."""
+    return current().fast()
+
+
+def switched(flag):
+    """Run the block with the fast paths on or off: ``using(fast_paths=flag)``."""
+    return using(fast_paths=bool(flag))
 
 
 def disabled():
     """Run the block on the reference paths: ``with fastpath.disabled(): ...``."""
-    return switched(False)
+    return using(fast_paths=False)

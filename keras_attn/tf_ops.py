@@ -9,8 +9,8 @@ with ``keras.ops`` where it is used) and a test checks that both give the same r
 - :func:`masked_cross_entropy`: the loss and its gradient as two XLA kernels.
 
 The fast paths built on these sit one level up, beside what they replace:
-:mod:`keras_attn.tf_attention` (multi-head attention, and the kernels of a cached decoding
-step). This module imports no other keras_attn module but
+:mod:`keras_attn.tf_attention` (multi-head attention) and :mod:`keras_attn.tf_step` (the
+kernels of a cached decoding step). This module imports no other keras_attn module but
 :mod:`keras_attn.numerics`, so the reference code may call into it.
 
 :func:`slice_update` is not a fast path but a portability rule: on TensorFlow,

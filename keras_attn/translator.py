@@ -12,9 +12,24 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_attn import alignment, data, decoding, models, runs, subword, text
+from keras_attn import alignment, data, decoding, fastpath, models, runs, subword, text
 from keras_attn.config import TrainConfig
-from keras_attn.decoding_options import DecodingOptions
+from keras_attn.decoding import DecodingOptions
+
+
+def _traced(fn, input_signature):
+    """``fn`` as a ``tf.function`` (on TensorFlow) traced under the kernel policy with
+    ``dynamic_shapes`` on: a plain graph, where the self-attention caches grow and the
+    loops drop the rows that ended (``keras_attn.fastpath``). JAX compiles the sampler's
+    while loop itself; PyTorch runs it eagerly."""
+    if keras.backend.backend() != "tensorflow":
+        return fn
+
+    def traced(*args):
+        with fastpath.using(dynamic_shapes=True):
+            return fn(*args)
+
+    return tf.function(traced, input_signature=input_signature)
 
 
 class Translator:
@@ -81,10 +96,7 @@ class Translator:
                     out = decoding.beam_decode_fixed(self.model, source, beam_size, alpha,
                                                      self.max_len, text.START_ID, text.END_ID)
                     return out["tokens"][:, 0], out["lengths"][:, 0]
-            if keras.backend.backend() == "tensorflow":
-                self._decoders[key] = tf.function(fn, input_signature=spec)
-            else:  # JAX compiles the sampler's while loop itself; PyTorch runs it eagerly
-                self._decoders[key] = fn
+            self._decoders[key] = _traced(fn, spec)
         return self._decoders[key]
 
     def translate_ids(self, source, beam_size=1, alpha=0.6):
@@ -121,13 +133,11 @@ class Translator:
                 codes = self._alignment_codes(source, out) if opts.return_alignments \
                     else out["lengths"]
                 return out["tokens"], out["lengths"], out["scores"], codes
-            if keras.backend.backend() == "tensorflow":
-                spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32),
-                        tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
-                        tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
-                        tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)]
-                fn = tf.function(fn, input_signature=spec)
-            self._decoders[key] = fn
+            spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32),
+                    tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
+                    tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
+                    tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)]
+            self._decoders[key] = _traced(fn, spec)
         return self._decoders[key]
 
     def _alignment_codes(self, source, out):

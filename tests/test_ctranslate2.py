@@ -25,6 +25,8 @@ ctranslate2 = pytest.importorskip(
 
 from keras_attn import cli, data, export, models, runs, text, training  # noqa: E402
 from keras_attn.export import ctranslate2 as ct2_export  # noqa: E402
+from keras_attn.export import ctranslate2_compare as ct2_compare  # noqa: E402
+from keras_attn.export import ctranslate2_runtime as ct2_runtime  # noqa: E402
 from keras_attn.layers import TransformerDecoder, TransformerEncoder  # noqa: E402
 from keras_attn.translator import Translator  # noqa: E402
 
@@ -59,7 +61,7 @@ def exported(run, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ct2(exported):
-    return ct2_export.CTranslate2Translator(exported["path"], intra_threads=2)
+    return ct2_runtime.CTranslate2Translator(exported["path"], intra_threads=2)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +83,7 @@ def committed(tmp_path_factory):
     held_out = [s for s, _ in data.dates_splits(30000, 1000, 2000, seed=0)["test"][:200]]
     return {"translator": translator, "sentences": held_out,
             "prefixes": ("2020", "19", "1999-12"),
-            "ct2": ct2_export.CTranslate2Translator(path, intra_threads=2),
+            "ct2": ct2_runtime.CTranslate2Translator(path, intra_threads=2),
             # Measured: every best hypothesis equal with CTranslate2's AVX-512 and AVX2
             # kernels (docs/decoding_options.md); at most 3 % of 200 may differ.
             "min_best_agreement": 0.97}
@@ -98,7 +100,7 @@ def sentencepiece(tiny_sentencepiece, tmp_path_factory):
     ct2_export.CTranslate2Exporter().export(translator, path, samples=["Hello!"])
     return {"translator": translator, "sentences": [en for en, _ in run_fixtures.PAIRS],
             "prefixes": ("Je", "Il est"),
-            "ct2": ct2_export.CTranslate2Translator(path, intra_threads=2),
+            "ct2": ct2_runtime.CTranslate2Translator(path, intra_threads=2),
             # Measured: 16 of 16 (AVX-512 and AVX2); 3 of 16 may differ (a barely trained
             # model: a near tie is a property of a row, not of the export).
             "min_best_agreement": 0.8}
@@ -175,7 +177,7 @@ def test_greedy_equals_saved_model(run, ct2, source):
 def test_plain_ctranslate2_api(run, translator, exported):
     """What a client without keras_attn does: our tokens in, CTranslate2's options."""
     model = ctranslate2.Translator(exported["path"], intra_threads=2)
-    ct2 = ct2_export.CTranslate2Translator(exported["path"])
+    ct2 = ct2_runtime.CTranslate2Translator(exported["path"])
     tokens = ct2.encode(run["inputs"][:20])  # our tokenizer's strings, no </s>
     results = model.translate_batch(tokens, beam_size=1, min_decoding_length=0,
                                     max_decoding_length=32, max_input_length=32)
@@ -185,7 +187,7 @@ def test_plain_ctranslate2_api(run, translator, exported):
 
 
 def test_log_probs_match(run, translator, ct2):
-    result = ct2_export.compare(translator, ct2, run["inputs"][:64])
+    result = ct2_compare.compare(translator, ct2, run["inputs"][:64])
     assert result["agreement"] == 1.0
     print("max |log p(ours) - log p(CTranslate2)|:", result["max_logprob_diff"])
     assert result["max_logprob_diff"] < 1e-4
@@ -240,7 +242,7 @@ def _rescored_diff(m, **options):
     for r, (ids, _) in enumerate(flat):
         tokens[r, : len(ids)] = ids
     source = np.repeat(translator.encode(m["sentences"]).numpy(), [len(h) for h in nbest], 0)
-    log_probs = ct2_export.per_token_log_probs(translator.model, source, tokens)
+    log_probs = ct2_compare.per_token_log_probs(translator.model, source, tokens)
     diff = 0.0
     for r, (ids, score) in enumerate(flat):
         ours = float(log_probs[r, len(prefix): len(ids)].sum())
@@ -360,7 +362,7 @@ def test_cli_export_overwrite_and_int8(run, tmp_path, capsys, request):
     trained, held_out = trained_run["translator"], trained_run["sentences"]
     ids = trained.encode(held_out).numpy()
     ours = _rows(trained.translate_ids(ids))
-    theirs = _rows(ct2_export.CTranslate2Translator(committed_int8,
+    theirs = _rows(ct2_runtime.CTranslate2Translator(committed_int8,
                                                     intra_threads=2).translate_ids(ids))
     agreement = _agreement(ours, theirs)
     print(f"int8 greedy agreement with float32 keras_attn (committed model): {agreement:.1%}")
@@ -435,7 +437,7 @@ def test_architectures_score_like_ours(options, tmp_path):
         m = 1 + b * 2
         target[b, :m] = rng.integers(4, 50, m)
         target[b, m] = text.END_ID
-    ours = ct2_export.per_token_log_probs(model, source, target)
+    ours = ct2_compare.per_token_log_probs(model, source, target)
     translator = ctranslate2.Translator(path)
     scored = translator.score_batch(
         [[src_vocab[t] for t in row if t > text.END_ID] for row in source],

@@ -130,9 +130,9 @@ def test_eager_function_and_xla_agree(model):
 @pytest.mark.parametrize("model, kind", [("transformer_prenorm", "sample"),
                                           ("bahdanau", "greedy")], indirect=["model"])
 def test_finished_rows_leave_the_loop(model, kind):
-    """In a TensorFlow graph the rows that have ended leave the step's work
-    (``Sampler._compact_loop``): tokens and lengths equal the plain loop's
-    (``compact = False``) and eager decoding's, scores up to roundings, with a prefix
+    """In a TensorFlow graph traced with ``dynamic_shapes`` the rows that have ended leave
+    the step's work (``keras_attn.decoding.compacted``): tokens and lengths equal the plain
+    loop's (``compact=False``) and eager decoding's, scores up to roundings, with a prefix
     forced on some rows, three samples per row when sampling. The end token is the
     model's most frequent output, so rows end at different steps."""
     source = np.concatenate([SOURCE, SOURCE[::-1] % 20])
@@ -144,20 +144,22 @@ def test_finished_rows_leave_the_loop(model, kind):
 
     def run(compact):
         if kind == "greedy":
-            sampler = decoding.GreedySampler(12, START, end)
+            sampler = decoding.GreedySampler(12, START, end, compact=compact)
         else:
             sampler = decoding.RandomSampler(12, START, end, samples=3, topk=6, topp=0.9,
-                                             temperature=1.5, seed=5)
-        sampler.compact = compact
-        if tf.inside_function():
-            compacted.append(sampler.compacts())
-        out = sampler(model, source, prefix=prefix)
+                                             temperature=1.5, seed=5, compact=compact)
+        with fastpath.using(dynamic_shapes=True):
+            if tf.inside_function():
+                compacted.append(sampler.compacts())
+            out = sampler(model, source, prefix=prefix)
         return out if tf.inside_function() else {k: v.numpy() for k, v in out.items()}
 
     eager = run(True)
     graph = {k: v.numpy() for k, v in tf.function(lambda: run(True))().items()}
     plain = {k: v.numpy() for k, v in tf.function(lambda: run(False))().items()}
     assert compacted == [True, False]
+    with fastpath.using(dynamic_shapes=False):  # fixed buffers: no loop may shrink
+        assert not tf.function(lambda: decoding.GreedySampler(12, START, end).compacts())()
     for out in (graph, plain):
         for key in ("tokens", "lengths"):
             np.testing.assert_array_equal(out[key], eager[key])
@@ -171,8 +173,11 @@ def test_finished_rows_leave_the_loop(model, kind):
 def test_a_graph_for_any_batch_picks_its_loop_by_the_rows(model):
     """Traced for any batch, greedy decoding drops finished rows when there are several
     and runs the plain loop for one row: both give eager decoding's tokens."""
-    fn = tf.function(lambda s: decoding.greedy_decode_fixed(model, s, 12, START, END),
-                     input_signature=[tf.TensorSpec((None, None), tf.int32)])
+    def greedy(s):
+        with fastpath.using(dynamic_shapes=True):
+            return decoding.greedy_decode_fixed(model, s, 12, START, END)
+
+    fn = tf.function(greedy, input_signature=[tf.TensorSpec((None, None), tf.int32)])
     for source in (SOURCE, SOURCE[1:2]):
         eager = decoding.greedy_decode_fixed(model, source, 12, START, END)
         graph = fn(tf.constant(source))
@@ -235,15 +240,19 @@ def graph_nodes(fn, *args):
 def test_greedy_step_op_budget():
     """A cached greedy step (the decoder's own call) runs at most 125 ops (not counting
     constants) per decoder layer plus 65 (without the one-position kernels of
-    tf_attention: about 200 per layer), none of them an XLA op (TF Serving runs without
+    tf_step: about 200 per layer), none of them an XLA op (TF Serving runs without
     XLA) or a float op that the oneDNN rewrite takes over. At batch 1 a step costs about
     as many microseconds as it has ops."""
-    from keras_attn import tf_attention
+    def greedy(m, dynamic_shapes):
+        def fn(s):
+            with fastpath.using(dynamic_shapes=dynamic_shapes):
+                return decoding.greedy_decode_fixed(m, s, 10, START, END)
+        return tf.function(fn)
 
     totals = {}
     for layers in (1, 2):
         m = models.transformer_seq2seq(40, 30, 32, 64, 4, layers, dropout=0.0, max_len=24)
-        fn = tf.function(lambda s, m=m: decoding.greedy_decode_fixed(m, s, 10, START, END))
+        fn = greedy(m, dynamic_shapes=True)
         spec = tf.TensorSpec((None, None), tf.int32)
         # In a graph the batch picks one of two loops. Both grow the cache (a concat per
         # layer for keys and values). Several rows: the loop that drops the rows that ended
@@ -260,13 +269,10 @@ def test_greedy_step_op_budget():
         assert plain["TensorScatterUpdate"] == 1 and plain["StatelessIf"] + plain["If"] == 0
         totals[layers] = max(sum(n for op, n in ops.items() if op != "Const")
                              for ops in (compact, plain))
-        # For TFLite the cache is preallocated and a position written (TensorScatterUpdate;
-        # one more writes the token into the output buffer): one loop.
-        with tf_attention.preallocated_cache():
-            fixed = tf.function(lambda s, m=m: decoding.greedy_decode_fixed(m, s, 10, START,
-                                                                            END))
-            (ops,) = loop_bodies(fixed, spec)
-            assert ops["TensorScatterUpdate"] == 2 * layers + 1
+        # Without dynamic shapes (TFLite) the cache is preallocated and a position written
+        # (TensorScatterUpdate; one more writes the token into the output buffer): one loop.
+        (ops,) = loop_bodies(greedy(m, dynamic_shapes=False), spec)
+        assert ops["TensorScatterUpdate"] == 2 * layers + 1
     per_layer = totals[2] - totals[1]
     assert per_layer <= 125 and totals[1] - per_layer <= 65, totals
 

@@ -2,7 +2,7 @@
 option and its value for every bad choice."""
 import pytest
 
-from keras_attn.decoding_options import NAMES, DecodingOptions
+from keras_attn.decoding.options import NAMES, DecodingOptions
 
 
 def test_defaults_follow_ctranslate2():

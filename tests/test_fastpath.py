@@ -228,9 +228,9 @@ def test_cached_decoding_step_agrees(case):
 
     terms = lc.transformer_terms(16, 32, 4, 2, 7, 8, norm_first=True)
     fast, ref = both(lambda: numpy(stepwise()))
-    graph = numpy(tf.function(stepwise)())  # the cache grows
-    with tf_attention.preallocated_cache():
-        preallocated = numpy(tf.function(stepwise)())
+    with fastpath.using(dynamic_shapes=True):
+        graph = numpy(tf.function(stepwise)())  # the cache grows
+    preallocated = numpy(tf.function(stepwise)())  # fixed buffers, as for TFLite
     uncached = numpy(stepwise(use_cache=False))
     for run in (fast, graph, preallocated, uncached):
         for (l_fast, a_fast), (l_ref, a_ref) in zip(run, ref):
@@ -240,7 +240,8 @@ def test_cached_decoding_step_agrees(case):
             lc.assert_close(a_fast, a_ref, terms=terms)
             np.testing.assert_array_equal(a_fast[2], 0)
     (g_fast, b_fast), (g_ref, b_ref) = both(decode)
-    g_graph, b_graph = tf.function(decode)()
+    with fastpath.using(dynamic_shapes=True):
+        g_graph, b_graph = tf.function(decode)()
     for g, b in ((g_fast, b_fast), (g_graph, b_graph)):
         for key in ("tokens", "lengths"):
             np.testing.assert_array_equal(g[key], g_ref[key])

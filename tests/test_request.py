@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn import export
-from keras_attn.decoding_options import DecodingOptions
+from keras_attn.decoding import DecodingOptions
 from keras_attn.export import runtime
 from keras_attn.translator import Translator
 

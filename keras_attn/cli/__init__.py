@@ -14,9 +14,13 @@ The parser imports neither TensorFlow nor Keras (the options and their defaults 
 TensorFlow's C++ log lines are hidden unless ``--verbose`` is given or
 ``TF_CPP_MIN_LOG_LEVEL`` is set; long work draws a progress bar when stderr is a terminal.
 
-One module per command (:mod:`.train`, :mod:`.decode` for ``translate`` and ``evaluate``,
-:mod:`.export`), each with ``add_parser(subparsers)`` and ``run(args)``; :mod:`.console`
-holds what they share (the backend switch, TensorFlow's quiet import, the progress bar).
+One module per command: :mod:`.train` and :mod:`.export`, each with
+``add_parser(subparsers)`` and ``run(args)``, and :mod:`.decode` for the two decoding
+commands (``add_parsers(subparsers)`` returns both parsers; ``run_translate``,
+``run_evaluate``); :data:`COMMANDS` maps each name to its ``run``. :mod:`.console` holds
+what they share (``--verbose``, TensorFlow's quiet import, the progress bar). The Keras
+backend of ``train --backend`` is set by ``train.select_backend`` before anything imports
+Keras.
 """
 import argparse
 import sys

@@ -15,12 +15,14 @@ class                       artefact                                            
 ``CTranslate2Exporter``     a CTranslate2 model directory                       ctranslate2
 ==========================  ==================================================  ============
 
-Modules (arrows only downward): ``rundir`` (``export_run``: a run directory to every TF
-target, one report) -> ``saved_model``, ``tflite``, ``ctranslate2`` (the exporters) ->
+Modules (arrows only downward): ``all_targets`` (``export_run``: a run directory to every
+TF target, one report) -> ``saved_model``, ``tflite``, ``ctranslate2`` (the exporters;
+CTranslate2's runtime translator is ``ctranslate2_runtime``, the check of one against the
+other ``ctranslate2_compare``) ->
 ``modules`` (the serving ``tf.Module`` s: the model side owns the serving functions; its
 ``translate`` signature takes every decoding option per request: ``request``) and
 ``core_text`` (a character tokenizer from core ops) -> ``base`` (the template, ``Parts``,
-report helpers) and ``runtime`` (the numpy app loop over the TFLite files; no Keras).
+report helpers) and ``runtime`` (the app's loop over the TFLite files; no Keras).
 
 Names are loaded on first use (PEP 562): ``from keras_attn.export import runtime`` imports
 neither TensorFlow nor Keras. The functions below keep the earlier API:
@@ -46,7 +48,7 @@ _NAMES = {
                "TFLiteExporter", "TFLiteTextExporter", "check_builtin_only", "check_text_ops",
                "export_tflite", "tflite_ops"),
     "request": ("OPTION_SPECS", "RequestDecoder", "TRANSLATE_SIGNATURE"),
-    "rundir": ("compare_samples", "export_run"),
+    "all_targets": ("compare_samples", "export_run"),
     "runtime": ("TFLITE_ENCODER_SIGNATURE", "TFLITE_OPTIONS_SIGNATURE", "TFLITE_STEP_SIGNATURE",
                 "TFLITE_TEXT_SIGNATURE", "option_inputs", "run_tflite_builtin",
                 "run_tflite_options", "run_tflite_text", "text_array", "text_interpreter"),

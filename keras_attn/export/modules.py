@@ -4,23 +4,30 @@
 (``keras_attn.decoding``) as ``tf.function`` s: ``serve`` (strings in, strings out) and
 ``translate_ids`` (ids in, ids out); the SavedModel and the TFLite text target are made from
 it. :class:`BuiltinModule` is the encoder and one decoder step with fixed shapes, for the
-TFLite builtin target (the application runs the loop: ``keras_attn.export.runtime``).
+TFLite builtin target (the application runs the loop: ``keras_attn.export.runtime``; the
+step, the banned ids and the greedy choice are :mod:`keras_attn.decoding`'s, inside the file).
+
+Kernel policy (:mod:`keras_attn.fastpath`): the SavedModel's graphs are traced with
+``dynamic_shapes`` on (growing caches, loops that drop ended rows), the TFLite graphs with it
+off (fixed ``max_len`` buffers: the interpreter re-plans its memory whenever a loop variable
+changes shape).
 
 Portable graphs. Keras's TF backend implements ``keras.ops.slice_update`` with
 ``XlaDynamicUpdateSlice``, an XLA op that TF Serving refuses unless started with
 ``--xla_cpu_compilation_enabled`` (tensorflow/serving issue 2217). The decoding buffers and
 the key/value cache are therefore written with core ops (``keras_attn.ops.slice_update``,
 and on TensorFlow's fast path a concat or ``tensor_scatter_nd_update``,
-``keras_attn.tf_attention``); the SavedModel export fails if an ``Xla*`` op is left.
+``keras_attn.tf_step``); the SavedModel export fails if an ``Xla*`` op is left.
 """
 import tensorflow as tf
 
-from keras_attn import text
+from keras_attn import fastpath, text
 from keras_attn.export.base import check_beam
 from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
 from keras_attn.export.request import TRANSLATE_SIGNATURE
 from keras_attn.export.runtime import TFLITE_ENCODER_SIGNATURE, TFLITE_STEP_SIGNATURE
+from keras_attn.layers.kv_cache import HeadsFirstCache
 
 SERVING_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "translate_ids"
@@ -146,12 +153,8 @@ class TranslatorModule(tf.Module):
 
     def decode(self, source):
         """Source ids ``(B, S)`` -> tokens ``(B, max_len)``, lengths ``(B,)``, score ``(B,)``."""
-        from keras_attn import tf_attention
-
-        if self.for_tflite:
-            with tf_attention.preallocated_cache():
-                return self._decode(source)
-        return self._decode(source)
+        with fastpath.using(dynamic_shapes=not self.for_tflite):
+            return self._decode(source)
 
     def _decode(self, source):
         from keras_attn import decoding
@@ -214,13 +217,19 @@ def resolve_text_ops(text_ops, parts, for_tflite=False):
 
 
 class BuiltinModule(tf.Module):
-    """Encoder and one decoder step with fixed shapes (batch 1) for the builtin target.
+    """Encoder and one greedy decoding step with fixed shapes (batch 1) for the builtin target.
 
     ``encode``: ``source`` int32 ``(1, max_len)`` -> ``encoder_output``, ``source_mask``
-    float32 ``(1, max_len)``, per layer ``cross_k_<i>``/``cross_v_<i>`` ``(1, max_len, H,
-    d_h)`` (heads-first ``(1, H, max_len, d_h)`` on TensorFlow's fast path: ``kv_shape``). ``step``: ``token`` int32 ``(1, 1)``, ``index`` int32 ``()``, ``source_mask``,
-    ``cross_k_<i>``, ``cross_v_<i>``, ``cache_k_<i>``, ``cache_v_<i>`` -> ``logits``
-    float32 ``(1, V)`` and the updated ``cache_k_<i>``, ``cache_v_<i>``.
+    float32 ``(1, max_len)``, per layer ``cross_k_<i>``/``cross_v_<i>`` heads-first
+    ``(1, H, max_len, d_h)`` (``kv_shape``). ``step``: ``token`` int32 ``(1, 1)``, ``index``
+    int32 ``()``, ``score`` float32 ``(1,)`` (the sum of log-probabilities so far),
+    ``source_mask``, ``cross_k_<i>``, ``cross_v_<i>``, ``cache_k_<i>``, ``cache_v_<i>`` ->
+    ``next_token`` int32 ``(1,)``, ``score`` float32 ``(1,)``, ``logits`` float32 ``(1, V)``
+    (padding and ``[START]`` banned) and the updated ``cache_k_<i>``, ``cache_v_<i>``.
+
+    The step is :class:`keras_attn.decoding.DecodingStep` (the decoder's cached call and its
+    bans) followed by :class:`keras_attn.decoding.GreedySampler`'s choice: the app only
+    feeds ``next_token`` and ``score`` back until ``[END]`` (``keras_attn.export.runtime``).
     """
 
     def __init__(self, model, max_len):
@@ -230,12 +239,10 @@ class BuiltinModule(tf.Module):
         if model_kind(model) != "transformer":
             raise ValueError("the TFLite builtin target supports Transformer models only. "
                              f"Received: a {model_kind(model)} model")
-        self._keras = _Untracked((model.get_layer("encoder"), model.get_layer("decoder")))
+        self._keras = _Untracked(model)
         self.max_len = max_len
         self.num_layers = self.decoder.num_layers
-        # The layers' cache layout: (1, max_len, H, d_h), heads-first (1, H, max_len, d_h)
-        # on TensorFlow's fast path (MultiHeadAttention.init_cache).
-        k, _ = self.decoder.blks[0].attention1.init_cache(1, max_len)
+        k, _ = self.decoder.blks[0].attention1.init_cache(1, max_len, layout=HeadsFirstCache)
         self.kv_shape = tuple(k.shape)
         self.encode = tf.function(self._encode, input_signature=[
             tf.TensorSpec((1, max_len), tf.int32, name="source")])
@@ -245,6 +252,7 @@ class BuiltinModule(tf.Module):
         self.step = tf.function(self._step, input_signature=[
             tf.TensorSpec((1, 1), tf.int32, name="token"),
             tf.TensorSpec((), tf.int32, name="index"),
+            tf.TensorSpec((1,), tf.float32, name="score"),
             tf.TensorSpec((1, max_len), tf.float32, name="source_mask"), *kv])
 
     def tflite_functions(self):
@@ -264,30 +272,38 @@ class BuiltinModule(tf.Module):
                                  "signature": TFLITE_STEP_SIGNATURE}}
 
     @property
+    def model(self):
+        return self._keras.value
+
+    @property
     def encoder(self):
-        return self._keras.value[0]
+        return self.model.get_layer("encoder")
 
     @property
     def decoder(self):
-        return self._keras.value[1]
+        return self.model.get_layer("decoder")
 
     def _encode(self, source):
         enc = self.encoder(source, training=False)
-        cache = self.decoder.init_cache(enc, source, self.max_len)
+        cache = self.decoder.init_cache(enc, source, self.max_len, layout=HeadsFirstCache)
         out = {"encoder_output": enc,
                "source_mask": tf.cast(cache["source_mask"], tf.float32)}
         for i, (k, v) in enumerate(cache["cross"]):
             out[f"cross_k_{i}"], out[f"cross_v_{i}"] = k, v
         return out
 
-    def _step(self, token, index, source_mask, *kv):
+    def _step(self, token, index, score, source_mask, *kv):
+        from keras_attn import decoding
+
         n = self.num_layers
-        cache = {"self": tuple((kv[2 * n + i], kv[3 * n + i]) for i in range(n)),
-                 "cross": tuple((kv[i], kv[n + i]) for i in range(n)),
-                 "source_mask": tf.not_equal(source_mask, 0.0)}  # (1, S)
-        logits, cache = self.decoder(token, cache=cache, cache_update_index=index,
-                                     training=False)
-        out = {"logits": tf.cast(logits[:, 0], tf.float32)}
-        for i, (k, v) in enumerate(cache["self"]):
+        step = decoding.DecodingStep(self.model, None, self.max_len, True, text.START_ID, None)
+        step.use_constants({"cross": tuple(HeadsFirstCache(kv[i], kv[n + i]) for i in range(n)),
+                            "source_mask": tf.not_equal(source_mask, 0.0)})  # (1, S)
+        state = {"self": tuple(HeadsFirstCache(kv[2 * n + i], kv[3 * n + i]) for i in range(n))}
+        logits, state, _ = step.step(token[:, 0], state, index)  # (1, V), banned ids filled
+        greedy = decoding.GreedySampler(self.max_len, text.START_ID, text.END_ID)
+        next_token, _, new_score = greedy.select(logits[:, None, :], score[:, None], None)
+        out = {"next_token": next_token[:, 0], "score": new_score[:, 0], "logits": logits}
+        for i, (k, v) in enumerate(state["self"]):
             out[f"cache_k_{i}"], out[f"cache_v_{i}"] = k, v
         return out

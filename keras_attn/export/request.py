@@ -1,7 +1,7 @@
 """Decoding options per request inside a served graph (TensorFlow-only): the ``translate``
 signature of the SavedModel and of the TFLite text file.
 
-Every option of ``keras_attn.decoding_options`` (API.md, "Decoding options per request")
+Every option of ``keras_attn.decoding.options`` (API.md, "Decoding options per request")
 is an input tensor. The graph checks them (:func:`checks`: an ``InvalidArgument`` naming
 the option from a SavedModel; in TFLite, which drops ``Assert``, a failed ``RESHAPE`` that
 ends the invocation with an error), then picks one of three traced decoders with ``tf.cond``
@@ -18,14 +18,13 @@ Outputs: ``translations`` string ``(B, N)``, ``scores`` float32 ``(B, N)``, ``al
 string ``(B, N)`` (Pharaoh ``i-j`` pairs, ``keras_attn.alignment``; empty unless asked),
 ``truncated`` bool ``(B,)``.
 """
-import contextlib
 import types
 
 import tensorflow as tf
 
-from keras_attn import alignment, decoding, text
+from keras_attn import alignment, decoding, fastpath, text
 
-# Every option of keras_attn.decoding_options.NAMES and its dtype in the signature.
+# Every option of keras_attn.decoding.options.NAMES and its dtype in the signature.
 OPTION_SPECS = {
     "beam_size": tf.int32, "num_hypotheses": tf.int32, "length_penalty": tf.float32,
     "max_length": tf.int32, "target_prefix": tf.string, "sampling_topk": tf.int32,
@@ -169,8 +168,6 @@ class RequestDecoder:
 
     def _decode(self, source, encoded, prefix, o, kind):
         """One branch: tokens ``(B, N, max_len)`` and scores ``(B, N)``."""
-        from keras_attn import tf_attention
-
         m = self.module
         options = types.SimpleNamespace(
             beam_size=1 if kind == "greedy" else o.beam_size,
@@ -179,7 +176,8 @@ class RequestDecoder:
             length_penalty=o.length_penalty, max_length=o.max_length,
             sampling_topk=o.sampling_topk, sampling_topp=o.sampling_topp,
             sampling_temperature=o.sampling_temperature, seed=o.seed)
-        with tf_attention.preallocated_cache() if m.for_tflite else contextlib.nullcontext():
+        # A plain graph decodes with growing caches; TFLite with fixed buffers (modules).
+        with fastpath.using(dynamic_shapes=not m.for_tflite):
             out = decoding.decode(m.model, source, options, m.max_len, text.START_ID,
                                   text.END_ID, prefix, kind=kind, encoded=encoded)
         return out["tokens"], out["scores"]

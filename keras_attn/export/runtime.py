@@ -2,9 +2,10 @@
 
 Imports neither Keras nor TensorFlow (``tensorflow_text`` is imported by
 :func:`text_interpreter` alone, for its TFLite kernels): :func:`run_tflite_builtin` is the
-reference greedy loop of the builtin target and needs ``ai_edge_litert`` and numpy, as an
-app on a phone would; :func:`run_tflite_text` calls the one-file text target (strings in,
-strings out).
+loop an app on a phone runs over the builtin target, with ``ai_edge_litert`` and numpy (the
+step file chooses each token and sums its log-probability itself:
+``keras_attn.export.modules.BuiltinModule``); :func:`run_tflite_text` calls the one-file
+text target (strings in, strings out).
 
 Example:
     >>> out = run_tflite_text("exported/tflite/text_float32.tflite", ["3 March 2021"])
@@ -87,7 +88,7 @@ def run_tflite_options(model, texts, **options):
         >>> run_tflite_options("exported/tflite/text_float32.tflite", ["3 March 2021"],
         ...                    beam_size=4, num_hypotheses=2)["translations"]
     """
-    from keras_attn.decoding_options import DecodingOptions
+    from keras_attn.decoding.options import DecodingOptions
 
     opts = DecodingOptions.from_kwargs(**options)
     if isinstance(model, (bytes, bytearray)):
@@ -121,12 +122,6 @@ def text_array(texts):
                     dtype=object).reshape(-1)
 
 
-def _log_softmax(logits):
-    logits = logits.astype(np.float64)
-    shifted = logits - logits.max()
-    return shifted - np.log(np.exp(shifted).sum())
-
-
 def _builtin_paths(paths):
     """``(encoder, decoder_step, metadata or None)`` of a builtin folder or a file pair."""
     if isinstance(paths, (str, os.PathLike)):
@@ -141,7 +136,8 @@ def _builtin_paths(paths):
 
 
 def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=None):
-    """Reference greedy loop over the builtin target (what an app does), one row at a time.
+    """The loop over the builtin target (what an app does), one row at a time: encode, then
+    call the step with the token and score it returned until ``end_id`` or ``max_len``.
 
     Args:
         paths: the builtin folder, or ``(encoder_path, decoder_step_path)``.
@@ -154,7 +150,7 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
     Returns:
         dict of numpy arrays: ``tokens`` int32 ``(B, max_len)`` (0 after ``end_id``),
         ``lengths`` int32 ``(B,)``, ``log_prob`` float32 ``(B,)``; the same conventions as
-        ``keras_attn.decoding.greedy_decode_fixed`` (ids 0 and ``start_id`` never chosen).
+        ``keras_attn.decoding.greedy_decode_fixed``, whose step and choice the file runs.
 
     Example:
         >>> out = run_tflite_builtin("export/tflite/builtin_float32", tr.encode(["3 May 1999"]))
@@ -187,18 +183,14 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
         enc = encoder(source=row)
         consts = {k: v for k, v in enc.items() if k.startswith("cross_") or k == "source_mask"}
         cache = {n: np.zeros(step_inputs[n]["shape"], np.float32) for n in cache_names}
-        token, total = start_id, 0.0
+        token, score = np.array([[start_id]], np.int32), np.zeros((1,), np.float32)
         for i in range(max_len):
-            out = step(token=np.array([[token]], np.int32), index=np.array(i, np.int32),
-                       **consts, **cache)
+            out = step(token=token, index=np.array(i, np.int32), score=score, **consts, **cache)
             cache = {n: out[n] for n in cache_names}
-            lp = _log_softmax(out["logits"][0])
-            lp[0] = lp[start_id] = -np.inf
-            token = int(np.argmax(lp))
-            total += lp[token]
-            tokens[b, i] = token
+            token, score = out["next_token"].reshape(1, 1), out["score"]
+            tokens[b, i] = token[0, 0]
             lengths[b] = i + 1
-            if token == end_id:
+            if token[0, 0] == end_id:
                 break
-        log_probs[b] = total
+        log_probs[b] = score[0]
     return {"tokens": tokens, "lengths": lengths, "log_prob": log_probs}

@@ -1,6 +1,7 @@
-"""Layers applied to a decoding step's one position per row: the TensorFlow kernels the
-fast path (:mod:`keras_attn.fastpath`) chooses for them, and the layers' own call
-elsewhere."""
+"""Layers applied to a decoding step's one position per row: on TensorFlow's fast path
+(:mod:`keras_attn.fastpath`) the kernels of :mod:`keras_attn.tf_step`, elsewhere the layers'
+own call. A variant those kernels do not compute is refused with a ``ValueError`` naming it
+(never a silent switch to another path)."""
 import keras
 
 from keras_attn import fastpath
@@ -11,38 +12,70 @@ def _one_position(x):
     return len(x.shape) == 3 and x.shape[1] == 1 and fastpath.enabled()
 
 
+def check_dense(layer):
+    """``ValueError`` for a ``keras.layers.Dense`` the step kernels cannot compute: a
+    quantized one (its ``kernel`` is not the matrix it multiplies by). A LoRA-enabled
+    layer is computed: its ``kernel`` property adds the low-rank update."""
+    mode = getattr(layer, "quantization_mode", None)
+    if mode:
+        raise ValueError(
+            f"The decoding step's fast kernels (keras_attn.tf_step) have no {mode!r}-quantized "
+            f"Dense ({layer.name!r}): decode under keras_attn.fastpath.using(fast_paths=False), "
+            f"or quantize the export instead (TFLite int8, CTranslate2 int8). "
+            f"Received: quantization_mode={mode!r}")
+
+
 def dense(layer, x):
     """``layer(x)`` for a ``keras.layers.Dense`` and ``(B, L, d)`` inputs.
 
     On TensorFlow's fast path, when ``L`` is 1 (a decoding step), the same arithmetic as
     one ``BatchMatMulV3`` on ``(B, d)`` plus the bias and the activation
-    (:func:`keras_attn.tf_attention.linear`): Keras's matmul of a rank-3 input reshapes
-    around a ``MatMul`` that TensorFlow hands to oneDNN, a fixed cost per call that is most
-    of a step on one sentence. Elsewhere, and for a quantized or LoRA-enabled layer, the
-    layer's own call.
-    """
-    if (not _one_position(x) or getattr(layer, "quantization_mode", None)
-            or getattr(layer, "lora_enabled", False)):
-        return layer(x)
-    from keras_attn import tf_attention
+    (:func:`keras_attn.tf_step.linear`): Keras's matmul of a rank-3 input reshapes around a
+    ``MatMul`` that TensorFlow hands to oneDNN, a fixed cost per call that is most of a
+    step on one sentence. Elsewhere the layer's own call.
 
+    Raises:
+        ValueError: a quantized layer on the fast path (:func:`check_dense`).
+    """
+    if not _one_position(x):
+        return layer(x)
+    from keras_attn import tf_step
+
+    check_dense(layer)
     dtype = layer.compute_dtype
-    return tf_attention.linear(keras.ops.cast(x, dtype), layer.kernel,
-                               layer.bias if layer.use_bias else None,
-                               activation=layer.activation)
+    return tf_step.linear(keras.ops.cast(x, dtype), layer.kernel,
+                          layer.bias if layer.use_bias else None, activation=layer.activation)
+
+
+def check_layer_norm(layer):
+    """``ValueError`` for a ``keras.layers.LayerNormalization`` the step kernels cannot
+    compute: over other axes than the last, RMS scaling, or without ``center``/``scale``
+    (the keras_attn blocks make none of these)."""
+    variants = {"axis": layer.axis not in (-1, [-1], [2]), "rms_scaling": layer.rms_scaling,
+                "center": not layer.center, "scale": not layer.scale}
+    bad = [name for name, yes in variants.items() if yes]
+    if bad:
+        raise ValueError(
+            f"The decoding step's fast LayerNorm (keras_attn.tf_step.layer_norm) normalises "
+            f"the last axis with gamma and beta; {layer.name!r} differs in {bad}: decode "
+            f"under keras_attn.fastpath.using(fast_paths=False). Received: "
+            + ", ".join(f"{name}={getattr(layer, name)!r}" for name in bad))
 
 
 def layer_norm(layer, x):
     """``layer(x)`` for a ``keras.layers.LayerNormalization`` over the last axis.
 
-    On TensorFlow's fast path, for a decoding step in float32, Keras's arithmetic
-    (``keras.ops.layer_normalization``: the same values) without the reshapes of gamma and
-    beta and the ``moments`` bookkeeping around it: 10 ops instead of about 20, at every
-    LayerNorm of every step.
-    """
-    if not _one_position(x) or layer.compute_dtype != "float32" or layer.axis not in (
-            -1, [-1], [2]) or layer.rms_scaling or not (layer.center and layer.scale):
-        return layer(x)
-    from keras_attn import tf_attention
+    On TensorFlow's fast path, for a decoding step, Keras's arithmetic
+    (``keras.ops.layer_normalization``: the same values, in float32 at least, cast to the
+    layer's compute dtype) without the reshapes of gamma and beta and the ``moments``
+    bookkeeping around it: 10 ops instead of about 20, at every LayerNorm of every step.
 
-    return tf_attention.layer_norm(x, layer.gamma, layer.beta, layer.epsilon)
+    Raises:
+        ValueError: a variant the kernel does not compute (:func:`check_layer_norm`).
+    """
+    if not _one_position(x):
+        return layer(x)
+    from keras_attn import tf_step
+
+    check_layer_norm(layer)
+    return tf_step.layer_norm(x, layer.gamma, layer.beta, layer.epsilon, layer.compute_dtype)

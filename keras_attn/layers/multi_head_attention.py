@@ -7,9 +7,11 @@ from keras import ops
 from keras_attn import fastpath
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
-from keras_attn.layers._step import dense
+from keras_attn.layers._step import check_dense, dense
 from keras_attn.layers._masking import AttentionMaskMixin, attention_mask
 from keras_attn.layers.dropout import Dropout
+from keras_attn.layers.kv_cache import (FAST_LAYOUTS, GrowingCache, HeadsFirstCache, KVCache,
+                                        as_cache)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -35,10 +37,12 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         ``(B, Q, K)`` applied to every head. use_causal_mask: the query at position p sees
         the keys at positions <= p.
         return_attention_scores: also return weights ``(B, H, Q, K)`` (before dropout).
-        cache: optional ``(k, v)``, each ``(B, max_len, H, d_h)`` (on TensorFlow's fast
-            path heads-first ``(B, H, max_len, d_h)``: make it with :meth:`init_cache` or
-            :meth:`compute_cache`), projected keys and values (as in keras-hub's cached
-            attention):
+        cache: optional projected keys and values ``(k, v)`` (as in keras-hub's cached
+            attention), made by :meth:`init_cache` or :meth:`compute_cache`; its class
+            (:mod:`keras_attn.layers.kv_cache`) is its layout and chooses the kernels: a
+            ``KVCache`` ``(B, L, H, d_h)`` the reference path, a ``HeadsFirstCache`` or
+            ``GrowingCache`` ``(B, H, L, d_h)`` TensorFlow's step kernels
+            (:mod:`keras_attn.tf_step`); a plain pair is a ``KVCache``.
             with ``cache_update_index=None`` the cache is attended as it is (``keys`` and
             ``values`` are ignored: cross-attention over a source projected once);
             with ``cache_update_index=i`` the projected ``keys``/``values`` are written at
@@ -88,7 +92,9 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         cross_cache = cache is not None and cache_update_index is None
         if not cross_cache:
             _checks.check_qkv(queries, keys, values)
-        if cache is not None and fastpath.enabled():
+        if cache is not None:
+            cache = as_cache(cache)
+        if isinstance(cache, FAST_LAYOUTS):
             return self._cached_call(queries, keys, values, valid_lens, mask,
                                      return_attention_scores, training, use_causal_mask,
                                      cache, cache_update_index,
@@ -100,9 +106,9 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
             k, v = self.split_heads(self.W_k(keys)), self.split_heads(self.W_v(values))
             if cache is not None:  # write this step's keys/values into the cache
                 start = (0, cache_update_index, 0, 0)
-                k = attn_ops.slice_update(cache[0], start, k)
-                v = attn_ops.slice_update(cache[1], start, v)
-                cache = (k, v)
+                k = attn_ops.slice_update(cache.k, start, k)
+                v = attn_ops.slice_update(cache.v, start, v)
+                cache = KVCache(k, v)
         keep = attention_mask(queries, k, mask, queries_mask, keys_mask, values_mask,
                               use_causal_mask, cache_update_index)
         context, weights = self._compute_attention(q, k, v, keep, valid_lens, training)
@@ -114,19 +120,21 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
     def _cached_call(self, queries, keys, values, valid_lens, mask, return_attention_scores,
                      training, use_causal_mask, cache, cache_update_index, queries_mask,
                      keys_mask, values_mask):
-        """The cached call on TensorFlow's fast path: the same projections (as one
-        ``BatchMatMulV3`` per Dense on a decoding step's one position,
+        """The cached call over a heads-first cache (TensorFlow): the same projections (as
+        one ``BatchMatMulV3`` per Dense on a decoding step's one position,
         :func:`keras_attn.layers._step.dense`) around
-        :func:`keras_attn.tf_attention.cached_attention`, whose cache is heads-first."""
-        from keras_attn import tf_attention
+        :func:`keras_attn.tf_step.cached_attention`."""
+        from keras_attn import tf_step
 
         scale = ops.cast(1.0 / math.sqrt(self.head_dim), queries.dtype)
         k = v = None
-        if cache_update_index is not None and queries is keys is values and (
-                queries.shape[1] == 1 and queries.dtype == self.W_q.kernel.dtype):
+        if cache_update_index is not None and queries is keys is values:
             # Self-attention: one matmul with the three kernels side by side.
-            q, k, v = tf_attention.fused_projection(
-                queries, [self.W_q, self.W_k, self.W_v], self.use_bias)
+            for layer in (self.W_q, self.W_k, self.W_v):
+                check_dense(layer)
+            q, k, v = tf_step.fused_projection(
+                ops.cast(queries, self.W_q.compute_dtype), [self.W_q, self.W_k, self.W_v],
+                self.use_bias)
         else:
             q = dense(self.W_q, queries)  # (B, Q, num_hiddens)
             if cache_update_index is not None:
@@ -134,7 +142,7 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         q = q * scale
         keep = attention_mask(queries, queries, mask, queries_mask, keys_mask, values_mask)
         dropout = lambda w: self.dropout_layer(w, training=training)  # noqa: E731
-        context, weights, cache = tf_attention.cached_attention(
+        context, weights, cache = tf_step.cached_attention(
             q, k, v, cache, cache_update_index, self.num_heads, keep, valid_lens,
             use_causal_mask, dropout)
         output = dense(self.W_o, context)  # (B, Q, num_hiddens)
@@ -168,30 +176,50 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         shape = ops.shape(x)
         return ops.reshape(x, (shape[0], shape[1], self.num_hiddens))
 
-    def compute_cache(self, keys, values=None):
+    @staticmethod
+    def cache_layout(layout=None):
+        """The :mod:`keras_attn.layers.kv_cache` class a cache made now has: ``layout``
+        when given, else by the kernel policy (:mod:`keras_attn.fastpath`): a
+        ``GrowingCache`` where it allows growing caches, a ``HeadsFirstCache`` on
+        TensorFlow's fast path, a ``KVCache`` elsewhere."""
+        if layout is not None:
+            if layout not in (KVCache, HeadsFirstCache, GrowingCache):
+                raise ValueError("`layout` must be KVCache, HeadsFirstCache or GrowingCache "
+                                 f"(keras_attn.layers.kv_cache). Received: layout={layout!r}")
+            return layout
+        policy = fastpath.current()
+        if policy.growing_cache():
+            return GrowingCache
+        return HeadsFirstCache if policy.fast() else KVCache
+
+    def compute_cache(self, keys, values=None, layout=None):
         """Projected, head-split ``(k, v)`` of ``keys``/``values``: the cache of a
-        cross-attention over a source that does not change while decoding. ``(B, K, H,
-        d_h)``, or heads-first ``(B, H, K, d_h)`` on TensorFlow's fast path."""
+        cross-attention over a source that does not change while decoding, a ``KVCache``
+        ``(B, K, H, d_h)`` or a ``HeadsFirstCache`` ``(B, H, K, d_h)`` (``layout``, default
+        :meth:`cache_layout`; a cross-attention's cache does not grow)."""
         values = keys if values is None else values
         k, v = self.W_k(keys), self.W_v(values)
-        if fastpath.enabled():
-            from keras_attn import tf_attention
+        if self.cache_layout(layout) is KVCache:
+            return KVCache(self.split_heads(k), self.split_heads(v))
+        from keras_attn import tf_step
 
-            return tf_attention.heads_first(k, self.num_heads)[0], tf_attention.heads_first(
-                v, self.num_heads)[0]
-        return self.split_heads(k), self.split_heads(v)
+        return HeadsFirstCache(tf_step.heads_first(k, self.num_heads)[0],
+                               tf_step.heads_first(v, self.num_heads)[0])
 
-    def init_cache(self, batch, max_len):
-        """A self-attention cache of ``max_len`` positions: ``(k, v)`` zeros ``(B, max_len,
-        H, d_h)``; on TensorFlow's fast path heads-first, and in a plain graph empty and
-        growing (:func:`keras_attn.tf_attention.empty_cache`)."""
-        if fastpath.enabled():
-            from keras_attn import tf_attention
+    def init_cache(self, batch, max_len, layout=None):
+        """A self-attention cache of ``max_len`` positions: zeros of the ``layout``
+        (default :meth:`cache_layout`): ``KVCache`` ``(B, max_len, H, d_h)``,
+        ``HeadsFirstCache`` ``(B, H, max_len, d_h)``, or an empty ``GrowingCache``
+        (:func:`keras_attn.tf_step.empty_cache`)."""
+        layout = self.cache_layout(layout)
+        if layout is KVCache:
+            zeros = ops.zeros((batch, max_len, self.num_heads, self.head_dim),
+                              self.compute_dtype)
+            return KVCache(zeros, zeros)
+        from keras_attn import tf_step
 
-            return tf_attention.empty_cache(batch, self.num_heads, max_len, self.head_dim,
-                                            self.compute_dtype)
-        zeros = ops.zeros((batch, max_len, self.num_heads, self.head_dim), self.compute_dtype)
-        return zeros, zeros
+        return tf_step.empty_cache(batch, self.num_heads, max_len, self.head_dim,
+                                   self.compute_dtype, growing=layout is GrowingCache)
 
     def compute_output_shape(self, queries_shape, *args, **kwargs):
         return tuple(queries_shape[:-1]) + (self.num_hiddens,)

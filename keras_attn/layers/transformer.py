@@ -7,6 +7,8 @@ from keras import ops
 from keras_attn import fastpath
 from keras_attn.layers import _checks
 from keras_attn.layers._step import dense, layer_norm
+from keras_attn.layers.kv_cache import HeadsFirstCache, KVCache
+from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.positional_encoding import PositionalEncoding
 from keras_attn.layers.transformer_blocks import TransformerDecoderBlock, TransformerEncoderBlock
 
@@ -234,22 +236,28 @@ class TransformerDecoder(_StackBase):
             outputs += ({**cache, "self": tuple(new_self)},)
         return outputs if len(outputs) > 1 else logits
 
-    def init_cache(self, enc_outputs, source, max_len):
+    def init_cache(self, enc_outputs, source, max_len, layout=None):
         """The decoding cache: zero self-attention buffers, the source projected once.
 
         Args:
             enc_outputs: ``(B, S, num_hiddens)``, the encoder's output for ``source``.
             source: int ``(B, S)`` source ids (0 = padding). max_len: positions to cache.
+            layout: the self-attention caches' class (:mod:`keras_attn.layers.kv_cache`;
+                default ``MultiHeadAttention.cache_layout``: by the kernel policy); the
+                cross-attention's are a ``KVCache`` with a ``KVCache``, else a
+                ``HeadsFirstCache``.
 
         Returns: a dict, the ``cache`` argument of :meth:`call`: ``"self"`` (per layer
-        ``(k, v)`` zeros ``(B, max_len, H, d_h)``), ``"cross"`` (per layer ``(k, v)``
-        ``(B, S, H, d_h)``) and ``"source_mask"`` bool ``(B, S)``. On TensorFlow's fast
-        path the ``(k, v)`` are heads-first, and in a plain graph the self-attention's
-        start empty and grow (``MultiHeadAttention.init_cache``).
+        zeros ``(B, max_len, H, d_h)``, heads-first ``(B, H, max_len, d_h)``, or empty and
+        growing), ``"cross"`` (per layer ``(B, S, H, d_h)`` or heads-first) and
+        ``"source_mask"`` bool ``(B, S)``.
         """
         batch = ops.shape(enc_outputs)[0]
-        return {"self": tuple(blk.attention1.init_cache(batch, max_len) for blk in self.blks),
-                "cross": tuple(blk.compute_cache(enc_outputs) for blk in self.blks),
+        layout = MultiHeadAttention.cache_layout(layout)
+        cross = KVCache if layout is KVCache else HeadsFirstCache
+        return {"self": tuple(blk.attention1.init_cache(batch, max_len, layout)
+                              for blk in self.blks),
+                "cross": tuple(blk.compute_cache(enc_outputs, cross) for blk in self.blks),
                 "source_mask": ops.not_equal(source, PAD_ID)}
 
     @staticmethod
@@ -281,8 +289,8 @@ class TiedLogits(keras.layers.Layer):
 
     def call(self, x, embeddings):
         if x.shape[1] == 1 and fastpath.enabled():  # a decoding step: see layers._step
-            from keras_attn import tf_attention
+            from keras_attn import tf_step
 
-            return tf_attention.linear(x, embeddings, self.bias, transpose_kernel=True)
+            return tf_step.linear(x, embeddings, self.bias, transpose_kernel=True)
         return ops.matmul(x, ops.transpose(ops.cast(embeddings, x.dtype))) + ops.cast(
             self.bias, x.dtype)

@@ -133,8 +133,9 @@ class TransformerDecoderBlock(_BlockBase):
         return_attention_scores: also return ``(self_weights, cross_weights)``.
         self_attention_cache: ``(k, v)`` ``(B, max_len, H, d_h)``; this call's keys and
             values are written at ``self_attention_cache_update_index`` (step decoding).
-        cross_attention_cache: ``(k, v)`` ``(B, S, H, d_h)`` from :meth:`compute_cache`
-            (then ``enc_outputs`` is not read). Give both caches or neither.
+        cross_attention_cache: the projected source from :meth:`compute_cache` (then
+            ``enc_outputs`` is not read). Give both caches or neither; their layouts:
+            :mod:`keras_attn.layers.kv_cache`.
 
     Returns: ``(B, T, num_hiddens)``; with ``return_attention_scores`` also the weights;
     with the caches also the updated self-attention cache, last.
@@ -207,9 +208,10 @@ class TransformerDecoderBlock(_BlockBase):
         outputs += tuple(caches)
         return outputs if len(outputs) > 1 else x
 
-    def compute_cache(self, enc_outputs):
-        """The cross-attention's projected ``(k, v)`` ``(B, S, H, d_h)`` of the source."""
-        return self.attention2.compute_cache(enc_outputs)
+    def compute_cache(self, enc_outputs, layout=None):
+        """The cross-attention's projected ``(k, v)`` of the source
+        (``MultiHeadAttention.compute_cache``)."""
+        return self.attention2.compute_cache(enc_outputs, layout=layout)
 
     def compute_mask(self, x, enc_outputs=None, enc_valid_lens=None, mask=None, **kwargs):
         # Keras passes the previous masks, not `x_mask`: the output keeps x's padding.

@@ -5,10 +5,13 @@ once, then ``decoder(token, cache=..., cache_update_index=i)`` per step. The Tra
 cache holds each layer's self-attention keys/values and the cross-attention keys/values
 computed once, so a step costs the same at position 8 and at position 64; the Bahdanau
 cache holds the GRU states. ``use_cache=False`` re-runs the model on the whole prefix at
-every step (the reference). On TensorFlow's fast path (:mod:`keras_attn.fastpath`) the
-layers choose the kernels of a one-position step themselves (heads-first caches, one
-``BatchMatMulV3`` per projection, no op that oneDNN rewrites: :mod:`keras_attn.tf_attention`);
-the step is the same decoder call everywhere (docs/benchmarks/NOTES.md, "Decoding step").
+every step (the reference). The cache's class is its layout
+(:mod:`keras_attn.layers.kv_cache`, chosen by the kernel policy :mod:`keras_attn.fastpath`
+when the cache is made) and the layers choose the kernels of a one-position step from it
+(heads-first caches, one ``BatchMatMulV3`` per projection, no op that oneDNN rewrites:
+:mod:`keras_attn.tf_step`); the step is the same decoder call everywhere
+(docs/benchmarks/NOTES.md, "Decoding step"). :class:`DecodingStep` is the one driver of it:
+the samplers' loops, and the TFLite builtin target's exported step, call it.
 """
 import keras
 from keras import ops
@@ -26,7 +29,7 @@ def log_probs(logits, start_id):
     return ops.log_softmax(ops.where(banned, NEG, logits), axis=-1)
 
 
-class _Steps:
+class DecodingStep:
     """``init() -> state`` and ``step(token, state, index) -> (logits, state, alignment)``
     for a model of :mod:`keras_attn.models`, with or without the cache (the reference).
 
@@ -36,10 +39,17 @@ class _Steps:
     projected once, its mask) is read from here: the loop passes it through unchanged and
     a beam reorder does not copy it.
 
-    A step is the decoder's own cached call (on TensorFlow's fast path its layers choose
-    the kernels of a one-position step, :mod:`keras_attn.tf_attention`). The decoder's
-    weights are read once, in :meth:`init`, and seen by every step through a
-    ``keras.StatelessScope`` (inside a loop, a variable read would run at every step).
+    A step is the decoder's own cached call (its layers choose the kernels of a
+    one-position step from the cache's layout, :mod:`keras_attn.tf_step`). The decoder's
+    weights are read once, in :meth:`init` (or :meth:`use_constants`), and seen by every
+    step through a ``keras.StatelessScope`` (inside a loop, a variable read would run at
+    every step).
+
+    Args:
+        model: a model of :mod:`keras_attn.models`. source: int ``(B, S)`` token ids, or
+            None for :meth:`use_constants`. max_len: the longest output. use_cache: the
+            cached step (else the reference). start_id: banned besides padding.
+        encoded: the encoder's output for ``source`` (:func:`encode`), or None.
     """
 
     _STATE_KEYS = ("self", "states")  # the entries of a decoder's cache that steps rewrite
@@ -60,10 +70,8 @@ class _Steps:
     def init(self, carry_constants=False):
         """The first state. ``carry_constants``: the state holds the whole cache (the
         source's projections too, every tensor with the rows first), for a loop that drops
-        rows from it (:meth:`Sampler.__call__` with ``compact``)."""
-        # ops.copy: a tensor read from the variable (convert_to_tensor would give the
-        # variable itself back on TensorFlow); in a graph a read, not a copy of the data.
-        self.weights = [(w, ops.copy(w)) for w in self.decoder.weights]
+        rows from it (:mod:`keras_attn.decoding.compacted`)."""
+        self._read_weights()
         encoded = self._encoded
         if self.use_cache:
             cache = self.decoder.init_cache(encoded, self.source, self.max_len)
@@ -74,7 +82,24 @@ class _Steps:
         self.encoded = tuple(encoded) if isinstance(encoded, (tuple, list)) else (encoded,)
         return ops.zeros((ops.shape(self.source)[0], self.max_len), "int32")  # the prefix
 
+    def use_constants(self, constants):
+        """Step with a cache made elsewhere (the TFLite builtin target, whose encoder file
+        makes it): ``constants`` are the entries of the decoder's cache that steps only
+        read (the cross-attention's, the source mask); the state holds the rest."""
+        if not self.use_cache:
+            raise ValueError("`use_constants` needs the cached step. Received: use_cache=False")
+        self._read_weights()
+        self.constants = dict(constants)
+        return self
+
+    def _read_weights(self):
+        # ops.copy: a tensor read from the variable (convert_to_tensor would give the
+        # variable itself back on TensorFlow); in a graph a read, not a copy of the data.
+        self.weights = [(w, ops.copy(w)) for w in self.decoder.weights]
+
     def step(self, token, state, index, alignment=False):
+        """``(logits (B, V) float32, new state, alignment (B, S) or None)`` for ``token``
+        int32 ``(B,)`` at position ``index``; padding (0) and ``start_id`` banned."""
         with keras.StatelessScope(self.weights):
             logits, state, align = self._step(token, state, index, alignment)
         logits = ops.where(self.banned, NEG, ops.cast(logits, "float32"))
@@ -112,7 +137,7 @@ def step_functions(model, source, max_len, use_cache, start_id, encoded):
         >>> state = steps.init()
         >>> logits, state, _ = steps.step(ops.full((B,), 2, "int32"), state, 0)
     """
-    return _Steps(model, source, max_len, use_cache, start_id, encoded)
+    return DecodingStep(model, source, max_len, use_cache, start_id, encoded)
 
 
 def encode(model, source):

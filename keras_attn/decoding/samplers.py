@@ -2,16 +2,17 @@
 
 :class:`Sampler` owns the loop (``keras.ops.while_loop``, so it runs on TensorFlow, JAX and
 PyTorch, eagerly, traced, under XLA, and exports into SavedModels and TFLite files) and
-drives the model's step (:mod:`keras_attn.steps`); :class:`GreedySampler`,
+drives the model's step (:mod:`keras_attn.decoding.step`); :class:`GreedySampler`,
 :class:`BeamSampler` and :class:`RandomSampler` only choose the next tokens. Every buffer
 is preallocated at ``max_len`` and written at the step index (no dynamic-size
 ``TensorArray``: under XLA in TF 2.21 their writes can be silently dropped).
 
-In a TensorFlow graph that is not compiled by XLA (the SavedModel's signatures, the
-Translator's ``tf.function``), greedy decoding and sampling drop a row from the step's work
-when it ends (:meth:`Sampler._compact_loop`): the rows still going carry the cache, the
-finished ones cost nothing more. Beam search keeps every row (its hypotheses trade rows),
-and so do XLA and TFLite (fixed shapes).
+Where the kernel policy allows a loop whose tensors change shape (``keras_attn.fastpath``'s
+``dynamic_shapes``: the SavedModel's signatures, the Translator's ``tf.function`` s), greedy
+decoding and sampling drop a row from the step's work when it ends
+(:mod:`keras_attn.decoding.compacted`, ``compact=True``): the rows still going carry the
+cache, the finished ones cost nothing more. Beam search keeps every row (its hypotheses
+trade rows), and so do XLA and TFLite (fixed shapes).
 
 Token conventions: 0 is padding; ``start_id`` and 0 are never generated; a row stops at
 ``end_id`` (included in the output) and is padded with 0 after it.
@@ -21,7 +22,8 @@ References: D2L 10.8 (beam search); keras-hub's ``Sampler``.
 import keras
 from keras import ops
 
-from keras_attn.steps import NEG, check_source, encode, step_functions
+from keras_attn.decoding.rng import uniform
+from keras_attn.decoding.step import NEG, check_source, encode, step_functions
 
 _POSITION_MAJOR = ("tokens", "attention")  # the loop's buffers written one position a step
 
@@ -39,6 +41,8 @@ class Sampler:
         use_cache: decode with the key/value cache (False: re-run the model on the whole
             prefix at every step, the reference).
         return_attention: also return the alignment of each token over the source.
+        compact: drop the rows that ended from the step's work, where the loop can
+            (:meth:`compacts`); the same tokens, lengths and scores either way.
 
     Call arguments: ``model`` (from :mod:`keras_attn.models`), ``source`` int ``(B, S)``.
 
@@ -50,14 +54,14 @@ class Sampler:
     beams = 1
     reorders = False  # whether select() moves hypotheses between rows (beam search)
 
-    def __init__(self, max_len, start_id, end_id, use_cache=True, return_attention=False):
+    def __init__(self, max_len, start_id, end_id, use_cache=True, return_attention=False,
+                 compact=True):
         _check_id("max_len", max_len)
         _check_id("start_id", start_id)
         _check_id("end_id", end_id)
         self.max_len, self.start_id, self.end_id = max_len, start_id, end_id
         self.use_cache, self.return_attention = bool(use_cache), bool(return_attention)
-        # Finished rows leave the step's work where the loop can shrink (see `compacts`).
-        self.compact = True
+        self.compact = bool(compact)
 
     def select(self, logits, scores, finished, index=None, rows=None):
         """``logits`` float32 ``(B, K, V)`` of every next token (banned ids at the fill
@@ -99,13 +103,15 @@ class Sampler:
             # step is lighter (measured: docs/benchmarks/NOTES.md).
             import tensorflow as tf  # compacts(): on TensorFlow only
 
+            from keras_attn.decoding.compacted import compacted_loop
+
             rows = batch * k
             if isinstance(rows, int):  # a shape known when traced
                 if rows > 1:
-                    return self._compact_loop(steps, batch, limit, prefix)
+                    return compacted_loop(self, steps, batch, limit, prefix)
             else:
                 return tf.cond(rows > 1,
-                               lambda: self._compact_loop(steps, batch, limit, prefix),
+                               lambda: compacted_loop(self, steps, batch, limit, prefix),
                                lambda: self._loop(steps, batch, src_len, limit, prefix))
         return self._loop(steps, batch, src_len, limit, prefix)
 
@@ -121,7 +127,7 @@ class Sampler:
             finished = out["finished"]
             logits = ops.reshape(logits, (batch, k, logits.shape[-1] or -1))  # V kept static
             if prefix is not None:  # force the prefix's token where the row has one
-                logits = _force_prefix(logits, prefix, i)
+                logits = force_prefix(logits, prefix, i)
             next_token, beam, scores = self.select(logits, out["scores"], finished, i)
             out = dict(out, scores=scores)
             if beam is not None:  # reorder everything that belongs to a hypothesis
@@ -155,84 +161,16 @@ class Sampler:
         return result
 
     def compacts(self):
-        """Whether this call's loop drops finished rows from the step's work: on
-        TensorFlow's fast path, in a graph whose loop may carry tensors that change shape
-        (not under XLA, not with a preallocated cache: TFLite), for samplers whose rows
-        never trade places (not beam search), with the cache."""
+        """Whether this call's loop drops finished rows from the step's work
+        (:mod:`keras_attn.decoding.compacted`): asked for (``compact``), with the cache,
+        for samplers whose rows never trade places (not beam search) and without
+        alignments, where the kernel policy lets the loop carry tensors whose shape
+        changes (``keras_attn.fastpath``: ``dynamic_shapes`` in a traced graph)."""
         if not (self.compact and self.use_cache) or self.reorders or self.return_attention:
             return False
         from keras_attn import fastpath
 
-        if not fastpath.enabled():
-            return False
-        from keras_attn import tf_attention
-
-        return tf_attention.growing_cache()
-
-    def _compact_loop(self, steps, batch, limit, prefix):
-        """The loop of :meth:`__call__` over the unfinished rows only. The state (the whole
-        cache, the source's projections too), the last tokens, the scores, the tokens so
-        far and ``rows`` (their numbers in the batch) lose a row at the step it ends,
-        which then writes its tokens, length and score into the whole-batch buffers (the
-        rows still going at the end are written after the loop). A row's values are those
-        of the plain loop; only the number of rows beside it differs."""
-        import tensorflow as tf  # reached on TensorFlow only (compacts)
-
-        k, max_len, n = self.beams, self.max_len, batch * self.beams
-
-        def relax(t):  # rows first, how many is left open: the loop drops rows
-            return tf.compat.v1.placeholder_with_default(t, (None,) + tuple(t.shape[1:]))
-
-        def write(out, rows, scores, tokens):
-            """``out`` with ``rows`` done: their ``tokens`` so far, length and score."""
-            length = tf.shape(tokens)[1]
-            padded = tf.pad(tokens, [[0, 0], [0, max_len - length]])
-            at = rows[:, None]
-            return {"tokens": tf.tensor_scatter_nd_update(out["tokens"], at, padded),
-                    "lengths": tf.tensor_scatter_nd_update(
-                        out["lengths"], at, tf.fill(tf.shape(rows), length)),
-                    "scores": tf.tensor_scatter_nd_update(out["scores"], at, scores)}
-
-        def cond(i, token, state, rows, scores, tokens, out):
-            return ops.logical_and(i < limit, ops.shape(rows)[0] > 0)
-
-        def body(i, token, state, rows, scores, tokens, out):
-            logits, state, _ = steps.step(token, state, i)
-            logits = ops.expand_dims(logits, 1)  # (N, 1, V): one hypothesis per row here
-            if prefix is not None:
-                logits = _force_prefix(logits, prefix, i, ops.floor_divide(rows, k))
-            token, _, scores = self.select(logits, ops.expand_dims(scores, 1), None, i, rows)
-            token, scores = token[:, 0], scores[:, 0]
-            tokens = ops.concatenate([tokens, ops.expand_dims(token, 1)], axis=1)
-            going = ops.not_equal(token, self.end_id)
-
-            def drop_ended():
-                ended, keep = (tf.reshape(tf.where(m), (-1,)) for m in (~going, going))
-                done = write(out, *(tf.gather(t, ended) for t in (rows, scores, tokens)))
-                kept = tf.nest.map_structure(lambda t: tf.gather(t, keep),
-                                             (token, state, rows, scores, tokens))
-                return (*kept, done)
-
-            # The rows' copies only at the steps where some row ends.
-            token, state, rows, scores, tokens, out = tf.cond(
-                tf.reduce_all(going), lambda: (token, state, rows, scores, tokens, out),
-                drop_ended)
-            return i + 1, token, state, rows, scores, tokens, out
-
-        out = {"tokens": ops.zeros((n, max_len), "int32"), "lengths": ops.zeros((n,), "int32"),
-               "scores": ops.zeros((n,), "float32")}
-        loop_vars = (ops.convert_to_tensor(0, "int32"),
-                     relax(ops.full((n,), self.start_id, "int32")),
-                     keras.tree.map_structure(relax, steps.init(carry_constants=True)),
-                     relax(ops.arange(n, dtype="int32")),
-                     relax(ops.reshape(self.initial_scores(batch), (-1,))),
-                     tf.compat.v1.placeholder_with_default(tf.zeros((n, 0), "int32"),
-                                                           (None, None)), out)
-        _, _, _, rows, scores, tokens, out = ops.while_loop(cond, body, loop_vars)
-        out = write(out, rows, scores, tokens)  # the rows that reached the limit
-        return {"tokens": ops.reshape(out["tokens"], (batch, k, max_len)),
-                "lengths": ops.reshape(out["lengths"], (batch, k)),
-                "log_prob": ops.reshape(out["scores"], (batch, k))}
+        return fastpath.current().growing_cache()
 
 
 class GreedySampler(Sampler):
@@ -281,7 +219,7 @@ class BeamSampler(Sampler):
         return ops.cast(index % vocab, "int32"), ops.cast(index // vocab, "int32"), top
 
 
-def _force_prefix(logits, prefix, index, sentences=None):
+def force_prefix(logits, prefix, index, sentences=None):
     """``logits`` ``(N, K, V)`` with every id but ``prefix``'s token at step ``index``
     banned, in the rows whose prefix ``(B, P)`` still has one (0: none left).
     ``sentences``: each row's sentence, int32 ``(N,)`` (default: row ``b`` is sentence
@@ -297,33 +235,6 @@ def _force_prefix(logits, prefix, index, sentences=None):
     return ops.where(ops.logical_or(forced == 0, keep), logits, NEG)
 
 
-def _mix16(h):
-    """One round of a 16-bit integer hash: multiply (odd constants, mod 2**16) and
-    ``h += h >> k`` steps. Only int32 add/mul/floor_div/floor_mod on values below 2**31 (no
-    overflow, no bitwise op), so TF, TFLite builtins, JAX and PyTorch give the same bits."""
-    h = ops.mod(h * 20201 + 13849, 65536)
-    h = ops.mod(h + ops.floor_divide(h, 128), 65536)
-    h = ops.mod(h * 30971, 65536)
-    return ops.mod(h + ops.floor_divide(h, 512), 65536)
-
-
-def uniform(seed, row, step):
-    """A float32 in (0, 1) for each ``row`` (int32 ``(N,)``), from ``seed`` and ``step``
-    (int32 scalars): a counter-based hash of (seed, row, step), the same bits on every
-    backend and artefact. 24 random bits (two 16-bit streams), exact in float32."""
-    seed = ops.cast(seed, "int32")
-    parts = [ops.mod(seed, 65536), ops.mod(ops.floor_divide(seed, 65536), 65536),
-             ops.mod(ops.cast(row, "int32"), 65536), ops.mod(ops.cast(step, "int32"), 65536)]
-    words = []
-    for stream in (1, 2):
-        h = stream * 7919
-        for part in parts:  # absorb one input, then mix twice
-            h = _mix16(_mix16(ops.mod(h + part, 65536)))
-        words.append(h)
-    bits = words[0] * 256 + ops.floor_divide(words[1], 256)  # 24 bits
-    return (ops.cast(bits, "float32") + 0.5) / 16777216.0
-
-
 class RandomSampler(Sampler):
     """Random sampling with top-k, top-p (nucleus) and temperature; ``samples`` draws per
     row (``num_hypotheses``), each from its own stream of :func:`uniform`.
@@ -336,9 +247,10 @@ class RandomSampler(Sampler):
     """
 
     def __init__(self, max_len, start_id, end_id, samples=1, topk=1, topp=1.0,
-                 temperature=1.0, seed=0, use_cache=True, return_attention=False):
+                 temperature=1.0, seed=0, use_cache=True, return_attention=False,
+                 compact=True):
         _check_count("num_hypotheses", samples)
-        super().__init__(max_len, start_id, end_id, use_cache, return_attention)
+        super().__init__(max_len, start_id, end_id, use_cache, return_attention, compact)
         self.beams = samples
         self.topk, self.topp, self.temperature, self.seed = topk, topp, temperature, seed
 

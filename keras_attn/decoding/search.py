@@ -1,22 +1,19 @@
-"""Decoding a model of :mod:`keras_attn.models`: greedy search, beam search (GNMT length
-penalty), sampling, and the per-request :func:`decode` that the served artefacts run.
+"""The public decoding functions: greedy search, beam search (GNMT length penalty), the
+per-request :func:`decode` that every served artefact runs, and the teacher-forced
+:func:`cross_attention` that word alignments read.
 
-The loops are :mod:`keras_attn.samplers` (one :class:`Sampler` loop, a subclass per way of
-choosing the next tokens); the step they drive is :mod:`keras_attn.steps` (the decoder's
-own cached call). Their names are importable from here too.
+Each builds a sampler (:mod:`keras_attn.decoding.samplers`) and ranks or reshapes what its
+loop returns; none has a loop of its own.
 
 References: D2L 10.8 (beam search); Wu et al. 2016 (GNMT length penalty).
 """
 import keras
 from keras import ops
 
-from keras_attn.samplers import (BeamSampler, GreedySampler, RandomSampler, Sampler, take_beams,
-                                 uniform)
-from keras_attn.steps import check_source, encode, log_probs, step_functions
+from keras_attn.decoding.samplers import BeamSampler, GreedySampler, RandomSampler, take_beams
+from keras_attn.decoding.step import check_source, encode
+from keras_attn.special_tokens import END_ID, START_ID
 
-__all__ = ["BeamSampler", "GreedySampler", "KINDS", "RandomSampler", "Sampler", "beam_decode_fixed",
-           "beam_search", "cross_attention", "decode", "encode", "greedy_decode_fixed",
-           "greedy_search", "length_penalty", "log_probs", "step_functions", "uniform"]
 KINDS = ("greedy", "beam", "sample")  # how :func:`decode` chooses the next tokens
 
 
@@ -74,7 +71,8 @@ def greedy_search(model, source, max_len, start_id, end_id, use_cache=True,
     return tokens
 
 
-def beam_decode_fixed(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=1, end_id=2):
+def beam_decode_fixed(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=START_ID,
+                      end_id=END_ID):
     """Beam search into fixed-size buffers (XLA-compilable, exportable).
 
     Hypotheses are pruned by their summed log-probability; the final ranking uses
@@ -90,7 +88,8 @@ def beam_decode_fixed(model, source, beam_size=4, alpha=0.6, max_len=64, start_i
     return {"tokens": take_beams(out["tokens"], order), **ranked, "scores": scores}
 
 
-def beam_search(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=1, end_id=2):
+def beam_search(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=START_ID,
+                end_id=END_ID):
     """Beam search with the GNMT length penalty.
 
     Args:
@@ -112,7 +111,7 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=1, e
 
 def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=None,
            encoded=None):
-    """Decode with :class:`keras_attn.decoding_options.DecodingOptions` (resolved: its
+    """Decode with :class:`keras_attn.decoding.options.DecodingOptions` (resolved: its
     ``max_length`` and ``length_penalty`` set).
 
     ``sampling_topk > 1`` samples (``num_hypotheses`` draws per row; ``beam_size`` is then

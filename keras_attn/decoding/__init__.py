@@ -1,0 +1,62 @@
+"""Decoding a model of :mod:`keras_attn.models`: greedy search, beam search, sampling and the
+per-request :func:`decode` that every artefact runs.
+
+One module per job (arrows only downward):
+
+================  ===========================================================================
+module            holds
+================  ===========================================================================
+``search``        the public functions: :func:`greedy_search`, :func:`beam_search`,
+                  :func:`decode` (every per-request option), :func:`cross_attention`
+``samplers``      the one loop (:class:`Sampler`) and how each strategy chooses the next
+                  tokens (:class:`GreedySampler`, :class:`BeamSampler`,
+                  :class:`RandomSampler`); forcing a target prefix
+``compacted``     TensorFlow only: the loop that drops the rows that ended
+``step``          the step the loops drive (:class:`DecodingStep`: the decoder's own cached
+                  call, the banned ids), the encoder's output, the source checks
+``rng``           the counter-based random numbers of sampling (the same bits everywhere)
+``options``       :class:`DecodingOptions`, every per-request option, checked
+================  ===========================================================================
+
+A new decoding feature goes where its job is: a way of choosing tokens is a ``Sampler``
+subclass (or a change to ``select``), something every step's logits go through belongs to
+``step``, a new per-request value is one field of ``options``. The kernels a step runs are
+chosen by the layers from the cache's layout (:mod:`keras_attn.layers.kv_cache`) and the
+kernel policy (:mod:`keras_attn.fastpath`), never here.
+
+Example:
+    >>> from keras_attn import decoding
+    >>> tokens = decoding.greedy_search(model, source, max_len=20, start_id=2, end_id=3)
+    >>> tokens, scores = decoding.beam_search(model, source, beam_size=4)
+
+References: D2L 10.8 (beam search); Wu et al. 2016 (GNMT length penalty); keras-hub's
+``Sampler``.
+
+Names are loaded on first use (PEP 562): ``keras_attn.decoding.options`` imports neither
+Keras nor TensorFlow (the TFLite runtime checks options with it).
+"""
+import importlib
+
+_NAMES = {
+    "options": ("DecodingOptions",),
+    "rng": ("uniform",),
+    "samplers": ("BeamSampler", "GreedySampler", "RandomSampler", "Sampler", "take_beams"),
+    "search": ("KINDS", "beam_decode_fixed", "beam_search", "cross_attention", "decode",
+               "greedy_decode_fixed", "greedy_search", "length_penalty"),
+    "step": ("DecodingStep", "encode", "log_probs", "step_functions"),
+}
+_MODULE_OF = {name: module for module, names in _NAMES.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name):
+    """PEP 562: import the submodule that defines ``name`` the first time it is read."""
+    if name in _MODULE_OF:
+        value = getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_MODULE_OF))

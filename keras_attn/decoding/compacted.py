@@ -1,0 +1,87 @@
+"""TensorFlow only: the decoding loop that drops the rows that ended from the step's work.
+
+:meth:`keras_attn.decoding.samplers.Sampler.__call__` runs it for greedy decoding and
+sampling (rows that never trade places) where the kernel policy lets a loop carry tensors
+whose shape changes (``keras_attn.fastpath``'s ``dynamic_shapes``, in a traced graph; not
+under XLA, not in TFLite). The tokens, lengths and scores are those of the plain loop
+(``tests/test_decoding.py``); only the number of rows a step computes differs.
+"""
+import keras
+import tensorflow as tf
+from keras import ops
+
+from keras_attn.decoding.samplers import force_prefix
+
+
+def compacted_loop(sampler, steps, batch, limit, prefix):
+    """``sampler``'s loop over the unfinished rows only.
+
+    The state (the whole cache, the source's projections too), the last tokens, the
+    scores, the tokens so far and ``rows`` (their numbers in the batch) lose a row at the
+    step it ends, which then writes its tokens, length and score into the whole-batch
+    buffers (the rows still going at the end are written after the loop). A row's values
+    are those of the plain loop; only the number of rows beside it differs.
+
+    Args:
+        sampler: a :class:`~keras_attn.decoding.samplers.Sampler` that does not reorder
+            rows. steps: its :class:`~keras_attn.decoding.step.DecodingStep`.
+        batch: sentences B (``B * sampler.beams`` rows). limit: int32 scalar, the most
+            tokens. prefix: int32 ``(B, P)`` forced target ids, or None.
+
+    Returns: the dict of :meth:`Sampler.__call__` (without ``attention``).
+    """
+    k, max_len, n = sampler.beams, sampler.max_len, batch * sampler.beams
+
+    def relax(t):  # rows first, how many is left open: the loop drops rows
+        return tf.compat.v1.placeholder_with_default(t, (None,) + tuple(t.shape[1:]))
+
+    def write(out, rows, scores, tokens):
+        """``out`` with ``rows`` done: their ``tokens`` so far, length and score."""
+        length = tf.shape(tokens)[1]
+        padded = tf.pad(tokens, [[0, 0], [0, max_len - length]])
+        at = rows[:, None]
+        return {"tokens": tf.tensor_scatter_nd_update(out["tokens"], at, padded),
+                "lengths": tf.tensor_scatter_nd_update(
+                    out["lengths"], at, tf.fill(tf.shape(rows), length)),
+                "scores": tf.tensor_scatter_nd_update(out["scores"], at, scores)}
+
+    def cond(i, token, state, rows, scores, tokens, out):
+        return ops.logical_and(i < limit, ops.shape(rows)[0] > 0)
+
+    def body(i, token, state, rows, scores, tokens, out):
+        logits, state, _ = steps.step(token, state, i)
+        logits = ops.expand_dims(logits, 1)  # (N, 1, V): one hypothesis per row here
+        if prefix is not None:
+            logits = force_prefix(logits, prefix, i, ops.floor_divide(rows, k))
+        token, _, scores = sampler.select(logits, ops.expand_dims(scores, 1), None, i, rows)
+        token, scores = token[:, 0], scores[:, 0]
+        tokens = ops.concatenate([tokens, ops.expand_dims(token, 1)], axis=1)
+        going = ops.not_equal(token, sampler.end_id)
+
+        def drop_ended():
+            ended, keep = (tf.reshape(tf.where(m), (-1,)) for m in (~going, going))
+            done = write(out, *(tf.gather(t, ended) for t in (rows, scores, tokens)))
+            kept = tf.nest.map_structure(lambda t: tf.gather(t, keep),
+                                         (token, state, rows, scores, tokens))
+            return (*kept, done)
+
+        # The rows' copies only at the steps where some row ends.
+        token, state, rows, scores, tokens, out = tf.cond(
+            tf.reduce_all(going), lambda: (token, state, rows, scores, tokens, out),
+            drop_ended)
+        return i + 1, token, state, rows, scores, tokens, out
+
+    out = {"tokens": ops.zeros((n, max_len), "int32"), "lengths": ops.zeros((n,), "int32"),
+           "scores": ops.zeros((n,), "float32")}
+    loop_vars = (ops.convert_to_tensor(0, "int32"),
+                 relax(ops.full((n,), sampler.start_id, "int32")),
+                 keras.tree.map_structure(relax, steps.init(carry_constants=True)),
+                 relax(ops.arange(n, dtype="int32")),
+                 relax(ops.reshape(sampler.initial_scores(batch), (-1,))),
+                 tf.compat.v1.placeholder_with_default(tf.zeros((n, 0), "int32"),
+                                                       (None, None)), out)
+    _, _, _, rows, scores, tokens, out = ops.while_loop(cond, body, loop_vars)
+    out = write(out, rows, scores, tokens)  # the rows that reached the limit
+    return {"tokens": ops.reshape(out["tokens"], (batch, k, max_len)),
+            "lengths": ops.reshape(out["lengths"], (batch, k)),
+            "log_prob": ops.reshape(out["scores"], (batch, k))}

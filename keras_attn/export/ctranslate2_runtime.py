@@ -1,0 +1,230 @@
+"""Running a CTranslate2 export (CTranslate2-only): :class:`CTranslate2Translator`.
+
+Text in, text out with a model directory written by
+:class:`keras_attn.export.ctranslate2.CTranslate2Exporter`, through ``ctranslate2.Translator``
+and our own tokenizers, with the per-request options of API.md under our names. How its
+decoding compares with ``keras_attn.decoding`` (what is equal, what differs):
+:mod:`keras_attn.export.ctranslate2` and docs/decoding_options.md.
+
+Example:
+    >>> ct2 = CTranslate2Translator("runs/dates/export/ctranslate2")
+    >>> ct2.translate(["3 March 2021"])
+    ['2021-03-03']
+"""
+import os
+
+import numpy as np
+
+# First: without CTranslate2 (an optional extra) this raises an ImportError naming the extra.
+from keras_attn.export.ct2_converter import ct2_vocab
+
+import ctranslate2
+
+from keras_attn import runs, subword, text
+from keras_attn.decoding.options import DecodingOptions
+
+METADATA = "keras_attn.json"  # what the exporter writes beside the model, read here
+SRC_VOCAB, TGT_VOCAB = "src_vocab.txt", "tgt_vocab.txt"  # keras_attn.text's vocabulary files
+
+
+def decoding_options(max_len, beam_size=1):
+    """``translate_batch`` options that decode as ``keras_attn.decoding`` does."""
+    return {"beam_size": beam_size, "min_decoding_length": 0, "max_decoding_length": max_len,
+            "max_input_length": max_len, "return_end_token": True}
+
+
+class CTranslate2Translator:
+    """Text in, text out with a model directory from :func:`export_ctranslate2`.
+
+    The same interface as ``keras_attn.translator.Translator`` (``encode``,
+    ``translate_ids``, ``translate``, ``translate_nbest`` with the per-request options of
+    API.md under our names), so ``keras_attn.evaluation.evaluate`` scores it too.
+    Tokenizes with our vocabularies (``keras_attn.text.Tokenizer``) and decodes with
+    :func:`decoding_options`. CTranslate2 is asked for raw sums of log-probabilities
+    (``length_penalty=0``); ``beam_size > 1`` asks for ``beam_size`` hypotheses and reranks
+    them with our GNMT penalty ``((5 + n) / 6) ** length_penalty``.
+
+    What is equal to ``Translator`` (docs/decoding_options.md): greedy output, with or
+    without ``target_prefix`` (forced with CTranslate2's ``target_prefix``, its
+    log-probabilities not in the score, as ours), ``max_length``; beam search's best
+    hypothesis on most sentences, not all (another algorithm, module notes). Refused with a
+    ``ValueError`` naming the option: sampling (``sampling_topk > 1``: CTranslate2's random
+    numbers are not our seeded hash) and ``return_alignments`` (CTranslate2's attention is
+    not our alignment).
+
+    Args:
+        model_dir: the exported directory.
+        device, compute_type, intra_threads, inter_threads: ``ctranslate2.Translator``'s.
+
+    Example:
+        >>> ct2 = CTranslate2Translator("runs/dates/export/ctranslate2", intra_threads=2)
+        >>> ct2.translate(["3 March 2021"])
+        ['2021-03-03']
+        >>> ct2.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
+        [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
+    """
+
+    def __init__(self, model_dir, device="cpu", compute_type="default", intra_threads=0,
+                 inter_threads=1):
+        meta = runs.read_json(os.path.join(model_dir, METADATA))
+        self.max_len = int(meta["max_len"])
+        self.normalize = bool(meta["normalize_input"])
+        files = meta.get("tokenizers", {"src": SRC_VOCAB, "tgt": TGT_VOCAB})
+        self.src_tokenizer = subword.load_tokenizer(os.path.join(model_dir, files["src"]))
+        self.tgt_tokenizer = subword.load_tokenizer(os.path.join(model_dir, files["tgt"]))
+        self.src_tokens = ct2_vocab(self.src_tokenizer.vocab)
+        self.tgt_tokens = ct2_vocab(self.tgt_tokenizer.vocab)
+        self.tgt_ids = {t: i for i, t in enumerate(self.tgt_tokens)}
+        self.translator = ctranslate2.Translator(
+            os.fspath(model_dir), device=device, compute_type=compute_type,
+            intra_threads=intra_threads, inter_threads=inter_threads)
+
+    def encode(self, sentences):
+        """Source token strings per sentence (no ``</s>``: the model appends it)."""
+        import tensorflow as tf
+
+        if self.normalize:
+            sentences = [text.normalize_text(s) for s in sentences]
+        ids = self.src_tokenizer.tokenize(tf.constant(list(sentences), tf.string)).to_list()
+        return [[self.src_tokens[i] for i in row[: self.max_len - 1]] for row in ids]
+
+    def tokens_from_ids(self, source):
+        """Token strings from our source ids ``(B, S)`` (``Translator.encode``: ``[END]``
+        appended, 0 = padding)."""
+        rows = np.asarray(source).tolist()
+        return [[self.src_tokens[i] for i in row if i != text.PAD_ID][:-1] for row in rows]
+
+    def options(self, **options):
+        """:class:`~keras_attn.decoding.options.DecodingOptions` from keyword arguments, as
+        ``Translator.options`` (checked, ``length_penalty`` 0.6 and ``max_length``
+        ``max_len`` filled in), refusing what CTranslate2 cannot give as ours.
+
+        Raises:
+            ValueError: a bad or unknown option (``DecodingOptions``), ``sampling_topk > 1``
+                or ``return_alignments=True``.
+        """
+        opts = DecodingOptions.from_kwargs(**options)
+        if opts.sampling:
+            raise ValueError(
+                "`sampling_topk` > 1 (random sampling) is not available with CTranslate2: "
+                "its random numbers are not keras_attn's seeded hash, so a `seed` would not "
+                "give the same sample (use Translator, the SavedModel or the TFLite file). "
+                f"Received: sampling_topk={opts.sampling_topk}")
+        if opts.return_alignments:
+            raise ValueError(
+                "`return_alignments` is not available with CTranslate2: its attention "
+                "vectors are not keras_attn's word alignments. "
+                f"Received: return_alignments={opts.return_alignments}")
+        opts.validate(max_length_limit=self.max_len)
+        return opts.resolve(self.max_len, 0.6)
+
+    def prefix_tokens(self, target_prefix):
+        """``target_prefix`` as target token strings (our target tokenizer, as
+        ``Translator`` forces it; no ``</s>``)."""
+        import tensorflow as tf
+
+        if not target_prefix:
+            return []
+        ids = self.tgt_tokenizer.tokenize(tf.constant([target_prefix], tf.string))
+        row = ids.to_list()[0] if hasattr(ids, "to_list") else np.asarray(ids)[0].tolist()
+        return [self.tgt_tokens[i] for i in row]
+
+    def decode_nbest(self, tokens, opts, prefix=(), ct2_options=None):
+        """``translate_batch`` on source token strings (:meth:`encode`) with options from
+        :meth:`options`; per sentence ``[(target ids, score)]``, best first, at most
+        ``opts.num_hypotheses`` (ids as ``Translator``'s: ``[END]`` included when the
+        hypothesis ended, the prefix's ids first).
+
+        Scores are sums of log-probabilities of the generated tokens (``</s>`` included, the
+        forced prefix not), divided for ``beam_size > 1`` by the GNMT penalty of the whole
+        length n (prefix and ``</s>`` included), as ``keras_attn.decoding.decode``.
+
+        Args:
+            tokens: source token strings per sentence. opts: resolved ``DecodingOptions``.
+            prefix: target token strings forced first (:meth:`prefix_tokens`).
+            ct2_options: ``translate_batch`` arguments that override ours, with
+                CTranslate2's meanings (with its own ``length_penalty`` the hypotheses keep
+                CTranslate2's ranking and scores).
+        """
+        kwargs = dict(decoding_options(self.max_len, opts.beam_size), return_scores=True,
+                      max_decoding_length=opts.max_length, length_penalty=0.0)
+        if opts.beam_size > 1:
+            kwargs["num_hypotheses"] = opts.beam_size  # rerank the whole beam, as ours
+        kwargs.update(ct2_options or {})
+        rerank = opts.beam_size > 1 and "length_penalty" not in (ct2_options or {})
+        target_prefix = [list(prefix)] * len(tokens) if prefix else None
+        results = self.translator.translate_batch(tokens, target_prefix, **kwargs)
+        out = []
+        for result in results:
+            hyps = [[self.tgt_ids[t] for t in h] for h in result.hypotheses]
+            scores = [float(s) for s in result.scores]
+            if rerank:
+                scores = [s / ((5.0 + len(h)) / 6.0) ** opts.length_penalty
+                          for s, h in zip(scores, hyps)]
+            order = sorted(range(len(hyps)), key=lambda j: -scores[j])  # stable: first of equals
+            out.append([(hyps[j], scores[j]) for j in order[: opts.num_hypotheses]])
+        return out
+
+    def translate_tokens(self, tokens, beam_size=1, alpha=0.6, ct2_options=None):
+        """Target ids per sentence (``[END]`` included when the hypothesis ended), and
+        their scores (sum of log-probabilities; GNMT-normalised with ``beam_size > 1``).
+
+        ``ct2_options``: a dict of ``translate_batch`` arguments that override ours, with
+        CTranslate2's meanings (``{"length_penalty": 1.0}``: its ``length ** 1.0``
+        ranking, not reranked)."""
+        opts = DecodingOptions(beam_size=beam_size, length_penalty=alpha).resolve(
+            self.max_len, alpha)
+        best = [hyps[0] for hyps in self.decode_nbest(tokens, opts, ct2_options=ct2_options)]
+        return [ids for ids, _ in best], [score for _, score in best]
+
+    def translate_ids(self, source, beam_size=1, alpha=0.6, ct2_options=None):
+        """Best output ids ``(B, T)`` for source ids ``(B, S)``, as
+        ``Translator.translate_ids`` (``[END]`` included, then 0)."""
+        ids, _ = self.translate_tokens(self.tokens_from_ids(source), beam_size, alpha,
+                                       ct2_options)
+        return _pad(ids)
+
+    def translate_nbest(self, sentences, batch_size=128, **options):
+        """Translate with per-call decoding options, as ``Translator.translate_nbest``.
+
+        Returns, per sentence, a list of ``num_hypotheses`` dicts ``{"translation": str,
+        "score": float}``, best first (beam: summed log-probability / GNMT penalty; greedy:
+        the summed log-probability). With ``target_prefix`` every translation starts with
+        the prefix's tokens and their log-probabilities are not in the score.
+
+        Raises:
+            ValueError: as :meth:`options` (sampling, alignments, bad values), or a
+                ``target_prefix`` that leaves no room within ``max_length``.
+        """
+        import tensorflow as tf
+
+        opts = self.options(**options)
+        prefix = self.prefix_tokens(opts.target_prefix)
+        opts.validate(max_length_limit=self.max_len, prefix_tokens=len(prefix))
+        sentences = list(sentences)
+        results = []
+        for i in range(0, len(sentences), batch_size):
+            nbest = self.decode_nbest(self.encode(sentences[i: i + batch_size]), opts, prefix)
+            flat = [ids for hyps in nbest for ids, _ in hyps]
+            decoded = iter(self.tgt_tokenizer.detokenize(tf.constant(_pad(flat))).numpy())
+            results.extend([{"translation": next(decoded).decode("utf-8", errors="replace"),
+                             "score": score} for _, score in hyps] for hyps in nbest)
+        return results
+
+    def translate(self, sentences, beam_size=1, alpha=0.6, batch_size=128, **options):
+        """Translate a list of strings; returns a list of strings (the best translation).
+
+        Any other option of :meth:`translate_nbest` (``length_penalty`` is ``alpha``'s name
+        there) gives that method's best hypothesis, as ``Translator.translate``.
+        """
+        options.setdefault("length_penalty", alpha)
+        return [hyps[0]["translation"] for hyps in
+                self.translate_nbest(sentences, batch_size, beam_size=beam_size, **options)]
+
+
+def _pad(rows):
+    """Ragged id lists -> int32 ``(B, max(1, longest))``, 0-padded."""
+    out = np.zeros((len(rows), max([len(r) for r in rows] + [1])), np.int32)
+    for b, row in enumerate(rows):
+        out[b, : len(row)] = row
+    return out

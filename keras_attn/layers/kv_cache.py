@@ -1,0 +1,70 @@
+"""Key/value caches of :class:`~keras_attn.layers.MultiHeadAttention`: the layout is the type.
+
+A cache is a pair ``(k, v)`` of projected keys and values; its class says how they are laid
+out, and the attention layer chooses its kernels from it (no global switch decides how a
+cache it receives is read):
+
+==================  ============================  =========================================
+class               ``k`` and ``v``               read by
+==================  ============================  =========================================
+``KVCache``         ``(B, L, H, d_h)``            the reference path (``keras.ops``, every
+                                                  backend)
+``HeadsFirstCache`` ``(B, H, L, d_h)``, written   :mod:`keras_attn.tf_step` (TensorFlow)
+                    in place at the step's index
+``GrowingCache``    ``(B, H, t, d_h)``, ``t`` the  :mod:`keras_attn.tf_step` (TensorFlow, a
+                    positions so far; grows by a  plain graph only: the loop carries a
+                    concat                        tensor whose shape changes)
+==================  ============================  =========================================
+
+A cross-attention's cache (the source projected once) is a ``KVCache`` or a
+``HeadsFirstCache`` of the source's length. All three are named tuples, so they pass
+through ``keras.tree``, ``tf.nest`` and while loops as the pairs they are; a plain tuple
+reads as a ``KVCache``.
+
+Example:
+    >>> cache = mha.init_cache(batch=2, max_len=16, layout=KVCache)
+    >>> out, cache = mha(x, x, x, cache=cache, cache_update_index=0)
+"""
+from typing import Any, NamedTuple
+
+
+class KVCache(NamedTuple):
+    """Keys and values ``(B, L, H, d_h)``: the layout of the reference path."""
+
+    k: Any
+    v: Any
+
+
+class HeadsFirstCache(NamedTuple):
+    """Keys and values ``(B, H, L, d_h)`` (TensorFlow's step kernels): a step's scores and
+    context are two batched matmuls that read the cache once, with no transpose."""
+
+    k: Any
+    v: Any
+
+
+class GrowingCache(NamedTuple):
+    """Keys and values ``(B, H, t, d_h)`` with ``t`` the positions so far: a step appends
+    one position (a concat copies ``t`` positions; writing into a ``max_len`` buffer inside
+    a loop copies the whole buffer). In a plain TensorFlow graph only."""
+
+    k: Any
+    v: Any
+
+
+LAYOUTS = (KVCache, HeadsFirstCache, GrowingCache)
+FAST_LAYOUTS = (HeadsFirstCache, GrowingCache)  # read by keras_attn.tf_step
+
+
+def as_cache(cache):
+    """``cache`` as one of :data:`LAYOUTS` (a plain ``(k, v)`` pair reads as a ``KVCache``).
+
+    Raises:
+        ValueError: not a pair.
+    """
+    if isinstance(cache, LAYOUTS):
+        return cache
+    if isinstance(cache, (tuple, list)) and len(cache) == 2:
+        return KVCache(*cache)
+    raise ValueError("`cache` must be a (k, v) pair: a KVCache, HeadsFirstCache or "
+                     f"GrowingCache. Received: cache of type {type(cache).__name__}")
