@@ -5,10 +5,13 @@ measured in a fresh subprocess per revision and round, the revisions alternating
 see the same machine (useful on a shared one: the ratio is taken within a round). Two
 models: the committed dates run (``exported/run``) through ``TranslatorModule.translate_ids``
 (the SavedModel's decoding graph, traced by each revision), 32 date strings one at a time
-and as one batch; and a random model of the English-French size (d 256, FFN 1024, 4 heads,
-2+2 layers, vocabularies 8,000) decoding 64 steps (the end id's bias pushed down). Process
-CPU time, medians of repeats; the summary gives head/base medians and the min-max of the
-per-round ratios.
+and as one batch, and through the exported and reloaded SavedModel's ``serving_default``
+(strings in, strings out: what TF Serving runs); and a random model of the English-French
+size (d 256, FFN 1024, 4 heads, 2+2 layers, vocabularies 8,000) decoding 64 steps (the end
+id's bias pushed down) through ``TranslatorModule.translate_ids`` too (the graph every
+revision exports; a bare ``tf.function`` around ``keras_attn.decoding`` gets fixed buffers
+since the kernel policy, growing caches before). Process CPU time, medians of repeats; the
+summary gives head/base medians and the min-max of the per-round ratios.
 
 Usage (from the repository root):
     python -m benchmarks.decode_revisions --base 4809bb2 --head HEAD --rounds 8
@@ -22,7 +25,7 @@ import sys
 import tempfile
 
 CHILD = r'''
-import json, sys, time
+import json, sys, tempfile, time
 import numpy as np, tensorflow as tf, keras
 from keras_attn import decoding, export, models
 from keras_attn.translator import Translator
@@ -44,11 +47,20 @@ one = [ids[i:i + 1] for i in range(32)]
 fn(ids); fn(one[0])
 out["dates_b1_ms_per_sentence"] = 1e3 * timed(lambda: [fn(s) for s in one], 5) / 32
 out["dates_b32_ms_per_sentence"] = 1e3 * timed(lambda: fn(ids), 15) / 32
+texts = [days[i % len(days)] for i in range(32)]
+with tempfile.TemporaryDirectory() as tmp:
+    export.export_saved_model(tr, tmp, request_signature=False)
+    serve = tf.saved_model.load(f"{tmp}/translator/1").signatures["serving_default"]
+    one_text = [tf.constant(texts[i:i + 1]) for i in range(32)]
+    all_text = tf.constant(texts)
+    serve(text=all_text); serve(text=one_text[0])
+    out["serve_b1_ms_per_sentence"] = 1e3 * timed(lambda: [serve(text=t) for t in one_text], 5) / 32
+    out["serve_b32_ms_per_sentence"] = 1e3 * timed(lambda: serve(text=all_text), 15) / 32
 keras.utils.set_random_seed(0)
 m = models.transformer_seq2seq(8000, 8000, 256, 1024, 4, 2, 0.0, max_len=128)
 bias = m.get_layer("decoder").dense.bias
 b = bias.numpy(); b[3] = -1e4; bias.assign(b)
-g = tf.function(lambda s: decoding.greedy_decode_fixed(m, s, 64, 2, 3)["tokens"])
+g = export.TranslatorModule(export.Parts(m, tr.src_tokenizer, tr.tgt_tokenizer, 64)).translate_ids
 rng = np.random.default_rng(0)
 for batch in (1, 32):
     src = tf.constant(rng.integers(4, 8000, (batch, 20)).astype("int32"))

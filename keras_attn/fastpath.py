@@ -19,6 +19,9 @@ decoding loop may lay out its state:
 - ``attention_chunks``: cut large attention scores into chunks that stay in the CPU's
   cache (:func:`keras_attn.tf_attention.attention_chunks`); None: when TensorFlow sees no
   GPU (asked once per process).
+- ``custom_gradients``: the fast paths' hand-written gradients (``tf.custom_gradient``).
+  A graph that only ever runs forward (the exported ones) is traced without them: the same
+  values, and a SavedModel that loads without gradient functions it would not use.
 
 The policy is read when a function is traced: set it before building or calling a model.
 It is a context variable (per thread and per asyncio task), so a server tracing two
@@ -47,18 +50,20 @@ class KernelPolicy:
         dynamic_shapes: a decoding loop may carry tensors whose shape changes (a plain
             TensorFlow graph: not eager, not XLA, not TFLite).
         attention_chunks: chunk large attention scores (None: when no GPU is visible).
+        custom_gradients: the hand-written gradients of the fast paths (off: forward only).
     """
 
     fast_paths: bool = True
     dynamic_shapes: bool = False
     attention_chunks: Optional[bool] = None
+    custom_gradients: bool = True
 
     def __post_init__(self):
-        for name in ("fast_paths", "dynamic_shapes"):
+        for name in ("fast_paths", "dynamic_shapes", "custom_gradients"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False. "
                                  f"Received: {name}={getattr(self, name)!r}")
-        if self.attention_chunks not in (None, True, False):
+        if self.attention_chunks is not None and not isinstance(self.attention_chunks, bool):
             raise ValueError("`attention_chunks` must be None, True or False. "
                              f"Received: attention_chunks={self.attention_chunks!r}")
 

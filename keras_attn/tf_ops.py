@@ -11,7 +11,8 @@ with ``keras.ops`` where it is used) and a test checks that both give the same r
 The fast paths built on these sit one level up, beside what they replace:
 :mod:`keras_attn.tf_attention` (multi-head attention) and :mod:`keras_attn.tf_step` (the
 kernels of a cached decoding step). This module imports no other keras_attn module but
-:mod:`keras_attn.numerics`, so the reference code may call into it.
+:mod:`keras_attn.numerics` and :mod:`keras_attn.fastpath` (the policy), so the reference
+code may call into it.
 
 :func:`slice_update` is not a fast path but a portability rule: on TensorFlow,
 ``keras.ops.slice_update`` lowers to ``XlaDynamicUpdateSlice``, which TF Serving refuses
@@ -20,6 +21,7 @@ unless it is started with XLA enabled; this version uses core ops only.
 import keras
 import tensorflow as tf
 
+from keras_attn import fastpath
 from keras_attn.numerics import large_negative
 
 _FILL = large_negative("float32")  # these kernels work in float32
@@ -34,13 +36,22 @@ def masked_softmax(x, keep):
     where ``keep`` is False and on rows with no valid key, so the two selects need no
     counterpart in the backward pass (autodiff adds two passes over ``(B, H, Q, K)``).
 
+    Under a kernel policy without ``custom_gradients`` (graphs that only run forward:
+    :mod:`keras_attn.fastpath`) the same forward pass, with autodiff's gradient.
+
     Args:
         x: float32 scores. keep: bool, broadcasts against ``x``.
     """
+    def forward(x):
+        weights = softmax(tf.where(keep, x, _FILL))
+        return tf.where(keep, weights, tf.constant(0, weights.dtype))
+
+    if not fastpath.current().custom_gradients:
+        return forward(x)
+
     @tf.custom_gradient
     def fn(x):
-        weights = softmax(tf.where(keep, x, _FILL))
-        weights = tf.where(keep, weights, tf.constant(0, weights.dtype))
+        weights = forward(x)
 
         def grad(upstream):
             return weights * (upstream - tf.reduce_sum(upstream * weights, -1, keepdims=True))

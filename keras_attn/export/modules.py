@@ -7,10 +7,11 @@ it. :class:`BuiltinModule` is the encoder and one decoder step with fixed shapes
 TFLite builtin target (the application runs the loop: ``keras_attn.export.runtime``; the
 step, the banned ids and the greedy choice are :mod:`keras_attn.decoding`'s, inside the file).
 
-Kernel policy (:mod:`keras_attn.fastpath`): the SavedModel's graphs are traced with
-``dynamic_shapes`` on (growing caches, loops that drop ended rows), the TFLite graphs with it
-off (fixed ``max_len`` buffers: the interpreter re-plans its memory whenever a loop variable
-changes shape).
+Kernel policy (:mod:`keras_attn.fastpath`, :func:`forward_only`): every serving graph is
+traced without the fast paths' hand-written gradients (it only runs forward); the
+SavedModel's with ``dynamic_shapes`` on (growing caches, loops that drop ended rows), the
+TFLite graphs with it off (fixed ``max_len`` buffers: the interpreter re-plans its memory
+whenever a loop variable changes shape).
 
 Portable graphs. Keras's TF backend implements ``keras.ops.slice_update`` with
 ``XlaDynamicUpdateSlice``, an XLA op that TF Serving refuses unless started with
@@ -19,6 +20,8 @@ the key/value cache are therefore written with core ops (``keras_attn.ops.slice_
 and on TensorFlow's fast path a concat or ``tensor_scatter_nd_update``,
 ``keras_attn.tf_step``); the SavedModel export fails if an ``Xla*`` op is left.
 """
+import functools
+
 import tensorflow as tf
 
 from keras_attn import fastpath, text
@@ -33,6 +36,18 @@ SERVING_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "translate_ids"
 TEXT_OPS = ("auto", "core", "tftext")
 DEFAULT_MAX_BEAM = 8  # the largest beam_size a request of the `translate` signature may ask
+
+
+def forward_only(fn, dynamic_shapes):
+    """``fn`` run under the kernel policy of a serving graph: no custom gradients, and
+    ``dynamic_shapes`` as given (a SavedModel: True; TFLite: False). Keeps ``fn``'s
+    signature, so ``tf.function`` names the inputs alike."""
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        with fastpath.using(dynamic_shapes=dynamic_shapes, custom_gradients=False):
+            return fn(*args, **kwargs)
+
+    return traced
 
 
 def track_variables(module, concrete_functions):
@@ -91,10 +106,12 @@ class TranslatorModule(tf.Module):
         else:
             self.src_tokenizer = parts.src_tokenizer
             self.tgt_tokenizer = parts.tgt_tokenizer
+        dynamic = not self.for_tflite
         self.serve = tf.function(
-            self._serve, input_signature=[tf.TensorSpec([batch_size], tf.string, name="text")])
+            forward_only(self._serve, dynamic),
+            input_signature=[tf.TensorSpec([batch_size], tf.string, name="text")])
         self.translate_ids = tf.function(
-            self._translate_ids,
+            forward_only(self._translate_ids, dynamic),
             input_signature=[tf.TensorSpec([None, None], tf.int32, name="source")])
         self.max_beam_size = int(max_beam_size)
         self.batch_size = batch_size
@@ -105,7 +122,7 @@ class TranslatorModule(tf.Module):
         self.request_signature = bool(request_signature)
         self._request = _Untracked(request.RequestDecoder(self, parts, max_beam_size))
         if self.request_signature:
-            self.translate = tf.function(self._translate,
+            self.translate = tf.function(forward_only(self._translate, dynamic),
                                          input_signature=request.input_signature(batch_size))
 
     @property
@@ -152,11 +169,8 @@ class TranslatorModule(tf.Module):
         return source, truncated
 
     def decode(self, source):
-        """Source ids ``(B, S)`` -> tokens ``(B, max_len)``, lengths ``(B,)``, score ``(B,)``."""
-        with fastpath.using(dynamic_shapes=not self.for_tflite):
-            return self._decode(source)
-
-    def _decode(self, source):
+        """Source ids ``(B, S)`` -> tokens ``(B, max_len)``, lengths ``(B,)``, score ``(B,)``
+        (traced inside the module's functions, under their kernel policy)."""
         from keras_attn import decoding
 
         if self.beam_size == 1:
@@ -244,12 +258,12 @@ class BuiltinModule(tf.Module):
         self.num_layers = self.decoder.num_layers
         k, _ = self.decoder.blks[0].attention1.init_cache(1, max_len, layout=HeadsFirstCache)
         self.kv_shape = tuple(k.shape)
-        self.encode = tf.function(self._encode, input_signature=[
+        self.encode = tf.function(forward_only(self._encode, False), input_signature=[
             tf.TensorSpec((1, max_len), tf.int32, name="source")])
         kv = [tf.TensorSpec(self.kv_shape, tf.float32, name=f"{kind}_{i}")
               for kind in ("cross_k", "cross_v", "cache_k", "cache_v")
               for i in range(self.num_layers)]
-        self.step = tf.function(self._step, input_signature=[
+        self.step = tf.function(forward_only(self._step, False), input_signature=[
             tf.TensorSpec((1, 1), tf.int32, name="token"),
             tf.TensorSpec((), tf.int32, name="index"),
             tf.TensorSpec((1,), tf.float32, name="score"),

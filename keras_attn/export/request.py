@@ -22,7 +22,7 @@ import types
 
 import tensorflow as tf
 
-from keras_attn import alignment, decoding, fastpath, text
+from keras_attn import alignment, decoding, text
 
 # Every option of keras_attn.decoding.options.NAMES and its dtype in the signature.
 OPTION_SPECS = {
@@ -176,10 +176,9 @@ class RequestDecoder:
             length_penalty=o.length_penalty, max_length=o.max_length,
             sampling_topk=o.sampling_topk, sampling_topp=o.sampling_topp,
             sampling_temperature=o.sampling_temperature, seed=o.seed)
-        # A plain graph decodes with growing caches; TFLite with fixed buffers (modules).
-        with fastpath.using(dynamic_shapes=not m.for_tflite):
-            out = decoding.decode(m.model, source, options, m.max_len, text.START_ID,
-                                  text.END_ID, prefix, kind=kind, encoded=encoded)
+        # Traced under the module's kernel policy (modules.forward_only).
+        out = decoding.decode(m.model, source, options, m.max_len, text.START_ID, text.END_ID,
+                              prefix, kind=kind, encoded=encoded)
         return out["tokens"], out["scores"]
 
     def _alignments(self, source, encoded, tokens):
