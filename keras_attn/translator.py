@@ -14,7 +14,14 @@ import tensorflow as tf
 
 from keras_attn import alignment, data, decoding, fastpath, models, runs, subword, text
 from keras_attn.config import TrainConfig
-from keras_attn.decoding import DecodingOptions
+from keras_attn.decoding import repetition
+from keras_attn.decoding.options import LENGTH_PENALTY, OPTIONS, DecodingOptions
+
+# The options a traced decoder takes as tensors (changing them does not retrace); the
+# others (beam_size, num_hypotheses, return_alignments, target_prefix) shape the graph.
+TENSOR_OPTIONS = tuple(name for name, opt in OPTIONS.items()
+                       if opt.dtype in ("int32", "float32") and name not in (
+                           "beam_size", "num_hypotheses"))
 
 
 def _traced(fn, input_signature):
@@ -99,7 +106,7 @@ class Translator:
             self._decoders[key] = _traced(fn, spec)
         return self._decoders[key]
 
-    def translate_ids(self, source, beam_size=1, alpha=0.6):
+    def translate_ids(self, source, beam_size=1, alpha=LENGTH_PENALTY):
         """Best output ids ``(B, T)`` (numpy int32) for source ids ``(B, S)``."""
         source = np.asarray(source, dtype="int32")
         tokens, lengths = (keras.ops.convert_to_numpy(t)
@@ -109,34 +116,37 @@ class Translator:
     def options(self, **options):
         """:class:`DecodingOptions` from keyword arguments, checked against this translator
         (``max_length`` at most ``max_len``) and with its defaults filled in
-        (``length_penalty`` 0.6, ``max_length`` ``max_len``)."""
+        (``length_penalty`` ``LENGTH_PENALTY``, ``max_length`` ``max_len``)."""
         opts = DecodingOptions.from_kwargs(**options)
         opts.validate(max_length_limit=self.max_len)
-        return opts.resolve(self.max_len, 0.6)
+        return opts.resolve(self.max_len)
 
     def _options_decoder(self, opts, with_prefix):
         """A ``tf.function`` per shape of the computation (beam, n-best, sampling or not,
-        prefix or not); the other options are tensors, so changing them does not retrace."""
+        prefix or not, which repetition controls are on); the other options are tensors
+        (:data:`TENSOR_OPTIONS`), so changing them does not retrace."""
+        on = tuple(name for name in repetition.OFF
+                   if repetition.active(name, getattr(opts, name)))
         key = ("options", opts.beam_size if not opts.sampling else 0, opts.num_hypotheses,
-               opts.sampling, with_prefix, opts.return_alignments)
+               opts.sampling, with_prefix, opts.return_alignments, on)
         if key not in self._decoders:
-            def fn(source, prefix, length_penalty, max_length, topk, topp, temperature, seed):
+            def fn(source, prefix, *values):
+                values = dict(zip(TENSOR_OPTIONS, values))
+                # A control that is off stays a Python value: no op in the loop.
+                values.update({name: repetition.OFF[name] for name in repetition.OFF
+                               if name not in on})
                 graph_opts = types.SimpleNamespace(
                     beam_size=opts.beam_size, num_hypotheses=opts.num_hypotheses,
                     sampling=opts.sampling, return_alignments=opts.return_alignments,
-                    sampling_topk=topk, sampling_topp=topp,
-                    sampling_temperature=temperature, seed=seed,
-                    length_penalty=length_penalty, max_length=max_length)
+                    **values)
                 out = decoding.decode(self.model, source, graph_opts, self.max_len,
                                       text.START_ID, text.END_ID,
                                       prefix if with_prefix else None)
                 codes = self._alignment_codes(source, out) if opts.return_alignments \
                     else out["lengths"]
                 return out["tokens"], out["lengths"], out["scores"], codes
-            spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32),
-                    tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
-                    tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
-                    tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)]
+            spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)]
+            spec += [tf.TensorSpec([], OPTIONS[name].dtype) for name in TENSOR_OPTIONS]
             self._decoders[key] = _traced(fn, spec)
         return self._decoders[key]
 
@@ -184,11 +194,10 @@ class Translator:
             chunk = sentences[i: i + batch_size]
             source = np.asarray(self.encode(chunk), "int32")
             fn = self._options_decoder(opts, prefix.shape[1] > 0)
+            values = [np.dtype(OPTIONS[name].dtype).type(getattr(opts, name))
+                      for name in TENSOR_OPTIONS]
             tokens, lengths, scores, codes = (keras.ops.convert_to_numpy(t) for t in fn(
-                source, np.repeat(prefix, len(chunk), axis=0),
-                np.float32(opts.length_penalty), np.int32(opts.max_length),
-                np.int32(opts.sampling_topk), np.float32(opts.sampling_topp),
-                np.float32(opts.sampling_temperature), np.int32(opts.seed)))
+                source, np.repeat(prefix, len(chunk), axis=0), *values))
             n = tokens.shape[1]
             flat = tokens.reshape(len(chunk) * n, -1)[:, : max(int(lengths.max(initial=0)), 1)]
             decoded = self.tgt_tokenizer.detokenize(flat).numpy().reshape(len(chunk), n)
@@ -201,7 +210,7 @@ class Translator:
                 results.append(hyps)
         return results
 
-    def translate(self, sentences, beam_size=1, alpha=0.6, batch_size=128, progress=None,
+    def translate(self, sentences, beam_size=1, alpha=LENGTH_PENALTY, batch_size=128, progress=None,
                   **options):
         """Translate a list of strings; returns a list of strings (the best translation).
 

@@ -10,6 +10,7 @@ References: D2L 10.8 (beam search); Wu et al. 2016 (GNMT length penalty).
 import keras
 from keras import ops
 
+from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.decoding.samplers import BeamSampler, GreedySampler, RandomSampler, take_beams
 from keras_attn.decoding.step import check_source, encode
 from keras_attn.special_tokens import END_ID, START_ID
@@ -71,7 +72,7 @@ def greedy_search(model, source, max_len, start_id, end_id, use_cache=True,
     return tokens
 
 
-def beam_decode_fixed(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=START_ID,
+def beam_decode_fixed(model, source, beam_size=4, alpha=LENGTH_PENALTY, max_len=64, start_id=START_ID,
                       end_id=END_ID):
     """Beam search into fixed-size buffers (XLA-compilable, exportable).
 
@@ -88,7 +89,7 @@ def beam_decode_fixed(model, source, beam_size=4, alpha=0.6, max_len=64, start_i
     return {"tokens": take_beams(out["tokens"], order), **ranked, "scores": scores}
 
 
-def beam_search(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=START_ID,
+def beam_search(model, source, beam_size=4, alpha=LENGTH_PENALTY, max_len=64, start_id=START_ID,
                 end_id=END_ID):
     """Beam search with the GNMT length penalty.
 
@@ -135,7 +136,7 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=
         raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
     if kind == "beam":
         out = BeamSampler(options.beam_size, max_len, start_id, end_id)(
-            model, source, options.max_length, prefix, encoded)
+            model, source, options.max_length, prefix, encoded, options)
         ranked, order = ops.top_k(
             out["log_prob"] / length_penalty(out["lengths"], options.length_penalty), k=n)
         result = {"tokens": take_beams(out["tokens"], order),
@@ -148,7 +149,7 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=
                                     options.seed)
         else:
             sampler = GreedySampler(max_len, start_id, end_id)
-        out = sampler(model, source, options.max_length, prefix, encoded)
+        out = sampler(model, source, options.max_length, prefix, encoded, options)
         result = {"tokens": out["tokens"], "lengths": out["lengths"], "scores": out["log_prob"]}
     if align:
         shape = ops.shape(result["tokens"])  # (B, N, T)

@@ -11,6 +11,7 @@ Example:
     >>> ct2.translate(["3 March 2021"])
     ['2021-03-03']
 """
+import math
 import os
 
 import numpy as np
@@ -21,7 +22,7 @@ from keras_attn.export.ct2_converter import ct2_vocab
 import ctranslate2
 
 from keras_attn import runs, subword, text
-from keras_attn.decoding.options import DecodingOptions
+from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions
 
 METADATA = "keras_attn.json"  # what the exporter writes beside the model, read here
 SRC_VOCAB, TGT_VOCAB = "src_vocab.txt", "tgt_vocab.txt"  # keras_attn.text's vocabulary files
@@ -96,7 +97,7 @@ class CTranslate2Translator:
 
     def options(self, **options):
         """:class:`~keras_attn.decoding.options.DecodingOptions` from keyword arguments, as
-        ``Translator.options`` (checked, ``length_penalty`` 0.6 and ``max_length``
+        ``Translator.options`` (checked, ``length_penalty`` ``LENGTH_PENALTY`` and ``max_length``
         ``max_len`` filled in), refusing what CTranslate2 cannot give as ours.
 
         Raises:
@@ -116,7 +117,7 @@ class CTranslate2Translator:
                 "vectors are not keras_attn's word alignments. "
                 f"Received: return_alignments={opts.return_alignments}")
         opts.validate(max_length_limit=self.max_len)
-        return opts.resolve(self.max_len, 0.6)
+        return opts.resolve(self.max_len)
 
     def prefix_tokens(self, target_prefix):
         """``target_prefix`` as target token strings (our target tokenizer, as
@@ -147,13 +148,29 @@ class CTranslate2Translator:
                 CTranslate2's ranking and scores).
         """
         kwargs = dict(decoding_options(self.max_len, opts.beam_size), return_scores=True,
-                      max_decoding_length=opts.max_length, length_penalty=0.0)
+                      max_decoding_length=opts.max_length, length_penalty=0.0,
+                      repetition_penalty=opts.repetition_penalty,
+                      no_repeat_ngram_size=opts.no_repeat_ngram_size)
         if opts.beam_size > 1:
             kwargs["num_hypotheses"] = opts.beam_size  # rerank the whole beam, as ours
         kwargs.update(ct2_options or {})
         rerank = opts.beam_size > 1 and "length_penalty" not in (ct2_options or {})
         target_prefix = [list(prefix)] * len(tokens) if prefix else None
-        results = self.translator.translate_batch(tokens, target_prefix, **kwargs)
+        if opts.max_length_factor > 0:  # Marian's limit per sentence: one call per limit
+            limits = [min(kwargs["max_decoding_length"],
+                          max(1, math.ceil(opts.max_length_factor * (len(t) + 1))))
+                      for t in tokens]  # + 1: the </s> the model appends, as ours counts
+            results = [None] * len(tokens)
+            for limit in sorted(set(limits)):
+                rows = [i for i, n in enumerate(limits) if n == limit]
+                group = self.translator.translate_batch(
+                    [tokens[i] for i in rows],
+                    [target_prefix[i] for i in rows] if target_prefix else None,
+                    **dict(kwargs, max_decoding_length=limit))
+                for i, result in zip(rows, group):
+                    results[i] = result
+        else:
+            results = self.translator.translate_batch(tokens, target_prefix, **kwargs)
         out = []
         for result in results:
             hyps = [[self.tgt_ids[t] for t in h] for h in result.hypotheses]
@@ -165,7 +182,7 @@ class CTranslate2Translator:
             out.append([(hyps[j], scores[j]) for j in order[: opts.num_hypotheses]])
         return out
 
-    def translate_tokens(self, tokens, beam_size=1, alpha=0.6, ct2_options=None):
+    def translate_tokens(self, tokens, beam_size=1, alpha=LENGTH_PENALTY, ct2_options=None):
         """Target ids per sentence (``[END]`` included when the hypothesis ended), and
         their scores (sum of log-probabilities; GNMT-normalised with ``beam_size > 1``).
 
@@ -177,7 +194,7 @@ class CTranslate2Translator:
         best = [hyps[0] for hyps in self.decode_nbest(tokens, opts, ct2_options=ct2_options)]
         return [ids for ids, _ in best], [score for _, score in best]
 
-    def translate_ids(self, source, beam_size=1, alpha=0.6, ct2_options=None):
+    def translate_ids(self, source, beam_size=1, alpha=LENGTH_PENALTY, ct2_options=None):
         """Best output ids ``(B, T)`` for source ids ``(B, S)``, as
         ``Translator.translate_ids`` (``[END]`` included, then 0)."""
         ids, _ = self.translate_tokens(self.tokens_from_ids(source), beam_size, alpha,
@@ -211,7 +228,7 @@ class CTranslate2Translator:
                              "score": score} for _, score in hyps] for hyps in nbest)
         return results
 
-    def translate(self, sentences, beam_size=1, alpha=0.6, batch_size=128, **options):
+    def translate(self, sentences, beam_size=1, alpha=LENGTH_PENALTY, batch_size=128, **options):
         """Translate a list of strings; returns a list of strings (the best translation).
 
         Any other option of :meth:`translate_nbest` (``length_penalty`` is ``alpha``'s name

@@ -25,6 +25,7 @@ import functools
 import tensorflow as tf
 
 from keras_attn import fastpath, text
+from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.export.base import check_beam
 from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
@@ -83,7 +84,7 @@ class TranslatorModule(tf.Module):
             per request, ``keras_attn.export.request``).
     """
 
-    def __init__(self, parts, beam_size=1, alpha=0.6, for_tflite=False, text_ops="auto",
+    def __init__(self, parts, beam_size=1, alpha=LENGTH_PENALTY, for_tflite=False, text_ops="auto",
                  batch_size=None, max_beam_size=DEFAULT_MAX_BEAM, request_signature=True,
                  name="translator"):
         super().__init__(name=name)
@@ -196,15 +197,10 @@ class TranslatorModule(tf.Module):
             translation = self.tgt_tokenizer.detokenize(tokens)
         return {"translation": translation, "score": score, "truncated": truncated}
 
-    def _translate(self, text, beam_size, num_hypotheses, length_penalty, max_length,
-                   target_prefix, sampling_topk, sampling_topp, sampling_temperature, seed,
-                   return_alignments):
-        return self._request.value.translate(
-            text, beam_size=beam_size, num_hypotheses=num_hypotheses,
-            length_penalty=length_penalty, max_length=max_length, target_prefix=target_prefix,
-            sampling_topk=sampling_topk, sampling_topp=sampling_topp,
-            sampling_temperature=sampling_temperature, seed=seed,
-            return_alignments=return_alignments)
+    def _translate(self, text, *options):
+        """The ``translate`` signature: ``text`` then every option in
+        :data:`keras_attn.export.request.OPTION_SPECS` order."""
+        return self._request.value.translate(text, **dict(zip(request.OPTION_SPECS, options)))
 
     def _translate_ids(self, source):
         source = tf.cast(source, tf.int32)[:, : self.max_len]

@@ -23,14 +23,10 @@ import types
 import tensorflow as tf
 
 from keras_attn import alignment, decoding, text
+from keras_attn.decoding.options import OPTIONS
 
-# Every option of keras_attn.decoding.options.NAMES and its dtype in the signature.
-OPTION_SPECS = {
-    "beam_size": tf.int32, "num_hypotheses": tf.int32, "length_penalty": tf.float32,
-    "max_length": tf.int32, "target_prefix": tf.string, "sampling_topk": tf.int32,
-    "sampling_topp": tf.float32, "sampling_temperature": tf.float32, "seed": tf.int32,
-    "return_alignments": tf.bool,
-}
+# Every option of keras_attn.decoding.options and its dtype in the signature.
+OPTION_SPECS = {name: tf.as_dtype(opt.dtype) for name, opt in OPTIONS.items()}
 TRANSLATE_SIGNATURE = "translate"
 
 
@@ -51,24 +47,29 @@ def _require_tflite(ok):
 
 
 def checks(options, max_beam_size, max_len, prefix_len, for_tflite):
-    """The ops that refuse bad options (messages as ``DecodingOptions``'s ``ValueError``)."""
+    """The ops that refuse bad options (messages as ``DecodingOptions``'s ``ValueError``):
+    each option's declared rule (its ``unset`` value stands for the export's own), then
+    what the export fixed."""
+    rules = []
+    for name, opt in OPTIONS.items():
+        value = options[name]
+        ok = tf.math.is_finite(value) if opt.dtype == "float32" else None
+        if opt.valid is not None:
+            valid = opt.valid(value)
+            if opt.unset is not None:
+                valid = tf.logical_or(valid, tf.equal(value, opt.unset))
+            ok = valid if ok is None else tf.logical_and(ok, valid)
+        if ok is not None:
+            rules.append((ok, f"`{name}` must be {opt.rule}"))
     o = types.SimpleNamespace(**options)
-    rules = [
-        (o.beam_size >= 1, "`beam_size` must be an integer >= 1"),
+    rules += [
         (o.beam_size <= max_beam_size,
          f"`beam_size` must be at most {max_beam_size} (the maximum fixed at export)"),
-        (o.num_hypotheses >= 1, "`num_hypotheses` must be an integer >= 1"),
         (o.num_hypotheses <= o.beam_size, "`num_hypotheses` must not exceed `beam_size`"),
-        (tf.math.is_finite(o.length_penalty), "`length_penalty` must be a finite number"),
-        (o.max_length >= 0, "`max_length` must be an integer >= 0 (0: the export's)"),
         (o.max_length <= max_len,
          f"`max_length` must be at most {max_len} (the maximum fixed at export)"),
         (prefix_len < tf.where(o.max_length > 0, o.max_length, max_len),
          "`target_prefix` leaves no room within max_length (too many target tokens)"),
-        (o.sampling_topk >= 1, "`sampling_topk` must be an integer >= 1"),
-        (tf.logical_and(o.sampling_topp > 0.0, o.sampling_topp <= 1.0),
-         "`sampling_topp` must be a number in (0, 1]"),
-        (o.sampling_temperature > 0.0, "`sampling_temperature` must be a number > 0"),
     ]
     guards = []
     for ok, message in rules:

@@ -101,19 +101,20 @@ def run_tflite_options(model, texts, **options):
 
 def option_inputs(opts):
     """The ``translate`` signature's option inputs (numpy scalars) for ``DecodingOptions``
-    ``opts``: ``max_length`` 0 and ``length_penalty`` -1 where ``opts`` leaves them to
-    the artefact."""
-    return {
-        "beam_size": np.int32(opts.beam_size), "num_hypotheses": np.int32(opts.num_hypotheses),
-        "length_penalty": np.float32(-1.0 if opts.length_penalty is None
-                                     else opts.length_penalty),
-        "max_length": np.int32(opts.max_length or 0),
-        "target_prefix": np.array([opts.target_prefix.encode("utf-8")] if opts.target_prefix
-                                  else [], dtype=object),
-        "sampling_topk": np.int32(opts.sampling_topk),
-        "sampling_topp": np.float32(opts.sampling_topp),
-        "sampling_temperature": np.float32(opts.sampling_temperature),
-        "seed": np.int32(opts.seed), "return_alignments": np.bool_(opts.return_alignments)}
+    ``opts``, one per declared option (``keras_attn.decoding.options.OPTIONS``): its
+    ``unset`` value (``max_length`` 0, ``length_penalty`` -1) where ``opts`` leaves it to
+    the artefact; ``target_prefix`` a list of no string or one."""
+    from keras_attn.decoding.options import OPTIONS
+
+    inputs = {}
+    for name, opt in OPTIONS.items():
+        value = opt.signature_value(getattr(opts, name))
+        if opt.dtype == "string":
+            inputs[name] = np.array([value.encode("utf-8")] if value else [], dtype=object)
+        else:
+            inputs[name] = np.dtype({"int32": np.int32, "float32": np.float32,
+                                     "bool": np.bool_}[opt.dtype]).type(value)
+    return inputs
 
 
 def text_array(texts):
