@@ -17,6 +17,7 @@ TensorFlow, so ``keras-attn --help`` answers at once):
   (datasets and tf.data pipelines).
 - ``config`` (every option of a run; no TensorFlow), ``training`` (the ``keras-attn train``
   recipes), ``budget`` (training for a time budget), ``distribute`` (tf.distribute), ``evaluation`` (exact match, BLEU, chrF),
+  ``documents`` (split text into sentences, join translations back),
   ``translator`` (text in, text out), ``runs`` (run directories), ``export`` (SavedModel,
   TFLite, CTranslate2), ``viz`` (attention heatmaps and the chapter's figures), ``cli``.
 
@@ -35,7 +36,8 @@ __version__ = "0.1.0"
 SUBMODULES = ("ops", "layers", "models", "schedules", "losses", "decoding", "samplers", "steps",
               "decoding_options", "alignment", "special_tokens", "vocab", "text", "subword",
               "data", "config", "training", "budget", "distribute", "evaluation", "translator",
-              "runs", "export", "viz", "cli", "fastpath", "numerics", "tf_ops", "tf_attention")
+              "runs", "export", "viz", "cli", "fastpath", "numerics", "tf_ops", "tf_attention",
+              "documents")
 __all__ = list(SUBMODULES) + ["__version__"]
 
 
