@@ -68,10 +68,11 @@ BOUNDARY = "\ufdd2"   # between a sentence and a separator
 DOT = "\ufdd3"        # a protected "."
 SPACE = "\ufdd4"      # a protected " " (inside ". . .")
 ELLIPSIS = "\ufdd5"   # a protected "…" (inside "[…]")
+CANDIDATE = "\ufdd6"  # a boundary unless a lower-case letter follows
 ESCAPE = "\ufddf"     # escapes an internal character found in the input
 # Each internal character, and the letter that follows ESCAPE for it in escaped input.
 INTERNAL = ((ESCAPE, "e"), (BEGIN, "b"), (END, "n"), (BOUNDARY, "s"), (DOT, "d"),
-            (SPACE, "w"), (ELLIPSIS, "h"))
+            (SPACE, "w"), (ELLIPSIS, "h"), (CANDIDATE, "c"))
 
 # --- character classes (contents of [...]), spelled out the same for re and RE2 ---------
 # Whitespace: exactly the characters of str.isspace(), so a sentence equals its .strip().
@@ -79,7 +80,7 @@ WS = "\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205
 # Line boundaries: exactly those of str.splitlines(); a newline always ends a sentence.
 NL = "\n\x0b\x0c\r\x1c-\x1e\x85\u2028\u2029"
 HWS = "\t\x1f \xa0\u1680\u2000-\u200a\u202f\u205f\u3000"  # WS without NL
-MARKS = BEGIN + END + BOUNDARY                             # not part of any sentence
+MARKS = BEGIN + END + BOUNDARY + CANDIDATE                          # not part of any sentence
 LOWER = "a-z\xdf-\xf6\xf8-\xff"
 UPPER = "A-Z\xc0-\xd6\xd8-\xde"
 LETTER = UPPER + LOWER
@@ -109,6 +110,19 @@ def _alternatives(words):
     return "(?:" + "|".join(words) + ")"
 
 
+def _sequence_rules():
+    """A list written on one line without stops, "1. Open it 2. Take it" or "a. x b. y":
+    a boundary before "k." where "k-1." starts the line (or follows a boundary) earlier in
+    it. One rule per pair, in order, so each finds the boundary the one before inserted."""
+    items = [str(i) for i in range(1, 11)] + list("abcdefghij")
+    return tuple(
+        (f"list item {new} after {old}",
+         f"([{BEGIN}{BOUNDARY}{NL}{BULLET}][{HWS}]*{old}\\.\\)?[{HWS}]"
+         f"[^{NL}{BOUNDARY}{END}]*?{CONTENT})([{HWS}]+{new}\\.\\)?[{HWS}]+[{UPPER}])",
+         f"\\1{BOUNDARY}\\2")
+        for old, new in zip(items, items[1:]) if old != "10")
+
+
 ESCAPE_RULES = tuple(
     (f"escape {code}", char, ESCAPE + code) for char, code in INTERNAL)
 """Applied first, to the raw text: internal characters in the input become ESCAPE + code."""
@@ -131,29 +145,36 @@ RULES = (
      f"\\1{DOT}\\2"),
     # "I live in the U.S. How about you?", "you and I. Did you see": a boundary.
     ("initials before a sentence starter",
-     f"([^{LETTER}](?:[{LETTER}]\\.)+)([{HWS}]+{_alternatives(SENTENCE_STARTERS)}"
+     f"([^{LETTER}.](?:[{UPPER}]\\.|(?:[{LETTER}]\\.){{2,}}))([{HWS}]+"
+     f"{_alternatives(SENTENCE_STARTERS)}"
      f"[^{LETTER}.])",
      f"\\1{BOUNDARY}\\2"),
-    ("multi-period abbreviation", f"([^{LETTER}](?:[{LETTER}]\\.)+[{LETTER}])\\.",
+    ("multi-period abbreviation", f"([^{LETTER}.](?:[{LETTER}]\\.)+[{LETTER}])\\.",
      f"\\1{DOT}"),
     ("initial", f"([^{LETTER}.][{UPPER}])\\.", f"\\1{DOT}"),
     # -- lists ---------------------------------------------------------------------------
     ("bullet", f"({CONTENT})([{HWS}]+[{BULLET}])", f"\\1{BOUNDARY}\\2"),
     ("list item in a line", f"({CONTENT})([{HWS}]+[0-9]{{1,2}}\\.?\\)[{HWS}]+[{UPPER}])",
      f"\\1{BOUNDARY}\\2"),
+    *_sequence_rules(),
     ("list marker",
      f"((?:[{BEGIN}{BOUNDARY}{NL}{BULLET}]|[{STOP}][{CLOSE}]*[{HWS}])[{HWS}]*"
      f"(?:[0-9]{{1,3}}|[a-z]))\\.(\\)?[{HWS}])",
      f"\\1{DOT}\\2"),
     # -- the boundaries --------------------------------------------------------------------
-    ("stop", f"([{STOP}]+[{CLOSE}]*)([{WS}]+[^{LOWER}{WS}])", f"\\1{BOUNDARY}\\2"),
+    # Each rule starts on a character before the run it looks at ([^...] instead of a
+    # lookbehind), so re tries a long run of stops or initials once, not once per character.
+    ("stop", f"([^{STOP}])([{STOP}]+[{CLOSE}]*)([{WS}])", f"\\1\\2{CANDIDATE}\\3"),
+    ("lower case after a stop", f"{CANDIDATE}([{HWS}]+[{LOWER}])", "\\1"),
+    ("boundary after a stop", CANDIDATE, BOUNDARY),
     ("one boundary", f"{BOUNDARY}{BOUNDARY}+", BOUNDARY),
     # -- separators: "sep B sentence B sep B sentence ... B sep" -----------------------------
     ("no boundary at the end", f"{BOUNDARY}([{WS}]*){END}", f"\\1{END}"),
     ("separator", f"{BOUNDARY}([{WS}]*)", f"{BOUNDARY}\\1{BOUNDARY}"),
     ("no sentence", f"{BEGIN}([{WS}]*){END}", "\\1"),
     ("leading separator", f"{BEGIN}([{WS}]*)", f"\\1{BOUNDARY}"),
-    ("trailing separator", f"([{WS}]*){END}", f"{BOUNDARY}\\1"),
+    # Anchored on the sentence's last character, so re scans each whitespace run once.
+    ("trailing separator", f"([^{WS}])([{WS}]*){END}", f"\\1{BOUNDARY}\\2"),
 )
 """The rule set: ``(name, pattern, replacement)``, applied in order to ``BEGIN + text + END``
 (after :data:`ESCAPE_RULES`), each replacing every match (``re.sub``,
