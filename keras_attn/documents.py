@@ -32,18 +32,20 @@ How the rules work, in order:
    lower-case letter follow: "'This is great.' she said." and "really... well" stay one
    sentence. A stop with no whitespace after it never ends a sentence, so decimals, times,
    prices, URLs and e-mail addresses ("3.14", "10:30", "$2.50", "www.example.com",
-   "jane.doe@example.com") need no rule. Bullets ("•", "⁃") and "2) Item" / "2.) Item" in
-   the middle of a line start a new sentence.
+   "jane.doe@example.com") need no rule. Bullets ("•", "⁃"), "2) Item" / "2.) Item" in
+   the middle of a line, and "k." after a "k-1." that starts the line ("1. Open it 2. Take
+   it", "a. x b. y") start a new sentence.
 5. The last rules turn the marked text into ``separator BOUNDARY sentence BOUNDARY
    separator ... sentence BOUNDARY separator``; splitting at ``BOUNDARY`` gives the
    separators at the even places and the sentences at the odd ones, and
    :data:`RESTORE_RULES` put back what the protections and the escapes replaced.
 
-What it does not do (measured on the Pragmatic Segmenter's English "Golden Rules",
-``benchmarks/segmentation.py``, docs/documents.md): numbered lists written "1. a 2. b" on
-one line without stops, alphabetical lists "a. b. c.", and a time abbreviation before a
-capitalised name ("at 6 P.M. Mr. Smith ..." stays one sentence). A sentence that starts
-with a lower-case letter after a stop ("iPhones sold. iPads too.") is not split.
+What it gets wrong (measured on the Pragmatic Segmenter's English "Golden Rules", 47 of 48,
+``benchmarks/segmentation.py``, docs/documents.md): a time abbreviation before a capitalised
+name ("at 6 P.M. Mr. Smith then ..." stays one sentence). By design, a sentence that starts
+with a lower-case letter after a stop ("iPhones sold. iPads too.") is not split, and in a
+line that starts with a list marker "1.", a later "2. " before a capital starts a new item
+("1. I counted to 2. Then ..." is cut before "2.").
 
 Example:
     >>> seg = split("Mr. Smith arrived at 10:30. He left!\\n\\nThe end.")
@@ -59,7 +61,7 @@ References: Pragmatic Segmenter's Golden Rules (Kevin Dias) as shipped by pySBD
 RE2 syntax (github.com/google/re2/wiki/Syntax).
 """
 import re
-from typing import Callable, List, NamedTuple, Sequence, Tuple
+from typing import List, NamedTuple, Sequence
 
 # --- the internal alphabet: Unicode noncharacters, reserved for a program's internal use --
 BEGIN = "\ufdd0"      # start of the text
