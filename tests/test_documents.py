@@ -270,6 +270,17 @@ def test_tflite_cannot_run_the_split():
         interpreter = text_interpreter(model_content=content)
         interpreter.allocate_tensors()
         interpreter.get_signature_runner()(text=np.array([b"Hi. Bye."], dtype=object))
+    # Select TF ops (Flex) convert, but the interpreter has no Flex delegate (an app would
+    # have to link tensorflow-lite-select-tf-ops; the text file refuses Flex ops).
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], module)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS,
+                                           tf.lite.OpsSet.SELECT_TF_OPS]
+    content = converter.convert()
+    with pytest.raises(RuntimeError, match=r"Select TensorFlow op\(s\), included in the given "
+                                           r"model, is\(are\) not supported by this "
+                                           r"interpreter(.|\n)*FlexStaticRegexReplace"):
+        interpreter = text_interpreter(model_content=content)
+        interpreter.get_signature_runner()(text=np.array([b"Hi. Bye."], dtype=object))
 
 
 def test_runtime_split_for_tflite_round_trip():
