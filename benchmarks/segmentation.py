@@ -119,6 +119,29 @@ def time_split(cases, chars=100_000, with_tf=False):
     return out
 
 
+def tatoeba_check(path):
+    """On the English side of a Tatoeba file (``eng<TAB>fra`` lines): how many distinct
+    sentences split into several, and how many keep a stop followed by whitespace inside
+    (what to read by eye: abbreviations kept whole, or a missed boundary)."""
+    import re
+
+    english = sorted({line.split("\t")[0] for line in open(path, encoding="utf-8")
+                      if "\t" in line})
+    split_into_several, kept_with_inner_stop = [], []
+    for text in english:
+        sentences = documents.split(text).sentences
+        if len(sentences) > 1:
+            split_into_several.append(sentences)
+        elif re.search("[.!?\u2026][\"')]*[ \t]+[^ \t]", text):
+            kept_with_inner_stop.append(text)
+    return {"file": path, "distinct_english": len(english),
+            "split_into_several": len(split_into_several),
+            "examples_split": split_into_several[:: max(1, len(split_into_several) // 10)][:10],
+            "kept_whole_with_inner_stop": len(kept_with_inner_stop),
+            "examples_kept": kept_with_inner_stop[:: max(1, len(kept_with_inner_stop) // 10)]
+            [:10]}
+
+
 def markdown(result):
     lines = ["# Sentence segmentation: the English Golden Rules", "",
              f"{result['date']} - {result['machine']}, Python {result['python']}", "",
@@ -143,6 +166,13 @@ def markdown(result):
               "is not anchored: "
               + "; ".join(f"{k} {v} s" for k, v in t["python_adversarial_seconds"].items())
               + ".", ""]
+    if "tatoeba" in result:
+        t = result["tatoeba"]
+        lines += [f"Tatoeba ({t['file']}): of {t['distinct_english']:,} distinct English "
+                  f"sentences, {t['split_into_several']:,} split into several (examples: "
+                  f"{t['examples_split'][:3]!r}); {t['kept_whole_with_inner_stop']} kept "
+                  f"whole although a stop and whitespace are inside (examples: "
+                  f"{t['examples_kept'][:5]!r}).", ""]
     return "\n".join(lines)
 
 
@@ -150,6 +180,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tf", action="store_true",
                         help="also the TF graph split and tensorflow-text's breaker")
+    parser.add_argument("--tatoeba", help="a Tatoeba eng<TAB>fra file to check by count, "
+                        "e.g. ../shared/data/fra-eng/train.txt")
     parser.add_argument("--out", default=OUT, help="path without extension (.json, .md)")
     args = parser.parse_args(argv)
     golden = json.load(open(GOLDEN, encoding="utf-8"))
@@ -166,6 +198,10 @@ def main(argv=None):
         r = result["segmenters"][name]
         print(f"{name}: {r['passed']}/{r['total']} = {100 * r['share']:.1f} % "
               f"(failed {r['failed']})")
+    if args.tatoeba:
+        result["tatoeba"] = tatoeba_check(args.tatoeba)
+        print("tatoeba:", {k: v for k, v in result["tatoeba"].items()
+                           if not k.startswith("examples")})
     result["split_time"] = time_split(cases, with_tf=args.tf)
     print("split time:", result["split_time"])
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
