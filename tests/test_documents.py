@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import guards
 from keras_attn import documents
 from keras_attn.documents import Segments, cut_long, join, join_batch, split, split_batch
 
@@ -306,7 +307,8 @@ def test_runtime_imports_no_tensorflow():
     code = ("import sys; from keras_attn.export.runtime import split_for_tflite; "
             "split_for_tflite(['a. B']); print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+                         check=True, cwd=os.path.dirname(os.path.dirname(__file__)),
+                         timeout=guards.timeout(1))
     assert out.stdout.strip() == "False"
 
 
