@@ -134,7 +134,9 @@ def tatoeba_check(path):
             split_into_several.append(sentences)
         elif re.search("[.!?\u2026][\"')]*[ \t]+[^ \t]", text):
             kept_with_inner_stop.append(text)
-    return {"file": path, "distinct_english": len(english),
+    shown = os.path.join(os.path.basename(os.path.dirname(os.path.abspath(path))),
+                         os.path.basename(path))
+    return {"file": shown, "distinct_english": len(english),
             "split_into_several": len(split_into_several),
             "examples_split": split_into_several[:: max(1, len(split_into_several) // 10)][:10],
             "kept_whole_with_inner_stop": len(kept_with_inner_stop),
