@@ -215,6 +215,37 @@ def test_tf_join_rebuilds_and_works_in_a_function():
     assert [t.decode() for t in upper.numpy()] == ["HI. BYE.\n\n", "", "  ", "ONE"]
 
 
+def test_split_in_a_saved_model_uses_core_tf_ops_only(tmp_path):
+    """What a SavedModel signature gets: the split and join survive save/load, with core
+    TensorFlow ops only (no tensorflow-text op for TF Serving to lack, no Xla* op that
+    fails with XLA off: STACK_NOTES "Serving")."""
+    import tensorflow as tf
+
+    from keras_attn.export.documents import join_tensor, split_tensor
+
+    class Documents(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+        def round_trip(self, text):
+            sentences, separators = split_tensor(text)
+            return {"text": join_tensor(sentences, separators),
+                    "counts": sentences.row_lengths()}
+
+    module = Documents()
+    tf.saved_model.save(module, str(tmp_path), signatures={"serving_default":
+                                                            module.round_trip})
+    graph = module.round_trip.get_concrete_function().graph.as_graph_def()
+    ops = {n.op for n in graph.node} | {n.op for f in graph.library.function
+                                        for n in f.node_def}
+    assert {"StaticRegexReplace", "StringSplitV2"} <= ops
+    assert not [op for op in ops if op.startswith(("TFText", "Xla"))
+                or "Sentencepiece" in op or "Wordpiece" in op]
+    texts = ["Mr. Smith left. Bye!\n\n  Next paragraph.", "", " "]
+    out = tf.saved_model.load(str(tmp_path)).signatures["serving_default"](
+        text=tf.constant(texts))
+    assert [t.decode() for t in out["text"].numpy()] == texts
+    assert list(out["counts"].numpy()) == [len(split(t).sentences) for t in texts]
+
+
 def test_tf_split_bad_input():
     from keras_attn.export.documents import split_tensor
 
