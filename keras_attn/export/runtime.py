@@ -195,3 +195,68 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
                 break
         log_probs[b] = score[0]
     return {"tokens": tokens, "lengths": lengths, "log_prob": log_probs}
+
+
+# --- documents: split before the TFLite file, join after -----------------------------------
+# A TFLite file cannot run the document split (its regex ops have no TFLite kernel:
+# docs/documents.md), so an app splits with keras_attn.documents' rules, the same ones the
+# SavedModel runs in its graph.
+def split_for_tflite(texts):
+    """Split documents into the sentences a TFLite text file translates (one batch).
+
+    Args:
+        texts: B documents, str or UTF-8 bytes, each any number of sentences and paragraphs.
+
+    Returns:
+        ``(sentences, counts, separators)``: ``sentences`` an object array ``(N,)`` of UTF-8
+        bytes, every document's sentences in order (the file's ``text`` input, e.g.
+        ``run_tflite_text(model, sentences)``); ``counts`` int64 ``(B,)`` sentences per
+        document (0 for an empty one); ``separators`` B lists of ``counts[i] + 1`` str, the
+        whitespace around them. Per-sentence outputs (``score``, ``truncated``) group back by
+        document with ``np.split(x, np.cumsum(counts)[:-1])``.
+
+    Raises:
+        ValueError: a document that is not str / bytes, or bytes that are not UTF-8.
+
+    Example:
+        >>> sentences, counts, seps = split_for_tflite(["Hi. Bye.", "Yes."])
+        >>> out = run_tflite_text("exported/tflite/text_float32.tflite", sentences)
+        >>> join_from_tflite(out["translation"], counts, seps)
+    """
+    from keras_attn import documents
+
+    if isinstance(texts, (str, bytes)):
+        raise ValueError("`texts` must be a sequence of documents, not one str/bytes. "
+                         f"Received: texts={texts!r}")
+    decoded = []
+    for i, text in enumerate(texts):
+        if isinstance(text, (bytes, bytearray, np.bytes_)):
+            try:
+                text = bytes(text).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"`texts[{i}]` is not UTF-8. Received: texts[{i}]="
+                                 f"{bytes(text)!r} ({e})") from None
+        decoded.append(str(text) if isinstance(text, np.str_) else text)
+    sentences, counts, separators = documents.split_batch(decoded)
+    return text_array(sentences), np.asarray(counts, np.int64), separators
+
+
+def join_from_tflite(translations, counts, separators):
+    """Join a TFLite file's sentence translations back into documents.
+
+    Args:
+        translations: ``(N,)`` bytes or str, one per sentence of :func:`split_for_tflite`
+            (the ``translation`` output; for n-best outputs ``(N, K)`` pass a column).
+        counts, separators: from :func:`split_for_tflite`.
+
+    Returns:
+        list of B str, each document's translations with its own whitespace between them.
+    """
+    from keras_attn import documents
+
+    translations = np.asarray(translations, dtype=object)
+    if translations.ndim != 1:
+        raise ValueError(f"`translations` must be 1-D (one per sentence). Received: shape "
+                         f"{translations.shape}")
+    texts = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in translations]
+    return documents.join_batch(texts, [int(c) for c in counts], separators)
