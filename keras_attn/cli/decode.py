@@ -44,9 +44,16 @@ def add_parsers(sub):
     """The ``translate`` and ``evaluate`` parsers, by name."""
     p = translate = sub.add_parser(
         "translate", help="translate sentences with a trained run",
-        description="Translate sentences (arguments, or lines of stdin) with a trained run.")
+        description="Translate text with a trained run: arguments, or lines of stdin (a "
+                    "paragraph per line), or a whole file (--file). Text of several sentences "
+                    "is split into sentences, translated as one batch and joined with its "
+                    "own whitespace.")
     p.add_argument("run_dir", help="run directory (from keras-attn train)")
-    p.add_argument("sentences", nargs="*", help="sentences (default: lines of stdin)")
+    p.add_argument("sentences", nargs="*",
+                   help="texts, each any number of sentences (default: lines of stdin)")
+    p.add_argument("--file", default=None,
+                   help="translate this whole file as one document (paragraphs, blank lines "
+                        "and indentation kept) and print the translation")
     p.add_argument("--beam-size", type=int, default=1,
                    help="beams of the beam search; 1 is greedy decoding (default: %(default)s)")
     p.add_argument("--alpha", type=float, default=LENGTH_PENALTY,
@@ -73,6 +80,16 @@ def run_translate(args):
     from keras_attn.translator import Translator
 
     translator = Translator.from_run_dir(args.run_dir)
+    if args.file is not None:
+        if args.sentences:
+            raise ValueError("give --file or texts, not both")
+        with open(args.file, encoding="utf-8") as f:
+            document = f.read()
+        options = option_values(args)
+        options.setdefault("length_penalty", args.alpha)
+        best = translator.translate_nbest([document], beam_size=args.beam_size, **options)
+        sys.stdout.write(best[0][0]["translation"])
+        return 0
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
     options = option_values(args)
     if not options:  # one line per sentence

@@ -201,24 +201,55 @@ class CTranslate2Translator:
                                        ct2_options)
         return _pad(ids)
 
-    def translate_nbest(self, sentences, batch_size=128, **options):
-        """Translate with per-call decoding options, as ``Translator.translate_nbest``.
+    def translate_nbest(self, texts, batch_size=128, **options):
+        """Translate with per-call decoding options, as ``Translator.translate_nbest``: each
+        text is split into sentences (:mod:`keras_attn.documents`), they are decoded as
+        one batch and joined back with the text's whitespace; a sentence longer than the
+        model reads is cut at a clause boundary.
 
-        Returns, per sentence, a list of ``num_hypotheses`` dicts ``{"translation": str,
+        Returns, per text, a list of ``num_hypotheses`` dicts ``{"translation": str,
         "score": float}``, best first (beam: summed log-probability / GNMT penalty; greedy:
-        the summed log-probability). With ``target_prefix`` every translation starts with
-        the prefix's tokens and their log-probabilities are not in the score.
+        the summed log-probability; several sentences: summed, with ``"sentences"``). With
+        ``target_prefix`` every sentence's translation starts with the prefix's tokens and
+        their log-probabilities are not in the score.
 
         Raises:
             ValueError: as :meth:`options` (sampling, alignments, bad values), or a
                 ``target_prefix`` that leaves no room within ``max_length``.
         """
-        import tensorflow as tf
+        from keras_attn import documents
 
         opts = self.options(**options)
         prefix = self.prefix_tokens(opts.target_prefix)
         opts.validate(max_length_limit=self.max_len, prefix_tokens=len(prefix))
-        sentences = list(sentences)
+        docs = documents.translate_documents(
+            list(texts), lambda s: self._translate_sentences(s, batch_size, opts, prefix),
+            opts.num_hypotheses, cut=self.cut_long)
+        return [[documents.one_sentence(h) for h in hyps] for hyps in docs]
+
+    def cut_long(self, sentences):
+        """As ``Translator.cut_long``: Pieces for the sentences over ``max_len - 1`` tokens."""
+        from keras_attn import documents
+
+        limit = self.max_len - 1
+        count = lambda piece: len(self.encode_all([piece])[0])  # noqa: E731
+        return [documents.cut_long(s, limit, count) if len(tokens) > limit else None
+                for s, tokens in zip(sentences, self.encode_all(sentences))]
+
+    def encode_all(self, sentences):
+        """Source token strings per sentence, not truncated."""
+        import tensorflow as tf
+
+        if not sentences:
+            return []
+        if self.normalize:
+            sentences = [text.normalize_text(s) for s in sentences]
+        ids = self.src_tokenizer.tokenize(tf.constant(list(sentences), tf.string)).to_list()
+        return [[self.src_tokens[i] for i in row] for row in ids]
+
+    def _translate_sentences(self, sentences, batch_size, opts, prefix):
+        import tensorflow as tf
+
         results = []
         for i in range(0, len(sentences), batch_size):
             nbest = self.decode_nbest(self.encode(sentences[i: i + batch_size]), opts, prefix)

@@ -183,6 +183,22 @@ class TranslatorModule(tf.Module):
         return out["tokens"][:, 0], out["lengths"][:, 0], out["scores"][:, 0]
 
     def _serve(self, strings):
+        if self.for_tflite:  # TFLite runs no regex op: keras_attn.export.runtime splits
+            return self._serve_sentences(strings)
+        # Documents: split in the graph (the rules of keras_attn.documents), every sentence
+        # of the request decoded as one batch, joined back with the text's whitespace; a
+        # text's score sums its sentences', it is truncated if any sentence was.
+        from keras_attn.export import documents
+
+        sentences, separators = documents.split_tensor(strings)
+        out = self._serve_sentences(sentences.flat_values)
+        per_text = {k: sentences.with_flat_values(v) for k, v in out.items()}
+        return {"translation": documents.join_tensor(per_text["translation"], separators),
+                "score": tf.reduce_sum(per_text["score"], axis=1),
+                "truncated": tf.reduce_any(per_text["truncated"], axis=1)}
+
+    def _serve_sentences(self, strings):
+        """Sentences ``(B,)`` -> ``translation``, ``score``, ``truncated`` ``(B,)``."""
         batch = tf.shape(strings)[0]
         source, truncated = self.encode_text(strings)
         if self.for_tflite:

@@ -38,33 +38,59 @@ def text_interpreter(model_content=None, model_path=None, num_threads=None):
         custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS)
 
 
-def run_tflite_text(model, texts):
+def run_tflite_text(model, texts, split=True):
     """Translate with a text-target flatbuffer (a path or its bytes).
+
+    Each text may hold several sentences and paragraphs: TFLite's interpreter runs no regex
+    op (docs/documents.md), so the texts are split here by the rules of
+    :mod:`keras_attn.documents` (:func:`split_for_tflite`, the same result as the
+    SavedModel's in-graph split), every sentence goes through the file in one batch, and the
+    translations are joined back with each text's whitespace (:func:`join_from_tflite`).
 
     Args:
         model: the ``.tflite`` file or its content.
-        texts: str or bytes, passed as they are (what an app passes: the file does its own
-            tokenizing; see the export report's ``warnings`` for a model that expects
-            normalised text).
+        texts: str or bytes (what an app passes: the file does its own tokenizing; see the
+            export report's ``warnings`` for a model that expects normalised text).
+        split: False passes each text to the file as one sentence.
 
     Returns:
-        dict of numpy arrays ``translation`` (bytes) ``(B,)``, ``score`` float32 ``(B,)``,
-        ``truncated`` bool ``(B,)``.
+        dict of numpy arrays ``translation`` (bytes) ``(B,)``, ``score`` float32 ``(B,)``
+        (a text's sentences' scores summed), ``truncated`` bool ``(B,)`` (any sentence cut
+        at the file's ``max_len``).
     """
     if isinstance(model, (bytes, bytearray)):
         interpreter = text_interpreter(model_content=bytes(model))
     else:
         interpreter = text_interpreter(model_path=os.fspath(model))
     runner = interpreter.get_signature_runner(TFLITE_TEXT_SIGNATURE)
-    texts = text_array(texts)
+    if not split:
+        return _run_sentences(runner, text_array(texts))
+    sentences, counts, separators = split_for_tflite(list(texts))
+    if len(counts) == 0:
+        return _empty()
+    out = _run_sentences(runner, sentences)
+    bounds = np.cumsum(counts)[:-1]
+    return {"translation": np.array([t.encode("utf-8") for t in join_from_tflite(
+                out["translation"], counts, separators)], dtype=object),
+            "score": np.array([x.sum() for x in np.split(out["score"], bounds)], np.float32),
+            "truncated": np.array([x.any() for x in np.split(out["truncated"], bounds)], bool)}
+
+
+def _run_sentences(runner, texts):
     if list(runner.get_input_details()["text"]["shape_signature"]) != [1]:
+        if len(texts) == 0:
+            return _empty()
         return runner(text=texts)
     # A fixed batch of one (Bahdanau models): one call per sentence.
     rows = [runner(text=texts[i: i + 1]) for i in range(len(texts))]
     if not rows:
-        return {"translation": np.zeros((0,), object), "score": np.zeros((0,), np.float32),
-                "truncated": np.zeros((0,), bool)}
+        return _empty()
     return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+
+
+def _empty():
+    return {"translation": np.zeros((0,), object), "score": np.zeros((0,), np.float32),
+            "truncated": np.zeros((0,), bool)}
 
 
 def run_tflite_options(model, texts, **options):
