@@ -105,7 +105,16 @@ ABBREVIATIONS = ("Mr", "Mrs", "Ms", "Mx", "Dr", "Prof", "St", "Mt", "Ft", "Rev",
 NUMBER_ABBREVIATIONS = ("No", "Nos", "no", "nos", "Nr", "N\u00b0", "p", "pp", "Vol", "vol",
                         "Fig", "fig", "Figs", "Art", "art", "Ch", "ch", "Sec", "sec", "Op",
                         "Eq", "eq", "Jan", "Feb", "Mar", "Apr", "Jun", "Jul", "Aug", "Sep",
-                        "Sept", "Oct", "Nov", "Dec")
+                        "Sept", "Oct", "Nov", "Dec") + tuple(
+    # Months and weekdays abbreviated in lower or upper case, and French ones ("5 nov.
+    # 2008", "mar. 23 mai 1978", "29 Avr. 2089", "16 JANV. 1931"): a date, not the end of a
+    # sentence.
+    w for m in ("jan", "janv", "feb", "fev", "fév", "févr", "mar", "apr", "avr",
+                "jun", "jul", "juil", "aug", "sep", "sept", "oct", "nov", "dec", "déc",
+                "lun", "mer", "jeu", "ven", "sam", "dim", "mon", "tue", "tues", "wed", "thu",
+                "thur", "thurs", "fri", "sat", "sun")
+    for w in dict.fromkeys((m, m[0].upper() + m[1:], m.upper()))
+    if w not in ("Jan", "Mar", "Jun", "Jul", "Sep", "Sept", "Oct", "Nov", "Dec"))
 
 
 def _alternatives(words):

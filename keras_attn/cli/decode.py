@@ -53,7 +53,7 @@ def add_parsers(sub):
                    help="texts, each any number of sentences (default: lines of stdin)")
     p.add_argument("--file", default=None,
                    help="translate this whole file as one document (paragraphs, blank lines "
-                        "and indentation kept) and print the translation")
+                        "and indentation kept) and print the translation (default: none)")
     p.add_argument("--beam-size", type=int, default=1,
                    help="beams of the beam search; 1 is greedy decoding (default: %(default)s)")
     p.add_argument("--alpha", type=float, default=LENGTH_PENALTY,
