@@ -85,3 +85,53 @@ def join_tensor(sentences, separators):
         message="separators must hold one more item per row than sentences")
     pairs = tf.stack([separators, padded], axis=2)  # (B, N_i + 1, 2)
     return tf.strings.reduce_join(tf.strings.reduce_join(pairs, axis=2), axis=1)
+
+
+def join_nbest(translations, row_splits, separators):
+    """Join n-best lists sentence by sentence: hypothesis ``j`` of text ``b`` is
+    hypothesis ``j`` of each of its sentences, joined with its separators.
+
+    Args:
+        translations: string ``(S, N)``, every text's sentences in order.
+        row_splits: int ``(B + 1,)``, the texts' sentences (``sentences.row_splits`` of
+            :func:`split_tensor`).
+        separators: string RaggedTensor ``(B, None)`` (``N_b + 1`` per text, from
+            :func:`split_tensor`), or one Python str put between sentences (nothing around).
+
+    Returns:
+        string ``(B, N)``.
+    """
+    row_splits = tf.cast(row_splits, tf.int64)
+    counts = row_splits[1:] - row_splits[:-1]  # (B,)
+    n = tf.shape(translations, out_type=tf.int64)[1]
+    batch = tf.shape(counts, out_type=tf.int64)[0]
+    if isinstance(separators, str):
+        seps = tf.RaggedTensor.from_row_lengths(
+            tf.fill([tf.reduce_sum(counts + 1)], separators), counts + 1)
+        first_and_last_empty = True
+    else:
+        seps = separators
+        first_and_last_empty = False
+    pieces_per = 2 * counts + 1  # separator, sentence, separator, ..., separator
+    lengths = tf.repeat(pieces_per, n)  # (B * N,): text b's hypothesis j
+    positions = tf.ragged.range(lengths)
+    p = positions.flat_values
+    owner = positions.value_rowids()  # b * N + j
+    b, j = owner // n, owner % n
+    sep_index = tf.gather(seps.row_splits, b) + p // 2
+    sentence_row = tf.gather(row_splits, b) + (p - 1) // 2
+    # One "" after the sentences: what an even (separator) position reads, harmlessly.
+    flat_translations = tf.concat([tf.reshape(translations, [-1]), [""]], axis=0)
+    pad = tf.size(flat_translations, out_type=tf.int64) - 1
+    sentence_index = tf.maximum(sentence_row, 0) * n + j
+    sep_values = seps.flat_values
+    if first_and_last_empty:
+        last = p == 2 * tf.gather(counts, b)
+        sep_piece = tf.where((p == 0) | last, "", tf.gather(sep_values, sep_index))
+    else:
+        sep_piece = tf.gather(sep_values, sep_index)
+    odd = p % 2 == 1
+    piece = tf.where(odd, tf.gather(flat_translations, tf.where(odd, sentence_index, pad)),
+                     sep_piece)
+    joined = tf.strings.reduce_join(tf.RaggedTensor.from_row_lengths(piece, lengths), axis=1)
+    return tf.reshape(joined, tf.stack([batch, n]))

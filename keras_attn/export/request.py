@@ -109,9 +109,34 @@ class RequestDecoder:
             self._pair_table = tf.constant(pairs, tf.string)
 
     def translate(self, strings, **options):
-        """The ``translate`` signature's body (module docstring)."""
+        """The ``translate`` signature's body (module docstring). In a SavedModel each text
+        is split into sentences in the graph (:mod:`keras_attn.export.documents`), every
+        sentence of the request decoded as one batch, and hypothesis ``j`` of a text is
+        hypothesis ``j`` of each of its sentences joined with the text's whitespace (its
+        score their sum, its alignments theirs joined by `` | ``, truncated if any was);
+        a TFLite file translates sentences (``keras_attn.export.runtime`` splits)."""
+        if self.module.for_tflite:
+            return self.translate_sentences(strings, **options)
+        from keras_attn.export import documents
+
+        sentences, separators = documents.split_tensor(strings)
+        owner = tf.cast(sentences.value_rowids(), tf.int32)
+        out = self.translate_sentences(sentences.flat_values, owner, tf.shape(strings)[0],
+                                       **options)
+        splits = sentences.row_splits
+        return {"translations": documents.join_nbest(out["translations"], splits, separators),
+                "scores": tf.reduce_sum(tf.RaggedTensor.from_row_splits(
+                    out["scores"], splits), axis=1),
+                "alignments": documents.join_nbest(out["alignments"], splits, " | "),
+                "truncated": tf.reduce_any(tf.RaggedTensor.from_row_splits(
+                    out["truncated"], splits), axis=1)}
+
+    def translate_sentences(self, strings, owner=None, texts=None, **options):
+        """Decode sentences ``(S,)``; ``owner`` int32 ``(S,)`` the text each belongs to
+        (default: its own) and ``texts`` how many texts there are, for the prefixes (none,
+        one for every text, or one per text)."""
         m = self.module
-        batch = tf.shape(strings)[0]
+        batch = tf.shape(strings)[0] if texts is None else texts
         source, truncated = m.encode_text(strings)
         if m.for_tflite:  # as in TranslatorModule._serve: TFLite needs a row to decode
             source = tf.pad(source, [[0, tf.maximum(1 - batch, 0)], [0, 0]])
@@ -135,8 +160,9 @@ class RequestDecoder:
                             [[0, 1], [0, 1]])
         if m.for_tflite:  # the guards' values feed the decoding, so they run
             prefix = prefix + tf.add_n(guards)
-        # One prefix per sentence, or row 0 for every sentence (the prefix, or padding).
-        prefix = tf.gather(prefix, tf.where(count == rows, tf.range(rows), 0))
+        # The text's prefix for each sentence, or row 0 for every one (the prefix, padding).
+        owner = tf.range(rows) if owner is None else owner
+        prefix = tf.gather(prefix, tf.where(count == batch, owner, 0))
         o = types.SimpleNamespace(**options)
         # The export's values where a request leaves them: max_length 0, length_penalty < 0.
         o.max_length = tf.where(o.max_length > 0, o.max_length, m.max_len)
@@ -164,7 +190,7 @@ class RequestDecoder:
                                         [rows, n]),
                "truncated": truncated}
         if m.for_tflite:
-            out = {k: v[:batch] for k, v in out.items()}
+            out = {k: v[:tf.shape(strings)[0]] for k, v in out.items()}
         return out
 
     def _decode(self, source, encoded, prefix, o, kind):

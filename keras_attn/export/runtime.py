@@ -108,7 +108,8 @@ def run_tflite_options(model, texts, **options):
     Returns:
         dict of numpy arrays ``translations`` (bytes) ``(B, N)``, ``scores`` float32
         ``(B, N)``, ``alignments`` (bytes, empty unless asked) ``(B, N)``, ``truncated``
-        ``(B,)``.
+        ``(B,)``; a text of several sentences: hypothesis ``j`` of each joined with its
+        whitespace, scores summed, alignments joined by `` | `` (as the SavedModel).
 
     Example:
         >>> run_tflite_options("exported/tflite/text_float32.tflite", ["3 March 2021"],
@@ -122,7 +123,31 @@ def run_tflite_options(model, texts, **options):
     else:
         interpreter = text_interpreter(model_path=os.fspath(model))
     runner = interpreter.get_signature_runner(TFLITE_OPTIONS_SIGNATURE)
-    return runner(text=text_array(texts), **option_inputs(opts))
+    # The sentences of every text in one batch (split here, as run_tflite_text), joined back
+    # as the SavedModel's signature joins them: hypothesis j of each sentence.
+    sentences, counts, separators = split_for_tflite(list(texts))
+    inputs = option_inputs(opts)
+    if len(counts) == 0:
+        n = opts.num_hypotheses
+        return {"translations": np.zeros((0, n), object), "scores": np.zeros((0, n), np.float32),
+                "alignments": np.zeros((0, n), object), "truncated": np.zeros((0,), bool)}
+    if len(sentences) == 0:  # the file needs a row: translate "" and keep nothing of it
+        out = runner(text=text_array([""]), **inputs)
+        out = {k: v[:0] for k, v in out.items()}
+    else:
+        out = runner(text=sentences, **inputs)
+    bounds = np.cumsum(counts)[:-1]
+    n = out["translations"].shape[1] if out["translations"].ndim == 2 else 1
+    columns = [join_from_tflite(out["translations"][:, j], counts, separators)
+               for j in range(n)]
+    alignments = [[" | ".join(a.decode("utf-8") for a in part)
+                   for part in np.split(out["alignments"][:, j], bounds)] for j in range(n)]
+    return {"translations": np.array([[c[b].encode("utf-8") for c in columns]
+                                      for b in range(len(counts))], dtype=object).reshape(-1, n),
+            "scores": np.stack([x.sum(axis=0) for x in np.split(out["scores"], bounds)]),
+            "alignments": np.array([[a[b].encode("utf-8") for a in alignments]
+                                    for b in range(len(counts))], dtype=object).reshape(-1, n),
+            "truncated": np.array([x.any() for x in np.split(out["truncated"], bounds)], bool)}
 
 
 def option_inputs(opts):
