@@ -39,6 +39,9 @@ SETTINGS = [
     {"max_length_factor": 2.0}, {"max_length_factor": 3.0},
     {"no_repeat_ngram_size": 3, "max_length_factor": 3.0},
     {"no_repeat_ngram_size": 4, "max_length_factor": 3.0},
+    {"no_repeat_ngram_size": 3, "repetition_penalty": 1.1, "max_length_factor": 3.0},
+    {"no_repeat_ngram_size": 3, "repetition_penalty": 1.2, "max_length_factor": 3.0},
+    {"no_repeat_ngram_size": 4, "repetition_penalty": 1.2, "max_length_factor": 3.0},
 ]
 CHAR_RUN = re.compile(r"(\S)\1{4}")
 WORD = re.compile(r"\w+", re.UNICODE)

@@ -16,7 +16,8 @@ from keras_attn import (alignment, data, decoding, documents, fastpath, models, 
                         text)
 from keras_attn.config import TrainConfig
 from keras_attn.decoding import repetition
-from keras_attn.decoding.options import LENGTH_PENALTY, OPTIONS, DecodingOptions
+from keras_attn.decoding.options import (CONTROLS, LENGTH_PENALTY, OPTIONS, DecodingOptions,
+                                         control_defaults)
 
 # The options a traced decoder takes as tensors (changing them does not retrace); the
 # others (beam_size, num_hypotheses, return_alignments, target_prefix) shape the graph.
@@ -60,6 +61,8 @@ class Translator:
         self.normalize = normalize
         self._decoders = {}
         self._word_tables = None  # alignment.word_tables of both sides, when first asked
+        # The repetition controls' defaults for this target vocabulary (DecodingOptions).
+        self.controls = dict(control_defaults(tgt_tokenizer))
 
     @classmethod
     def from_run_dir(cls, run_dir):
@@ -97,12 +100,14 @@ class Translator:
             if beam_size == 1:
                 def fn(source):
                     out = decoding.greedy_decode_fixed(self.model, source, self.max_len,
-                                                       text.START_ID, text.END_ID)
+                                                       text.START_ID, text.END_ID,
+                                                       options=self.defaults())
                     return out["tokens"], out["lengths"]
             else:
                 def fn(source):
                     out = decoding.beam_decode_fixed(self.model, source, beam_size, alpha,
-                                                     self.max_len, text.START_ID, text.END_ID)
+                                                     self.max_len, text.START_ID, text.END_ID,
+                                                     options=self.defaults())
                     return out["tokens"][:, 0], out["lengths"][:, 0]
             self._decoders[key] = _traced(fn, spec)
         return self._decoders[key]
@@ -114,27 +119,30 @@ class Translator:
                            for t in self._decoder(beam_size, alpha)(source))
         return tokens[:, : max(int(lengths.max(initial=0)), 1)]
 
+    def defaults(self):
+        """The options of a call that names none, resolved for this translator."""
+        return DecodingOptions().resolve(self.max_len, controls=self.controls)
+
     def options(self, **options):
         """:class:`DecodingOptions` from keyword arguments, checked against this translator
         (``max_length`` at most ``max_len``) and with its defaults filled in
         (``length_penalty`` ``LENGTH_PENALTY``, ``max_length`` ``max_len``)."""
         opts = DecodingOptions.from_kwargs(**options)
         opts.validate(max_length_limit=self.max_len)
-        return opts.resolve(self.max_len)
+        return opts.resolve(self.max_len, controls=self.controls)
 
     def _options_decoder(self, opts, with_prefix):
         """A ``tf.function`` per shape of the computation (beam, n-best, sampling or not,
         prefix or not, which repetition controls are on); the other options are tensors
         (:data:`TENSOR_OPTIONS`), so changing them does not retrace."""
-        on = tuple(name for name in repetition.OFF
-                   if repetition.active(name, getattr(opts, name)))
+        on = tuple(name for name in CONTROLS if repetition.active(name, getattr(opts, name)))
         key = ("options", opts.beam_size if not opts.sampling else 0, opts.num_hypotheses,
                opts.sampling, with_prefix, opts.return_alignments, on)
         if key not in self._decoders:
             def fn(source, prefix, *values):
                 values = dict(zip(TENSOR_OPTIONS, values))
                 # A control that is off stays a Python value: no op in the loop.
-                values.update({name: repetition.OFF[name] for name in repetition.OFF
+                values.update({name: repetition.OFF[name] for name in CONTROLS
                                if name not in on})
                 graph_opts = types.SimpleNamespace(
                     beam_size=opts.beam_size, num_hypotheses=opts.num_hypotheses,

@@ -25,11 +25,24 @@ import numbers
 from typing import Any, Callable, Optional
 
 LENGTH_PENALTY = 0.6  # GNMT alpha (Wu et al. 2016) when a request or export names none
-# The repetition controls' defaults (keras_attn.decoding.repetition), chosen by measurement
-# on held-out text and odd inputs (docs/benchmarks/NOTES.md, "Repetition controls").
-REPETITION_PENALTY = 1.0
-NO_REPEAT_NGRAM_SIZE = 0
-MAX_LENGTH_FACTOR = 0.0
+# The repetition controls' defaults (keras_attn.decoding.repetition) by the kind of target
+# vocabulary, chosen by measurement (docs/benchmarks/repetition.md): on subwords, no
+# repeated trigram and at most 3 target tokens per source token remove the loops at no BLEU
+# cost; on characters (the dates task) a repeated character trigram is normal ("2010-10-10")
+# and every control stays off.
+CONTROLS = ("repetition_penalty", "no_repeat_ngram_size", "max_length_factor")
+CONTROL_DEFAULTS = {
+    "subword": {"repetition_penalty": 1.0, "no_repeat_ngram_size": 3, "max_length_factor": 3.0},
+    "character": {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+                  "max_length_factor": 0.0},
+}
+
+
+def control_defaults(tokenizer):
+    """The repetition controls' defaults for an artefact whose target tokenizer is
+    ``tokenizer`` (character vocabularies: off; subwords and words: :data:`CONTROL_DEFAULTS`)."""
+    return CONTROL_DEFAULTS["character" if getattr(tokenizer, "char_level", False)
+                            else "subword"]
 INT32 = (-2 ** 31, 2 ** 31)
 
 
@@ -131,17 +144,18 @@ class DecodingOptions:
         "in every artefact")
     return_alignments: bool = option(
         False, "bool", "True or False", "also return word alignments (Pharaoh i-j pairs)")
-    repetition_penalty: float = option(
-        REPETITION_PENALTY, "float32", "a number > 0", "> 1 penalises tokens already "
-        "generated (a positive logit divided by it, a negative one multiplied); 1 = off",
-        lambda v: v > 0, ct2="repetition_penalty")
-    no_repeat_ngram_size: int = option(
-        NO_REPEAT_NGRAM_SIZE, "int32", "an integer in [0, 8]", "no n-gram of this size is "
-        "generated twice; 0 = off", lambda v: (v >= 0) & (v <= 8), ct2="no_repeat_ngram_size")
-    max_length_factor: float = option(
-        MAX_LENGTH_FACTOR, "float32", "a number >= 0", "at most this many target tokens per "
-        "source token (Marian's --max-length-factor), within max_length; 0 = off",
-        lambda v: v >= 0)
+    repetition_penalty: Optional[float] = option(
+        None, "float32", "a number > 0", "> 1 penalises tokens already generated (a "
+        "positive logit divided by it, a negative one multiplied); 1 = off (default: the "
+        "artefact's, 1)", lambda v: v > 0, unset=-1.0, ct2="repetition_penalty")
+    no_repeat_ngram_size: Optional[int] = option(
+        None, "int32", "an integer in [0, 8]", "no n-gram of this size is generated twice; "
+        "0 = off (default: the artefact's, 3 on subwords, 0 on characters)",
+        lambda v: (v >= 0) & (v <= 8), unset=-1, ct2="no_repeat_ngram_size")
+    max_length_factor: Optional[float] = option(
+        None, "float32", "a number >= 0", "at most this many target tokens per source token "
+        "(Marian's --max-length-factor), within max_length; 0 = off (default: the "
+        "artefact's, 3 on subwords, 0 on characters)", lambda v: v >= 0, unset=-1.0)
 
     def __post_init__(self):
         for opt in OPTIONS.values():
@@ -165,13 +179,18 @@ class DecodingOptions:
             raise ValueError(f"Unknown decoding option(s) {unknown}; the options are {list(NAMES)}")
         return cls(**kwargs)
 
-    def resolve(self, max_length_limit, length_penalty=LENGTH_PENALTY):
-        """These options with ``max_length`` and ``length_penalty`` filled from the artefact's
-        defaults (``max_length_limit``, ``length_penalty``)."""
+    def resolve(self, max_length_limit, length_penalty=LENGTH_PENALTY, controls=None):
+        """These options with what they leave to the artefact filled in: ``max_length``
+        (``max_length_limit``), ``length_penalty`` and the repetition controls
+        (``controls``: a dict of :data:`CONTROLS`, e.g. :func:`control_defaults`; default:
+        all off)."""
+        controls = CONTROL_DEFAULTS["character"] if controls is None else controls
         return dataclasses.replace(
             self,
             max_length=max_length_limit if self.max_length is None else self.max_length,
-            length_penalty=length_penalty if self.length_penalty is None else self.length_penalty)
+            length_penalty=length_penalty if self.length_penalty is None else self.length_penalty,
+            **{name: controls[name] if getattr(self, name) is None else getattr(self, name)
+               for name in CONTROLS})
 
     def validate(self, max_beam_size=None, max_length_limit=None, prefix_tokens=None):
         """Check against what the artefact fixed at export; returns ``self``.

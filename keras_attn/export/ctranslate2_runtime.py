@@ -22,7 +22,7 @@ from keras_attn.export.ct2_converter import ct2_vocab
 import ctranslate2
 
 from keras_attn import runs, subword, text
-from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions
+from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
 
 METADATA = "keras_attn.json"  # what the exporter writes beside the model, read here
 SRC_VOCAB, TGT_VOCAB = "src_vocab.txt", "tgt_vocab.txt"  # keras_attn.text's vocabulary files
@@ -76,6 +76,7 @@ class CTranslate2Translator:
         self.src_tokens = ct2_vocab(self.src_tokenizer.vocab)
         self.tgt_tokens = ct2_vocab(self.tgt_tokenizer.vocab)
         self.tgt_ids = {t: i for i, t in enumerate(self.tgt_tokens)}
+        self.controls = dict(control_defaults(self.tgt_tokenizer))  # as Translator's
         self.translator = ctranslate2.Translator(
             os.fspath(model_dir), device=device, compute_type=compute_type,
             intra_threads=intra_threads, inter_threads=inter_threads)
@@ -117,7 +118,7 @@ class CTranslate2Translator:
                 "vectors are not keras_attn's word alignments. "
                 f"Received: return_alignments={opts.return_alignments}")
         opts.validate(max_length_limit=self.max_len)
-        return opts.resolve(self.max_len)
+        return opts.resolve(self.max_len, controls=self.controls)
 
     def prefix_tokens(self, target_prefix):
         """``target_prefix`` as target token strings (our target tokenizer, as
@@ -190,7 +191,7 @@ class CTranslate2Translator:
         CTranslate2's meanings (``{"length_penalty": 1.0}``: its ``length ** 1.0``
         ranking, not reranked)."""
         opts = DecodingOptions(beam_size=beam_size, length_penalty=alpha).resolve(
-            self.max_len, alpha)
+            self.max_len, alpha, self.controls)
         best = [hyps[0] for hyps in self.decode_nbest(tokens, opts, ct2_options=ct2_options)]
         return [ids for ids, _ in best], [score for _, score in best]
 

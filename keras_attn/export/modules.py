@@ -25,7 +25,7 @@ import functools
 import tensorflow as tf
 
 from keras_attn import fastpath, text
-from keras_attn.decoding.options import LENGTH_PENALTY
+from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
 from keras_attn.export.base import check_beam
 from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
@@ -100,6 +100,8 @@ class TranslatorModule(tf.Module):
         self.beam_size = int(beam_size)
         self.alpha = float(alpha)
         self.for_tflite = bool(for_tflite)
+        # The repetition controls' defaults for this target vocabulary (DecodingOptions).
+        self.controls = dict(control_defaults(parts.tgt_tokenizer))
         self.text_ops = resolve_text_ops(text_ops, parts, for_tflite)
         if self.text_ops == "core":
             self.src_tokenizer = CoreCharTokenizer(parts.src_tokenizer)
@@ -176,11 +178,17 @@ class TranslatorModule(tf.Module):
 
         if self.beam_size == 1:
             out = decoding.greedy_decode_fixed(self.model, source, self.max_len,
-                                               text.START_ID, text.END_ID)
+                                               text.START_ID, text.END_ID,
+                                               options=self.default_options())
             return out["tokens"], out["lengths"], out["log_prob"]
         out = decoding.beam_decode_fixed(self.model, source, self.beam_size, self.alpha,
-                                         self.max_len, text.START_ID, text.END_ID)
+                                         self.max_len, text.START_ID, text.END_ID,
+                                         options=self.default_options())
         return out["tokens"][:, 0], out["lengths"][:, 0], out["scores"][:, 0]
+
+    def default_options(self):
+        """What ``serving_default`` decodes with: every option's default, resolved."""
+        return DecodingOptions().resolve(self.max_len, self.alpha, self.controls)
 
     def _serve(self, strings):
         if self.for_tflite:  # TFLite runs no regex op: keras_attn.export.runtime splits

@@ -23,7 +23,7 @@ import types
 import tensorflow as tf
 
 from keras_attn import alignment, decoding, text
-from keras_attn.decoding.options import OPTIONS
+from keras_attn.decoding.options import CONTROLS, OPTIONS
 
 # Every option of keras_attn.decoding.options and its dtype in the signature.
 OPTION_SPECS = {name: tf.as_dtype(opt.dtype) for name, opt in OPTIONS.items()}
@@ -167,6 +167,10 @@ class RequestDecoder:
         # The export's values where a request leaves them: max_length 0, length_penalty < 0.
         o.max_length = tf.where(o.max_length > 0, o.max_length, m.max_len)
         o.length_penalty = tf.where(o.length_penalty >= 0, o.length_penalty, m.alpha)
+        for name in CONTROLS:  # the export's defaults where a request sends the unset value
+            value = getattr(o, name)
+            setattr(o, name, tf.where(tf.equal(value, OPTIONS[name].unset),
+                                      tf.cast(m.controls[name], value.dtype), value))
         sampling = o.sampling_topk > 1
         beam = tf.logical_and(tf.logical_not(sampling), o.beam_size > 1)
 
