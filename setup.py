@@ -43,7 +43,8 @@ setup(
                  "jax[cpu]>=0.8", "ctranslate2>=4.5,<5", "keras-hub",
                  "tensorflow-serving-api==2.21.*"],
         "ctranslate2": ["ctranslate2>=4.5,<5"],
-        "bench": ["keras-hub"],
+        # pysbd: benchmarks/segmentation.py's reference on the English Golden Rules.
+        "bench": ["keras-hub", "pysbd"],
         "serving": ["tensorflow-serving-api==2.21.*"],
     },
     entry_points={"console_scripts": ["keras-attn=keras_attn.cli:main"]},

@@ -19,6 +19,7 @@ TensorFlow, so ``keras-attn --help`` answers at once):
   (datasets and tf.data pipelines).
 - ``config`` (every option of a run; no TensorFlow), ``training`` (the ``keras-attn train``
   recipes), ``budget`` (training for a time budget), ``distribute`` (tf.distribute), ``evaluation`` (exact match, BLEU, chrF),
+  ``documents`` (split text into sentences, join translations back),
   ``translator`` (text in, text out), ``runs`` (run directories), ``export`` (SavedModel,
   TFLite, CTranslate2), ``viz`` (attention heatmaps and the chapter's figures), ``cli``.
 
@@ -37,7 +38,7 @@ __version__ = "0.1.0"
 SUBMODULES = ("ops", "layers", "models", "schedules", "losses", "decoding", "alignment",
               "special_tokens", "vocab", "text", "subword", "data", "config", "training",
               "budget", "distribute", "evaluation", "translator", "runs", "export", "viz", "cli",
-              "fastpath", "numerics", "tf_ops", "tf_attention", "tf_step")
+              "fastpath", "numerics", "tf_ops", "tf_attention", "tf_step", "documents")
 __all__ = list(SUBMODULES) + ["__version__"]
 
 

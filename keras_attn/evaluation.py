@@ -2,10 +2,11 @@
 import time
 
 from keras_attn import text
+from keras_attn.decoding.options import LENGTH_PENALTY
 
 
 def evaluate(translator, pairs, task, references=None, beam_size=1, batch_size=256,
-             length_penalty=0.6):
+             length_penalty=LENGTH_PENALTY):
     """Exact match (dates) or corpus BLEU/chrF with sacrebleu (text) on ``pairs``
     (:func:`corpus_scores`); ``length_penalty``: beam search's GNMT alpha.
 

@@ -12,9 +12,18 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_attn import alignment, data, decoding, fastpath, models, runs, subword, text
+from keras_attn import (alignment, data, decoding, documents, fastpath, models, runs, subword,
+                        text)
 from keras_attn.config import TrainConfig
-from keras_attn.decoding import DecodingOptions
+from keras_attn.decoding import repetition
+from keras_attn.decoding.options import (CONTROLS, LENGTH_PENALTY, OPTIONS, DecodingOptions,
+                                         control_defaults)
+
+# The options a traced decoder takes as tensors (changing them does not retrace); the
+# others (beam_size, num_hypotheses, return_alignments, target_prefix) shape the graph.
+TENSOR_OPTIONS = tuple(name for name, opt in OPTIONS.items()
+                       if opt.dtype in ("int32", "float32") and name not in (
+                           "beam_size", "num_hypotheses"))
 
 
 def _traced(fn, input_signature):
@@ -52,6 +61,8 @@ class Translator:
         self.normalize = normalize
         self._decoders = {}
         self._word_tables = None  # alignment.word_tables of both sides, when first asked
+        # The repetition controls' defaults for this target vocabulary (DecodingOptions).
+        self.controls = dict(control_defaults(tgt_tokenizer))
 
     @classmethod
     def from_run_dir(cls, run_dir):
@@ -89,54 +100,62 @@ class Translator:
             if beam_size == 1:
                 def fn(source):
                     out = decoding.greedy_decode_fixed(self.model, source, self.max_len,
-                                                       text.START_ID, text.END_ID)
+                                                       text.START_ID, text.END_ID,
+                                                       options=self.defaults())
                     return out["tokens"], out["lengths"]
             else:
                 def fn(source):
                     out = decoding.beam_decode_fixed(self.model, source, beam_size, alpha,
-                                                     self.max_len, text.START_ID, text.END_ID)
+                                                     self.max_len, text.START_ID, text.END_ID,
+                                                     options=self.defaults())
                     return out["tokens"][:, 0], out["lengths"][:, 0]
             self._decoders[key] = _traced(fn, spec)
         return self._decoders[key]
 
-    def translate_ids(self, source, beam_size=1, alpha=0.6):
+    def translate_ids(self, source, beam_size=1, alpha=LENGTH_PENALTY):
         """Best output ids ``(B, T)`` (numpy int32) for source ids ``(B, S)``."""
         source = np.asarray(source, dtype="int32")
         tokens, lengths = (keras.ops.convert_to_numpy(t)
                            for t in self._decoder(beam_size, alpha)(source))
         return tokens[:, : max(int(lengths.max(initial=0)), 1)]
 
+    def defaults(self):
+        """The options of a call that names none, resolved for this translator."""
+        return DecodingOptions().resolve(self.max_len, controls=self.controls)
+
     def options(self, **options):
         """:class:`DecodingOptions` from keyword arguments, checked against this translator
         (``max_length`` at most ``max_len``) and with its defaults filled in
-        (``length_penalty`` 0.6, ``max_length`` ``max_len``)."""
+        (``length_penalty`` ``LENGTH_PENALTY``, ``max_length`` ``max_len``)."""
         opts = DecodingOptions.from_kwargs(**options)
         opts.validate(max_length_limit=self.max_len)
-        return opts.resolve(self.max_len, 0.6)
+        return opts.resolve(self.max_len, controls=self.controls)
 
     def _options_decoder(self, opts, with_prefix):
         """A ``tf.function`` per shape of the computation (beam, n-best, sampling or not,
-        prefix or not); the other options are tensors, so changing them does not retrace."""
+        prefix or not, which repetition controls are on); the other options are tensors
+        (:data:`TENSOR_OPTIONS`), so changing them does not retrace."""
+        on = tuple(name for name in CONTROLS if repetition.active(name, getattr(opts, name)))
         key = ("options", opts.beam_size if not opts.sampling else 0, opts.num_hypotheses,
-               opts.sampling, with_prefix, opts.return_alignments)
+               opts.sampling, with_prefix, opts.return_alignments, on)
         if key not in self._decoders:
-            def fn(source, prefix, length_penalty, max_length, topk, topp, temperature, seed):
+            def fn(source, prefix, *values):
+                values = dict(zip(TENSOR_OPTIONS, values))
+                # A control that is off stays a Python value: no op in the loop.
+                values.update({name: repetition.OFF[name] for name in CONTROLS
+                               if name not in on})
                 graph_opts = types.SimpleNamespace(
                     beam_size=opts.beam_size, num_hypotheses=opts.num_hypotheses,
                     sampling=opts.sampling, return_alignments=opts.return_alignments,
-                    sampling_topk=topk, sampling_topp=topp,
-                    sampling_temperature=temperature, seed=seed,
-                    length_penalty=length_penalty, max_length=max_length)
+                    **values)
                 out = decoding.decode(self.model, source, graph_opts, self.max_len,
                                       text.START_ID, text.END_ID,
                                       prefix if with_prefix else None)
                 codes = self._alignment_codes(source, out) if opts.return_alignments \
                     else out["lengths"]
                 return out["tokens"], out["lengths"], out["scores"], codes
-            spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32),
-                    tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
-                    tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
-                    tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)]
+            spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)]
+            spec += [tf.TensorSpec([], OPTIONS[name].dtype) for name in TENSOR_OPTIONS]
             self._decoders[key] = _traced(fn, spec)
         return self._decoders[key]
 
@@ -160,35 +179,35 @@ class Translator:
         ids = np.asarray(ids.to_tensor(0) if hasattr(ids, "to_tensor") else ids, "int32")
         return np.repeat(ids[:1], batch, axis=0)
 
-    def translate_nbest(self, sentences, batch_size=128, **options):
-        """Translate with per-call decoding options (API.md, "Decoding options per request").
+    def source_lengths(self, sentences):
+        """Source tokens of each sentence (before ``[END]`` and truncation), one batch."""
+        if not sentences:
+            return []
+        if self.normalize:
+            sentences = [text.normalize_text(s) for s in sentences]
+        ids = self.src_tokenizer.tokenize(tf.constant(list(sentences), tf.string))
+        return [int(n) for n in ids.row_lengths().numpy()]
 
-        Returns, per sentence, a list of ``num_hypotheses`` dicts ``{"translation": str,
-        "score": float}``, best first for beam search (score: summed log-probability divided
-        by the GNMT length penalty; greedy and sampling: the summed log-probability). With
-        ``target_prefix``, every translation starts with the prefix's tokens and their
-        log-probabilities are not in the score. With ``return_alignments=True`` each dict
-        also has ``"alignment"``: Pharaoh ``i-j`` pairs (source word ``i``, target word
-        ``j``; :mod:`keras_attn.alignment`).
+    def cut_long(self, sentences):
+        """Per sentence a :class:`keras_attn.documents.Pieces` cut at clause boundaries
+        when it has more source tokens than the model reads (``max_len - 1`` before
+        ``[END]``), else None (:func:`keras_attn.documents.cut_long`)."""
+        limit = self.max_len - 1
+        count = lambda piece: self.source_lengths([piece])[0]  # noqa: E731
+        return [documents.cut_long(s, limit, count) if n > limit else None
+                for s, n in zip(sentences, self.source_lengths(sentences))]
 
-        Example:
-            >>> tr.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
-            [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
-        """
-        opts = self.options(**options)
-        sentences = list(sentences)
-        prefix = self._prefix_ids(opts.target_prefix, 1)
-        opts.validate(max_length_limit=self.max_len, prefix_tokens=prefix.shape[1])
+    def _translate_sentences(self, sentences, batch_size, opts, prefix):
+        """Per sentence ``num_hypotheses`` dicts (translation, score[, alignment])."""
         results = []
         for i in range(0, len(sentences), batch_size):
             chunk = sentences[i: i + batch_size]
             source = np.asarray(self.encode(chunk), "int32")
             fn = self._options_decoder(opts, prefix.shape[1] > 0)
+            values = [np.dtype(OPTIONS[name].dtype).type(getattr(opts, name))
+                      for name in TENSOR_OPTIONS]
             tokens, lengths, scores, codes = (keras.ops.convert_to_numpy(t) for t in fn(
-                source, np.repeat(prefix, len(chunk), axis=0),
-                np.float32(opts.length_penalty), np.int32(opts.max_length),
-                np.int32(opts.sampling_topk), np.float32(opts.sampling_topp),
-                np.float32(opts.sampling_temperature), np.int32(opts.seed)))
+                source, np.repeat(prefix, len(chunk), axis=0), *values))
             n = tokens.shape[1]
             flat = tokens.reshape(len(chunk) * n, -1)[:, : max(int(lengths.max(initial=0)), 1)]
             decoded = self.tgt_tokenizer.detokenize(flat).numpy().reshape(len(chunk), n)
@@ -201,29 +220,68 @@ class Translator:
                 results.append(hyps)
         return results
 
-    def translate(self, sentences, beam_size=1, alpha=0.6, batch_size=128, progress=None,
-                  **options):
-        """Translate a list of strings; returns a list of strings (the best translation).
+    def translate_nbest(self, texts, batch_size=128, **options):
+        """Translate with per-call decoding options (API.md, "Decoding options per request").
 
-        ``progress``: optional ``progress(done, total)``, called after each batch with the
-        number of sentences translated so far. Any other decoding option of
-        :meth:`translate_nbest` (``length_penalty`` is ``alpha``'s name there) gives that
-        method's best hypothesis.
+        Each text may hold any number of sentences and paragraphs: it is split into
+        sentences (:mod:`keras_attn.documents`), the sentences of the whole call are
+        decoded as one batch, and each hypothesis is joined back with the text's own
+        whitespace. A sentence longer than the model reads is cut at a clause boundary
+        (:meth:`cut_long`) and its entry in ``"sentences"`` says ``"cut": True``.
+
+        Returns, per text, a list of ``num_hypotheses`` dicts ``{"translation": str,
+        "score": float}``, best first for beam search (score: summed log-probability divided
+        by the GNMT length penalty; greedy and sampling: the summed log-probability; a
+        text of several sentences: their scores summed, and ``"sentences"``, the
+        hypothesis's dict of each sentence with its ``"source"``). With ``target_prefix``,
+        every sentence's translation starts with the prefix's tokens and their
+        log-probabilities are not in the score. With ``return_alignments=True`` each
+        sentence's dict (a one-sentence text's own) also has ``"alignment"``: Pharaoh
+        ``i-j`` pairs (source word ``i``, target word ``j``; :mod:`keras_attn.alignment`).
+
+        Example:
+            >>> tr.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
+            [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
         """
-        sentences = list(sentences)
+        opts = self.options(**options)
+        prefix = self._prefix_ids(opts.target_prefix, 1)
+        opts.validate(max_length_limit=self.max_len, prefix_tokens=prefix.shape[1])
+        docs = documents.translate_documents(
+            list(texts), lambda s: self._translate_sentences(s, batch_size, opts, prefix),
+            opts.num_hypotheses, cut=self.cut_long)
+        return [[documents.one_sentence(h) for h in hyps] for hyps in docs]
+
+    def translate(self, texts, beam_size=1, alpha=LENGTH_PENALTY, batch_size=128, progress=None,
+                  **options):
+        """Translate a list of texts; returns a list of strings (the best translation).
+
+        Each text may hold several sentences and paragraphs (split, decoded as one batch,
+        joined with its whitespace: :meth:`translate_nbest`). ``progress``: optional
+        ``progress(done, total)``, called after each batch with the number of sentences
+        translated so far. Any other decoding option of :meth:`translate_nbest`
+        (``length_penalty`` is ``alpha``'s name there) gives that method's best hypothesis.
+        """
+        texts = list(texts)
         if options:
             options.setdefault("length_penalty", alpha)
             return [hyps[0]["translation"] for hyps in
-                    self.translate_nbest(sentences, batch_size, beam_size=beam_size, **options)]
-        out = []
-        for i in range(0, len(sentences), batch_size):
-            source = self.encode(sentences[i: i + batch_size])
-            tokens = self.translate_ids(source, beam_size, alpha)
-            decoded = self.tgt_tokenizer.detokenize(tokens).numpy()
-            if decoded.shape != (len(sentences[i: i + batch_size]),):
-                raise RuntimeError(f"detokenize returned shape {decoded.shape} for "
-                                   f"ids of shape {tuple(tokens.shape)}")
-            out.extend(s.decode("utf-8", errors="replace") for s in decoded)
-            if progress is not None:
-                progress(len(out), len(sentences))
-        return out
+                    self.translate_nbest(texts, batch_size, beam_size=beam_size, **options)]
+
+        def sentences(units):
+            out = []
+            for i in range(0, len(units), batch_size):
+                source = self.encode(units[i: i + batch_size])
+                tokens = self.translate_ids(source, beam_size, alpha)
+                decoded = self.tgt_tokenizer.detokenize(tokens).numpy()
+                if decoded.shape != (len(units[i: i + batch_size]),):
+                    raise RuntimeError(f"detokenize returned shape {decoded.shape} for "
+                                       f"ids of shape {tuple(tokens.shape)}")
+                out.extend([{"translation": s.decode("utf-8", errors="replace"), "score": 0.0}]
+                           for s in decoded)
+                if progress is not None:
+                    progress(len(out), len(units))
+            return out
+
+        docs = documents.translate_documents(texts, sentences, 1, cut=self.cut_long)
+        return [hyps[0]["translation"] for hyps in docs]
+

@@ -33,20 +33,20 @@ import sys
 import urllib.error
 import urllib.request
 
+from keras_attn.decoding.options import OPTIONS
+
 MODEL_NAME = "translator"
 SIGNATURE = "serving_default"
 INPUT_NAME = "text"
 OUTPUT_NAMES = ("translation", "score", "truncated")
 TRANSLATE_SIGNATURE = "translate"
 # The ``translate`` signature's option inputs with the values a request sends when it does
-# not choose (keras_attn.export.request.OPTION_SPECS: int32, float32, a 1-D string list,
-# bool): ``length_penalty`` -1 and ``max_length`` 0 mean the export's own values, an empty
-# ``target_prefix`` no prefix (one string: for every sentence; B strings: one each).
-OPTION_DEFAULTS = {
-    "beam_size": 1, "num_hypotheses": 1, "length_penalty": -1.0, "max_length": 0,
-    "target_prefix": [], "sampling_topk": 1, "sampling_topp": 1.0,
-    "sampling_temperature": 1.0, "seed": 0, "return_alignments": False,
-}
+# not choose, from the options' one declaration (keras_attn.decoding.options, which imports
+# neither Keras nor TensorFlow): ``length_penalty`` -1 and ``max_length`` 0 mean the
+# export's own values, an empty ``target_prefix`` no prefix (one string: for every
+# sentence; B strings: one each).
+OPTION_DEFAULTS = {name: [] if opt.dtype == "string" else opt.signature_value(opt.default)
+                   for name, opt in OPTIONS.items()}
 
 
 def _as_bytes(text):

@@ -35,6 +35,14 @@ def test_defaults_follow_ctranslate2():
     (dict(target_prefix=b"x"), "target_prefix"),
     (dict(return_alignments=1), "return_alignments"),
     (dict(length_penalty="a"), "length_penalty"),
+    (dict(length_penalty=float("inf")), "length_penalty"),
+    (dict(repetition_penalty=0.0), "repetition_penalty"),
+    (dict(repetition_penalty=float("nan")), "repetition_penalty"),
+    (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size"),
+    (dict(no_repeat_ngram_size=9), "no_repeat_ngram_size"),
+    (dict(no_repeat_ngram_size=2.0), "no_repeat_ngram_size"),
+    (dict(max_length_factor=-0.5), "max_length_factor"),
+    (dict(max_length_factor="2"), "max_length_factor"),
 ])
 def test_bad_option_names_itself(kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
@@ -52,6 +60,34 @@ def test_limits_fixed_at_export():
     with pytest.raises(ValueError, match="`target_prefix`"):
         DecodingOptions(target_prefix="a").validate(max_length_limit=4, prefix_tokens=4)
     DecodingOptions(max_length=4, target_prefix="a").validate(prefix_tokens=3)
+
+
+def test_every_option_is_declared_once_and_derived_everywhere():
+    """The declarations give the names, the CLI flags, the serving signature's inputs and
+    the docs table: one more option would appear in each."""
+    import argparse
+
+    from keras_attn.cli.decode import add_option_flags
+    from keras_attn.decoding.options import OPTIONS, docs_table
+
+    assert tuple(OPTIONS) == NAMES
+    parser = argparse.ArgumentParser()
+    add_option_flags(parser, skip=())
+    flags = {a.dest for a in parser._actions if a.dest != "help"}
+    assert flags == set(NAMES)
+    table = docs_table()
+    assert all(f"| `{name}` |" in table for name in NAMES)
+    import pathlib
+
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
+    assert table in readme, "README's options table: paste keras_attn.decoding.options.docs_table()"
+    from keras_attn.export import request, runtime
+
+    assert list(request.OPTION_SPECS) == list(NAMES)
+    assert list(runtime.option_inputs(DecodingOptions())) == list(NAMES)
+    # The artefact's own values travel as the declared unset values.
+    inputs = runtime.option_inputs(DecodingOptions())
+    assert (inputs["max_length"], inputs["length_penalty"]) == (0, -1.0)
 
 
 def test_unknown_keyword_is_named():

@@ -6,39 +6,59 @@ import sys
 
 from keras_attn.cli.console import add_verbose, progress_bar
 from keras_attn.config import TrainConfig
+from keras_attn.decoding.options import LENGTH_PENALTY
 
-# The decoding options of `keras-attn translate` besides --beam-size (API.md, "Decoding
-# options per request"); None (not given) leaves the Translator's default.
-OPTION_FLAGS = {
-    "num_hypotheses": (int, "n-best: translations printed per sentence, <= --beam-size "
-                            "(default: 1)"),
-    "length_penalty": (float, "GNMT length penalty alpha of the beam search (default: --alpha)"),
-    "max_length": (int, "most target tokens (default: the run's max_len)"),
-    "target_prefix": (str, "text the translation must start with (default: none)"),
-    "sampling_topk": (int, "1 = argmax; K > 1 samples among the K most likely tokens "
-                           "(default: 1)"),
-    "sampling_topp": (float, "nucleus sampling threshold in (0, 1] (default: 1.0)"),
-    "sampling_temperature": (float, "sampling temperature > 0 (default: 1.0)"),
-    "seed": (int, "sampling seed: the same seed gives the same sample (default: 0)"),
-}
+# The decoding options of `keras-attn translate` besides --beam-size and --alpha (API.md,
+# "Decoding options per request"), one flag per declared option; None (not given) leaves
+# the Translator's default.
+FLAG_TYPES = {"int32": int, "float32": float, "string": str}
+
+
+def add_option_flags(parser, skip=("beam_size",)):
+    """A ``--flag`` per option of ``keras_attn.decoding.options.OPTIONS`` (its help and
+    default from the declaration); booleans are switches."""
+    from keras_attn.decoding.options import OPTIONS
+
+    for name, opt in OPTIONS.items():
+        if name in skip:
+            continue
+        default = "the artefact's" if opt.default is None else opt.default
+        flag = "--" + name.replace("_", "-")
+        if opt.dtype == "bool":
+            parser.add_argument(flag, action="store_true", default=None,
+                                help=f"{opt.help} (default: off)")
+        else:
+            help_text = f"{opt.help} (default: {default})".replace("%", "%%")
+            parser.add_argument(flag, type=FLAG_TYPES[opt.dtype], default=None, help=help_text)
+
+
+def option_values(args, skip=("beam_size",)):
+    """The options given on the command line, by name."""
+    from keras_attn.decoding.options import NAMES
+
+    return {name: getattr(args, name) for name in NAMES
+            if name not in skip and getattr(args, name, None) is not None}
 
 
 def add_parsers(sub):
     """The ``translate`` and ``evaluate`` parsers, by name."""
     p = translate = sub.add_parser(
         "translate", help="translate sentences with a trained run",
-        description="Translate sentences (arguments, or lines of stdin) with a trained run.")
+        description="Translate text with a trained run: arguments, or lines of stdin (a "
+                    "paragraph per line), or a whole file (--file). Text of several sentences "
+                    "is split into sentences, translated as one batch and joined with its "
+                    "own whitespace.")
     p.add_argument("run_dir", help="run directory (from keras-attn train)")
-    p.add_argument("sentences", nargs="*", help="sentences (default: lines of stdin)")
+    p.add_argument("sentences", nargs="*",
+                   help="texts, each any number of sentences (default: lines of stdin)")
+    p.add_argument("--file", default=None,
+                   help="translate this whole file as one document (paragraphs, blank lines "
+                        "and indentation kept) and print the translation (default: none)")
     p.add_argument("--beam-size", type=int, default=1,
                    help="beams of the beam search; 1 is greedy decoding (default: %(default)s)")
-    p.add_argument("--alpha", type=float, default=0.6,
+    p.add_argument("--alpha", type=float, default=LENGTH_PENALTY,
                    help="length penalty of the beam search (default: %(default)s)")
-    for name, (kind, help_text) in OPTION_FLAGS.items():
-        p.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=help_text)
-    p.add_argument("--return-alignments", action="store_true", default=None,
-                   help="print word alignments (Pharaoh i-j: source word i, target word j) "
-                        "under each translation (default: off)")
+    add_option_flags(p)
     add_verbose(p, argparse.SUPPRESS)
     p = evaluate = sub.add_parser(
         "evaluate", help="score a run on a split",
@@ -48,7 +68,7 @@ def add_parsers(sub):
                    help="split of the run's data (default: %(default)s)")
     p.add_argument("--beam-size", type=int, default=1,
                    help="beams of the beam search; 1 is greedy decoding (default: %(default)s)")
-    p.add_argument("--length-penalty", type=float, default=0.6,
+    p.add_argument("--length-penalty", type=float, default=LENGTH_PENALTY,
                    help="beam search's GNMT length penalty alpha (default: %(default)s)")
     p.add_argument("--limit", type=int, default=0,
                    help="score the first N pairs only (default: 0, all)")
@@ -60,9 +80,18 @@ def run_translate(args):
     from keras_attn.translator import Translator
 
     translator = Translator.from_run_dir(args.run_dir)
+    if args.file is not None:
+        if args.sentences:
+            raise ValueError("give --file or texts, not both")
+        with open(args.file, encoding="utf-8") as f:
+            document = f.read()
+        options = option_values(args)
+        options.setdefault("length_penalty", args.alpha)
+        best = translator.translate_nbest([document], beam_size=args.beam_size, **options)
+        sys.stdout.write(best[0][0]["translation"])
+        return 0
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
-    options = {name: getattr(args, name) for name in (*OPTION_FLAGS, "return_alignments")
-               if getattr(args, name) is not None}
+    options = option_values(args)
     if not options:  # one line per sentence
         for line in translator.translate(sentences, beam_size=args.beam_size, alpha=args.alpha,
                                          progress=progress_bar("translating")):

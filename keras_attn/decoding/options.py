@@ -1,23 +1,100 @@
 """Decoding choices per request, as one validated object (docs: API.md, "Decoding options
 per request"; STYLE.md, "One decoder, options as one object").
 
+Each option is declared once, as a field of :class:`DecodingOptions` made by :func:`option`:
+its name, dtype, default, rule (checked in Python here and inside served graphs by
+``keras_attn.export.request``), CTranslate2 name and help. The ``Translator`` keywords, the
+flags of ``keras-attn translate``, the serving signatures' inputs, their in-graph checks,
+the TFLite runtime's inputs and the docs table are all derived from :data:`OPTIONS`: a new
+option is one field here plus its behaviour.
+
 Names, meanings and defaults follow CTranslate2's ``translate_batch`` where they overlap:
 ``sampling_topk=1`` is the argmax, ``max_length`` counts target tokens. What an artefact
 fixes when it is exported (the largest beam, the buffers' length) is passed to
 :meth:`DecodingOptions.validate` as ``max_beam_size`` / ``max_length_limit``; everything
-else is a per-request value.
+else is a per-request value. Imports neither Keras nor TensorFlow.
 
 Example:
     >>> opts = DecodingOptions(beam_size=4, num_hypotheses=2)
-    >>> opts.validate(max_beam_size=8, max_length_limit=64).resolve(64, 0.6).max_length
+    >>> opts.validate(max_beam_size=8, max_length_limit=64).resolve(64).max_length
     64
 """
 import dataclasses
+import math
 import numbers
-from typing import Optional
+from typing import Any, Callable, Optional
 
-NAMES = ("beam_size", "num_hypotheses", "length_penalty", "max_length", "target_prefix",
-         "sampling_topk", "sampling_topp", "sampling_temperature", "seed", "return_alignments")
+LENGTH_PENALTY = 0.6  # GNMT alpha (Wu et al. 2016) when a request or export names none
+# The repetition controls' defaults (keras_attn.decoding.repetition) by the kind of target
+# vocabulary, chosen by measurement (docs/benchmarks/repetition.md): on subwords, a penalty
+# of 1.2 on repeated tokens, no repeated 4-gram and at most 3 target tokens per source token
+# remove every loop on held-out text and odd inputs for -0.08 BLEU; on characters (the dates
+# task) a repeated character n-gram is normal ("2010-10-10") and every control stays off.
+CONTROLS = ("repetition_penalty", "no_repeat_ngram_size", "max_length_factor")
+CONTROL_DEFAULTS = {
+    "subword": {"repetition_penalty": 1.2, "no_repeat_ngram_size": 4, "max_length_factor": 3.0},
+    "character": {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+                  "max_length_factor": 0.0},
+}
+
+
+def control_defaults(tokenizer):
+    """The repetition controls' defaults for an artefact whose target tokenizer is
+    ``tokenizer`` (character vocabularies: off; subwords and words: :data:`CONTROL_DEFAULTS`)."""
+    return CONTROL_DEFAULTS["character" if getattr(tokenizer, "char_level", False)
+                            else "subword"]
+INT32 = (-2 ** 31, 2 ** 31)
+
+
+def option(default, dtype, rule, help, valid=None, unset=None, ct2=None):
+    """Declare one decoding option: a ``dataclasses.field`` whose metadata is an
+    :class:`Option`.
+
+    Args:
+        default: the Python default (None: the artefact's, sent as ``unset``).
+        dtype: ``"int32"``, ``"float32"``, ``"string"`` or ``"bool"``: the Python type
+            checked here and the serving signature's input dtype.
+        rule: what a valid value is, in words ("an integer >= 1"): the error message.
+        help: one line for the CLI flag and the docs.
+        valid: ``value -> bool`` written with comparisons and ``&`` only, so that it runs
+            on Python numbers here and on tensors inside a served graph.
+        unset: the value a signature input takes for "the artefact's default".
+        ct2: CTranslate2 ``translate_batch``'s name for the same meaning, or None.
+    """
+    return dataclasses.field(default=default, metadata={"option": Option(
+        "", dtype, default, rule, help, valid, unset, ct2)})
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option's declaration (see :func:`option`)."""
+
+    name: str
+    dtype: str
+    default: Any
+    rule: str
+    help: str
+    valid: Optional[Callable] = None
+    unset: Any = None
+    ct2: Optional[str] = None
+
+    def error(self, value):
+        return ValueError(f"`{self.name}` must be {self.rule}. Received: {self.name}={value!r}")
+
+    def check(self, value):
+        """``ValueError`` naming the option unless ``value`` is of its type and rule."""
+        if value is None and self.default is None:
+            return
+        ok = {"int32": lambda v: _is_int(v) and INT32[0] <= v < INT32[1],
+              "float32": lambda v: _is_float(v) and math.isfinite(v),
+              "string": lambda v: isinstance(v, str),
+              "bool": lambda v: isinstance(v, bool)}[self.dtype](value)
+        if not ok or (self.valid is not None and not self.valid(value)):
+            raise self.error(value)
+
+    def signature_value(self, value):
+        """``value`` as a serving signature takes it (``unset`` for None)."""
+        return self.unset if value is None else value
 
 
 def _is_int(value):
@@ -28,59 +105,62 @@ def _is_float(value):
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _bad(name, value, what):
-    return ValueError(f"`{name}` must be {what}. Received: {name}={value!r}")
-
-
 @dataclasses.dataclass(frozen=True)
 class DecodingOptions:
-    """The decoding options of one request.
+    """The decoding options of one request (one field per option, declared once).
 
-    Args:
-        beam_size: 1 = greedy (or sampling); up to the artefact's maximum.
-        num_hypotheses: n-best returned, at most ``beam_size`` (samples when sampling).
-        length_penalty: GNMT alpha of the final ranking; None = the artefact's.
-        max_length: most target tokens; None = the artefact's maximum.
-        target_prefix: text the translation starts with (forced, then continued).
-        sampling_topk: 1 = argmax; K > 1 samples among the K most likely tokens
-            (0 is refused: "the whole vocabulary" is ``sampling_topk=vocab``).
-        sampling_topp: nucleus threshold in (0, 1].
-        sampling_temperature: > 0; divides the logits before sampling.
-        seed: the same seed gives the same sample in every artefact (int32).
-        return_alignments: also return word-level Pharaoh ``i-j`` pairs per hypothesis.
+    Example:
+        >>> DecodingOptions(beam_size=4, num_hypotheses=2).sampling
+        False
     """
 
-    beam_size: int = 1
-    num_hypotheses: int = 1
-    length_penalty: Optional[float] = None
-    max_length: Optional[int] = None
-    target_prefix: str = ""
-    sampling_topk: int = 1
-    sampling_topp: float = 1.0
-    sampling_temperature: float = 1.0
-    seed: int = 0
-    return_alignments: bool = False
+    beam_size: int = option(
+        1, "int32", "an integer >= 1", "beams of the beam search; 1 is greedy decoding (or "
+        "sampling); up to the artefact's maximum", lambda v: v >= 1, ct2="beam_size")
+    num_hypotheses: int = option(
+        1, "int32", "an integer >= 1", "n-best: hypotheses returned per sentence, at most "
+        "beam_size (samples when sampling)", lambda v: v >= 1, ct2="num_hypotheses")
+    length_penalty: Optional[float] = option(
+        None, "float32", "a number >= 0", "GNMT length penalty alpha of the beam search's "
+        f"ranking (default: the artefact's, {LENGTH_PENALTY})", lambda v: v >= 0, unset=-1.0)
+    max_length: Optional[int] = option(
+        None, "int32", "an integer >= 1", "most target tokens, the prefix and [END] included "
+        "(default: the artefact's maximum)", lambda v: v >= 1, unset=0,
+        ct2="max_decoding_length")
+    target_prefix: str = option(
+        "", "string", "a string", "text the translation starts with (forced, then continued)",
+        ct2="target_prefix")
+    sampling_topk: int = option(
+        1, "int32", "an integer >= 1", "1 = argmax; K > 1 samples among the K most likely "
+        "tokens", lambda v: v >= 1, ct2="sampling_topk")
+    sampling_topp: float = option(
+        1.0, "float32", "a number in (0, 1]", "nucleus sampling threshold",
+        lambda v: (v > 0) & (v <= 1), ct2="sampling_topp")
+    sampling_temperature: float = option(
+        1.0, "float32", "a number > 0", "divides the logits before sampling", lambda v: v > 0,
+        ct2="sampling_temperature")
+    seed: int = option(
+        0, "int32", "an int32 integer", "sampling seed: the same seed gives the same sample "
+        "in every artefact")
+    return_alignments: bool = option(
+        False, "bool", "True or False", "also return word alignments (Pharaoh i-j pairs)")
+    repetition_penalty: Optional[float] = option(
+        None, "float32", "a number > 0", "> 1 penalises tokens already generated (a "
+        "positive logit divided by it, a negative one multiplied); 1 = off (default: the "
+        "artefact's, 1.2 on subwords, 1 on characters)", lambda v: v > 0, unset=-1.0,
+        ct2="repetition_penalty")
+    no_repeat_ngram_size: Optional[int] = option(
+        None, "int32", "an integer in [0, 8]", "no n-gram of this size is generated twice; "
+        "0 = off (default: the artefact's, 4 on subwords, 0 on characters)",
+        lambda v: (v >= 0) & (v <= 8), unset=-1, ct2="no_repeat_ngram_size")
+    max_length_factor: Optional[float] = option(
+        None, "float32", "a number >= 0", "at most this many target tokens per source token "
+        "(Marian's --max-length-factor), within max_length; 0 = off (default: the "
+        "artefact's, 3 on subwords, 0 on characters)", lambda v: v >= 0, unset=-1.0)
 
     def __post_init__(self):
-        for name in ("beam_size", "num_hypotheses", "sampling_topk"):
-            value = getattr(self, name)
-            if not _is_int(value) or value < 1:
-                raise _bad(name, value, "an integer >= 1")
-        if self.max_length is not None and (not _is_int(self.max_length) or self.max_length < 1):
-            raise _bad("max_length", self.max_length, "an integer >= 1")
-        if not _is_int(self.seed) or not -2**31 <= self.seed < 2**31:
-            raise _bad("seed", self.seed, "an int32 integer")
-        if self.length_penalty is not None and (not _is_float(self.length_penalty)
-                                                or not 0.0 <= self.length_penalty < float("inf")):
-            raise _bad("length_penalty", self.length_penalty, "a number >= 0")
-        if not _is_float(self.sampling_topp) or not 0.0 < self.sampling_topp <= 1.0:
-            raise _bad("sampling_topp", self.sampling_topp, "a number in (0, 1]")
-        if not _is_float(self.sampling_temperature) or not self.sampling_temperature > 0.0:
-            raise _bad("sampling_temperature", self.sampling_temperature, "a number > 0")
-        if not isinstance(self.target_prefix, str):
-            raise _bad("target_prefix", self.target_prefix, "a string")
-        if not isinstance(self.return_alignments, bool):
-            raise _bad("return_alignments", self.return_alignments, "True or False")
+        for opt in OPTIONS.values():
+            opt.check(getattr(self, opt.name))
         if self.num_hypotheses > self.beam_size:
             raise ValueError(
                 "`num_hypotheses` must not exceed `beam_size` (n-best comes from the beam; "
@@ -89,7 +169,7 @@ class DecodingOptions:
 
     @property
     def sampling(self):
-        """True when the next token is drawn at random (top-k > 1 or, with K = 1, never)."""
+        """True when the next token is drawn at random (top-k > 1)."""
         return self.sampling_topk > 1
 
     @classmethod
@@ -100,13 +180,18 @@ class DecodingOptions:
             raise ValueError(f"Unknown decoding option(s) {unknown}; the options are {list(NAMES)}")
         return cls(**kwargs)
 
-    def resolve(self, max_length_limit, length_penalty):
-        """These options with ``max_length`` and ``length_penalty`` filled from the artefact's
-        defaults (``max_length_limit``, ``length_penalty``)."""
+    def resolve(self, max_length_limit, length_penalty=LENGTH_PENALTY, controls=None):
+        """These options with what they leave to the artefact filled in: ``max_length``
+        (``max_length_limit``), ``length_penalty`` and the repetition controls
+        (``controls``: a dict of :data:`CONTROLS`, e.g. :func:`control_defaults`; default:
+        all off)."""
+        controls = CONTROL_DEFAULTS["character"] if controls is None else controls
         return dataclasses.replace(
             self,
             max_length=max_length_limit if self.max_length is None else self.max_length,
-            length_penalty=length_penalty if self.length_penalty is None else self.length_penalty)
+            length_penalty=length_penalty if self.length_penalty is None else self.length_penalty,
+            **{name: controls[name] if getattr(self, name) is None else getattr(self, name)
+               for name in CONTROLS})
 
     def validate(self, max_beam_size=None, max_length_limit=None, prefix_tokens=None):
         """Check against what the artefact fixed at export; returns ``self``.
@@ -117,15 +202,38 @@ class DecodingOptions:
             prefix_tokens: the number of target tokens of ``target_prefix`` (None: unknown).
         """
         if max_beam_size is not None and self.beam_size > max_beam_size:
-            raise _bad("beam_size", self.beam_size,
-                       f"at most {max_beam_size} (the maximum fixed at export)")
+            raise ValueError(f"`beam_size` must be at most {max_beam_size} (the maximum fixed "
+                             f"at export). Received: beam_size={self.beam_size!r}")
         if max_length_limit is not None and self.max_length is not None \
                 and self.max_length > max_length_limit:
-            raise _bad("max_length", self.max_length,
-                       f"at most {max_length_limit} (the maximum fixed at export)")
+            raise ValueError(f"`max_length` must be at most {max_length_limit} (the maximum "
+                             f"fixed at export). Received: max_length={self.max_length!r}")
         limit = self.max_length if self.max_length is not None else max_length_limit
         if prefix_tokens is not None and limit is not None and prefix_tokens >= limit:
             raise ValueError(
                 f"`target_prefix` is {prefix_tokens} target tokens, which leaves no room "
                 f"within max_length={limit}. Received: target_prefix={self.target_prefix!r}")
         return self
+
+
+def _declared():
+    out = {}
+    for f in dataclasses.fields(DecodingOptions):
+        out[f.name] = dataclasses.replace(f.metadata["option"], name=f.name)
+    return out
+
+
+OPTIONS = _declared()  # name -> Option, in declaration order
+NAMES = tuple(OPTIONS)
+
+
+def docs_table():
+    """The Markdown table of every option (README, docs/decoding_options.md), from the
+    declarations."""
+    rows = ["| option | type, default | meaning | CTranslate2 `translate_batch` |",
+            "| --- | --- | --- | --- |"]
+    for opt in OPTIONS.values():
+        default = "the artefact's" if opt.default is None else repr(opt.default)
+        rows.append(f"| `{opt.name}` | {opt.dtype}, {default} | {opt.help} | "
+                    f"{'`' + opt.ct2 + '`' if opt.ct2 else '—'} |")
+    return "\n".join(rows)

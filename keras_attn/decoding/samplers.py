@@ -22,6 +22,7 @@ References: D2L 10.8 (beam search); keras-hub's ``Sampler``.
 import keras
 from keras import ops
 
+from keras_attn.decoding import repetition
 from keras_attn.decoding.rng import uniform
 from keras_attn.decoding.step import NEG, check_source, encode, step_functions
 
@@ -78,12 +79,17 @@ class Sampler:
     def initial_scores(self, batch):
         return ops.zeros((batch, self.beams), "float32")
 
-    def __call__(self, model, source, max_length=None, prefix=None, encoded=None):
+    def __call__(self, model, source, max_length=None, prefix=None, encoded=None,
+                 options=None):
         """``max_length``: optional int32 scalar (a tensor is fine), the most tokens of this
         call, at most ``max_len`` (the buffers' size). ``prefix``: optional int32
         ``(B, P)`` target ids forced first (0 = none left for that row); the forced
         tokens' log-probabilities are 0 in the scores (they count in the lengths).
-        ``encoded``: :func:`encode` ``(model, source)``, if already computed."""
+        ``encoded``: :func:`encode` ``(model, source)``, if already computed.
+        ``options``: the request's ``DecodingOptions`` (or an object with the same
+        attributes, tensors allowed), for its repetition controls
+        (:mod:`keras_attn.decoding.repetition`: ``repetition_penalty``,
+        ``no_repeat_ngram_size``, ``max_length_factor``); None: none."""
         source = check_source(source)
         k, max_len = self.beams, self.max_len
         batch, src_len = ops.shape(source)[0], ops.shape(source)[1]
@@ -96,6 +102,7 @@ class Sampler:
         steps = step_functions(model, source, max_len, self.use_cache, self.start_id, encoded)
         limit = max_len if max_length is None else ops.minimum(
             ops.cast(max_length, "int32"), max_len)
+        controls = Controls(options, source, max_len)
         if prefix is not None:
             prefix = ops.cast(ops.convert_to_tensor(prefix), "int32")
         if self.compacts():
@@ -108,14 +115,14 @@ class Sampler:
             rows = batch * k
             if isinstance(rows, int):  # a shape known when traced
                 if rows > 1:
-                    return compacted_loop(self, steps, batch, limit, prefix)
+                    return compacted_loop(self, steps, batch, limit, prefix, controls)
             else:
-                return tf.cond(rows > 1,
-                               lambda: compacted_loop(self, steps, batch, limit, prefix),
-                               lambda: self._loop(steps, batch, src_len, limit, prefix))
-        return self._loop(steps, batch, src_len, limit, prefix)
+                return tf.cond(
+                    rows > 1, lambda: compacted_loop(self, steps, batch, limit, prefix, controls),
+                    lambda: self._loop(steps, batch, src_len, limit, prefix, controls))
+        return self._loop(steps, batch, src_len, limit, prefix, controls)
 
-    def _loop(self, steps, batch, src_len, limit, prefix):
+    def _loop(self, steps, batch, src_len, limit, prefix, controls):
         """The loop over every row (a finished one goes on with padding at no cost)."""
         k, max_len = self.beams, self.max_len
 
@@ -125,6 +132,9 @@ class Sampler:
         def body(i, token, state, out):
             logits, state, align = steps.step(token, state, i, self.return_attention)
             finished = out["finished"]
+            if controls.on_history:  # the hypotheses' tokens so far, rows first
+                history = ops.reshape(ops.transpose(out["tokens"], (1, 2, 0)), (-1, max_len))
+                logits = controls.apply(logits, history, i)
             logits = ops.reshape(logits, (batch, k, logits.shape[-1] or -1))  # V kept static
             if prefix is not None:  # force the prefix's token where the row has one
                 logits = force_prefix(logits, prefix, i)
@@ -144,6 +154,9 @@ class Sampler:
                 align = ops.reshape(ops.cast(align, "float32"), (1, batch, k, -1))
                 out["attention"] = ops.scatter_update(out["attention"], at, align)
             out["finished"] = ops.logical_or(finished, ops.equal(next_token, self.end_id))
+            if controls.row_limit is not None:  # each row's own length limit
+                reached = out["lengths"] >= ops.reshape(controls.row_limit, (batch, k))
+                out["finished"] = ops.logical_or(out["finished"], reached)
             return i + 1, ops.reshape(next_token, (-1,)), state, out
 
         out = {"tokens": ops.zeros((max_len, batch, k), "int32"),
@@ -171,6 +184,36 @@ class Sampler:
         from keras_attn import fastpath
 
         return fastpath.current().growing_cache()
+
+
+class Controls:
+    """The repetition controls of one call (:mod:`keras_attn.decoding.repetition`), read
+    from ``options``; what is off (a Python value that switches it off, or no options) adds
+    no op to the loop.
+
+    Args:
+        options: the request's options, or None. source: int32 ``(N, S)``, one row per
+            hypothesis. max_len: the buffers' length.
+    """
+
+    def __init__(self, options, source, max_len):
+        read = {name: getattr(options, name, None) for name in repetition.OFF}
+        self.penalty = read["repetition_penalty"]
+        self.ngram = read["no_repeat_ngram_size"]
+        use = {name: repetition.active(name, value) for name, value in read.items()}
+        self.use_penalty, self.use_ngram = use["repetition_penalty"], use["no_repeat_ngram_size"]
+        self.on_history = self.use_penalty or self.use_ngram
+        self.row_limit = (repetition.row_limits(source, read["max_length_factor"], max_len)
+                          if use["max_length_factor"] else None)
+
+    def apply(self, logits, history, length):
+        """``logits`` ``(N, V)`` with the controls that read ``history`` ``(N, T)`` (its
+        first ``length`` positions written) applied."""
+        if self.use_penalty:
+            logits = repetition.penalize_repeats(logits, history, length, self.penalty)
+        if self.use_ngram:
+            logits = repetition.ban_repeated_ngrams(logits, history, length, self.ngram)
+        return logits
 
 
 class GreedySampler(Sampler):

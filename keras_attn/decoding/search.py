@@ -10,6 +10,7 @@ References: D2L 10.8 (beam search); Wu et al. 2016 (GNMT length penalty).
 import keras
 from keras import ops
 
+from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.decoding.samplers import BeamSampler, GreedySampler, RandomSampler, take_beams
 from keras_attn.decoding.step import check_source, encode
 from keras_attn.special_tokens import END_ID, START_ID
@@ -29,8 +30,10 @@ def _trim(tokens, lengths):
 
 # --- the public functions ------------------------------------------------------------------------
 def greedy_decode_fixed(model, source, max_len, start_id, end_id, use_cache=True,
-                        return_attention=False):
-    """Greedy decoding into fixed-size buffers (XLA-compilable, exportable).
+                        return_attention=False, options=None):
+    """Greedy decoding into fixed-size buffers (XLA-compilable, exportable). ``options``:
+    a ``DecodingOptions`` whose repetition controls apply (None: none; the artefacts pass
+    the defaults, ``DecodingOptions()``).
 
     Returns a dict: ``tokens`` int32 ``(B, max_len)`` (0 after ``end_id``), ``lengths``
     int32 ``(B,)`` (tokens up to and including ``end_id``), ``log_prob`` float32 ``(B,)``
@@ -38,7 +41,8 @@ def greedy_decode_fixed(model, source, max_len, start_id, end_id, use_cache=True
     ``(B, max_len, S)`` (last decoder layer's cross-attention, mean over heads, or the
     Bahdanau weights).
     """
-    out = GreedySampler(max_len, start_id, end_id, use_cache, return_attention)(model, source)
+    out = GreedySampler(max_len, start_id, end_id, use_cache, return_attention)(
+        model, source, options=options)
     return {key: value[:, 0] for key, value in out.items()}
 
 
@@ -71,9 +75,10 @@ def greedy_search(model, source, max_len, start_id, end_id, use_cache=True,
     return tokens
 
 
-def beam_decode_fixed(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=START_ID,
-                      end_id=END_ID):
-    """Beam search into fixed-size buffers (XLA-compilable, exportable).
+def beam_decode_fixed(model, source, beam_size=4, alpha=LENGTH_PENALTY, max_len=64,
+                      start_id=START_ID, end_id=END_ID, options=None):
+    """Beam search into fixed-size buffers (XLA-compilable, exportable); ``options`` as
+    :func:`greedy_decode_fixed`'s.
 
     Hypotheses are pruned by their summed log-probability; the final ranking uses
     ``score = log_prob / length_penalty(n, alpha)``.
@@ -81,15 +86,15 @@ def beam_decode_fixed(model, source, beam_size=4, alpha=0.6, max_len=64, start_i
     Returns a dict: ``tokens`` ``(B, K, max_len)``, ``lengths`` ``(B, K)``, ``log_prob``
     ``(B, K)`` and ``scores`` ``(B, K)``, best first.
     """
-    out = BeamSampler(beam_size, max_len, start_id, end_id)(model, source)
+    out = BeamSampler(beam_size, max_len, start_id, end_id)(model, source, options=options)
     scores, order = ops.top_k(out["log_prob"] / length_penalty(out["lengths"], alpha),
                               k=beam_size)
     ranked = {key: ops.take_along_axis(out[key], order, axis=1) for key in ("lengths", "log_prob")}
     return {"tokens": take_beams(out["tokens"], order), **ranked, "scores": scores}
 
 
-def beam_search(model, source, beam_size=4, alpha=0.6, max_len=64, start_id=START_ID,
-                end_id=END_ID):
+def beam_search(model, source, beam_size=4, alpha=LENGTH_PENALTY, max_len=64,
+                start_id=START_ID, end_id=END_ID):
     """Beam search with the GNMT length penalty.
 
     Args:
@@ -135,7 +140,7 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=
         raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
     if kind == "beam":
         out = BeamSampler(options.beam_size, max_len, start_id, end_id)(
-            model, source, options.max_length, prefix, encoded)
+            model, source, options.max_length, prefix, encoded, options)
         ranked, order = ops.top_k(
             out["log_prob"] / length_penalty(out["lengths"], options.length_penalty), k=n)
         result = {"tokens": take_beams(out["tokens"], order),
@@ -148,7 +153,7 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=
                                     options.seed)
         else:
             sampler = GreedySampler(max_len, start_id, end_id)
-        out = sampler(model, source, options.max_length, prefix, encoded)
+        out = sampler(model, source, options.max_length, prefix, encoded, options)
         result = {"tokens": out["tokens"], "lengths": out["lengths"], "scores": out["log_prob"]}
     if align:
         shape = ops.shape(result["tokens"])  # (B, N, T)

@@ -5,10 +5,11 @@ what tests and benchmarks compare.
 import numpy as np
 
 from keras_attn import text
+from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.export.ct2_converter import ct2_vocab
 
 
-def compare(translator, ct2, sources, beam_size=1, alpha=0.6):
+def compare(translator, ct2, sources, beam_size=1, alpha=LENGTH_PENALTY):
     """Both engines on ``sources``: output ids and text, the share of sentences whose ids
     agree, and the largest difference between the two engines' log-probabilities of our
     output tokens (teacher-forced: ``score_batch`` against our decoder).

@@ -11,6 +11,7 @@ Example:
     >>> ct2.translate(["3 March 2021"])
     ['2021-03-03']
 """
+import math
 import os
 
 import numpy as np
@@ -21,7 +22,7 @@ from keras_attn.export.ct2_converter import ct2_vocab
 import ctranslate2
 
 from keras_attn import runs, subword, text
-from keras_attn.decoding.options import DecodingOptions
+from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
 
 METADATA = "keras_attn.json"  # what the exporter writes beside the model, read here
 SRC_VOCAB, TGT_VOCAB = "src_vocab.txt", "tgt_vocab.txt"  # keras_attn.text's vocabulary files
@@ -75,6 +76,7 @@ class CTranslate2Translator:
         self.src_tokens = ct2_vocab(self.src_tokenizer.vocab)
         self.tgt_tokens = ct2_vocab(self.tgt_tokenizer.vocab)
         self.tgt_ids = {t: i for i, t in enumerate(self.tgt_tokens)}
+        self.controls = dict(control_defaults(self.tgt_tokenizer))  # as Translator's
         self.translator = ctranslate2.Translator(
             os.fspath(model_dir), device=device, compute_type=compute_type,
             intra_threads=intra_threads, inter_threads=inter_threads)
@@ -96,7 +98,7 @@ class CTranslate2Translator:
 
     def options(self, **options):
         """:class:`~keras_attn.decoding.options.DecodingOptions` from keyword arguments, as
-        ``Translator.options`` (checked, ``length_penalty`` 0.6 and ``max_length``
+        ``Translator.options`` (checked, ``length_penalty`` ``LENGTH_PENALTY`` and ``max_length``
         ``max_len`` filled in), refusing what CTranslate2 cannot give as ours.
 
         Raises:
@@ -116,7 +118,7 @@ class CTranslate2Translator:
                 "vectors are not keras_attn's word alignments. "
                 f"Received: return_alignments={opts.return_alignments}")
         opts.validate(max_length_limit=self.max_len)
-        return opts.resolve(self.max_len, 0.6)
+        return opts.resolve(self.max_len, controls=self.controls)
 
     def prefix_tokens(self, target_prefix):
         """``target_prefix`` as target token strings (our target tokenizer, as
@@ -147,13 +149,29 @@ class CTranslate2Translator:
                 CTranslate2's ranking and scores).
         """
         kwargs = dict(decoding_options(self.max_len, opts.beam_size), return_scores=True,
-                      max_decoding_length=opts.max_length, length_penalty=0.0)
+                      max_decoding_length=opts.max_length, length_penalty=0.0,
+                      repetition_penalty=opts.repetition_penalty,
+                      no_repeat_ngram_size=opts.no_repeat_ngram_size)
         if opts.beam_size > 1:
             kwargs["num_hypotheses"] = opts.beam_size  # rerank the whole beam, as ours
         kwargs.update(ct2_options or {})
         rerank = opts.beam_size > 1 and "length_penalty" not in (ct2_options or {})
         target_prefix = [list(prefix)] * len(tokens) if prefix else None
-        results = self.translator.translate_batch(tokens, target_prefix, **kwargs)
+        if opts.max_length_factor > 0:  # Marian's limit per sentence: one call per limit
+            limits = [min(kwargs["max_decoding_length"],
+                          max(1, math.ceil(opts.max_length_factor * (len(t) + 1))))
+                      for t in tokens]  # + 1: the </s> the model appends, as ours counts
+            results = [None] * len(tokens)
+            for limit in sorted(set(limits)):
+                rows = [i for i, n in enumerate(limits) if n == limit]
+                group = self.translator.translate_batch(
+                    [tokens[i] for i in rows],
+                    [target_prefix[i] for i in rows] if target_prefix else None,
+                    **dict(kwargs, max_decoding_length=limit))
+                for i, result in zip(rows, group):
+                    results[i] = result
+        else:
+            results = self.translator.translate_batch(tokens, target_prefix, **kwargs)
         out = []
         for result in results:
             hyps = [[self.tgt_ids[t] for t in h] for h in result.hypotheses]
@@ -165,7 +183,7 @@ class CTranslate2Translator:
             out.append([(hyps[j], scores[j]) for j in order[: opts.num_hypotheses]])
         return out
 
-    def translate_tokens(self, tokens, beam_size=1, alpha=0.6, ct2_options=None):
+    def translate_tokens(self, tokens, beam_size=1, alpha=LENGTH_PENALTY, ct2_options=None):
         """Target ids per sentence (``[END]`` included when the hypothesis ended), and
         their scores (sum of log-probabilities; GNMT-normalised with ``beam_size > 1``).
 
@@ -173,35 +191,66 @@ class CTranslate2Translator:
         CTranslate2's meanings (``{"length_penalty": 1.0}``: its ``length ** 1.0``
         ranking, not reranked)."""
         opts = DecodingOptions(beam_size=beam_size, length_penalty=alpha).resolve(
-            self.max_len, alpha)
+            self.max_len, alpha, self.controls)
         best = [hyps[0] for hyps in self.decode_nbest(tokens, opts, ct2_options=ct2_options)]
         return [ids for ids, _ in best], [score for _, score in best]
 
-    def translate_ids(self, source, beam_size=1, alpha=0.6, ct2_options=None):
+    def translate_ids(self, source, beam_size=1, alpha=LENGTH_PENALTY, ct2_options=None):
         """Best output ids ``(B, T)`` for source ids ``(B, S)``, as
         ``Translator.translate_ids`` (``[END]`` included, then 0)."""
         ids, _ = self.translate_tokens(self.tokens_from_ids(source), beam_size, alpha,
                                        ct2_options)
         return _pad(ids)
 
-    def translate_nbest(self, sentences, batch_size=128, **options):
-        """Translate with per-call decoding options, as ``Translator.translate_nbest``.
+    def translate_nbest(self, texts, batch_size=128, **options):
+        """Translate with per-call decoding options, as ``Translator.translate_nbest``: each
+        text is split into sentences (:mod:`keras_attn.documents`), they are decoded as
+        one batch and joined back with the text's whitespace; a sentence longer than the
+        model reads is cut at a clause boundary.
 
-        Returns, per sentence, a list of ``num_hypotheses`` dicts ``{"translation": str,
+        Returns, per text, a list of ``num_hypotheses`` dicts ``{"translation": str,
         "score": float}``, best first (beam: summed log-probability / GNMT penalty; greedy:
-        the summed log-probability). With ``target_prefix`` every translation starts with
-        the prefix's tokens and their log-probabilities are not in the score.
+        the summed log-probability; several sentences: summed, with ``"sentences"``). With
+        ``target_prefix`` every sentence's translation starts with the prefix's tokens and
+        their log-probabilities are not in the score.
 
         Raises:
             ValueError: as :meth:`options` (sampling, alignments, bad values), or a
                 ``target_prefix`` that leaves no room within ``max_length``.
         """
-        import tensorflow as tf
+        from keras_attn import documents
 
         opts = self.options(**options)
         prefix = self.prefix_tokens(opts.target_prefix)
         opts.validate(max_length_limit=self.max_len, prefix_tokens=len(prefix))
-        sentences = list(sentences)
+        docs = documents.translate_documents(
+            list(texts), lambda s: self._translate_sentences(s, batch_size, opts, prefix),
+            opts.num_hypotheses, cut=self.cut_long)
+        return [[documents.one_sentence(h) for h in hyps] for hyps in docs]
+
+    def cut_long(self, sentences):
+        """As ``Translator.cut_long``: Pieces for the sentences over ``max_len - 1`` tokens."""
+        from keras_attn import documents
+
+        limit = self.max_len - 1
+        count = lambda piece: len(self.encode_all([piece])[0])  # noqa: E731
+        return [documents.cut_long(s, limit, count) if len(tokens) > limit else None
+                for s, tokens in zip(sentences, self.encode_all(sentences))]
+
+    def encode_all(self, sentences):
+        """Source token strings per sentence, not truncated."""
+        import tensorflow as tf
+
+        if not sentences:
+            return []
+        if self.normalize:
+            sentences = [text.normalize_text(s) for s in sentences]
+        ids = self.src_tokenizer.tokenize(tf.constant(list(sentences), tf.string)).to_list()
+        return [[self.src_tokens[i] for i in row] for row in ids]
+
+    def _translate_sentences(self, sentences, batch_size, opts, prefix):
+        import tensorflow as tf
+
         results = []
         for i in range(0, len(sentences), batch_size):
             nbest = self.decode_nbest(self.encode(sentences[i: i + batch_size]), opts, prefix)
@@ -211,7 +260,7 @@ class CTranslate2Translator:
                              "score": score} for _, score in hyps] for hyps in nbest)
         return results
 
-    def translate(self, sentences, beam_size=1, alpha=0.6, batch_size=128, **options):
+    def translate(self, sentences, beam_size=1, alpha=LENGTH_PENALTY, batch_size=128, **options):
         """Translate a list of strings; returns a list of strings (the best translation).
 
         Any other option of :meth:`translate_nbest` (``length_penalty`` is ``alpha``'s name

@@ -25,6 +25,7 @@ import functools
 import tensorflow as tf
 
 from keras_attn import fastpath, text
+from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
 from keras_attn.export.base import check_beam
 from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
@@ -83,7 +84,7 @@ class TranslatorModule(tf.Module):
             per request, ``keras_attn.export.request``).
     """
 
-    def __init__(self, parts, beam_size=1, alpha=0.6, for_tflite=False, text_ops="auto",
+    def __init__(self, parts, beam_size=1, alpha=LENGTH_PENALTY, for_tflite=False, text_ops="auto",
                  batch_size=None, max_beam_size=DEFAULT_MAX_BEAM, request_signature=True,
                  name="translator"):
         super().__init__(name=name)
@@ -99,6 +100,8 @@ class TranslatorModule(tf.Module):
         self.beam_size = int(beam_size)
         self.alpha = float(alpha)
         self.for_tflite = bool(for_tflite)
+        # The repetition controls' defaults for this target vocabulary (DecodingOptions).
+        self.controls = dict(control_defaults(parts.tgt_tokenizer))
         self.text_ops = resolve_text_ops(text_ops, parts, for_tflite)
         if self.text_ops == "core":
             self.src_tokenizer = CoreCharTokenizer(parts.src_tokenizer)
@@ -175,13 +178,35 @@ class TranslatorModule(tf.Module):
 
         if self.beam_size == 1:
             out = decoding.greedy_decode_fixed(self.model, source, self.max_len,
-                                               text.START_ID, text.END_ID)
+                                               text.START_ID, text.END_ID,
+                                               options=self.default_options())
             return out["tokens"], out["lengths"], out["log_prob"]
         out = decoding.beam_decode_fixed(self.model, source, self.beam_size, self.alpha,
-                                         self.max_len, text.START_ID, text.END_ID)
+                                         self.max_len, text.START_ID, text.END_ID,
+                                         options=self.default_options())
         return out["tokens"][:, 0], out["lengths"][:, 0], out["scores"][:, 0]
 
+    def default_options(self):
+        """What ``serving_default`` decodes with: every option's default, resolved."""
+        return DecodingOptions().resolve(self.max_len, self.alpha, self.controls)
+
     def _serve(self, strings):
+        if self.for_tflite:  # TFLite runs no regex op: keras_attn.export.runtime splits
+            return self._serve_sentences(strings)
+        # Documents: split in the graph (the rules of keras_attn.documents), every sentence
+        # of the request decoded as one batch, joined back with the text's whitespace; a
+        # text's score sums its sentences', it is truncated if any sentence was.
+        from keras_attn.export import documents
+
+        sentences, separators = documents.split_tensor(strings)
+        out = self._serve_sentences(sentences.flat_values)
+        per_text = {k: sentences.with_flat_values(v) for k, v in out.items()}
+        return {"translation": documents.join_tensor(per_text["translation"], separators),
+                "score": tf.reduce_sum(per_text["score"], axis=1),
+                "truncated": tf.reduce_any(per_text["truncated"], axis=1)}
+
+    def _serve_sentences(self, strings):
+        """Sentences ``(B,)`` -> ``translation``, ``score``, ``truncated`` ``(B,)``."""
         batch = tf.shape(strings)[0]
         source, truncated = self.encode_text(strings)
         if self.for_tflite:
@@ -196,15 +221,10 @@ class TranslatorModule(tf.Module):
             translation = self.tgt_tokenizer.detokenize(tokens)
         return {"translation": translation, "score": score, "truncated": truncated}
 
-    def _translate(self, text, beam_size, num_hypotheses, length_penalty, max_length,
-                   target_prefix, sampling_topk, sampling_topp, sampling_temperature, seed,
-                   return_alignments):
-        return self._request.value.translate(
-            text, beam_size=beam_size, num_hypotheses=num_hypotheses,
-            length_penalty=length_penalty, max_length=max_length, target_prefix=target_prefix,
-            sampling_topk=sampling_topk, sampling_topp=sampling_topp,
-            sampling_temperature=sampling_temperature, seed=seed,
-            return_alignments=return_alignments)
+    def _translate(self, text, *options):
+        """The ``translate`` signature: ``text`` then every option in
+        :data:`keras_attn.export.request.OPTION_SPECS` order."""
+        return self._request.value.translate(text, **dict(zip(request.OPTION_SPECS, options)))
 
     def _translate_ids(self, source):
         source = tf.cast(source, tf.int32)[:, : self.max_len]

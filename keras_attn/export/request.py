@@ -23,14 +23,10 @@ import types
 import tensorflow as tf
 
 from keras_attn import alignment, decoding, text
+from keras_attn.decoding.options import CONTROLS, OPTIONS
 
-# Every option of keras_attn.decoding.options.NAMES and its dtype in the signature.
-OPTION_SPECS = {
-    "beam_size": tf.int32, "num_hypotheses": tf.int32, "length_penalty": tf.float32,
-    "max_length": tf.int32, "target_prefix": tf.string, "sampling_topk": tf.int32,
-    "sampling_topp": tf.float32, "sampling_temperature": tf.float32, "seed": tf.int32,
-    "return_alignments": tf.bool,
-}
+# Every option of keras_attn.decoding.options and its dtype in the signature.
+OPTION_SPECS = {name: tf.as_dtype(opt.dtype) for name, opt in OPTIONS.items()}
 TRANSLATE_SIGNATURE = "translate"
 
 
@@ -51,24 +47,29 @@ def _require_tflite(ok):
 
 
 def checks(options, max_beam_size, max_len, prefix_len, for_tflite):
-    """The ops that refuse bad options (messages as ``DecodingOptions``'s ``ValueError``)."""
+    """The ops that refuse bad options (messages as ``DecodingOptions``'s ``ValueError``):
+    each option's declared rule (its ``unset`` value stands for the export's own), then
+    what the export fixed."""
+    rules = []
+    for name, opt in OPTIONS.items():
+        value = options[name]
+        ok = tf.math.is_finite(value) if opt.dtype == "float32" else None
+        if opt.valid is not None:
+            valid = opt.valid(value)
+            if opt.unset is not None:
+                valid = tf.logical_or(valid, tf.equal(value, opt.unset))
+            ok = valid if ok is None else tf.logical_and(ok, valid)
+        if ok is not None:
+            rules.append((ok, f"`{name}` must be {opt.rule}"))
     o = types.SimpleNamespace(**options)
-    rules = [
-        (o.beam_size >= 1, "`beam_size` must be an integer >= 1"),
+    rules += [
         (o.beam_size <= max_beam_size,
          f"`beam_size` must be at most {max_beam_size} (the maximum fixed at export)"),
-        (o.num_hypotheses >= 1, "`num_hypotheses` must be an integer >= 1"),
         (o.num_hypotheses <= o.beam_size, "`num_hypotheses` must not exceed `beam_size`"),
-        (tf.math.is_finite(o.length_penalty), "`length_penalty` must be a finite number"),
-        (o.max_length >= 0, "`max_length` must be an integer >= 0 (0: the export's)"),
         (o.max_length <= max_len,
          f"`max_length` must be at most {max_len} (the maximum fixed at export)"),
         (prefix_len < tf.where(o.max_length > 0, o.max_length, max_len),
          "`target_prefix` leaves no room within max_length (too many target tokens)"),
-        (o.sampling_topk >= 1, "`sampling_topk` must be an integer >= 1"),
-        (tf.logical_and(o.sampling_topp > 0.0, o.sampling_topp <= 1.0),
-         "`sampling_topp` must be a number in (0, 1]"),
-        (o.sampling_temperature > 0.0, "`sampling_temperature` must be a number > 0"),
     ]
     guards = []
     for ok, message in rules:
@@ -108,9 +109,34 @@ class RequestDecoder:
             self._pair_table = tf.constant(pairs, tf.string)
 
     def translate(self, strings, **options):
-        """The ``translate`` signature's body (module docstring)."""
+        """The ``translate`` signature's body (module docstring). In a SavedModel each text
+        is split into sentences in the graph (:mod:`keras_attn.export.documents`), every
+        sentence of the request decoded as one batch, and hypothesis ``j`` of a text is
+        hypothesis ``j`` of each of its sentences joined with the text's whitespace (its
+        score their sum, its alignments theirs joined by `` | ``, truncated if any was);
+        a TFLite file translates sentences (``keras_attn.export.runtime`` splits)."""
+        if self.module.for_tflite:
+            return self.translate_sentences(strings, **options)
+        from keras_attn.export import documents
+
+        sentences, separators = documents.split_tensor(strings)
+        owner = tf.cast(sentences.value_rowids(), tf.int32)
+        out = self.translate_sentences(sentences.flat_values, owner, tf.shape(strings)[0],
+                                       **options)
+        splits = sentences.row_splits
+        return {"translations": documents.join_nbest(out["translations"], splits, separators),
+                "scores": tf.reduce_sum(tf.RaggedTensor.from_row_splits(
+                    out["scores"], splits), axis=1),
+                "alignments": documents.join_nbest(out["alignments"], splits, " | "),
+                "truncated": tf.reduce_any(tf.RaggedTensor.from_row_splits(
+                    out["truncated"], splits), axis=1)}
+
+    def translate_sentences(self, strings, owner=None, texts=None, **options):
+        """Decode sentences ``(S,)``; ``owner`` int32 ``(S,)`` the text each belongs to
+        (default: its own) and ``texts`` how many texts there are, for the prefixes (none,
+        one for every text, or one per text)."""
         m = self.module
-        batch = tf.shape(strings)[0]
+        batch = tf.shape(strings)[0] if texts is None else texts
         source, truncated = m.encode_text(strings)
         if m.for_tflite:  # as in TranslatorModule._serve: TFLite needs a row to decode
             source = tf.pad(source, [[0, tf.maximum(1 - batch, 0)], [0, 0]])
@@ -134,12 +160,17 @@ class RequestDecoder:
                             [[0, 1], [0, 1]])
         if m.for_tflite:  # the guards' values feed the decoding, so they run
             prefix = prefix + tf.add_n(guards)
-        # One prefix per sentence, or row 0 for every sentence (the prefix, or padding).
-        prefix = tf.gather(prefix, tf.where(count == rows, tf.range(rows), 0))
+        # The text's prefix for each sentence, or row 0 for every one (the prefix, padding).
+        owner = tf.range(rows) if owner is None else owner
+        prefix = tf.gather(prefix, tf.where(count == batch, owner, 0))
         o = types.SimpleNamespace(**options)
         # The export's values where a request leaves them: max_length 0, length_penalty < 0.
         o.max_length = tf.where(o.max_length > 0, o.max_length, m.max_len)
         o.length_penalty = tf.where(o.length_penalty >= 0, o.length_penalty, m.alpha)
+        for name in CONTROLS:  # the export's defaults where a request sends the unset value
+            value = getattr(o, name)
+            setattr(o, name, tf.where(tf.equal(value, OPTIONS[name].unset),
+                                      tf.cast(m.controls[name], value.dtype), value))
         sampling = o.sampling_topk > 1
         beam = tf.logical_and(tf.logical_not(sampling), o.beam_size > 1)
 
@@ -163,7 +194,7 @@ class RequestDecoder:
                                         [rows, n]),
                "truncated": truncated}
         if m.for_tflite:
-            out = {k: v[:batch] for k, v in out.items()}
+            out = {k: v[:tf.shape(strings)[0]] for k, v in out.items()}
         return out
 
     def _decode(self, source, encoded, prefix, o, kind):

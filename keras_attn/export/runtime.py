@@ -38,33 +38,59 @@ def text_interpreter(model_content=None, model_path=None, num_threads=None):
         custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS)
 
 
-def run_tflite_text(model, texts):
+def run_tflite_text(model, texts, split=True):
     """Translate with a text-target flatbuffer (a path or its bytes).
+
+    Each text may hold several sentences and paragraphs: TFLite's interpreter runs no regex
+    op (docs/documents.md), so the texts are split here by the rules of
+    :mod:`keras_attn.documents` (:func:`split_for_tflite`, the same result as the
+    SavedModel's in-graph split), every sentence goes through the file in one batch, and the
+    translations are joined back with each text's whitespace (:func:`join_from_tflite`).
 
     Args:
         model: the ``.tflite`` file or its content.
-        texts: str or bytes, passed as they are (what an app passes: the file does its own
-            tokenizing; see the export report's ``warnings`` for a model that expects
-            normalised text).
+        texts: str or bytes (what an app passes: the file does its own tokenizing; see the
+            export report's ``warnings`` for a model that expects normalised text).
+        split: False passes each text to the file as one sentence.
 
     Returns:
-        dict of numpy arrays ``translation`` (bytes) ``(B,)``, ``score`` float32 ``(B,)``,
-        ``truncated`` bool ``(B,)``.
+        dict of numpy arrays ``translation`` (bytes) ``(B,)``, ``score`` float32 ``(B,)``
+        (a text's sentences' scores summed), ``truncated`` bool ``(B,)`` (any sentence cut
+        at the file's ``max_len``).
     """
     if isinstance(model, (bytes, bytearray)):
         interpreter = text_interpreter(model_content=bytes(model))
     else:
         interpreter = text_interpreter(model_path=os.fspath(model))
     runner = interpreter.get_signature_runner(TFLITE_TEXT_SIGNATURE)
-    texts = text_array(texts)
+    if not split:
+        return _run_sentences(runner, text_array(texts))
+    sentences, counts, separators = split_for_tflite(list(texts))
+    if len(counts) == 0:
+        return _empty()
+    out = _run_sentences(runner, sentences)
+    bounds = np.cumsum(counts)[:-1]
+    return {"translation": np.array([t.encode("utf-8") for t in join_from_tflite(
+                out["translation"], counts, separators)], dtype=object),
+            "score": np.array([x.sum() for x in np.split(out["score"], bounds)], np.float32),
+            "truncated": np.array([x.any() for x in np.split(out["truncated"], bounds)], bool)}
+
+
+def _run_sentences(runner, texts):
     if list(runner.get_input_details()["text"]["shape_signature"]) != [1]:
+        if len(texts) == 0:
+            return _empty()
         return runner(text=texts)
     # A fixed batch of one (Bahdanau models): one call per sentence.
     rows = [runner(text=texts[i: i + 1]) for i in range(len(texts))]
     if not rows:
-        return {"translation": np.zeros((0,), object), "score": np.zeros((0,), np.float32),
-                "truncated": np.zeros((0,), bool)}
+        return _empty()
     return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+
+
+def _empty():
+    return {"translation": np.zeros((0,), object), "score": np.zeros((0,), np.float32),
+            "truncated": np.zeros((0,), bool)}
 
 
 def run_tflite_options(model, texts, **options):
@@ -82,7 +108,8 @@ def run_tflite_options(model, texts, **options):
     Returns:
         dict of numpy arrays ``translations`` (bytes) ``(B, N)``, ``scores`` float32
         ``(B, N)``, ``alignments`` (bytes, empty unless asked) ``(B, N)``, ``truncated``
-        ``(B,)``.
+        ``(B,)``; a text of several sentences: hypothesis ``j`` of each joined with its
+        whitespace, scores summed, alignments joined by `` | `` (as the SavedModel).
 
     Example:
         >>> run_tflite_options("exported/tflite/text_float32.tflite", ["3 March 2021"],
@@ -96,24 +123,49 @@ def run_tflite_options(model, texts, **options):
     else:
         interpreter = text_interpreter(model_path=os.fspath(model))
     runner = interpreter.get_signature_runner(TFLITE_OPTIONS_SIGNATURE)
-    return runner(text=text_array(texts), **option_inputs(opts))
+    # The sentences of every text in one batch (split here, as run_tflite_text), joined back
+    # as the SavedModel's signature joins them: hypothesis j of each sentence.
+    sentences, counts, separators = split_for_tflite(list(texts))
+    inputs = option_inputs(opts)
+    if len(counts) == 0:
+        n = opts.num_hypotheses
+        return {"translations": np.zeros((0, n), object), "scores": np.zeros((0, n), np.float32),
+                "alignments": np.zeros((0, n), object), "truncated": np.zeros((0,), bool)}
+    if len(sentences) == 0:  # the file needs a row: translate "" and keep nothing of it
+        out = runner(text=text_array([""]), **inputs)
+        out = {k: v[:0] for k, v in out.items()}
+    else:
+        out = runner(text=sentences, **inputs)
+    bounds = np.cumsum(counts)[:-1]
+    n = out["translations"].shape[1] if out["translations"].ndim == 2 else 1
+    columns = [join_from_tflite(out["translations"][:, j], counts, separators)
+               for j in range(n)]
+    alignments = [[" | ".join(a.decode("utf-8") for a in part)
+                   for part in np.split(out["alignments"][:, j], bounds)] for j in range(n)]
+    return {"translations": np.array([[c[b].encode("utf-8") for c in columns]
+                                      for b in range(len(counts))], dtype=object).reshape(-1, n),
+            "scores": np.stack([x.sum(axis=0) for x in np.split(out["scores"], bounds)]),
+            "alignments": np.array([[a[b].encode("utf-8") for a in alignments]
+                                    for b in range(len(counts))], dtype=object).reshape(-1, n),
+            "truncated": np.array([x.any() for x in np.split(out["truncated"], bounds)], bool)}
 
 
 def option_inputs(opts):
     """The ``translate`` signature's option inputs (numpy scalars) for ``DecodingOptions``
-    ``opts``: ``max_length`` 0 and ``length_penalty`` -1 where ``opts`` leaves them to
-    the artefact."""
-    return {
-        "beam_size": np.int32(opts.beam_size), "num_hypotheses": np.int32(opts.num_hypotheses),
-        "length_penalty": np.float32(-1.0 if opts.length_penalty is None
-                                     else opts.length_penalty),
-        "max_length": np.int32(opts.max_length or 0),
-        "target_prefix": np.array([opts.target_prefix.encode("utf-8")] if opts.target_prefix
-                                  else [], dtype=object),
-        "sampling_topk": np.int32(opts.sampling_topk),
-        "sampling_topp": np.float32(opts.sampling_topp),
-        "sampling_temperature": np.float32(opts.sampling_temperature),
-        "seed": np.int32(opts.seed), "return_alignments": np.bool_(opts.return_alignments)}
+    ``opts``, one per declared option (``keras_attn.decoding.options.OPTIONS``): its
+    ``unset`` value (``max_length`` 0, ``length_penalty`` -1) where ``opts`` leaves it to
+    the artefact; ``target_prefix`` a list of no string or one."""
+    from keras_attn.decoding.options import OPTIONS
+
+    inputs = {}
+    for name, opt in OPTIONS.items():
+        value = opt.signature_value(getattr(opts, name))
+        if opt.dtype == "string":
+            inputs[name] = np.array([value.encode("utf-8")] if value else [], dtype=object)
+        else:
+            inputs[name] = np.dtype({"int32": np.int32, "float32": np.float32,
+                                     "bool": np.bool_}[opt.dtype]).type(value)
+    return inputs
 
 
 def text_array(texts):
@@ -194,3 +246,68 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
                 break
         log_probs[b] = score[0]
     return {"tokens": tokens, "lengths": lengths, "log_prob": log_probs}
+
+
+# --- documents: split before the TFLite file, join after -----------------------------------
+# A TFLite file cannot run the document split (its regex ops have no TFLite kernel:
+# docs/documents.md), so an app splits with keras_attn.documents' rules, the same ones the
+# SavedModel runs in its graph.
+def split_for_tflite(texts):
+    """Split documents into the sentences a TFLite text file translates (one batch).
+
+    Args:
+        texts: B documents, str or UTF-8 bytes, each any number of sentences and paragraphs.
+
+    Returns:
+        ``(sentences, counts, separators)``: ``sentences`` an object array ``(N,)`` of UTF-8
+        bytes, every document's sentences in order (the file's ``text`` input, e.g.
+        ``run_tflite_text(model, sentences)``); ``counts`` int64 ``(B,)`` sentences per
+        document (0 for an empty one); ``separators`` B lists of ``counts[i] + 1`` str, the
+        whitespace around them. Per-sentence outputs (``score``, ``truncated``) group back by
+        document with ``np.split(x, np.cumsum(counts)[:-1])``.
+
+    Raises:
+        ValueError: a document that is not str / bytes, or bytes that are not UTF-8.
+
+    Example:
+        >>> sentences, counts, seps = split_for_tflite(["Hi. Bye.", "Yes."])
+        >>> out = run_tflite_text("exported/tflite/text_float32.tflite", sentences)
+        >>> join_from_tflite(out["translation"], counts, seps)
+    """
+    from keras_attn import documents
+
+    if isinstance(texts, (str, bytes)):
+        raise ValueError("`texts` must be a sequence of documents, not one str/bytes. "
+                         f"Received: texts={texts!r}")
+    decoded = []
+    for i, text in enumerate(texts):
+        if isinstance(text, (bytes, bytearray, np.bytes_)):
+            try:
+                text = bytes(text).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"`texts[{i}]` is not UTF-8. Received: texts[{i}]="
+                                 f"{bytes(text)!r} ({e})") from None
+        decoded.append(str(text) if isinstance(text, np.str_) else text)
+    sentences, counts, separators = documents.split_batch(decoded)
+    return text_array(sentences), np.asarray(counts, np.int64), separators
+
+
+def join_from_tflite(translations, counts, separators):
+    """Join a TFLite file's sentence translations back into documents.
+
+    Args:
+        translations: ``(N,)`` bytes or str, one per sentence of :func:`split_for_tflite`
+            (the ``translation`` output; for n-best outputs ``(N, K)`` pass a column).
+        counts, separators: from :func:`split_for_tflite`.
+
+    Returns:
+        list of B str, each document's translations with its own whitespace between them.
+    """
+    from keras_attn import documents
+
+    translations = np.asarray(translations, dtype=object)
+    if translations.ndim != 1:
+        raise ValueError(f"`translations` must be 1-D (one per sentence). Received: shape "
+                         f"{translations.shape}")
+    texts = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in translations]
+    return documents.join_batch(texts, [int(c) for c in counts], separators)

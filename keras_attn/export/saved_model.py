@@ -26,6 +26,7 @@ import sys
 import tensorflow as tf
 
 from keras_attn import runs
+from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.export.base import (Exporter, as_parts, check_alpha, check_beam,
                                     check_choice, decoding_info, file_sizes, now, versions)
 from keras_attn.export.modules import (IDS_SIGNATURE, SERVING_SIGNATURE, TEXT_OPS,
@@ -68,7 +69,7 @@ class SavedModelExporter(Exporter):
 
     format = "tf_saved_model"
 
-    def __init__(self, model_name=MODEL_NAME, version=1, beam_size=1, alpha=0.6,
+    def __init__(self, model_name=MODEL_NAME, version=1, beam_size=1, alpha=LENGTH_PENALTY,
                  text_ops="auto", overwrite=False, request_signature=True):
         super().__init__(overwrite)
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
@@ -140,7 +141,7 @@ class SavedModelExporter(Exporter):
 
 
 def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, version=1,
-                       overwrite=False, beam_size=1, max_len=None, alpha=0.6, text_ops="auto",
+                       overwrite=False, beam_size=1, max_len=None, alpha=LENGTH_PENALTY, text_ops="auto",
                        request_signature=True):
     """Write a TF-Serving SavedModel to ``export_dir/model_name/version/``
     (:class:`SavedModelExporter`; ``max_len`` overrides the translator's).

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn import runs
+from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.export import runtime
 from keras_attn.export.base import (QUANTIZATIONS, Exporter, as_parts, check_alpha,
                                     check_beam, check_choice, decoding_info, tokenizer_files,
@@ -145,7 +146,7 @@ class TFLiteExporter(Exporter):
     target = None
     suffix = ""
 
-    def __init__(self, quantization="float32", beam_size=1, alpha=0.6, overwrite=False):
+    def __init__(self, quantization="float32", beam_size=1, alpha=LENGTH_PENALTY, overwrite=False):
         super().__init__(overwrite)
         self.quantization = check_choice("quantization", quantization, QUANTIZATIONS)
         self.beam_size = check_beam(beam_size)
@@ -202,7 +203,7 @@ class TFLiteTextExporter(TFLiteExporter):
     # model share the traced module (tracing the decoders costs more than converting).
     module_cache = None
 
-    def __init__(self, quantization="float32", beam_size=1, alpha=0.6, overwrite=False,
+    def __init__(self, quantization="float32", beam_size=1, alpha=LENGTH_PENALTY, overwrite=False,
                  request_signature=True):
         super().__init__(quantization, beam_size, alpha, overwrite)
         # False: serving_default alone (no `translate` signature; half the export time).
@@ -266,7 +267,7 @@ class TFLiteBuiltinExporter(TFLiteExporter):
     allow_custom_ops = False
     agreement_on = "ids"
 
-    def __init__(self, quantization="float32", beam_size=1, alpha=0.6, overwrite=False):
+    def __init__(self, quantization="float32", beam_size=1, alpha=LENGTH_PENALTY, overwrite=False):
         super().__init__(quantization, beam_size, alpha, overwrite)
         if beam_size != 1:
             raise ValueError("the builtin target leaves decoding to the application "
@@ -321,7 +322,7 @@ TFLITE_EXPORTERS = {"text": TFLiteTextExporter, "builtin": TFLiteBuiltinExporter
 
 
 def export_tflite(translator_or_parts, path, target="text", quantization="float32",
-                  beam_size=1, max_len=None, overwrite=False, alpha=0.6):
+                  beam_size=1, max_len=None, overwrite=False, alpha=LENGTH_PENALTY):
     """Convert the translator to TFLite (:class:`TFLiteTextExporter` or
     :class:`TFLiteBuiltinExporter`).
 
