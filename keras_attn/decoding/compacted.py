@@ -10,7 +10,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_attn.decoding.samplers import force_prefix
+from keras_attn.decoding.step import force_prefix
 
 
 def compacted_loop(sampler, steps, batch, limit, prefix, controls):

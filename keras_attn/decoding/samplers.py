@@ -24,7 +24,7 @@ from keras import ops
 
 from keras_attn.decoding import repetition
 from keras_attn.decoding.rng import uniform
-from keras_attn.decoding.step import NEG, check_source, encode, step_functions
+from keras_attn.decoding.step import NEG, check_source, encode, force_prefix, step_functions
 
 _POSITION_MAJOR = ("tokens", "attention")  # the loop's buffers written one position a step
 
@@ -261,21 +261,6 @@ class BeamSampler(Sampler):
         top, index = ops.top_k(flat, k=self.beams)  # (B, K) of the K * V extensions
         return ops.cast(index % vocab, "int32"), ops.cast(index // vocab, "int32"), top
 
-
-def force_prefix(logits, prefix, index, sentences=None):
-    """``logits`` ``(N, K, V)`` with every id but ``prefix``'s token at step ``index``
-    banned, in the rows whose prefix ``(B, P)`` still has one (0: none left).
-    ``sentences``: each row's sentence, int32 ``(N,)`` (default: row ``b`` is sentence
-    ``b``)."""
-    prefix_len = ops.shape(prefix)[1]
-    at = ops.minimum(index, prefix_len - 1)
-    forced = ops.where(index < prefix_len, ops.take(prefix, at, axis=1), 0)  # (B,)
-    if sentences is not None:
-        forced = ops.take(forced, sentences)
-    forced = forced[:, None, None]
-    ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
-    keep = ops.equal(ids[None, None, :], forced)
-    return ops.where(ops.logical_or(forced == 0, keep), logits, NEG)
 
 
 class RandomSampler(Sampler):

@@ -154,3 +154,19 @@ def check_source(source):
     if len(source.shape) != 2:
         raise ValueError(f"`source` must have shape (B, S). Received: shape={tuple(source.shape)}")
     return ops.cast(source, "int32")
+
+
+def force_prefix(logits, prefix, index, sentences=None):
+    """``logits`` ``(N, K, V)`` with every id but ``prefix``'s token at step ``index``
+    banned, in the rows whose prefix ``(B, P)`` still has one (0: none left).
+    ``sentences``: each row's sentence, int32 ``(N,)`` (default: row ``b`` is sentence
+    ``b``)."""
+    prefix_len = ops.shape(prefix)[1]
+    at = ops.minimum(index, prefix_len - 1)
+    forced = ops.where(index < prefix_len, ops.take(prefix, at, axis=1), 0)  # (B,)
+    if sentences is not None:
+        forced = ops.take(forced, sentences)
+    forced = forced[:, None, None]
+    ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
+    keep = ops.equal(ids[None, None, :], forced)
+    return ops.where(ops.logical_or(forced == 0, keep), logits, NEG)
