@@ -5,15 +5,28 @@ against ``translate_nbest`` (greedy: the summed log-probability, beam: the norma
 score) on the committed dates model and the committed tiny dates run, with the fast paths
 and on the reference; the SavedModel's ``score`` signature, ``keras-attn score`` and
 ``CTranslate2Translator.score`` against ``Translator.score``."""
+import io
+import json
+import os
+import pathlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import layer_checks as lc
-from keras_attn import decoding, fastpath, models
+import run_fixtures
+from keras_attn import cli, data, decoding, export, fastpath, models
+from keras_attn.translator import Translator
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RUN = ROOT / "exported" / "run"
 START, END = 2, 3
 ALPHA = 0.6
+# Translator.score gives translate_nbest's scores back within this (API.md): both are
+# float32 sums of the same log-probabilities, computed by two graphs (a step at a time,
+# one teacher-forced pass).
+SAME_SCORE = 1e-4
 
 SOURCE = np.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0], [11, 12, 13, 14, 15, 16, 3],
                    [17, 3, 0, 0, 0, 0, 0]], "int32")
@@ -116,3 +129,110 @@ def test_score_refuses_bad_shapes(model):
         decoding.score(model, SOURCE, TARGET[0], START, END)
     with pytest.raises(ValueError, match="source"):
         decoding.score(model, SOURCE.astype("float32"), TARGET, START, END)
+
+
+# --- Translator.score ------------------------------------------------------------------------
+def _held_out(n):
+    return [s for s, _ in data.dates_splits(30000, 1000, 2000, seed=0)["test"][:n]]
+
+
+@pytest.fixture(scope="module")
+def committed():
+    if not (RUN / "model.keras").is_file():
+        pytest.skip("exported/run (the committed default model) is missing")
+    return Translator.from_run_dir(str(RUN))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The committed tiny dates run (a 64-wide Transformer trained for 3 epochs)."""
+    return Translator.from_run_dir(run_fixtures.TINY_DATES_RUN)
+
+
+def _fresh(translator):
+    """The same model and tokenizers, none of the traced functions (traced again under the
+    kernel policy in force)."""
+    return Translator(translator.model, translator.src_tokenizer, translator.tgt_tokenizer,
+                      translator.max_len, translator.normalize)
+
+
+def _rescored_diffs(translator, sentences, **options):
+    """``translate_nbest``'s hypotheses scored again: the largest difference of greedy's
+    score from ``log_prob``, or of beam's from ``score``."""
+    nbest = translator.translate_nbest(sentences, **options)
+    hyps = [h for hyp_list in nbest for h in hyp_list]
+    sources = [s for s, hyp_list in zip(sentences, nbest) for _ in hyp_list]
+    scored = translator.score(sources, [h["translation"] for h in hyps],
+                              length_penalty=options.get("length_penalty"))
+    key = "score" if options.get("beam_size", 1) > 1 else "log_prob"
+    assert all(s["tokens"][-1] == "[END]" and not s["truncated"] for s in scored)
+    return max(abs(h["score"] - s[key]) for h, s in zip(hyps, scored))
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("name, fast_paths", [
+    ("committed", True), ("committed", False), ("tiny", True)])
+def test_translator_score_equals_translate_nbest(request, name, fast_paths):
+    translator = _fresh(request.getfixturevalue(name))
+    sentences = _held_out(40) if name == "committed" else run_fixtures.tiny_dates_inputs()[:40]
+    with fastpath.using(fast_paths=fast_paths):
+        greedy = _rescored_diffs(translator, sentences)
+        beam = _rescored_diffs(translator, sentences, beam_size=4, num_hypotheses=4)
+        beam_alpha = _rescored_diffs(translator, sentences[:10], beam_size=3,
+                                     num_hypotheses=2, length_penalty=1.0)
+    print(f"{name} fast_paths={fast_paths}: max |translate_nbest - score| greedy {greedy:.2e}, "
+          f"beam {beam:.2e}, beam alpha=1 {beam_alpha:.2e}")
+    assert max(greedy, beam, beam_alpha) < SAME_SCORE
+
+
+def test_translator_score_result(committed):
+    out = committed.score(["3 March 2021"], ["2021-03-03"])
+    assert len(out) == 1
+    result = out[0]
+    assert set(result) == {"tokens", "token_ids", "token_log_probs", "log_prob", "score",
+                           "truncated"}
+    vocab = committed.tgt_tokenizer.vocab
+    assert result["tokens"] == [vocab[i] for i in result["token_ids"]]
+    assert result["tokens"][-1] == "[END]" and len(result["tokens"]) == 11
+    assert result["truncated"] is False
+    np.testing.assert_allclose(sum(result["token_log_probs"]), result["log_prob"], atol=1e-5)
+    np.testing.assert_allclose(result["score"], result["log_prob"] / (16 / 6) ** ALPHA,
+                               rtol=1e-6)
+    # A correct translation is far more likely than a wrong one.
+    wrong = committed.score(["3 March 2021"], ["1999-12-31"])[0]
+    assert wrong["log_prob"] < result["log_prob"] - 5
+    # length_penalty 0: score is the sum.
+    plain = committed.score(["3 March 2021"], ["2021-03-03"], length_penalty=0.0)[0]
+    assert plain["score"] == pytest.approx(plain["log_prob"])
+
+
+def test_translator_score_batches_and_truncates(committed):
+    sources = _held_out(5)
+    targets = ["2021-03-03", "", "1" * 100, "x", "1999-07-04"]
+    whole = committed.score(sources, targets)
+    batched = committed.score(sources, targets, batch_size=2)
+    for a, b in zip(whole, batched):
+        assert a["token_ids"] == b["token_ids"]
+        assert a["log_prob"] == pytest.approx(b["log_prob"], abs=SAME_SCORE)
+    assert whole[1]["tokens"] == ["[END]"]  # the empty translation: [END] alone
+    long = whole[2]
+    assert long["truncated"] is True and len(long["tokens"]) == committed.max_len
+    assert long["tokens"][-1] == "[END]"
+    assert [r["truncated"] for r in whole] == [False, False, True, False, False]
+    assert committed.score([], []) == []
+
+
+@pytest.mark.parametrize("sources, targets, match", [
+    (["a", "b"], ["a"], "same length"),
+    (["a"], [b"a"], "targets"),
+    ([1], ["a"], "sources"),
+    ("3 March 2021", "2021-03-03", "not one string"),
+])
+def test_translator_score_refuses_bad_arguments(committed, sources, targets, match):
+    with pytest.raises(ValueError, match=match):
+        committed.score(sources, targets)
+
+
+def test_translator_score_refuses_a_bad_length_penalty(committed):
+    with pytest.raises(ValueError, match="length_penalty"):
+        committed.score(["a"], ["b"], length_penalty=-1.0)
