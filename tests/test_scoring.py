@@ -236,3 +236,68 @@ def test_translator_score_refuses_bad_arguments(committed, sources, targets, mat
 def test_translator_score_refuses_a_bad_length_penalty(committed):
     with pytest.raises(ValueError, match="length_penalty"):
         committed.score(["a"], ["b"], length_penalty=-1.0)
+
+
+# --- the SavedModel's and the TFLite text file's `score` signature ---------------------------
+def _pairs(translator, sentences):
+    """Pairs to score: the greedy translations, wrong ones, an empty one and one cut at
+    max_len."""
+    best = translator.translate(sentences)
+    targets = best + ["1999-12-31"] * 3 + ["", "9" * 100]
+    return sentences + sentences[:5], targets
+
+
+def _assert_same_scores(out, expected, translator):
+    """A signature's outputs (numpy, tokens padded) against ``Translator.score``'s dicts."""
+    worst = 0.0
+    for row, exp in enumerate(expected):
+        n = len(exp["token_ids"])
+        assert int(out["lengths"][row]) == n
+        assert out["token_ids"][row, :n].tolist() == exp["token_ids"]
+        assert (np.asarray(out["token_ids"])[row, n:] == 0).all()
+        assert [t.decode() for t in out["tokens"][row, :n].tolist()] == exp["tokens"]
+        assert bool(out["truncated"][row]) == exp["truncated"]
+        worst = max(worst, float(np.abs(out["token_log_probs"][row, :n]
+                                        - exp["token_log_probs"]).max()),
+                    abs(float(out["log_prob"][row]) - exp["log_prob"]),
+                    abs(float(out["score"][row]) - exp["score"]))
+    assert worst < SAME_SCORE
+    return worst
+
+
+@pytest.mark.kernels
+def test_saved_model_and_tflite_score_equal_translator(tiny_dates):
+    """The session's tiny dates export (conftest: export_run, SavedModel and TFLite text
+    file): both files' `score` give Translator.score's numbers."""
+    translator = Translator.from_run_dir(tiny_dates["run_dir"])
+    sources, targets = _pairs(translator, tiny_dates["inputs"][:20])
+    expected = translator.score(sources, targets)
+    path = os.path.join(tiny_dates["export_dir"], "saved_model", export.MODEL_NAME, "1")
+    signature = tf.saved_model.load(path).signatures[export.SCORE_SIGNATURE]
+    out = {k: v.numpy() for k, v in signature(source=tf.constant(sources),
+                                              target=tf.constant(targets)).items()}
+    saved_model = _assert_same_scores(out, expected, translator)
+    tflite_path = os.path.join(tiny_dates["export_dir"], "tflite", "text_float32.tflite")
+    tflite = _assert_same_scores(export.run_tflite_score(tflite_path, sources, targets),
+                                 expected, translator)
+    print(f"max |signature - Translator.score|: SavedModel {saved_model:.2e}, "
+          f"TFLite {tflite:.2e}")
+
+
+@pytest.mark.slow  # a SavedModel export of the committed model
+@pytest.mark.kernels
+def test_exported_committed_model_scores_as_translator(committed, tmp_path):
+    report = export.export_saved_model(committed, tmp_path, request_signature=False)
+    assert set(report["signatures"]) == {"serving_default", "translate_ids", "score"}
+    assert report["signatures"]["score"]["inputs"] == {
+        "source": {"dtype": "string", "shape": [-1]},
+        "target": {"dtype": "string", "shape": [-1]}}
+    assert report["xla_ops"] == [] and report["non_core_ops"] == []
+    sources, targets = _pairs(committed, _held_out(30))
+    signature = tf.saved_model.load(report["path"]).signatures[export.SCORE_SIGNATURE]
+    out = {k: v.numpy() for k, v in signature(source=tf.constant(sources),
+                                              target=tf.constant(targets)).items()}
+    worst = _assert_same_scores(out, committed.score(sources, targets), committed)
+    print(f"committed model: max |SavedModel score - Translator.score| {worst:.2e}")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="as many strings"):
+        signature(source=tf.constant(sources), target=tf.constant(targets[:2]))

@@ -225,8 +225,9 @@ def score(model, source, target, start_id=START_ID, end_id=END_ID, alpha=0.6, en
     target_in = ops.concatenate([start, target[:, :-1]], axis=1)  # (B, T)
     logits = model.get_layer("decoder")(target_in, *encoded, training=False,
                                         enc_outputs_mask=ops.not_equal(source, 0))
-    per_token = ops.take_along_axis(log_probs(logits, start_id), target[:, :, None],
-                                    axis=-1)[:, :, 0]  # (B, T)
+    # expand_dims, not target[:, :, None]: a new-axis slice is no TFLite builtin.
+    per_token = ops.squeeze(ops.take_along_axis(
+        log_probs(logits, start_id), ops.expand_dims(target, -1), axis=-1), -1)  # (B, T)
     ends = ops.cast(ops.equal(target, end_id), "int32")
     ended_before = ops.greater(ops.cumsum(ends, axis=1) - ends, 0)  # a token after the first end_id
     kept = ops.logical_and(ops.not_equal(target, 0), ops.logical_not(ended_before))
