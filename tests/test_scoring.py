@@ -301,3 +301,52 @@ def test_exported_committed_model_scores_as_translator(committed, tmp_path):
     print(f"committed model: max |SavedModel score - Translator.score| {worst:.2e}")
     with pytest.raises(tf.errors.InvalidArgumentError, match="as many strings"):
         signature(source=tf.constant(sources), target=tf.constant(targets[:2]))
+
+
+# --- keras-attn score ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cli_pairs(committed):
+    sources = _held_out(3)
+    targets = committed.translate(sources)[:2] + ["1999-12-31"]
+    return sources, targets, committed.score(sources, targets)
+
+
+def test_cli_score_tsv_lines(cli_pairs, capsys, monkeypatch):
+    sources, targets, expected = cli_pairs
+    stdin = "".join(f"{s}\t{t}\n" for s, t in zip(sources, targets)) + "\n"  # a blank line
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    assert cli.main(["score", str(RUN)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    for line, exp in zip(lines, expected):
+        log_prob, score, per_token = line.split("\t")
+        assert float(log_prob) == pytest.approx(exp["log_prob"], abs=1e-4)
+        assert float(score) == pytest.approx(exp["score"], abs=1e-4)
+        np.testing.assert_allclose([float(p) for p in per_token.split()],
+                                   exp["token_log_probs"], atol=1e-4)
+
+
+def test_cli_score_one_pair_as_json(cli_pairs, capsys):
+    sources, targets, expected = cli_pairs
+    assert cli.main(["score", str(RUN), "--source", sources[2], "--target", targets[2],
+                     "--json", "--length-penalty", "1.0"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    got = json.loads(line)
+    assert got["source"] == sources[2] and got["target"] == targets[2]
+    assert got["tokens"] == expected[2]["tokens"] and got["truncated"] is False
+    assert got["log_prob"] == pytest.approx(expected[2]["log_prob"], abs=1e-4)
+    n = len(got["tokens"])
+    assert got["score"] == pytest.approx(got["log_prob"] / ((5 + n) / 6), rel=1e-5)
+
+
+@pytest.mark.parametrize("argv, stdin, message", [
+    (["--source", "3 March 2021"], "", "--source and --target go together"),
+    ([], "3 March 2021\n", "line 1 must be SOURCE<TAB>TARGET"),
+    ([], "a\tb\tc\n", "line 1 must be SOURCE<TAB>TARGET"),
+    (["--length-penalty", "-1", "--source", "a", "--target", "b"], "", "length_penalty"),
+])
+def test_cli_score_errors(committed, argv, stdin, message, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    assert cli.main(["score", str(RUN), *argv]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("keras-attn score: error:") and message in err
