@@ -5,7 +5,7 @@ Example:
     >>> tr.translate(["3 March 2021", "le 4 juillet 1999"])
     ['2021-03-03', '1999-07-04']
     >>> tr.score(["3 March 2021"], ["2021-03-03"])[0]["log_prob"]
-    -0.0123
+    -0.83
 """
 import os
 import types
@@ -280,12 +280,9 @@ class Translator:
 
         Example:
             >>> tr.score(["3 March 2021"], ["2021-03-03"])[0]["log_prob"]
-            -0.0123
+            -0.83
         """
-        sources, targets = _strings("sources", sources), _strings("targets", targets)
-        if len(sources) != len(targets):
-            raise ValueError(f"`sources` and `targets` must have the same length. Received: "
-                             f"{len(sources)} sources and {len(targets)} targets")
+        sources, targets = text.string_pairs(sources, targets)
         alpha = self.options(length_penalty=length_penalty).length_penalty
         vocab = self.tgt_tokenizer.vocab
         results = []
@@ -303,16 +300,3 @@ class Translator:
                                 "log_prob": float(log_prob[row]), "score": float(scores[row]),
                                 "truncated": bool(truncated[row])})
         return results
-
-
-def _strings(name, values):
-    """``values`` as a list of str; ``ValueError`` naming ``name`` otherwise."""
-    if isinstance(values, (str, bytes)):
-        raise ValueError(f"`{name}` must be a list of strings, not one string. Received: "
-                         f"{name}={values!r}")
-    values = list(values)
-    bad = next((v for v in values if not isinstance(v, str)), None)
-    if bad is not None:
-        raise ValueError(f"`{name}` must hold strings. Received: an item {bad!r} of type "
-                         f"{type(bad).__name__}")
-    return values

@@ -350,3 +350,67 @@ def test_cli_score_errors(committed, argv, stdin, message, capsys, monkeypatch):
     assert cli.main(["score", str(RUN), *argv]) == 1
     err = capsys.readouterr().err
     assert err.startswith("keras-attn score: error:") and message in err
+
+
+# --- CTranslate2Translator.score: score_batch --------------------------------------------------
+@pytest.fixture(scope="module")
+def ct2(committed, tmp_path_factory):
+    """The committed dates model exported to CTranslate2 (float32) in a temporary folder."""
+    pytest.importorskip("ctranslate2", reason="CTranslate2 is not installed "
+                                              "(pip install -e '.[ctranslate2]')")
+    from keras_attn.export import ctranslate2 as ct2_export
+    from keras_attn.export import ctranslate2_runtime
+
+    path = str(tmp_path_factory.mktemp("scoring_ct2") / "ct2")
+    ct2_export.export_ctranslate2(str(RUN), path)
+    return ctranslate2_runtime.CTranslate2Translator(path, intra_threads=2)
+
+
+def _float32_tolerance(translator, sources, expected):
+    """How far two float32 engines may differ on these log-probabilities (lc.tolerance):
+    the roundings along the committed Transformer's logits (d 128, FFN 256, 4 heads, 2+2
+    layers, over these lengths), its log-softmax over the target vocabulary and the sum
+    over the tokens, relative to the largest logit (the log-softmax subtracts numbers of
+    that size: a log-probability near 0 carries their rounding, not its own)."""
+    ids = [r["token_ids"] for r in expected]
+    target = np.zeros((len(ids), max(map(len, ids))), "int32")
+    for row, tokens in enumerate(ids):
+        target[row, : len(tokens)] = tokens
+    source = np.asarray(translator.encode(sources))
+    target_in = np.concatenate([np.full((len(ids), 1), START, "int32"), target[:, :-1]], 1)
+    logits = np.asarray(translator.model({"source": source, "target_in": target_in},
+                                         training=False))
+    vocab = translator.tgt_tokenizer.vocab_size
+    terms = lc.transformer_terms(128, 256, 4, 2, source.shape[1], target.shape[1]) + vocab + 4
+    return lc.tolerance(None, terms=terms + target.shape[1], scale=float(np.abs(logits).max()))
+
+
+@pytest.mark.kernels
+def test_ctranslate2_score_batch_equals_translator_score(committed, ct2):
+    sources, targets = _pairs(committed, _held_out(40))
+    ours = committed.score(sources, targets)
+    theirs = ct2.score(sources, targets)
+    tolerance = _float32_tolerance(committed, sources, ours)
+    worst = {"token": 0.0, "log_prob": 0.0, "score": 0.0}
+    for a, b in zip(ours, theirs):
+        assert b["tokens"] == a["tokens"] and b["token_ids"] == a["token_ids"]
+        assert b["truncated"] == a["truncated"]
+        worst["token"] = max(worst["token"], float(np.abs(
+            np.subtract(a["token_log_probs"], b["token_log_probs"])).max()))
+        for key in ("log_prob", "score"):
+            worst[key] = max(worst[key], abs(a[key] - b[key]))
+    print(f"max |CTranslate2 score_batch - Translator.score|: {worst} "
+          f"(tolerance {tolerance:.1e})")
+    assert max(worst.values()) < tolerance
+    # And with another length penalty (our GNMT normalisation on CTranslate2's sums).
+    a = committed.score(sources[:3], targets[:3], length_penalty=1.0)
+    b = ct2.score(sources[:3], targets[:3], length_penalty=1.0)
+    np.testing.assert_allclose([r["score"] for r in b], [r["score"] for r in a],
+                               atol=tolerance)
+
+
+@pytest.mark.parametrize("sources, targets, match", [
+    (["a", "b"], ["a"], "same length"), ([1], ["a"], "sources"), ("a", "b", "not one string")])
+def test_ctranslate2_score_refuses_bad_arguments(ct2, sources, targets, match):
+    with pytest.raises(ValueError, match=match):
+        ct2.score(sources, targets)
