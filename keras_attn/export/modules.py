@@ -154,7 +154,9 @@ class TranslatorModule(tf.Module):
         """``{signature key: concrete function}`` of the TFLite text target. A module with
         a fixed batch (a Bahdanau model: Keras's GRU loops need a static batch in TFLite)
         has no ``translate`` signature (beams and n-best need ``B * K`` rows) and no
-        ``score`` (not tried: a Transformer's converts with builtin ops only)."""
+        ``score``: it converts, but the interpreter refuses the teacher-forced GRU pass
+        ("Fill dimensions must be >= 0 ... FILL failed to prepare"); a Transformer's
+        ``score`` runs with builtin ops and tensorflow-text's kernels only."""
         functions = {SERVING_SIGNATURE: self.serve.get_concrete_function()}
         if self.batch_size is None:
             functions[SCORE_SIGNATURE] = self.score.get_concrete_function()
