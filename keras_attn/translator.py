@@ -260,7 +260,10 @@ class Translator:
         and ended with ``[END]`` (as training reads it), then read by the decoder after
         ``[START]`` in one teacher-forced pass (:func:`keras_attn.decoding.score`, the bans
         of decoding). A hypothesis that :meth:`translate_nbest` returned gets back its
-        score: greedy's ``score`` there is ``log_prob`` here, beam search's is ``score``.
+        score: greedy's ``score`` there is ``log_prob`` here, beam search's is ``score``
+        (when its text tokenizes back to the ids the decoder chose: always with character
+        vocabularies; SentencePiece may segment a text otherwise than the decoder did,
+        and the score is then that of the other segmentation).
 
         Args:
             sources, targets: lists of strings of the same length.
