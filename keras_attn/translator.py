@@ -239,6 +239,7 @@ class Translator:
             targets = [text.normalize_text(t) for t in targets]
         ids = self.tgt_tokenizer.tokenize(tf.constant(targets, tf.string))
         truncated = np.asarray(ids.row_lengths() > self.max_len - 1)
+        # prepare_source: the cut and the [END] of a training target's output side.
         return data.prepare_source(tf.cast(ids, tf.int32), self.max_len).to_tensor(0), truncated
 
     def _scorer(self):

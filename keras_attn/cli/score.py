@@ -18,9 +18,10 @@ def add_parser(sub):
                     "log-probabilities (space-separated, [END]'s last), or JSON lines "
                     "with --json.")
     p.add_argument("run_dir", help="run directory (from keras-attn train)")
-    p.add_argument("--source", default=None, help="the source sentence, with --target (default: none, pairs from "
-                        "stdin)")
-    p.add_argument("--target", default=None, help="its translation to score, with --source (default: none)")
+    p.add_argument("--source", default=None,
+                   help="the source sentence, with --target (default: none, pairs from stdin)")
+    p.add_argument("--target", default=None,
+                   help="its translation to score, with --source (default: none)")
     p.add_argument("--length-penalty", type=float, default=None,
                    help="GNMT length penalty alpha of the score (default: 0.6)")
     p.add_argument("--json", action="store_true",

@@ -3,7 +3,8 @@
 :class:`TranslatorModule` holds the tokenizers, the Keras model and the decoding loop
 (``keras_attn.decoding``) as ``tf.function`` s: ``serve`` (strings in, strings out),
 ``translate_ids`` (ids in, ids out) and ``score`` (a source and a given translation in, its
-log-probabilities out); the SavedModel and the TFLite text target are made from it. :class:`BuiltinModule` is the encoder and one decoder step with fixed shapes, for the
+log-probabilities out); the SavedModel and the TFLite text target are made from it.
+:class:`BuiltinModule` is the encoder and one decoder step with fixed shapes, for the
 TFLite builtin target (the application runs the loop: ``keras_attn.export.runtime``; the
 step, the banned ids and the greedy choice are :mod:`keras_attn.decoding`'s, inside the file).
 
