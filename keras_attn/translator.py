@@ -4,6 +4,8 @@ Example:
     >>> tr = Translator.from_run_dir("runs/dates")
     >>> tr.translate(["3 March 2021", "le 4 juillet 1999"])
     ['2021-03-03', '1999-07-04']
+    >>> tr.score(["3 March 2021"], ["2021-03-03"])[0]["log_prob"]
+    -0.83
 """
 import os
 import types
@@ -285,3 +287,77 @@ class Translator:
         docs = documents.translate_documents(texts, sentences, 1, cut=self.cut_long)
         return [hyps[0]["translation"] for hyps in docs]
 
+    def encode_targets(self, targets):
+        """Target ids ``(B, T)`` int32 for a list of strings, as training reads them:
+        tokenized with the target tokenizer (normalised as the sources are), cut to
+        ``max_len - 1`` tokens, ``[END]`` appended, 0-padded; and the bool ``(B,)`` of the
+        rows that were cut."""
+        if self.normalize:
+            targets = [text.normalize_text(t) for t in targets]
+        ids = self.tgt_tokenizer.tokenize(tf.constant(targets, tf.string))
+        truncated = np.asarray(ids.row_lengths() > self.max_len - 1)
+        # prepare_source: the cut and the [END] of a training target's output side.
+        return data.prepare_source(tf.cast(ids, tf.int32), self.max_len).to_tensor(0), truncated
+
+    def _scorer(self):
+        """The ``tf.function`` of :meth:`score`, traced once for any batch and length."""
+        if "score" not in self._decoders:
+            def fn(source, target, length_penalty):
+                out = decoding.score(self.model, source, target, text.START_ID, text.END_ID,
+                                     length_penalty)
+                return out["token_log_probs"], out["log_prob"], out["score"], out["lengths"]
+            spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32),
+                    tf.TensorSpec([], tf.float32)]
+            self._decoders["score"] = _traced(fn, spec)
+        return self._decoders["score"]
+
+    def score(self, sources, targets, batch_size=128, length_penalty=None):
+        """Score given translations (forced decoding; CTranslate2's ``score_batch``).
+
+        Each target is tokenized with the target tokenizer, cut to ``max_len - 1`` tokens
+        and ended with ``[END]`` (as training reads it), then read by the decoder after
+        ``[START]`` in one teacher-forced pass (:func:`keras_attn.decoding.score`, the bans
+        of decoding). A hypothesis that :meth:`translate_nbest` returned gets back its
+        score: greedy's ``score`` there is ``log_prob`` here, beam search's is ``score``
+        (when its text tokenizes back to the ids the decoder chose: always with character
+        vocabularies; SentencePiece may segment a text otherwise than the decoder did,
+        and the score is then that of the other segmentation).
+
+        Args:
+            sources, targets: lists of strings of the same length.
+            batch_size: pairs per decoder call.
+            length_penalty: GNMT alpha of ``score`` (default 0.6, as ``translate_nbest``).
+
+        Returns:
+            Per pair a dict: ``tokens`` (the target vocabulary's token strings, ``[END]``
+            last), ``token_ids``, ``token_log_probs`` (one float per token), ``log_prob``
+            (their sum), ``score`` (``log_prob / ((5 + n) / 6) ** length_penalty``, n =
+            tokens with ``[END]``) and ``truncated`` (the target had more than ``max_len
+            - 1`` tokens and was cut: its score is that of the cut target).
+
+        Raises:
+            ValueError: ``sources`` and ``targets`` of different lengths, an item that is
+                not a string, or a bad ``length_penalty``.
+
+        Example:
+            >>> tr.score(["3 March 2021"], ["2021-03-03"])[0]["log_prob"]
+            -0.83
+        """
+        sources, targets = text.string_pairs(sources, targets)
+        alpha = self.options(length_penalty=length_penalty).length_penalty
+        vocab = self.tgt_tokenizer.vocab
+        results = []
+        for i in range(0, len(sources), batch_size):
+            source = np.asarray(self.encode(sources[i: i + batch_size]), "int32")
+            target, truncated = self.encode_targets(targets[i: i + batch_size])
+            target = np.asarray(target, "int32")
+            per_token, log_prob, scores, lengths = (keras.ops.convert_to_numpy(t) for t in
+                                                    self._scorer()(source, target,
+                                                                   np.float32(alpha)))
+            for row in range(len(source)):
+                ids = target[row, : lengths[row]].tolist()
+                results.append({"tokens": [vocab[t] for t in ids], "token_ids": ids,
+                                "token_log_probs": per_token[row, : lengths[row]].tolist(),
+                                "log_prob": float(log_prob[row]), "score": float(scores[row]),
+                                "truncated": bool(truncated[row])})
+        return results

@@ -88,6 +88,27 @@ def test_on_this_backend_models_train_save_load_and_decode(kind, tmp_path):
     assert tokens.shape[:2] == (6, 3) and (np.diff(scores, axis=1) <= 1e-6).all()
 
 
+@pytest.mark.parametrize("kind", ["transformer", "bahdanau"])
+def test_on_this_backend_score_gives_the_searches_their_scores(kind):
+    """decoding.score (forced decoding, keras.ops only) on this backend: greedy's summed
+    log-probability and beam search's normalised scores back, for every hypothesis."""
+    x, _ = toy_batch()
+    model = build(kind, dropout=0.0)
+    source = x["source"]
+    greedy = decoding.greedy_decode_fixed(model, source, 10, 1, 2)
+    scored = decoding.score(model, source, greedy["tokens"], 1, 2, 0.6)
+    expected = np_(greedy["log_prob"])
+    # Sums of 10 log-probabilities, each over logits of < 64-term products.
+    atol = 8 * EPS * 64 * 10 * max(np.abs(expected).max(), 1.0)
+    np.testing.assert_allclose(np_(scored["log_prob"]), expected, rtol=0, atol=atol)
+    np.testing.assert_array_equal(np_(scored["lengths"]), np_(greedy["lengths"]))
+    beam = decoding.beam_decode_fixed(model, source, 3, 0.6, 10, 1, 2)
+    flat = np.reshape(np_(beam["tokens"]), (-1, 10))
+    rescored = decoding.score(model, np.repeat(source, 3, axis=0), flat, 1, 2, 0.6)
+    np.testing.assert_allclose(np.reshape(np_(rescored["score"]), (-1, 3)), np_(beam["scores"]),
+                               rtol=0, atol=atol)
+
+
 def test_on_this_backend_layers_mask_padding_and_return_weights():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(2, 5, 8)).astype("float32")

@@ -496,8 +496,9 @@ def test_overwrite_replaces_version(overwritten, translator, run):
         {"op": op, "registered_by": "tensorflow_text", "version": tensorflow_text.__version__}
         for op in ("FastWordpieceTokenizeWithOffsets", "TFText>FastWordpieceDetokenize")]
     loaded = tf.saved_model.load(report["path"])
-    # request_signature=False: no `translate` signature, nor its function kept beside.
-    assert set(loaded.signatures) == {"serving_default", "translate_ids"}
+    # request_signature=False: no `translate` signature, nor its function kept beside
+    # (`score`, one teacher-forced pass, is always there).
+    assert set(loaded.signatures) == {"serving_default", "translate_ids", "score"}
     assert not hasattr(loaded, "translate")
     out = loaded.signatures["serving_default"](text=tf.constant(run["inputs"][:20]))
     assert _decode(out["translation"]) == translator.translate(run["inputs"][:20], beam_size=2)

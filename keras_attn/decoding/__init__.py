@@ -7,7 +7,8 @@ One module per job (arrows only downward):
 module            holds
 ================  ===========================================================================
 ``search``        the public functions: :func:`greedy_search`, :func:`beam_search`,
-                  :func:`decode` (every per-request option), :func:`cross_attention`
+                  :func:`decode` (every per-request option), the teacher-forced
+                  :func:`cross_attention` and :func:`score` (forced decoding)
 ``samplers``      the one loop (:class:`Sampler`) and how each strategy chooses the next
                   tokens (:class:`GreedySampler`, :class:`BeamSampler`,
                   :class:`RandomSampler`); forcing a target prefix
@@ -42,7 +43,7 @@ _NAMES = {
     "rng": ("uniform",),
     "samplers": ("BeamSampler", "GreedySampler", "RandomSampler", "Sampler", "take_beams"),
     "search": ("KINDS", "beam_decode_fixed", "beam_search", "cross_attention", "decode",
-               "greedy_decode_fixed", "greedy_search", "length_penalty"),
+               "greedy_decode_fixed", "greedy_search", "length_penalty", "score"),
     "step": ("DecodingStep", "encode", "log_probs", "step_functions"),
 }
 _MODULE_OF = {name: module for module, names in _NAMES.items() for name in names}

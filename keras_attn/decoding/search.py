@@ -1,6 +1,7 @@
 """The public decoding functions: greedy search, beam search (GNMT length penalty), the
-per-request :func:`decode` that every served artefact runs, and the teacher-forced
-:func:`cross_attention` that word alignments read.
+per-request :func:`decode` that every served artefact runs, and the teacher-forced passes:
+:func:`cross_attention` (what word alignments read) and :func:`score` (forced decoding of
+given hypotheses, CTranslate2's ``score_batch``).
 
 Each builds a sampler (:mod:`keras_attn.decoding.samplers`) and ranks or reshapes what its
 loop returns; none has a loop of its own.
@@ -12,7 +13,7 @@ from keras import ops
 
 from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.decoding.samplers import BeamSampler, GreedySampler, RandomSampler, take_beams
-from keras_attn.decoding.step import check_source, encode
+from keras_attn.decoding.step import check_source, encode, log_probs
 from keras_attn.special_tokens import END_ID, START_ID
 
 KINDS = ("greedy", "beam", "sample")  # how :func:`decode` chooses the next tokens
@@ -185,3 +186,58 @@ def cross_attention(model, source, tokens, start_id, encoded=None):
     _, maps = decoder(target_in, *encoded, training=False,
                       enc_outputs_mask=ops.not_equal(source, 0), return_attention_scores=True)
     return ops.cast(decoder.alignment(maps), "float32")
+
+
+def score(model, source, target, start_id=START_ID, end_id=END_ID, alpha=0.6, encoded=None):
+    """Forced decoding: how likely the model finds the given ``target`` for ``source``.
+
+    One teacher-forced pass of the decoder (as in training, and as :func:`cross_attention`)
+    reads each target row after ``start_id``; every token's log-probability is taken under
+    the bans of decoding (padding and ``start_id``, :func:`~keras_attn.decoding.step.log_probs`),
+    so a hypothesis that :func:`greedy_search` or :func:`beam_search` produced gets back the
+    log-probabilities its search summed.
+
+    Args:
+        model: from ``keras_attn.models``. source: int ``(B, S)``, 0 = padding.
+        target: int ``(B, T)`` target ids without the start token, each row ending with
+            ``end_id`` (as the searches return them), then 0. A row is scored up to and
+            including its first ``end_id``, skipping padding; what follows is ignored (a
+            row without ``end_id`` is scored up to its last token).
+        start_id, end_id: the target vocabulary's ``[START]`` and ``[END]`` ids.
+        alpha: the GNMT length-penalty exponent of ``score`` (0 = the summed log-probability).
+        encoded: :func:`encode` ``(model, source)``, if already computed.
+
+    Returns:
+        A dict: ``token_log_probs`` float32 ``(B, T)`` (0 on padding), ``log_prob`` ``(B,)``
+        (their sum), ``lengths`` int32 ``(B,)`` (tokens, ``end_id`` included) and ``score``
+        ``(B,)`` = ``log_prob / ((5 + n) / 6) ** alpha`` (:func:`length_penalty`, the
+        ranking of :func:`beam_search`).
+
+    Example:
+        >>> out = score(model, source, greedy_search(model, source, 20, 2, 3), 2, 3)
+        >>> out["log_prob"]  # the greedy search's summed log-probabilities
+
+    References: CTranslate2 ``Translator.score_batch``; Wu et al. 2016 (length penalty).
+    """
+    source = check_source(source)
+    target = ops.cast(target, "int32")
+    if len(target.shape) != 2:
+        raise ValueError(f"`target` must have shape (B, T). Received: shape={tuple(target.shape)}")
+    if encoded is None:
+        encoded = encode(model, source)
+    encoded = tuple(encoded) if isinstance(encoded, (tuple, list)) else (encoded,)
+    start = ops.full((ops.shape(target)[0], 1), start_id, "int32")
+    target_in = ops.concatenate([start, target[:, :-1]], axis=1)  # (B, T)
+    logits = model.get_layer("decoder")(target_in, *encoded, training=False,
+                                        enc_outputs_mask=ops.not_equal(source, 0))
+    # expand_dims, not target[:, :, None]: a new-axis slice is no TFLite builtin.
+    per_token = ops.squeeze(ops.take_along_axis(
+        log_probs(logits, start_id), ops.expand_dims(target, -1), axis=-1), -1)  # (B, T)
+    ends = ops.cast(ops.equal(target, end_id), "int32")
+    ended_before = ops.greater(ops.cumsum(ends, axis=1) - ends, 0)  # a token after the first end_id
+    kept = ops.logical_and(ops.not_equal(target, 0), ops.logical_not(ended_before))
+    per_token = ops.where(kept, per_token, 0.0)
+    lengths = ops.sum(ops.cast(kept, "int32"), axis=1)
+    total = ops.sum(per_token, axis=1)
+    return {"token_log_probs": per_token, "log_prob": total, "lengths": lengths,
+            "score": total / length_penalty(lengths, alpha)}

@@ -38,7 +38,8 @@ _NAMES = {
     "base": ("Exporter", "Parts", "QUANTIZATIONS", "as_parts", "file_sizes", "publish",
              "sample_sources"),
     "core_text": ("CoreCharTokenizer",),
-    "modules": ("BuiltinModule", "IDS_SIGNATURE", "SERVING_SIGNATURE", "TEXT_OPS",
+    "modules": ("BuiltinModule", "IDS_SIGNATURE", "SCORE_SIGNATURE", "SERVING_SIGNATURE",
+                "TEXT_OPS",
                 "TranslatorModule", "resolve_text_ops"),
     "saved_model": ("MODEL_NAME", "SERVING_DOCKER", "SavedModelExporter",
                     "TF_SERVING_TFTEXT_OPS", "classify_ops", "core_ops", "export_saved_model",
@@ -49,9 +50,10 @@ _NAMES = {
                "export_tflite", "tflite_ops"),
     "request": ("OPTION_SPECS", "RequestDecoder", "TRANSLATE_SIGNATURE"),
     "all_targets": ("compare_samples", "export_run"),
-    "runtime": ("TFLITE_ENCODER_SIGNATURE", "TFLITE_OPTIONS_SIGNATURE", "TFLITE_STEP_SIGNATURE",
-                "TFLITE_TEXT_SIGNATURE", "option_inputs", "run_tflite_builtin",
-                "run_tflite_options", "run_tflite_text", "text_array", "text_interpreter"),
+    "runtime": ("TFLITE_ENCODER_SIGNATURE", "TFLITE_OPTIONS_SIGNATURE",
+                "TFLITE_SCORE_SIGNATURE", "TFLITE_STEP_SIGNATURE", "TFLITE_TEXT_SIGNATURE",
+                "option_inputs", "run_tflite_builtin", "run_tflite_options",
+                "run_tflite_score", "run_tflite_text", "text_array", "text_interpreter"),
 }
 _MODULE_OF = {name: module for module, names in _NAMES.items() for name in names}
 __all__ = sorted(_MODULE_OF)

@@ -50,14 +50,10 @@ def _rows(ids):
 
 def per_token_log_probs(model, source, tokens):
     """Teacher-forced log-probabilities ``(B, T)`` of ``tokens`` (0 after ``[END]``), with
-    ``[PAD]`` and ``[START]`` banned as ``keras_attn.decoding`` bans them."""
-    import tensorflow as tf
+    ``[PAD]`` and ``[START]`` banned as ``keras_attn.decoding`` bans them: the
+    ``token_log_probs`` of :func:`keras_attn.decoding.score` (numpy)."""
+    from keras_attn import decoding
 
-    from keras_attn.decoding import step
-
-    tokens = tf.cast(tokens, tf.int32)
-    target_in = tf.concat([tf.fill([tf.shape(tokens)[0], 1], text.START_ID), tokens[:, :-1]], 1)
-    logits = model({"source": tf.cast(source, tf.int32), "target_in": target_in},
-                   training=False)
-    log_probs = step.log_probs(logits, text.START_ID)
-    return tf.gather(log_probs, tokens, batch_dims=2).numpy()
+    out = decoding.score(model, np.asarray(source, "int32"), np.asarray(tokens, "int32"),
+                         text.START_ID, text.END_ID)
+    return np.asarray(out["token_log_probs"])

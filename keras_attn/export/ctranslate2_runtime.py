@@ -10,6 +10,8 @@ Example:
     >>> ct2 = CTranslate2Translator("runs/dates/export/ctranslate2")
     >>> ct2.translate(["3 March 2021"])
     ['2021-03-03']
+    >>> ct2.score(["3 March 2021"], ["2021-03-03"])[0]["log_prob"]  # score_batch
+    -0.83
 """
 import math
 import os
@@ -259,6 +261,50 @@ class CTranslate2Translator:
             results.extend([{"translation": next(decoded).decode("utf-8", errors="replace"),
                              "score": score} for _, score in hyps] for hyps in nbest)
         return results
+
+    def target_tokens(self, targets):
+        """Target token strings per translation (CTranslate2's vocabulary; no ``</s>``:
+        ``score_batch`` appends it), cut to ``max_len - 1`` tokens as ``Translator.score``
+        cuts them, and whether each was cut."""
+        import tensorflow as tf
+
+        if self.normalize:
+            targets = [text.normalize_text(t) for t in targets]
+        ids = self.tgt_tokenizer.tokenize(tf.constant(list(targets), tf.string))
+        rows = ids.to_list() if hasattr(ids, "to_list") else np.asarray(ids).tolist()
+        keep = self.max_len - 1
+        return [[self.tgt_tokens[i] for i in row[:keep]] for row in rows], \
+            [len(row) > keep for row in rows]
+
+    def score(self, sources, targets, batch_size=128, length_penalty=None):
+        """Score given translations with CTranslate2's ``score_batch`` (forced decoding),
+        as ``Translator.score``: the same dict per pair (``tokens`` in our target
+        vocabulary's spelling, ``[END]`` last, ``token_ids``, ``token_log_probs``,
+        ``log_prob``, ``score`` = ``log_prob / ((5 + n) / 6) ** length_penalty``,
+        ``truncated``).
+
+        Raises:
+            ValueError: ``sources`` and ``targets`` of different lengths, an item that is
+                not a string, or a bad ``length_penalty``.
+        """
+        sources, targets = text.string_pairs(sources, targets)
+        alpha = self.options(length_penalty=length_penalty).length_penalty
+        vocab = self.tgt_tokenizer.vocab
+        out = []
+        for i in range(0, len(sources), batch_size):
+            target, truncated = self.target_tokens(targets[i: i + batch_size])
+            # max_input_length=0: our own cuts above and in encode, none of CTranslate2's.
+            scored = self.translator.score_batch(self.encode(sources[i: i + batch_size]),
+                                                 target, max_input_length=0)
+            for result, cut in zip(scored, truncated):
+                ids = [self.tgt_ids[t] for t in result.tokens]  # ..., "</s>"
+                log_probs = [float(p) for p in result.log_probs]
+                total = float(np.sum(np.asarray(log_probs, np.float32)))
+                out.append({"tokens": [vocab[t] for t in ids], "token_ids": ids,
+                            "token_log_probs": log_probs, "log_prob": total,
+                            "score": total / ((5.0 + len(ids)) / 6.0) ** alpha,
+                            "truncated": cut})
+        return out
 
     def translate(self, sentences, beam_size=1, alpha=LENGTH_PENALTY, batch_size=128, **options):
         """Translate a list of strings; returns a list of strings (the best translation).

@@ -1,9 +1,10 @@
 """The serving graphs as ``tf.Module`` s (TensorFlow-only): what the exporters save or convert.
 
 :class:`TranslatorModule` holds the tokenizers, the Keras model and the decoding loop
-(``keras_attn.decoding``) as ``tf.function`` s: ``serve`` (strings in, strings out) and
-``translate_ids`` (ids in, ids out); the SavedModel and the TFLite text target are made from
-it. :class:`BuiltinModule` is the encoder and one decoder step with fixed shapes, for the
+(``keras_attn.decoding``) as ``tf.function`` s: ``serve`` (strings in, strings out),
+``translate_ids`` (ids in, ids out) and ``score`` (a source and a given translation in, its
+log-probabilities out); the SavedModel and the TFLite text target are made from it.
+:class:`BuiltinModule` is the encoder and one decoder step with fixed shapes, for the
 TFLite builtin target (the application runs the loop: ``keras_attn.export.runtime``; the
 step, the banned ids and the greedy choice are :mod:`keras_attn.decoding`'s, inside the file).
 
@@ -35,6 +36,7 @@ from keras_attn.layers.kv_cache import HeadsFirstCache
 
 SERVING_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "translate_ids"
+SCORE_SIGNATURE = "score"  # forced decoding of given translations (TranslatorModule._score)
 TEXT_OPS = ("auto", "core", "tftext")
 DEFAULT_MAX_BEAM = 8  # the largest beam_size a request of the `translate` signature may ask
 
@@ -116,6 +118,12 @@ class TranslatorModule(tf.Module):
         self.translate_ids = tf.function(
             forward_only(self._translate_ids, dynamic),
             input_signature=[tf.TensorSpec([None, None], tf.int32, name="source")])
+        # The target vocabulary's pieces, "" for padding: the `score` signature's tokens.
+        self._target_pieces = _Untracked([""] + list(parts.tgt_tokenizer.vocab)[1:])
+        self.score = tf.function(
+            forward_only(self._score, dynamic),
+            input_signature=[tf.TensorSpec([batch_size], tf.string, name="source"),
+                             tf.TensorSpec([batch_size], tf.string, name="target")])
         self.max_beam_size = int(max_beam_size)
         self.batch_size = batch_size
         # Without it (request_signature=False) an artefact has serving_default alone:
@@ -139,7 +147,8 @@ class TranslatorModule(tf.Module):
     def signatures(self):
         """``{signature name: concrete function}`` of the SavedModel (variables tracked)."""
         functions = {SERVING_SIGNATURE: self.serve.get_concrete_function(),
-                     IDS_SIGNATURE: self.translate_ids.get_concrete_function()}
+                     IDS_SIGNATURE: self.translate_ids.get_concrete_function(),
+                     SCORE_SIGNATURE: self.score.get_concrete_function()}
         if self.request_signature:
             functions[TRANSLATE_SIGNATURE] = self.translate.get_concrete_function()
         self.track_variables(functions.values())
@@ -148,19 +157,25 @@ class TranslatorModule(tf.Module):
     def tflite_functions(self):
         """``{signature key: concrete function}`` of the TFLite text target. A module with
         a fixed batch (a Bahdanau model: Keras's GRU loops need a static batch in TFLite)
-        has no ``translate`` signature: beams and n-best need ``B * K`` rows."""
+        has no ``translate`` signature (beams and n-best need ``B * K`` rows) and no
+        ``score``: it converts, but the interpreter refuses the teacher-forced GRU pass
+        ("Fill dimensions must be >= 0 ... FILL failed to prepare"); a Transformer's
+        ``score`` runs with builtin ops and tensorflow-text's kernels only."""
         functions = {SERVING_SIGNATURE: self.serve.get_concrete_function()}
+        if self.batch_size is None:
+            functions[SCORE_SIGNATURE] = self.score.get_concrete_function()
         if self.batch_size is None and self.request_signature:
             functions[TRANSLATE_SIGNATURE] = self.translate.get_concrete_function()
         self.track_variables(functions.values())
         return functions
 
-    def encode_text(self, strings):
+    def encode_text(self, strings, tokenizer=None):
         """Strings ``(B,)`` -> source ids ``(B, S)`` (``[END]`` appended, 0-padded),
-        truncated ``(B,)``; exactly ``Translator.encode`` (plus the truncation flag)."""
+        truncated ``(B,)``; exactly ``Translator.encode`` (plus the truncation flag).
+        ``tokenizer``: another than the source's (the target's: ``Translator.encode_targets``)."""
         if self.normalize:
             strings = text.normalize_text_tf(strings)
-        ids = self.src_tokenizer.tokenize(strings)  # ragged (B, None)
+        ids = (tokenizer or self.src_tokenizer).tokenize(strings)  # ragged (B, None)
         keep = self.max_len - 1
         lengths = tf.cast(ids.row_lengths(), tf.int32)
         truncated = lengths > keep
@@ -225,6 +240,31 @@ class TranslatorModule(tf.Module):
         """The ``translate`` signature: ``text`` then every option in
         :data:`keras_attn.export.request.OPTION_SPECS` order."""
         return self._request.value.translate(text, **dict(zip(request.OPTION_SPECS, options)))
+
+    def _score(self, source, target):
+        """The ``score`` signature: ``source`` and ``target`` strings ``(B,)`` -> ``tokens``
+        string ``(B, T)`` (the target vocabulary's pieces, ``[END]`` last, "" after),
+        ``token_ids`` int32 and ``token_log_probs`` float32 ``(B, T)`` (0 after ``[END]``),
+        ``log_prob``, ``score`` float32 ``(B,)`` (GNMT-normalised with the export's
+        ``alpha``), ``lengths`` int32 ``(B,)`` and ``truncated`` bool ``(B,)`` (the target
+        was cut to ``max_len - 1`` tokens): ``Translator.score``'s numbers
+        (:func:`keras_attn.decoding.score`, one teacher-forced pass)."""
+        from keras_attn import decoding
+
+        checks = []
+        if not self.for_tflite:  # TFLite drops Assert: a mismatch fails in the decoder there
+            checks.append(tf.debugging.assert_equal(
+                tf.shape(source)[0], tf.shape(target)[0],
+                message="`source` and `target` must hold as many strings"))
+        with tf.control_dependencies(checks):
+            source_ids, _ = self.encode_text(source)
+            target_ids, truncated = self.encode_text(target, self.tgt_tokenizer)
+        out = decoding.score(self.model, source_ids, target_ids, text.START_ID, text.END_ID,
+                             self.alpha)
+        return {"tokens": tf.gather(tf.constant(self._target_pieces.value), target_ids),
+                "token_ids": target_ids, "token_log_probs": out["token_log_probs"],
+                "log_prob": out["log_prob"], "score": out["score"], "lengths": out["lengths"],
+                "truncated": truncated}
 
     def _translate_ids(self, source):
         source = tf.cast(source, tf.int32)[:, : self.max_len]

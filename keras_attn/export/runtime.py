@@ -21,6 +21,7 @@ from keras_attn.special_tokens import END_ID, START_ID
 
 TFLITE_TEXT_SIGNATURE = "serving_default"
 TFLITE_OPTIONS_SIGNATURE = "translate"  # keras_attn.export.request.TRANSLATE_SIGNATURE
+TFLITE_SCORE_SIGNATURE = "score"  # keras_attn.export.modules.SCORE_SIGNATURE
 TFLITE_ENCODER_SIGNATURE = "encode"
 TFLITE_STEP_SIGNATURE = "decode_step"
 BUILTIN_FILES = ("encoder.tflite", "decoder_step.tflite")
@@ -148,6 +149,33 @@ def run_tflite_options(model, texts, **options):
             "alignments": np.array([[a[b].encode("utf-8") for a in alignments]
                                     for b in range(len(counts))], dtype=object).reshape(-1, n),
             "truncated": np.array([x.any() for x in np.split(out["truncated"], bounds)], bool)}
+
+
+def run_tflite_score(model, sources, targets):
+    """Score given translations with the text file's ``score`` signature (forced decoding,
+    ``keras_attn.export.modules.TranslatorModule._score``).
+
+    Args:
+        model: the ``.tflite`` file or its content. sources, targets: strings, as many.
+
+    Returns:
+        dict of numpy arrays ``tokens`` (bytes, "" after ``[END]``), ``token_ids``,
+        ``token_log_probs`` ``(B, max_len)``, ``log_prob``, ``score`` (normalised with the
+        export's ``alpha``), ``lengths``, ``truncated`` ``(B,)``.
+
+    Example:
+        >>> run_tflite_score("exported/tflite/text_float32.tflite", ["3 March 2021"],
+        ...                  ["2021-03-03"])["log_prob"]
+    """
+    if len(sources) != len(targets):
+        raise ValueError(f"`sources` and `targets` must have the same length. Received: "
+                         f"{len(sources)} sources and {len(targets)} targets")
+    if isinstance(model, (bytes, bytearray)):
+        interpreter = text_interpreter(model_content=bytes(model))
+    else:
+        interpreter = text_interpreter(model_path=os.fspath(model))
+    runner = interpreter.get_signature_runner(TFLITE_SCORE_SIGNATURE)
+    return runner(source=text_array(sources), target=text_array(targets))
 
 
 def option_inputs(opts):

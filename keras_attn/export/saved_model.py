@@ -9,6 +9,12 @@ signatures to ``<export_dir>/<model_name>/<version>/`` (TF Serving's layout) and
   ``truncated`` bool ``(B,)`` (the input had more than ``max_len - 1`` tokens and was cut).
 * ``translate_ids``: ``source`` int32 ``(B, S)`` -> ``tokens`` int32 ``(B, T)`` (0 after
   ``[END]``), ``lengths`` int32 ``(B,)``, ``score`` float32 ``(B,)``.
+* ``score``: ``source``, ``target`` string ``(B,)`` -> ``tokens`` string, ``token_ids``
+  int32, ``token_log_probs`` float32 ``(B, T)``, ``log_prob``, ``score`` float32 ``(B,)``,
+  ``lengths``, ``truncated`` ``(B,)``: forced decoding of given translations, as
+  ``Translator.score`` (``score`` normalised with the export's ``alpha``).
+* ``translate`` (unless ``request_signature=False``): every decoding option per request
+  (``keras_attn.export.request``).
 
 Which ops the graph needs. A character vocabulary (dates) is tokenized with core TensorFlow
 ops (``CoreCharTokenizer``): no custom op, any TensorFlow process and any TF Serving image.
@@ -61,7 +67,7 @@ class SavedModelExporter(Exporter):
             tokenizer objects; ``"core"``: core ops or an error.
         overwrite: replace an existing version (otherwise ``FileExistsError``).
         request_signature: also the ``translate`` signature (every decoding option per
-            request); False: ``serving_default`` and ``translate_ids`` alone.
+            request); False: ``serving_default``, ``translate_ids`` and ``score`` alone.
 
     Example:
         >>> SavedModelExporter(version=2).export(translator, "exported/saved_model")
