@@ -188,7 +188,8 @@ def cross_attention(model, source, tokens, start_id, encoded=None):
     return ops.cast(decoder.alignment(maps), "float32")
 
 
-def score(model, source, target, start_id=START_ID, end_id=END_ID, alpha=0.6, encoded=None):
+def score(model, source, target, start_id=START_ID, end_id=END_ID, alpha=LENGTH_PENALTY,
+          encoded=None):
     """Forced decoding: how likely the model finds the given ``target`` for ``source``.
 
     One teacher-forced pass of the decoder (as in training, and as :func:`cross_attention`)
