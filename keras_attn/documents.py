@@ -433,7 +433,7 @@ def _longest_fit(body, start, max_units, count):
     return end, end
 
 
-def translate_documents(texts, translate, num_hypotheses=1, cut=None):
+def translate_documents(texts, translate, num_hypotheses=1, cut=None, too_long=None):
     """Translate documents with a sentence translator: split every text, decode the
     sentences of the whole request as one batch, join each hypothesis back.
 
@@ -447,17 +447,22 @@ def translate_documents(texts, translate, num_hypotheses=1, cut=None):
             with the model's limit, for the sentences over it): a sentence too long for the
             model is translated piece by piece, joined at the clause boundaries it was cut
             at, and its hypotheses say ``"cut": True``.
+        too_long: optional ``sentences -> per sentence a bool``, the sentences the model
+            reads only in part (when they are not cut): their hypotheses say
+            ``"truncated": True``.
 
     Returns:
         Per text, ``num_hypotheses`` dicts: ``"translation"`` (hypothesis ``h`` of every
         sentence, joined with the input's whitespace), ``"score"`` (the sentences' scores
-        summed), ``"sentences"`` (per sentence the dict of its hypothesis ``h``, with its
-        ``"source"``). A text with no sentence translates to its own whitespace, score 0.
+        summed), ``"truncated"`` (a sentence was read only in part), ``"sentences"`` (per
+        sentence the dict of its hypothesis ``h``, with its ``"source"``). A text with no
+        sentence translates to its own whitespace, score 0.
     """
     sentences, counts, separators = split_batch(texts)
     units, owners = [], []  # what is decoded, and which sentence each piece belongs to
     pieces = []
     cuts = cut(sentences) if cut is not None and sentences else [None] * len(sentences)
+    long = too_long(sentences) if too_long is not None and sentences else [False] * len(sentences)
     for k, (sentence, part) in enumerate(zip(sentences, cuts)):
         if part is not None and part.cut:
             pieces.append(part)
@@ -479,14 +484,15 @@ def translate_documents(texts, translate, num_hypotheses=1, cut=None):
             for k in range(start, start + count):
                 hyps = [unit[h] for unit in per_sentence[k]]
                 if pieces[k] is None:
-                    parts.append(dict(hyps[0], source=sentences[k]))
+                    parts.append(dict(hyps[0], source=sentences[k], truncated=bool(long[k])))
                 else:  # translated piece by piece: joined at the cuts
-                    parts.append({"source": sentences[k], "cut": True,
+                    parts.append({"source": sentences[k], "cut": True, "truncated": False,
                                   "translation": join([p["translation"] for p in hyps],
                                                       pieces[k].separators),
                                   "score": sum(p["score"] for p in hyps)})
             doc.append({"translation": join([p["translation"] for p in parts], seps),
-                        "score": float(sum(p["score"] for p in parts)), "sentences": parts})
+                        "score": float(sum(p["score"] for p in parts)),
+                        "truncated": any(p["truncated"] for p in parts), "sentences": parts})
         results.append(doc)
         start += count
     return results
@@ -500,4 +506,5 @@ def one_sentence(hyp):
         return hyp
     (only,) = hyp["sentences"]
     return {**{k: v for k, v in only.items() if k != "source"},
-            "translation": hyp["translation"], "score": hyp["score"]}
+            "translation": hyp["translation"], "score": hyp["score"],
+            "truncated": hyp["truncated"]}

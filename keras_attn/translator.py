@@ -65,6 +65,9 @@ class Translator:
         self._word_tables = None  # alignment.word_tables of both sides, when first asked
         # The repetition controls' defaults for this target vocabulary (DecodingOptions).
         self.controls = dict(control_defaults(tgt_tokenizer))
+        # A sentence longer than the model reads: read in part and reported ("truncated",
+        # as every artefact does), or with split_long cut at clause boundaries first.
+        self.split_long = False
 
     @classmethod
     def from_run_dir(cls, run_dir):
@@ -190,6 +193,10 @@ class Translator:
         ids = self.src_tokenizer.tokenize(tf.constant(list(sentences), tf.string))
         return [int(n) for n in ids.row_lengths().numpy()]
 
+    def too_long(self, sentences):
+        """Per sentence whether it has more source tokens than the model reads."""
+        return [n > self.max_len - 1 for n in self.source_lengths(sentences)]
+
     def cut_long(self, sentences):
         """Per sentence a :class:`keras_attn.documents.Pieces` cut at clause boundaries
         when it has more source tokens than the model reads (``max_len - 1`` before
@@ -228,8 +235,9 @@ class Translator:
         Each text may hold any number of sentences and paragraphs: it is split into
         sentences (:mod:`keras_attn.documents`), the sentences of the whole call are
         decoded as one batch, and each hypothesis is joined back with the text's own
-        whitespace. A sentence longer than the model reads is cut at a clause boundary
-        (:meth:`cut_long`) and its entry in ``"sentences"`` says ``"cut": True``.
+        whitespace. A sentence longer than the model reads is read in part and its
+        hypotheses say ``"truncated": True``, as every artefact does; with ``split_long``
+        set it is cut at clause boundaries first (:meth:`cut_long`: ``"cut": True``).
 
         Returns, per text, a list of ``num_hypotheses`` dicts ``{"translation": str,
         "score": float}``, best first for beam search (score: summed log-probability divided
@@ -250,7 +258,8 @@ class Translator:
         opts.validate(max_length_limit=self.max_len, prefix_tokens=prefix.shape[1])
         docs = documents.translate_documents(
             list(texts), lambda s: self._translate_sentences(s, batch_size, opts, prefix),
-            opts.num_hypotheses, cut=self.cut_long)
+            opts.num_hypotheses, cut=self.cut_long if self.split_long else None,
+            too_long=self.too_long)
         return [[documents.one_sentence(h) for h in hyps] for hyps in docs]
 
     def translate(self, texts, beam_size=1, alpha=LENGTH_PENALTY, batch_size=128, progress=None,
@@ -284,7 +293,8 @@ class Translator:
                     progress(len(out), len(units))
             return out
 
-        docs = documents.translate_documents(texts, sentences, 1, cut=self.cut_long)
+        docs = documents.translate_documents(texts, sentences, 1,
+                                             cut=self.cut_long if self.split_long else None)
         return [hyps[0]["translation"] for hyps in docs]
 
     def encode_targets(self, targets):

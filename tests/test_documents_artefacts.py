@@ -50,11 +50,21 @@ def test_translator_joins_sentences_with_the_texts_whitespace(translator):
                                    rtol=1e-6)
 
 
-def test_a_sentence_longer_than_the_model_reads_is_cut_at_a_clause(translator):
+def test_a_sentence_longer_than_the_model_reads_is_reported_or_cut(translator):
+    """By default, as every artefact: read in part and flagged per sentence; with
+    split_long, cut at clause boundaries and each piece translated."""
     long = "3 March 2021, 4 May 1999, 5 June 2000; 6 July 2001 and 7 August 2002"
     assert translator.source_lengths([long])[0] > translator.max_len - 1
     (hyp,) = translator.translate_nbest([long])[0]
-    assert hyp["cut"] is True
+    assert hyp["truncated"] is True and "cut" not in hyp
+    (doc,) = translator.translate_nbest(["3 March 2021. " + long])[0]
+    assert [s["truncated"] for s in doc["sentences"]] == [False, True] and doc["truncated"]
+    translator.split_long = True
+    try:
+        (hyp,) = translator.translate_nbest([long])[0]
+    finally:
+        translator.split_long = False
+    assert hyp["cut"] is True and hyp["truncated"] is False
     pieces = translator.cut_long([long])[0]
     assert pieces.cut and all(translator.source_lengths([p])[0] <= translator.max_len - 1
                               for p in pieces.pieces)
@@ -64,7 +74,9 @@ def test_a_sentence_longer_than_the_model_reads_is_cut_at_a_clause(translator):
 
 def test_tflite_text_file_splits_in_the_runtime(translator):
     path = os.path.join(EXPORTED, "tflite", "text_float32.tflite")
-    out = runtime.run_tflite_text(path, TEXTS)
+    out = runtime.run_tflite_text(path, TEXTS + [b"\xff\xfe 3 May \xc3"])  # bad UTF-8 too
+    assert out["translation"].shape == (len(TEXTS) + 1,)
+    out = {k: v[:len(TEXTS)] for k, v in out.items()}
     assert [t.decode("utf-8") for t in out["translation"]] == translator.translate(TEXTS)
     assert out["score"].shape == (len(TEXTS),) and out["score"][2] == 0.0
     single = runtime.run_tflite_text(path, ["3 March 2021"], split=False)

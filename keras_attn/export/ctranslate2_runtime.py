@@ -79,6 +79,7 @@ class CTranslate2Translator:
         self.tgt_tokens = ct2_vocab(self.tgt_tokenizer.vocab)
         self.tgt_ids = {t: i for i, t in enumerate(self.tgt_tokens)}
         self.controls = dict(control_defaults(self.tgt_tokenizer))  # as Translator's
+        self.split_long = False  # as Translator's: long sentences truncated and reported
         self.translator = ctranslate2.Translator(
             os.fspath(model_dir), device=device, compute_type=compute_type,
             intra_threads=intra_threads, inter_threads=inter_threads)
@@ -227,8 +228,13 @@ class CTranslate2Translator:
         opts.validate(max_length_limit=self.max_len, prefix_tokens=len(prefix))
         docs = documents.translate_documents(
             list(texts), lambda s: self._translate_sentences(s, batch_size, opts, prefix),
-            opts.num_hypotheses, cut=self.cut_long)
+            opts.num_hypotheses, cut=self.cut_long if self.split_long else None,
+            too_long=self.too_long)
         return [[documents.one_sentence(h) for h in hyps] for hyps in docs]
+
+    def too_long(self, sentences):
+        """Per sentence whether it has more source tokens than the model reads."""
+        return [len(t) > self.max_len - 1 for t in self.encode_all(sentences)]
 
     def cut_long(self, sentences):
         """As ``Translator.cut_long``: Pieces for the sentences over ``max_len - 1`` tokens."""

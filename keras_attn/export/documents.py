@@ -38,7 +38,8 @@ def split_tensor(texts):
     """Split a batch of texts into sentences, keeping the whitespace around them.
 
     Args:
-        texts: string Tensor ``(B,)`` (UTF-8), or a list of str / bytes.
+        texts: string Tensor ``(B,)`` (UTF-8; invalid bytes read as U+FFFD), or a list of
+            str / bytes.
 
     Returns:
         ``(sentences, separators)``: string RaggedTensors ``(B, None)`` and ``(B, None)``,
@@ -59,6 +60,9 @@ def split_tensor(texts):
     if texts.dtype != tf.string or texts.shape.rank != 1:
         raise ValueError("`texts` must be a string tensor of shape (B,). Received: "
                          f"texts with dtype {texts.dtype.name} and shape {texts.shape}")
+    # The rules are Unicode patterns: bytes that are not UTF-8 read as U+FFFD first (as
+    # keras_attn.export.runtime.split_for_tflite decodes them).
+    texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace")
     pieces = tf.strings.split(mark_tensor(texts), documents.BOUNDARY)  # (B, 2 N_i + 1)
     pieces = pieces.with_flat_values(_replace_all(pieces.flat_values,
                                                   documents.RESTORE_RULES))

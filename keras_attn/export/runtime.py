@@ -295,7 +295,8 @@ def split_for_tflite(texts):
         document with ``np.split(x, np.cumsum(counts)[:-1])``.
 
     Raises:
-        ValueError: a document that is not str / bytes, or bytes that are not UTF-8.
+        ValueError: a document that is not str / bytes (bytes that are not UTF-8 are
+            read with U+FFFD in place of the bad bytes).
 
     Example:
         >>> sentences, counts, seps = split_for_tflite(["Hi. Bye.", "Yes."])
@@ -310,11 +311,8 @@ def split_for_tflite(texts):
     decoded = []
     for i, text in enumerate(texts):
         if isinstance(text, (bytes, bytearray, np.bytes_)):
-            try:
-                text = bytes(text).decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"`texts[{i}]` is not UTF-8. Received: texts[{i}]="
-                                 f"{bytes(text)!r} ({e})") from None
+            # Bytes that are not UTF-8 read as U+FFFD, as the SavedModel's split reads them.
+            text = bytes(text).decode("utf-8", errors="replace")
         decoded.append(str(text) if isinstance(text, np.str_) else text)
     sentences, counts, separators = documents.split_batch(decoded)
     return text_array(sentences), np.asarray(counts, np.int64), separators
