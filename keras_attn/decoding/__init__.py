@@ -36,7 +36,7 @@ References: D2L 10.8 (beam search); Wu et al. 2016 (GNMT length penalty); keras-
 Names are loaded on first use (PEP 562): ``keras_attn.decoding.options`` imports neither
 Keras nor TensorFlow (the TFLite runtime checks options with it).
 """
-import importlib
+from keras_attn import lazy
 
 _NAMES = {
     "options": ("DecodingOptions",),
@@ -46,18 +46,4 @@ _NAMES = {
                "greedy_decode_fixed", "greedy_search", "length_penalty", "score"),
     "step": ("DecodingStep", "encode", "log_probs", "step_functions"),
 }
-_MODULE_OF = {name: module for module, names in _NAMES.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name):
-    """PEP 562: import the submodule that defines ``name`` the first time it is read."""
-    if name in _MODULE_OF:
-        value = getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_MODULE_OF))
+__getattr__, __dir__, __all__ = lazy.attach(__name__, _NAMES)

@@ -32,7 +32,7 @@ neither TensorFlow nor Keras. The functions below keep the earlier API:
 
 References: TF Serving SavedModel/REST/gRPC docs; OpenNMT-tf ``opennmt/utils/exporters.py``.
 """
-import importlib
+from keras_attn import lazy
 
 _NAMES = {
     "base": ("Exporter", "Parts", "QUANTIZATIONS", "as_parts", "file_sizes", "publish",
@@ -55,18 +55,4 @@ _NAMES = {
                 "option_inputs", "run_tflite_builtin", "run_tflite_options",
                 "run_tflite_score", "run_tflite_text", "text_array", "text_interpreter"),
 }
-_MODULE_OF = {name: module for module, names in _NAMES.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name):
-    """PEP 562: import the submodule that defines ``name`` the first time it is read."""
-    if name in _MODULE_OF:
-        value = getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_MODULE_OF))
+__getattr__, __dir__, __all__ = lazy.attach(__name__, _NAMES)
