@@ -155,6 +155,7 @@ def test_quantized_dense_is_refused_naming_the_mode():
         assert np.asarray(_step.dense(layer, x)).shape == (2, 1, 6)
 
 
+@pytest.mark.filterwarnings("ignore:You passed `rms_scaling=True`")  # Keras's deprecation
 @pytest.mark.parametrize("kwargs, name", [(dict(rms_scaling=True), "rms_scaling"),
                                            (dict(center=False), "center"),
                                            (dict(scale=False), "scale")])

@@ -171,7 +171,9 @@ def _rescored_diffs(translator, sentences, **options):
 
 @pytest.mark.kernels
 @pytest.mark.parametrize("name, fast_paths", [
-    ("committed", True), ("committed", False), ("tiny", True)])
+    ("committed", True),
+    pytest.param("committed", False, marks=pytest.mark.slow),  # the reference path: 10 s
+    ("tiny", True)])
 def test_translator_score_equals_translate_nbest(request, name, fast_paths):
     translator = _fresh(request.getfixturevalue(name))
     sentences = _held_out(40) if name == "committed" else run_fixtures.tiny_dates_inputs()[:40]
