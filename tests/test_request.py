@@ -37,6 +37,9 @@ OPTIONS = [
     dict(sampling_topk=40, sampling_topp=0.8, seed=3),
     dict(return_alignments=True),
     dict(beam_size=2, num_hypotheses=2, return_alignments=True, target_prefix="PREFIX"),
+    # The repetition controls on, whatever the model's defaults (off for the dates model).
+    dict(repetition_penalty=1.5, no_repeat_ngram_size=2, max_length_factor=0.8),
+    dict(beam_size=3, num_hypotheses=2, repetition_penalty=1.3, no_repeat_ngram_size=3),
 ]
 BAD = [
     (dict(beam_size=0), "beam_size"),

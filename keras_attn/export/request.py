@@ -200,13 +200,12 @@ class RequestDecoder:
     def _decode(self, source, encoded, prefix, o, kind):
         """One branch: tokens ``(B, N, max_len)`` and scores ``(B, N)``."""
         m = self.module
-        options = types.SimpleNamespace(
-            beam_size=1 if kind == "greedy" else o.beam_size,
-            num_hypotheses=1 if kind == "greedy" else o.num_hypotheses,
-            sampling=kind == "sample", return_alignments=False,
-            length_penalty=o.length_penalty, max_length=o.max_length,
-            sampling_topk=o.sampling_topk, sampling_topp=o.sampling_topp,
-            sampling_temperature=o.sampling_temperature, seed=o.seed)
+        # The request's options as they travel to the sampler (the repetition controls too),
+        # the kind of search fixed by the branch.
+        options = types.SimpleNamespace(**{
+            **vars(o), "beam_size": 1 if kind == "greedy" else o.beam_size,
+            "num_hypotheses": 1 if kind == "greedy" else o.num_hypotheses,
+            "sampling": kind == "sample", "return_alignments": False})
         # Traced under the module's kernel policy (modules.forward_only).
         out = decoding.decode(m.model, source, options, m.max_len, text.START_ID, text.END_ID,
                               prefix, kind=kind, encoded=encoded)
