@@ -31,17 +31,24 @@ setup(
         "sacrebleu>=2.3",
         "matplotlib>=3.7",
         "ai-edge-litert",
+        # keras-attn serve: an ASGI app (Starlette) under uvicorn; python-multipart reads
+        # multipart form bodies.
+        "starlette",
+        "uvicorn",
+        "python-multipart",
     ],
     extras_require={
         # torch: the reference of the parity tests (tests/block_checks.py); jax: the backend
         # tests; ctranslate2: the CTranslate2 export tests; keras-hub: the benchmark suite's
-        # references; tensorflow-serving-api: the gRPC client tests. All must run, not skip.
+        # references; tensorflow-serving-api: the gRPC client tests; httpx: Starlette's
+        # TestClient; libretranslatepy: the published LibreTranslate client the serve tests
+        # drive. All must run, not skip.
         # torch==2.13.0 is met by 2.13.0+cpu, which the README's test command installs from
         # PyTorch's CPU index first (from PyPI alone it is the CUDA build); jax[cpu] is the
         # CPU build.
         "test": ["pytest>=7", "pytest-xdist>=3.2", "hypothesis>=6", "torch==2.13.0",
                  "jax[cpu]>=0.8", "ctranslate2>=4.5,<5", "keras-hub",
-                 "tensorflow-serving-api==2.21.*"],
+                 "tensorflow-serving-api==2.21.*", "httpx", "libretranslatepy"],
         "ctranslate2": ["ctranslate2>=4.5,<5"],
         "bench": ["keras-hub"],
         "serving": ["tensorflow-serving-api==2.21.*"],

@@ -35,7 +35,8 @@ __version__ = "0.1.0"
 SUBMODULES = ("ops", "layers", "models", "schedules", "losses", "decoding", "samplers", "steps",
               "decoding_options", "alignment", "special_tokens", "vocab", "text", "subword",
               "data", "config", "training", "budget", "distribute", "evaluation", "translator",
-              "runs", "export", "viz", "cli", "fastpath", "numerics", "tf_ops", "tf_attention")
+              "runs", "export", "serve", "viz", "cli", "fastpath", "numerics", "tf_ops",
+              "tf_attention")
 __all__ = list(SUBMODULES) + ["__version__"]
 
 

@@ -8,6 +8,7 @@ Examples::
     keras-attn evaluate runs/dates --split test
     keras-attn export runs/dates
     keras-attn export runs/dates --format ctranslate2 --quantization int8
+    keras-attn serve exported --port 5000             # LibreTranslate's API over HTTP
 
 The parser imports neither TensorFlow nor Keras (the options and their defaults come from
 :mod:`keras_attn.config`), so ``--help`` answers at once; each command imports what it runs.
@@ -15,20 +16,20 @@ TensorFlow's C++ log lines are hidden unless ``--verbose`` is given or
 ``TF_CPP_MIN_LOG_LEVEL`` is set; long work draws a progress bar when stderr is a terminal.
 
 One module per command (:mod:`.train`, :mod:`.decode` for ``translate`` and ``evaluate``,
-:mod:`.export`), each with ``add_parser(subparsers)`` and ``run(args)``; :mod:`.console`
-holds what they share (the backend switch, TensorFlow's quiet import, the progress bar).
+:mod:`.export`, :mod:`.serve`), each with ``add_parser(subparsers)`` and ``run(args)``;
+:mod:`.console` holds what they share (the backend switch, TensorFlow's quiet import, the progress bar).
 """
 import argparse
 import sys
 import time
 
-from keras_attn.cli import decode, export, train
+from keras_attn.cli import decode, export, serve, train
 from keras_attn.cli.console import add_verbose, progress_bar, quiet_tensorflow
 
 __all__ = ["main", "build_parser", "progress_bar", "COMMANDS"]
 
 COMMANDS = {"train": train.run, "translate": decode.run_translate,
-            "evaluate": decode.run_evaluate, "export": export.run}
+            "evaluate": decode.run_evaluate, "export": export.run, "serve": serve.run}
 
 
 def _parsers():
@@ -39,6 +40,7 @@ def _parsers():
     commands = {"train": train.add_parser(sub)}
     commands.update(decode.add_parsers(sub))
     commands["export"] = export.add_parser(sub)
+    commands["serve"] = serve.add_parser(sub)
     return parser, commands
 
 
