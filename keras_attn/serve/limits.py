@@ -6,7 +6,7 @@
   (``KEY 120``); ``#`` starts a comment. A request whose ``api_key`` is not in the file is
   answered 403 ("Invalid API key"). With ``--req-limit 0`` a request without a key is
   refused (LibreTranslate's way to require keys: 400, "Please contact the server operator
-  to get an API key").
+  to get an API key"), and a key without its own limit has none.
 
 Example:
     >>> keys = read_api_keys("keys.txt")          # {"k1": None, "k2": 120}
@@ -55,8 +55,11 @@ class RateLimiter:
 
     def limit_of(self, api_key):
         """Requests a minute allowed to ``api_key`` (None: keyless), -1 for no limit."""
-        if api_key is not None and self.keys and self.keys.get(api_key) is not None:
-            return self.keys[api_key]
+        if api_key is not None and self.keys and api_key in self.keys:
+            if self.keys[api_key] is not None:
+                return self.keys[api_key]
+            if self.default_limit == 0:  # keys required: a key without a limit has none
+                return -1
         return self.default_limit
 
     def allow(self, client, api_key=None):
