@@ -469,3 +469,23 @@ def test_locate_names_what_is_missing(tmp_path):
     with pytest.raises(ValueError, match="engine"):
         locate(EXPORTED, engine="tflite")
     assert locate(os.path.join(EXPORTED, "run")).path == locate(EXPORTED).path
+
+
+@pytest.mark.slow
+def test_replicas_end_with_their_parent():
+    """Worker processes ignore SIGTERM (the parent shuts down gracefully and closes them);
+    a parent killed outright must not leave them behind."""
+    code = ("import time\nfrom keras_attn.serve.locate import locate\n"
+            "from keras_attn.serve.replicas import ProcessReplicas\n"
+            f"pool = ProcessReplicas(locate({EXPORTED!r}), 2, 1)\n"
+            "print(pool.start(), flush=True)\ntime.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        pids = json.loads(proc.stdout.readline())
+        assert len(pids) == 2
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids),
+               "the replicas to exit", seconds=5)

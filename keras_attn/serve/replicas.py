@@ -18,6 +18,7 @@ import concurrent.futures
 import multiprocessing
 import os
 import signal
+import threading
 import time
 
 from keras_attn.serve import engines
@@ -54,11 +55,20 @@ def _init_worker(artefact, threads):
     global _ENGINE
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if os.environ["TF_CPP_MIN_LOG_LEVEL"] not in ("", "0"):
         _import_quietly("tensorflow")  # its load-time C++ lines ignore the log level
     _ENGINE = engines.load_engine(artefact, threads)
     engines.warm_up(_ENGINE)
+
+
+def _exit_with_parent(parent, every=1.0):
+    """End this worker when its parent is gone (killed before it could close the pool:
+    the worker ignores SIGTERM and would otherwise live on, holding a model in memory)."""
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(0)
 
 
 def _import_quietly(name):
