@@ -489,3 +489,16 @@ def test_replicas_end_with_their_parent():
         proc.wait()
     wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids),
                "the replicas to exit", seconds=5)
+
+
+def test_the_web_page_is_served_and_calls_the_api(server):
+    response = httpx.get(server + "/")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    page = response.text
+    # The page speaks the same API as every client (relative URLs, so a proxy prefix works).
+    for call in ('fetch("languages")', 'fetch("health")', 'fetch("translate"'):
+        assert call in page
+    for option in ("beam_size", "num_hypotheses", "sampling_topk", "seed", "target_prefix",
+                   "return_alignments"):
+        assert option in page

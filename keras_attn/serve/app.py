@@ -1,7 +1,9 @@
 """The Starlette application: LibreTranslate's API over the batcher.
 
 Routes: ``POST /translate`` (:mod:`keras_attn.serve.api`), ``GET /languages``,
-``GET /health``. Every error is LibreTranslate's ``{"error": "..."}``:
+``GET /health``, and ``GET /``: a web page (``static/index.html``: paste text, choose the
+decoding options, read the translation and the n-best list with scores; hovering a word
+highlights the words it is aligned with) that calls ``POST /translate`` as any client. Every error is LibreTranslate's ``{"error": "..."}``:
 
 =======  ==================================================================================
 status   when
@@ -25,6 +27,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import urllib.parse
 from typing import Optional
 
@@ -32,12 +35,15 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Route
 
 from keras_attn.serve import api, engines
 from keras_attn.serve.batcher import Batcher, QueueFull
 from keras_attn.serve.limits import RateLimiter
+
+
+PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static", "index.html")
 
 
 @dataclasses.dataclass
@@ -159,6 +165,9 @@ def create_app(artefact, replicas, settings=None):
         return JSONResponse([{"code": code, "name": name, "targets": [target]},
                              {"code": target, "name": artefact.target[1], "targets": []}])
 
+    async def page(request):
+        return FileResponse(PAGE, media_type="text/html")
+
     async def health(request):
         return JSONResponse({"status": "ok", "engine": artefact.engine,
                              "replicas": replicas.size, "waiting": batcher.waiting,
@@ -174,7 +183,8 @@ def create_app(artefact, replicas, settings=None):
             await asyncio.get_running_loop().run_in_executor(None, replicas.close)
 
     app = Starlette(
-        routes=[Route("/translate", translate, methods=["POST"]),
+        routes=[Route("/", page, methods=["GET"]),
+                Route("/translate", translate, methods=["POST"]),
                 Route("/languages", languages_route, methods=["GET", "POST"]),
                 Route("/health", health, methods=["GET"])],
         middleware=[Middleware(CORSMiddleware, allow_origins=["*"],
