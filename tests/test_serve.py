@@ -454,6 +454,11 @@ def test_the_ctranslate2_engine_gives_the_same_answers(ct2_run, server, translat
         # best hypotheses agree on most sentences; alternatives are there.
         body = post(url, json={"q": DATES, "alternatives": 2, **BODY}).json()
         assert all(len(alternatives) == 2 for alternatives in body["alternatives"])
+        # No alignments: the text between any two tags is translated on its own.
+        fragment = "<p>3 March 2021 <b>le 4 juillet 1999</b></p>"
+        out = post(url, json={"q": fragment, "format": "html", **BODY}).json()
+        assert out["translatedText"] == "<p>{} <b>{}</b></p>".format(
+            *translator.translate(["3 March 2021", "le 4 juillet 1999"]))
         for field in ("sampling_topk", "return_alignments"):
             value = 5 if field == "sampling_topk" else True
             response = post(url, json={"q": "x", field: value, **BODY})
@@ -502,3 +507,59 @@ def test_the_web_page_is_served_and_calls_the_api(server):
     for option in ("beam_size", "num_hypotheses", "sampling_topk", "seed", "target_prefix",
                    "return_alignments"):
         assert option in page
+
+
+# --- format=html -----------------------------------------------------------------------------
+def tags_of(fragment):
+    """The start and end tags of a fragment, in order, with their attributes."""
+    import html.parser
+
+    found = []
+
+    class Collect(html.parser.HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.append(("start", tag, tuple(attrs)))
+
+        def handle_endtag(self, tag):
+            found.append(("end", tag))
+
+    Collect().feed(fragment)
+    return found
+
+
+def well_formed(fragment):
+    stack = []
+    for event in tags_of(fragment):
+        if event[0] == "start" and event[1] not in ("br", "img", "hr"):
+            stack.append(event[1])
+        elif event[0] == "end":
+            if not stack or stack.pop() != event[1]:
+                return False
+    return not stack
+
+
+def test_markup_follows_the_alignment():
+    from keras_attn.serve import markup
+
+    segment = markup.parse("<p>Le <b>4 <i>juillet</i></b> 1999</p>")[1]
+    # source words: Le 4 juillet 1999; target words: a b c
+    out = markup.rebuild(segment, "a b c", "0-0 1-2 2-1 3-0")
+    assert out == "a <b><i>b</i> c</b>"
+    # Aligned with nothing: kept, empty, where the segment ends.
+    assert markup.rebuild(segment, "a b c", "") == "a b c<b></b><i></i>"
+    assert well_formed("<p>" + out + "</p>")
+
+
+@pytest.mark.kernels
+def test_format_html_keeps_the_markup_and_translates_the_text(server, translator):
+    fragment = ('<div class="d"><p>Le <b>4 juillet</b> 1999</p><ul><li>3 March 2021</li>'
+                '<li><a href="/x?a=1&amp;b=2">25/12/1999</a></li></ul><!-- note --></div>')
+    body = post(server, json={"q": [fragment, "1 Jan 1900"], "format": "html", **BODY}).json()
+    out = body["translatedText"][0]
+    assert tags_of(out) == tags_of(fragment) and well_formed(out)
+    assert "<!-- note -->" in out and 'href="/x?a=1&amp;b=2"' in out
+    expected = translator.translate(["Le 4 juillet 1999", "3 March 2021", "25/12/1999",
+                                     "1 Jan 1900"])
+    assert f"<b>{expected[0]}</b>" in out
+    assert f"<li>{expected[1]}</li>" in out and f">{expected[2]}</a>" in out
+    assert body["translatedText"][1] == expected[3]

@@ -3,10 +3,9 @@
 Fields (JSON object, ``application/x-www-form-urlencoded`` or ``multipart/form-data``):
 
 * LibreTranslate's: ``q`` (a string, or in JSON a list of strings), ``source``, ``target``
-  (codes of ``GET /languages``; ``source`` may be ``auto``), ``format`` (``text``; ``html``
-  is answered 400, "html format is not supported", as LibreTranslate answers an unknown
-  format), ``alternatives`` (N more translations: the n-best list after the best),
-  ``api_key``.
+  (codes of ``GET /languages``; ``source`` may be ``auto``), ``format`` (``text`` |
+  ``html``: :mod:`keras_attn.serve.markup`), ``alternatives`` (N more translations: the
+  n-best list after the best), ``api_key``.
 * ours, with the names of API.md ("Decoding options per request"): ``beam_size``,
   ``num_hypotheses``, ``length_penalty``, ``max_length``, ``target_prefix``,
   ``sampling_topk``, ``sampling_topp``, ``sampling_temperature``, ``seed``,
@@ -30,7 +29,7 @@ from typing import Optional
 
 from keras_attn.decoding_options import NAMES, DecodingOptions
 
-FORMATS = ("text",)  # "html" (markup kept, text translated) is not served yet: 400
+FORMATS = ("text", "html")  # html: markup kept, text translated (keras_attn.serve.markup)
 INT_OPTIONS = ("beam_size", "num_hypotheses", "max_length", "sampling_topk", "seed")
 FLOAT_OPTIONS = ("length_penalty", "sampling_topp", "sampling_temperature")
 BOOL_OPTIONS = ("return_alignments", "return_scores")

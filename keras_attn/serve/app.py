@@ -3,7 +3,8 @@
 Routes: ``POST /translate`` (:mod:`keras_attn.serve.api`), ``GET /languages``,
 ``GET /health``, and ``GET /``: a web page (``static/index.html``: paste text, choose the
 decoding options, read the translation and the n-best list with scores; hovering a word
-highlights the words it is aligned with) that calls ``POST /translate`` as any client. Every error is LibreTranslate's ``{"error": "..."}``:
+highlights the words it is aligned with) that calls ``POST /translate`` as any client.
+Every error is LibreTranslate's ``{"error": "..."}``:
 
 =======  ==================================================================================
 status   when
@@ -38,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Route
 
-from keras_attn.serve import api, engines
+from keras_attn.serve import api, engines, markup
 from keras_attn.serve.batcher import Batcher, QueueFull
 from keras_attn.serve.limits import RateLimiter
 
@@ -147,7 +148,12 @@ def create_app(artefact, replicas, settings=None):
                 engines.check_options(artefact, req.options)
             except ValueError as e:
                 raise api.bad_request(f"Invalid request: {e}") from None
-            results = await batcher.submit(req.texts, req.options, settings.timeout)
+            if req.format == "html":
+                results = await markup.translate_html(
+                    batcher, req, settings.timeout,
+                    alignments=artefact.engine == "savedmodel")
+            else:
+                results = await batcher.submit(req.texts, req.options, settings.timeout)
             return JSONResponse(api.answer(req, results, artefact.source[0]))
         except api.ApiError as e:
             return _error(e.status, e.message, e.headers)
