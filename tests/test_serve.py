@@ -392,6 +392,7 @@ def test_parse_fields_maps_alternatives_to_the_beam():
 
 
 # --- the process: SIGTERM, the CLI, the CTranslate2 engine -----------------------------------
+@pytest.mark.slow  # starts a keras-attn process (~25 s on a loaded 2-core machine)
 def test_sigterm_answers_the_request_in_flight_then_exits(tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
