@@ -13,7 +13,8 @@ replicas fed batches of 32 back to back, no HTTP), for the ratio.
 The load generator is an asyncio ``httpx`` client, not locust: locust runs its users on
 gevent (it monkey-patches the process) and spends far more CPU per request; on a 2-core
 machine the generator shares the cores with the server, so the lightest client measures
-the server best. Target tokens are counted after the runs with the run's target
+the server best. The clients are spread over processes of 8 (one process driving 32
+connections was itself the bottleneck: its mean batch fell to 3). Target tokens are counted after the runs with the run's target
 tokenizer (``[END]`` included, as the engines' own benchmark counts them).
 
 Usage:
@@ -37,6 +38,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYOUTS = {"1x2": (1, 2), "1x1": (1, 1), "2x1": (2, 1)}  # replicas x intra-op threads
+CLIENTS_PER_GENERATOR = 8
 
 
 # --- inputs -------------------------------------------------------------------------------
@@ -230,15 +232,37 @@ def percentile(values, q):
     return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
-def measure_clients(server, body, sentences, clients, duration):
+def _generate(argv):
+    """A generator process: ``--generate URL BODY_JSON SENTENCES_JSON CLIENTS DURATION``;
+    prints its answers as JSON."""
+    url, body, sentences_file, clients, duration = argv
+    sentences = json.load(open(sentences_file, encoding="utf-8"))
+    answered, failed, elapsed = asyncio.run(closed_loop(url, json.loads(body), sentences,
+                                                        int(clients), float(duration)))
+    print(json.dumps({"answered": answered, "failed": failed, "elapsed": elapsed}))
+
+
+def measure_clients(server, body, sentences_file, clients, duration):
+    """``clients`` closed-loop clients spread over processes of at most
+    :data:`CLIENTS_PER_GENERATOR` each (one asyncio httpx process with 32 connections
+    became the bottleneck: 183 requests/s against 455 from four processes of 8, same server)."""
     before = health(server.url)
-    answered, failed, elapsed = asyncio.run(closed_loop(server.url, body, sentences, clients,
-                                                        duration))
+    sizes = [CLIENTS_PER_GENERATOR] * (clients // CLIENTS_PER_GENERATOR)
+    if clients % CLIENTS_PER_GENERATOR:
+        sizes.append(clients % CLIENTS_PER_GENERATOR)
+    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.serve_load", "--generate",
+                               server.url, json.dumps(body), sentences_file, str(n),
+                               str(duration)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+             for n in sizes]
+    outs = [json.loads(p.communicate()[0]) for p in procs]
     after = health(server.url)
+    answered = [tuple(a) for o in outs for a in o["answered"]]
+    failed = [f for o in outs for f in o["failed"]]
+    elapsed = max(o["elapsed"] for o in outs)
     batches = after["batches"] - before["batches"]
     latencies = [lat for lat, _ in answered]
-    return {"clients": clients, "seconds": round(elapsed, 3), "answered": len(answered),
-            "failed": len(failed), "failures": failed[:5],
+    return {"clients": clients, "generators": len(sizes), "seconds": round(elapsed, 3),
+            "answered": len(answered), "failed": len(failed), "failures": failed[:5],
             "requests_per_s": round(len(answered) / elapsed, 2),
             "p50_ms": round(1000 * percentile(latencies, 0.5), 1) if latencies else None,
             "p99_ms": round(1000 * percentile(latencies, 0.99), 1) if latencies else None,
@@ -306,6 +330,9 @@ def run(args, log=print):
     artefact = locate(args.path)
     run_dir = artefact.run_dir
     sentences = held_out(run_dir, args.sentences)
+    sentences_file = os.path.join(tempfile.mkdtemp(prefix="serve_load_"), "sentences.json")
+    with open(sentences_file, "w", encoding="utf-8") as f:
+        json.dump(sentences, f)
     log(f"{len(sentences)} held-out sentences of {run_dir}; {info}")
     paths = {"savedmodel": args.path}
     if "ctranslate2" in args.engines:
@@ -329,18 +356,18 @@ def run(args, log=print):
                 row["startup_s"] = round(server.startup_s, 1)
                 languages = json_get(server.url + "/languages")
                 body = {"source": languages[0]["code"], "target": languages[0]["targets"][0]}
-                measure_clients(server, body, sentences, 2, 2.0)  # warm-up
+                measure_clients(server, body, sentences_file, 2, 2.0)  # warm-up
                 row["load"] = []
                 for clients in args.clients:
-                    m = measure_clients(server, body, sentences, clients, args.duration)
+                    m = measure_clients(server, body, sentences_file, clients, args.duration)
                     log(f"  {clients:>2} clients: {m['requests_per_s']} req/s, p50 "
                         f"{m['p50_ms']} ms, p99 {m['p99_ms']} ms, batch {m['mean_batch']}, "
                         f"{m['failed']} failed")
                     row["load"].append(m)
                 if args.soak:
                     log(f"  soak: {args.soak_clients} clients for {args.soak} s")
-                    row["soak"] = measure_clients(server, body, sentences, args.soak_clients,
-                                                  args.soak)
+                    row["soak"] = measure_clients(server, body, sentences_file,
+                                                  args.soak_clients, args.soak)
                 row["memory_mb"] = [(t, round(b / 2**20, 1)) for t, b in server.memory.samples]
             results["runs"].append(row)
     count_tokens(results, run_dir)
@@ -383,7 +410,8 @@ def markdown(results):
     lines = [f"# `keras-attn serve` under load: {os.path.basename(results['path'])}", "",
              f"CPU: {m['cpu']}, {m['cores']} cores; load average at start "
              f"{m['load_average_at_start']}. {results['sentences']} held-out sentences, one "
-             f"per request; closed-loop clients ({results['generator']}), "
+             f"per request; closed-loop clients ({results['generator']}, 8 clients per "
+             "generator process, on the same 2 cores as the server), "
              f"{results['duration_s']} s per point; server `--max-batch "
              f"{results['max_batch']} --batch-wait-ms {results['batch_wait_ms']}`. Layout: "
              "replicas x intra-op threads. Target tokens include `[END]`.", "",
@@ -432,6 +460,9 @@ def markdown(results):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--generate"]:
+        return _generate(argv[1:]) or 0
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("path", help="a run or export directory (as keras-attn serve takes)")
     p.add_argument("--engines", nargs="+", default=["savedmodel", "ctranslate2"],
