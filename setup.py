@@ -17,6 +17,7 @@ setup(
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["keras_attn", "keras_attn.*"]),
+    package_data={"keras_attn.serve": ["static/*.html"]},  # the page of keras-attn serve
     python_requires=">=3.9",
     install_requires=[
         "tensorflow==2.21.*",
@@ -31,17 +32,24 @@ setup(
         "sacrebleu>=2.3",
         "matplotlib>=3.7",
         "ai-edge-litert",
+        # keras-attn serve: an ASGI app (Starlette) under uvicorn; python-multipart reads
+        # multipart form bodies.
+        "starlette",
+        "uvicorn",
+        "python-multipart",
     ],
     extras_require={
         # torch: the reference of the parity tests (tests/block_checks.py); jax: the backend
         # tests; ctranslate2: the CTranslate2 export tests; keras-hub: the benchmark suite's
-        # references; tensorflow-serving-api: the gRPC client tests. All must run, not skip.
+        # references; tensorflow-serving-api: the gRPC client tests; httpx: Starlette's
+        # TestClient; libretranslatepy: the published LibreTranslate client the serve tests
+        # drive. All must run, not skip.
         # torch==2.13.0 is met by 2.13.0+cpu, which the README's test command installs from
         # PyTorch's CPU index first (from PyPI alone it is the CUDA build); jax[cpu] is the
         # CPU build.
         "test": ["pytest>=7", "pytest-xdist>=3.2", "hypothesis>=6", "torch==2.13.0",
                  "jax[cpu]>=0.8", "ctranslate2>=4.5,<5", "keras-hub",
-                 "tensorflow-serving-api==2.21.*"],
+                 "tensorflow-serving-api==2.21.*", "httpx", "libretranslatepy"],
         "ctranslate2": ["ctranslate2>=4.5,<5"],
         # pysbd: benchmarks/segmentation.py's reference on the English Golden Rules.
         "bench": ["keras-hub", "pysbd"],

@@ -37,8 +37,9 @@ __version__ = "0.1.0"
 
 SUBMODULES = ("ops", "layers", "models", "schedules", "losses", "decoding", "alignment",
               "special_tokens", "vocab", "text", "subword", "data", "config", "training",
-              "budget", "distribute", "evaluation", "translator", "runs", "export", "viz", "cli",
-              "fastpath", "numerics", "tf_ops", "tf_attention", "tf_step", "documents")
+              "budget", "distribute", "evaluation", "translator", "runs", "export", "serve",
+              "viz", "cli", "fastpath", "numerics", "tf_ops", "tf_attention", "tf_step",
+              "documents")
 __all__ = list(SUBMODULES) + ["__version__"]
 
 

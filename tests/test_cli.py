@@ -240,7 +240,7 @@ def test_bad_lines_are_reported_and_training_goes_on(tmp_path):
     assert metrics["num_sentences"] == 5 and "bleu" in metrics
 
 
-SUBCOMMANDS = ["train", "translate", "evaluate", "export", "score"]
+SUBCOMMANDS = ["train", "translate", "evaluate", "export", "score", "serve"]
 HELP_CHECK = """
 import contextlib, io, json, sys
 from keras_attn import cli

@@ -1,0 +1,210 @@
+"""LibreTranslate's ``POST /translate`` fields, read and checked, and its answer built.
+
+Fields (JSON object, ``application/x-www-form-urlencoded`` or ``multipart/form-data``):
+
+* LibreTranslate's: ``q`` (a string, or in JSON a list of strings), ``source``, ``target``
+  (codes of ``GET /languages``; ``source`` may be ``auto``), ``format`` (``text`` |
+  ``html``: :mod:`keras_attn.serve.markup`), ``alternatives`` (N more translations: the
+  n-best list after the best), ``api_key``.
+* ours, with the names of API.md ("Decoding options per request"): ``beam_size``,
+  ``num_hypotheses``, ``length_penalty``, ``max_length``, ``target_prefix``,
+  ``sampling_topk``, ``sampling_topp``, ``sampling_temperature``, ``seed``,
+  ``return_alignments``; and ``return_scores``.
+
+The answer: ``{"translatedText": str}`` (a list when ``q`` is a list), ``alternatives``
+(a list, or a list per text) when asked, ``detectedLanguage`` for ``source=auto``, and
+``hypotheses`` (per text, the n-best list ``[{"translation", "score", "alignment"?,
+"confidence"?}]``) when ``return_scores``, ``return_alignments`` or ``num_hypotheses > 1``
+asks for it. Errors are LibreTranslate's: ``{"error": "..."}`` with the status code
+(:class:`ApiError`), the message naming the field.
+
+Example:
+    >>> request = parse_fields({"q": "3 March 2021", "source": "dates", "target": "iso",
+    ...                         "alternatives": 2}, languages)
+    >>> request.options.num_hypotheses
+    3
+"""
+import dataclasses
+from typing import Optional
+
+from keras_attn.decoding_options import NAMES, DecodingOptions
+
+FORMATS = ("text", "html")  # html: markup kept, text translated (keras_attn.serve.markup)
+INT_OPTIONS = ("beam_size", "num_hypotheses", "max_length", "sampling_topk", "seed")
+FLOAT_OPTIONS = ("length_penalty", "sampling_topp", "sampling_temperature")
+BOOL_OPTIONS = ("return_alignments", "return_scores")
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
+
+
+class ApiError(Exception):
+    """An answer ``{"error": message}`` with ``status`` (and ``headers``)."""
+
+    def __init__(self, status, message, headers=None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+def bad_request(message):
+    return ApiError(400, message)
+
+
+@dataclasses.dataclass
+class TranslateRequest:
+    """A checked ``POST /translate``.
+
+    Attributes:
+        texts: the strings to translate. batch: ``q`` was a list.
+        source, target: language codes. format: ``"text"`` or ``"html"``.
+        alternatives: how many alternatives to return. options: ``DecodingOptions``.
+        hypotheses: return the n-best lists with scores. api_key: the client's key.
+    """
+
+    texts: list
+    batch: bool
+    source: str
+    target: str
+    format: str
+    alternatives: int
+    options: DecodingOptions
+    hypotheses: bool
+    api_key: Optional[str]
+
+
+def _int(name, value, form):
+    if form and isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    elif isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise bad_request(f"Invalid request: `{name}` must be an integer. Received: {name}={value!r}")
+
+
+def _float(name, value, form):
+    if form and isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            pass
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise bad_request(f"Invalid request: `{name}` must be a number. Received: {name}={value!r}")
+
+
+def _bool(name, value, form):
+    if isinstance(value, bool):
+        return value
+    if form and isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise bad_request(f"Invalid request: `{name}` must be true or false. "
+                      f"Received: {name}={value!r}")
+
+
+def _string(name, value):
+    if not isinstance(value, str):
+        raise bad_request(f"Invalid request: `{name}` must be a string. "
+                          f"Received: {name}={value!r}")
+    return value
+
+
+def _texts(value, form):
+    """``q`` -> (list of strings, was a list)."""
+    if value is None or value == "" or value == []:
+        raise bad_request("Invalid request: missing q parameter")
+    if isinstance(value, str):
+        # Form bodies: line endings as LibreTranslate normalises them.
+        return ["\n".join(value.splitlines()) if form else value], False
+    if isinstance(value, list) and all(isinstance(t, str) for t in value):
+        return list(value), True
+    raise bad_request(f"Invalid request: `q` must be a string or a list of strings. "
+                      f"Received: q={value!r}")
+
+
+def parse_fields(fields, languages, form=False):
+    """Check the fields of a ``POST /translate`` body.
+
+    Args:
+        fields: dict of the body's fields (a JSON object, or a form's strings).
+        languages: ``(source_code, target_code)`` the server translates.
+        form: the values came from a form (strings: numbers and booleans are parsed).
+
+    Returns:
+        :class:`TranslateRequest`.
+
+    Raises:
+        ApiError: 400 naming the field (LibreTranslate's messages where it has one).
+    """
+    texts, batch = _texts(fields.get("q"), form)
+    for name in ("source", "target"):
+        if not fields.get(name):
+            raise bad_request(f"Invalid request: missing {name} parameter")
+    source = _string("source", fields["source"])
+    target = _string("target", fields["target"])
+    if source not in (languages[0], "auto"):
+        raise bad_request(f"{source} is not supported")
+    if target != languages[1]:
+        raise bad_request(f"{target} is not supported")
+    text_format = fields.get("format") or "text"
+    if text_format not in FORMATS:
+        raise bad_request(f"{text_format} format is not supported")
+    alternatives = fields.get("alternatives")
+    alternatives = 0 if alternatives in (None, "") else _int("alternatives", alternatives, True)
+    if alternatives < 0:
+        raise bad_request(f"Invalid request: `alternatives` must be an integer >= 0. "
+                          f"Received: alternatives={alternatives!r}")
+    api_key = fields.get("api_key") or None
+    if api_key is not None:
+        api_key = _string("api_key", api_key)
+    options = {}
+    for name in NAMES:
+        value = fields.get(name)
+        if value is None or (form and value == "" and name != "target_prefix"):
+            continue
+        if name in INT_OPTIONS:
+            options[name] = _int(name, value, form)
+        elif name in FLOAT_OPTIONS:
+            options[name] = _float(name, value, form)
+        elif name in BOOL_OPTIONS:
+            options[name] = _bool(name, value, form)
+        else:
+            options[name] = _string(name, value)
+    return_scores = fields.get("return_scores")
+    return_scores = False if return_scores is None else _bool("return_scores", return_scores,
+                                                              form)
+    hypotheses = bool(return_scores or options.get("return_alignments")
+                      or options.get("num_hypotheses", 1) > 1)
+    if alternatives:  # the n-best list after the best: a beam (or samples) that long
+        need = alternatives + 1
+        options["num_hypotheses"] = max(options.get("num_hypotheses", 1), need)
+        options["beam_size"] = max(options.get("beam_size", 1), options["num_hypotheses"])
+    try:
+        decoding = DecodingOptions.from_kwargs(**options)
+    except ValueError as e:
+        raise bad_request(f"Invalid request: {e}") from None
+    return TranslateRequest(texts, batch, source, target, text_format, alternatives,
+                            decoding, hypotheses, api_key)
+
+
+def answer(request, results, source_code):
+    """The JSON answer of a translated :class:`TranslateRequest` (module docstring).
+
+    Args:
+        results: per text, its hypotheses (``Translator.translate_nbest``'s shape).
+        source_code: the server's source language (``detectedLanguage`` of ``auto``).
+    """
+    def one(values):
+        return values if request.batch else values[0]
+
+    body = {"translatedText": one([hyps[0]["translation"] for hyps in results])}
+    if request.alternatives:
+        body["alternatives"] = one([[h["translation"] for h in hyps[1: request.alternatives + 1]]
+                                    for hyps in results])
+    if request.source == "auto":
+        body["detectedLanguage"] = one([{"confidence": 100.0, "language": source_code}
+                                        for _ in results])
+    if request.hypotheses:
+        body["hypotheses"] = one(results)
+    return body

@@ -1,0 +1,217 @@
+"""Requests of concurrent clients decoded together (what TF Serving's ``--enable_batching``
+does with ``max_batch_size`` and ``batch_timeout_micros``).
+
+A request (one text or several, with its ``DecodingOptions``) waits in the group of its
+options: requests with different options cannot share one call of the engine. When a
+replica is free, the group whose oldest request came first is taken: once it holds
+``max_batch`` texts, or ``wait_ms`` after its oldest request arrived, up to ``max_batch``
+texts of it (whole requests; a request longer than that goes alone) are sent to the
+replica as one batch. While every replica is busy, requests pile up and later batches are
+fuller: the batch grows with the load.
+
+Limits: at most ``queue_size`` requests wait (:class:`QueueFull` beyond: the server answers
+503 with ``Retry-After``); a request that is not answered within its ``timeout`` raises
+``asyncio.TimeoutError`` (504) and, if it was still waiting, is never decoded.
+
+Example:
+    >>> batcher = Batcher(InProcessReplicas(engine), max_batch=32, wait_ms=5)
+    >>> batcher.start()                                    # inside the running event loop
+    >>> await batcher.submit(["3 March 2021"], DecodingOptions(), timeout=30)
+    [[{'translation': '2021-03-03', 'score': -0.83}]]
+"""
+import asyncio
+import collections
+import dataclasses
+import time
+
+
+class QueueFull(Exception):
+    """The queue holds ``queue_size`` requests already (``retry_after``: seconds)."""
+
+    def __init__(self, queue_size, retry_after):
+        super().__init__(f"the server's queue is full ({queue_size} requests waiting); "
+                         f"retry after {retry_after} s")
+        self.retry_after = retry_after
+
+
+@dataclasses.dataclass
+class _Request:
+    texts: list
+    options: object
+    future: asyncio.Future
+    arrived: float
+
+
+def _check_int(name, value, low):
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"`{name}` must be an integer >= {low}. Received: {name}={value!r}")
+    return value
+
+
+class Batcher:
+    """Groups requests by decoding options and sends batches to free replicas.
+
+    Args:
+        replicas: ``InProcessReplicas`` / ``ProcessReplicas`` (``size``, ``translate``).
+        max_batch: most texts in one batch.
+        wait_ms: longest wait of a request for others to join its batch (milliseconds).
+        queue_size: most requests waiting; more raise :class:`QueueFull`.
+    """
+
+    def __init__(self, replicas, max_batch=32, wait_ms=5.0, queue_size=256):
+        self.replicas = replicas
+        self.max_batch = _check_int("max_batch", max_batch, 1)
+        if isinstance(wait_ms, bool) or not isinstance(wait_ms, (int, float)) or wait_ms < 0:
+            raise ValueError(f"`batch_wait_ms` must be a number >= 0. Received: "
+                             f"batch_wait_ms={wait_ms!r}")
+        self.wait = wait_ms / 1000.0
+        self.queue_size = _check_int("queue_size", queue_size, 1)
+        self._groups = collections.OrderedDict()  # options -> deque of _Request
+        self._waiting = 0
+        self._in_flight = 0
+        self._arrived = None  # asyncio.Event: a request came
+        self._free = None     # asyncio.Semaphore: replicas without a batch
+        self._task = None
+        self._batch_tasks = set()
+        self.stats = {"batches": 0, "texts": 0, "requests": 0}
+        self._seconds_per_batch = 0.05  # running mean, for Retry-After
+
+    # --- the clients' side ----------------------------------------------------------------
+    def start(self):
+        """Start dispatching (call inside the running event loop)."""
+        self._arrived = asyncio.Event()
+        self._free = asyncio.Semaphore(self.replicas.size)
+        self._task = asyncio.get_running_loop().create_task(self._dispatch())
+
+    async def stop(self):
+        """Stop dispatching once the batches in flight are done (shutdown)."""
+        if self._batch_tasks:
+            await asyncio.gather(*self._batch_tasks, return_exceptions=True)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    @property
+    def waiting(self):
+        """Requests waiting for a replica."""
+        return self._waiting
+
+    @property
+    def in_flight(self):
+        """Batches being decoded."""
+        return self._in_flight
+
+    def retry_after(self):
+        """Seconds until the queue has room again, by the recent batch time (at least 1)."""
+        batches = self._waiting / max(self.replicas.size, 1)
+        return max(1, int(batches * self._seconds_per_batch + 0.999))
+
+    async def submit(self, texts, options, timeout=None):
+        """Translate ``texts`` (a list of strings) with ``options`` together with other
+        clients' requests; per text, its hypotheses (the engine's answer).
+
+        Raises:
+            QueueFull: ``queue_size`` requests are waiting already.
+            asyncio.TimeoutError: no answer within ``timeout`` seconds.
+            ValueError: the engine refused the options.
+        """
+        if self._waiting >= self.queue_size:
+            raise QueueFull(self.queue_size, self.retry_after())
+        future = asyncio.get_running_loop().create_future()
+        self._groups.setdefault(options, collections.deque()).append(
+            _Request(list(texts), options, future, time.monotonic()))
+        self._waiting += 1
+        self._arrived.set()
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            if future.cancelled() or not future.done():
+                self._drop(options, future)
+
+    def _drop(self, options, future):
+        """Take a request that timed out out of its group (if it is still waiting)."""
+        group = self._groups.get(options)
+        if not group:
+            return
+        for request in list(group):
+            if request.future is future:
+                group.remove(request)
+                self._waiting -= 1
+        if not group:
+            del self._groups[options]
+
+    # --- the replicas' side ---------------------------------------------------------------
+    async def _dispatch(self):
+        while True:
+            await self._free.acquire()  # a replica is free: fill it
+            while not self._groups:
+                self._arrived.clear()
+                await self._arrived.wait()
+            options = min(self._groups, key=lambda k: self._groups[k][0].arrived)
+            await self._wait_for_batch(options)
+            requests = self._take(options)
+            if not requests:
+                self._free.release()
+                continue
+            task = asyncio.get_running_loop().create_task(self._run(options, requests))
+            self._batch_tasks.add(task)
+            task.add_done_callback(self._batch_tasks.discard)
+
+    async def _wait_for_batch(self, options):
+        """Until the group holds ``max_batch`` texts or its oldest request waited
+        ``wait_ms`` (or the group is gone: every request timed out)."""
+        while True:
+            group = self._groups.get(options)
+            if not group or sum(len(r.texts) for r in group) >= self.max_batch:
+                return
+            left = group[0].arrived + self.wait - time.monotonic()
+            if left <= 0:
+                return
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), left)
+            except asyncio.TimeoutError:
+                return
+
+    def _take(self, options):
+        """Whole requests of the group, up to ``max_batch`` texts (at least one request)."""
+        group = self._groups.get(options)
+        taken, count = [], 0
+        while group and (not taken or count + len(group[0].texts) <= self.max_batch):
+            request = group.popleft()
+            self._waiting -= 1
+            if request.future.done():  # timed out meanwhile
+                continue
+            taken.append(request)
+            count += len(request.texts)
+        if group is not None and not group:
+            del self._groups[options]
+        return taken
+
+    async def _run(self, options, requests):
+        texts = [t for r in requests for t in r.texts]
+        self._in_flight += 1
+        started = time.monotonic()
+        try:
+            results = await self.replicas.translate(texts, options)
+        except Exception as e:  # noqa: BLE001  (every request of the batch gets it)
+            for r in requests:
+                if not r.future.done():
+                    r.future.set_exception(e)
+        else:
+            i = 0
+            for r in requests:
+                if not r.future.done():
+                    r.future.set_result(results[i: i + len(r.texts)])
+                i += len(r.texts)
+        finally:
+            self._in_flight -= 1
+            elapsed = time.monotonic() - started
+            self._seconds_per_batch = 0.8 * self._seconds_per_batch + 0.2 * elapsed
+            self.stats["batches"] += 1
+            self.stats["texts"] += len(texts)
+            self.stats["requests"] += len(requests)
+            self._free.release()

@@ -1,0 +1,174 @@
+"""The two engines a replica runs: thin callers of the exported artefacts (no decoding here).
+
+* :class:`SavedModelEngine`: the SavedModel's ``translate`` signature, which takes every
+  decoding option per request (``keras_attn.export.request``).
+* :class:`CTranslate2Engine`: ``keras_attn.export.ctranslate2.CTranslate2Translator``.
+
+Both answer ``translate(texts, options)`` with, per text, the list of hypotheses
+``{"translation": str, "score": float}`` (plus ``"alignment"`` when
+``options.return_alignments``, ``"confidence"`` when the artefact gives one), best first:
+the shape of ``Translator.translate_nbest``. Bad options raise ``ValueError`` naming the
+option (the SavedModel's ``InvalidArgument`` is turned into one), which the HTTP layer
+answers with 400.
+
+Example:
+    >>> engine = load_engine(locate("exported"), threads=1)
+    >>> engine.translate(["3 March 2021"], DecodingOptions(beam_size=2, num_hypotheses=2))
+    [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
+"""
+import dataclasses
+import re
+
+from keras_attn.decoding_options import DecodingOptions
+
+TRANSLATE_SIGNATURE = "translate"  # keras_attn.export.request.TRANSLATE_SIGNATURE
+
+
+def check_options(artefact, options):
+    """Refuse, before queueing, what the artefact cannot do (``ValueError`` naming the
+    option): ``max_length`` above the export's, and for CTranslate2 sampling and alignments
+    (``CTranslate2Translator.options``'s rules). What only the SavedModel knows (its largest
+    beam) is refused by its graph."""
+    options.validate(max_length_limit=artefact.max_len)
+    if artefact.engine == "ctranslate2":
+        if options.sampling:
+            raise ValueError("`sampling_topk` > 1 (random sampling) is not available with the "
+                             "ctranslate2 engine (serve with --engine savedmodel). Received: "
+                             f"sampling_topk={options.sampling_topk}")
+        if options.return_alignments:
+            raise ValueError("`return_alignments` is not available with the ctranslate2 "
+                             "engine (serve with --engine savedmodel). Received: "
+                             f"return_alignments={options.return_alignments}")
+    return options
+
+
+def set_tensorflow_threads(threads):
+    """Give TensorFlow ``threads`` intra-op threads and one inter-op thread (before it
+    runs anything; 0 leaves TensorFlow's defaults). Returns False when it was too late."""
+    import tensorflow as tf
+
+    if not threads:
+        return True
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(int(threads))
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:  # the runtime is already initialised (a test process)
+        return False
+    return True
+
+
+class SavedModelEngine:
+    """The ``translate`` signature of an exported SavedModel.
+
+    Args:
+        path: the SavedModel version folder (``.../saved_model/translator/1``).
+        threads: TensorFlow intra-op threads (0: TensorFlow's default, every core); set
+            before the first TensorFlow op of the process, or ignored.
+    """
+
+    name = "savedmodel"
+
+    def __init__(self, path, threads=0):
+        import absl.logging
+        import tensorflow as tf
+
+        # tf.saved_model.load warns about every function with a custom gradient (the
+        # masked softmax's, left out of serving files on purpose).
+        absl.logging.set_verbosity(absl.logging.ERROR)
+        set_tensorflow_threads(threads)
+        try:
+            import tensorflow_text  # noqa: F401  (registers a SentencePiece model's ops)
+        except ImportError:
+            pass
+        self._tf = tf
+        self.path = path
+        self._loaded = tf.saved_model.load(path)
+        if TRANSLATE_SIGNATURE not in self._loaded.signatures:
+            raise ValueError(f"the SavedModel at {path!r} has no `{TRANSLATE_SIGNATURE}` "
+                             "signature (exported with request_signature=False); export it "
+                             "again with `keras-attn export`")
+        self._signature = self._loaded.signatures[TRANSLATE_SIGNATURE]
+        self._dtypes = {name: spec.dtype for name, spec in
+                        self._signature.structured_input_signature[1].items()}
+
+    def _inputs(self, options):
+        """The signature's option inputs (``keras_attn.export.runtime.option_inputs``)."""
+        from keras_attn.export import runtime
+
+        return {name: self._tf.constant(value, self._dtypes[name])
+                for name, value in runtime.option_inputs(options).items()}
+
+    def translate(self, texts, options):
+        """Per text, its hypotheses (module docstring). ``options``: ``DecodingOptions``."""
+        tf = self._tf
+        if not texts:
+            return []
+        strings = tf.constant([t.encode("utf-8") for t in texts], tf.string)
+        try:
+            out = self._signature(text=strings, **self._inputs(options))
+        except tf.errors.InvalidArgumentError as e:
+            raise ValueError(_graph_message(e.message)) from None
+        translations = out["translations"].numpy()
+        scores = out["scores"].numpy()
+        alignments = out["alignments"].numpy() if options.return_alignments else None
+        confidences = out["confidences"].numpy() if "confidences" in out else None
+        results = []
+        for row in range(len(texts)):
+            hyps = []
+            for h in range(translations.shape[1]):
+                hyp = {"translation": translations[row, h].decode("utf-8", errors="replace"),
+                       "score": float(scores[row, h])}
+                if alignments is not None:
+                    hyp["alignment"] = alignments[row, h].decode("utf-8")
+                if confidences is not None:
+                    hyp["confidence"] = float(confidences[row, h])
+                hyps.append(hyp)
+            results.append(hyps)
+        return results
+
+
+def _graph_message(message):
+    """The option's sentence out of an ``InvalidArgument`` of the graph's ``Assert``."""
+    found = re.search(r"\[(`[^`]+`[^\]]*)\]", message)
+    text = found.group(1) if found else message.splitlines()[0]
+    received = re.search(r"Received: (\w+)=\] \[([^\]]*)\]", message)
+    if received:
+        text = text.replace("Received: " + received.group(1) + "=", "").rstrip(". ")
+        text += f". Received: {received.group(1)}={received.group(2)}"
+    return text
+
+
+class CTranslate2Engine:
+    """A CTranslate2 model directory (``keras-attn export RUN --format ctranslate2``).
+
+    Args:
+        path: the model directory. threads: CTranslate2's ``intra_threads`` (0: its default).
+    """
+
+    name = "ctranslate2"
+
+    def __init__(self, path, threads=0):
+        from keras_attn.export.ctranslate2 import CTranslate2Translator
+
+        self.path = path
+        self._translator = CTranslate2Translator(path, intra_threads=int(threads or 0))
+
+    def translate(self, texts, options):
+        if not texts:
+            return []
+        kwargs = {k: v for k, v in dataclasses.asdict(options).items() if v is not None}
+        return self._translator.translate_nbest(list(texts), batch_size=max(len(texts), 1),
+                                                **kwargs)
+
+
+ENGINE_CLASSES = {"savedmodel": SavedModelEngine, "ctranslate2": CTranslate2Engine}
+
+
+def load_engine(artefact, threads=0):
+    """The engine of a :class:`~keras_attn.serve.locate.Artefact`, loaded."""
+    return ENGINE_CLASSES[artefact.engine](artefact.path, threads)
+
+
+def warm_up(engine):
+    """One short call, so that the first client does not wait for the graph's first run."""
+    engine.translate(["1"], DecodingOptions())

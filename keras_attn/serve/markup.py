@@ -1,0 +1,233 @@
+"""``format=html``: the text of an HTML fragment translated, its markup kept.
+
+Tags, attributes, comments and entities are never sent to the model. The fragment is cut
+into segments at every tag that is not inline (``<p>``, ``<div>``, ``<li>``, ``<br>``, ...):
+each segment's text (inline tags removed, entities decoded) is translated as one sentence,
+all segments of a request in one batch. An inline tag (``<b>``, ``<i>``, ``<a href>``, ...)
+then wraps the target words aligned with the source words it wrapped (the hypothesis's
+Pharaoh alignment, ``return_alignments``): nested tags stay nested, a tag whose words are
+aligned with nothing is kept, empty, where its segment ends. The output is well-formed
+when the input is: the same tags, in an order that nests. An engine without alignments
+(CTranslate2) translates the text between any two tags on its own instead.
+
+Example:
+    >>> segments = parse("<p>Le <b>4 juillet</b> 1999</p>")
+    >>> [s.text for s in segments if isinstance(s, Segment)]
+    ['Le 4 juillet 1999']
+"""
+import dataclasses
+import html
+import html.parser
+import re
+
+INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em",
+                    "i", "kbd", "mark", "q", "s", "samp", "small", "span", "strong", "sub",
+                    "sup", "time", "u", "var", "font"})
+
+
+@dataclasses.dataclass
+class Span:
+    """An inline element over the segment's text: characters ``[start, end)``."""
+
+    start_tag: str
+    name: str
+    start: int
+    end: int = -1
+    depth: int = 0
+
+
+@dataclasses.dataclass
+class Segment:
+    """Text between two non-inline tags, with its inline elements."""
+
+    text: str = ""
+    spans: list = dataclasses.field(default_factory=list)
+
+
+class _Parser(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.items = []  # raw markup strings and Segments, in order
+        self.segment = Segment()
+        self.open = []
+
+    def _flush(self):
+        for span in self.open:  # an inline element left open across a block tag
+            span.end = len(self.segment.text)
+        if self.segment.text or self.segment.spans:
+            self.items.append(self.segment)
+        self.segment, self.open = Segment(), []
+
+    def handle_starttag(self, tag, attrs):
+        raw = self.get_starttag_text()
+        if tag in INLINE:
+            span = Span(raw, tag, len(self.segment.text), depth=len(self.open))
+            self.segment.spans.append(span)
+            self.open.append(span)
+        else:
+            self._flush()
+            self.items.append(raw)
+
+    def handle_startendtag(self, tag, attrs):
+        self._flush()
+        self.items.append(self.get_starttag_text())
+
+    def handle_endtag(self, tag):
+        if tag in INLINE and any(s.name == tag for s in self.open):
+            while self.open:
+                span = self.open.pop()
+                span.end = len(self.segment.text)
+                if span.name == tag:
+                    break
+        else:
+            self._flush()
+            self.items.append(f"</{tag}>")
+
+    def handle_data(self, data):
+        self.segment.text += data
+
+    def handle_comment(self, data):
+        self._flush()
+        self.items.append(f"<!--{data}-->")
+
+    def handle_decl(self, decl):
+        self._flush()
+        self.items.append(f"<!{decl}>")
+
+    def close(self):
+        super().close()
+        self._flush()
+
+
+def parse(fragment):
+    """The fragment as a list of raw markup strings and :class:`Segment` s."""
+    parser = _Parser()
+    parser.feed(fragment)
+    parser.close()
+    return parser.items
+
+
+def _words(text):
+    """``(start, end)`` of each whitespace-separated word (the alignment's words)."""
+    return [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+
+
+def _pairs(alignment):
+    return [tuple(int(x) for x in p.split("-")) for p in (alignment or "").split()]
+
+
+def rebuild(segment, translation, alignment):
+    """The translated segment with its inline elements around the aligned target words."""
+    text = segment.text
+    lead = text[: len(text) - len(text.lstrip())]
+    trail = text[len(text.rstrip()):]
+    if not text.strip():
+        body = html.escape(text, quote=False)
+        return "".join(s.start_tag for s in segment.spans) + body + "".join(
+            f"</{s.name}>" for s in reversed(segment.spans))
+    source_words = _words(text)
+    target_words = translation.split()
+    pairs = _pairs(alignment)
+    ranges = []  # per span: [lo, hi] target word indices, or None
+    for span in segment.spans:
+        covered = {i for i, (a, b) in enumerate(source_words) if a < span.end and b > span.start}
+        targets = sorted(j for i, j in pairs if i in covered and j < len(target_words))
+        ranges.append([targets[0], targets[-1]] if targets else None)
+    # Nest: a child inside its parent's range; a later sibling after the earlier one.
+    for k, span in enumerate(segment.spans):
+        if ranges[k] is None:
+            continue
+        parent = next((p for p in range(k - 1, -1, -1) if segment.spans[p].depth < span.depth
+                       and segment.spans[p].start <= span.start), None)
+        if parent is not None:
+            if ranges[parent] is None:
+                ranges[k] = None
+                continue
+            lo, hi = ranges[parent]
+            ranges[k] = [max(ranges[k][0], lo), min(ranges[k][1], hi)]
+        for p in range(k):  # an earlier sibling at the same depth that overlaps
+            if segment.spans[p].depth == span.depth and ranges[p] is not None \
+                    and ranges[k][0] <= ranges[p][1] and ranges[k][1] >= ranges[p][0]:
+                ranges[k][0] = ranges[p][1] + 1
+        if ranges[k][0] > ranges[k][1]:
+            ranges[k] = None
+    opens = {j: [] for j in range(len(target_words))}
+    closes = {j: [] for j in range(len(target_words))}
+    for k, r in enumerate(ranges):
+        if r is not None:
+            opens[r[0]].append(k)
+            closes[r[1]].append(k)
+    out = []
+    for j, word in enumerate(target_words):
+        for k in sorted(opens[j], key=lambda k: (-ranges[k][1], segment.spans[k].depth)):
+            out.append(segment.spans[k].start_tag)
+        out.append(html.escape(word, quote=False))
+        for k in sorted(closes[j], key=lambda k: (ranges[k][0], -segment.spans[k].depth),
+                        reverse=True):
+            out.append(f"</{segment.spans[k].name}>")
+        out.append(" ")
+    body = "".join(out).rstrip(" ")
+    dropped = [k for k, r in enumerate(ranges) if r is None]
+    for k in dropped:  # aligned with nothing: kept, empty, where the segment ends
+        body += segment.spans[k].start_tag + f"</{segment.spans[k].name}>"
+    return lead + body + trail
+
+
+def split_inline(items):
+    """For an engine without alignments: every inline tag becomes a cut, so each text
+    between two tags is translated on its own."""
+    out = []
+    for item in items:
+        if not isinstance(item, Segment) or not item.spans:
+            out.append(item)
+            continue
+        cuts = sorted({0, len(item.text)} | {s.start for s in item.spans}
+                      | {s.end for s in item.spans})
+        for k, at in enumerate(cuts):
+            out.extend(f"</{s.name}>" for s in sorted(item.spans, key=lambda s: -s.depth)
+                       if s.end == at and s.start < at)
+            out.extend(s.start_tag for s in item.spans if s.start == at)
+            out.extend(f"</{s.name}>" for s in sorted(item.spans, key=lambda s: -s.depth)
+                       if s.end == at and s.start == at)
+            if k + 1 < len(cuts):
+                out.append(Segment(item.text[at: cuts[k + 1]]))
+    return out
+
+
+async def translate_html(batcher, request, timeout, alignments=True):
+    """Per HTML text of ``request``, its hypotheses with the markup put back
+    (``translation``: the HTML; ``alignment`` as the engine gave it when asked).
+
+    Args:
+        batcher: the server's :class:`~keras_attn.serve.batcher.Batcher`.
+        request: a checked ``TranslateRequest`` with ``format == "html"``.
+        alignments: the engine gives alignments (inline tags follow the words).
+    """
+    options = request.options
+    documents = [parse(t) for t in request.texts]
+    if alignments:
+        options = dataclasses.replace(options, return_alignments=True)
+    else:
+        documents = [split_inline(d) for d in documents]
+    segments = [s for d in documents for s in d if isinstance(s, Segment) and s.text.strip()]
+    results = await batcher.submit([s.text.strip() for s in segments], options, timeout) \
+        if segments else []
+    by_segment = {id(s): r for s, r in zip(segments, results)}
+    n = len(results[0]) if results else 1
+    answers = []
+    for document in documents:
+        hyps = []
+        for h in range(n):
+            parts, scores = [], []
+            for item in document:
+                if not isinstance(item, Segment):
+                    parts.append(item)
+                elif id(item) not in by_segment:
+                    parts.append(rebuild(item, item.text, ""))
+                else:
+                    hyp = by_segment[id(item)][h]
+                    scores.append(hyp["score"])
+                    parts.append(rebuild(item, hyp["translation"], hyp.get("alignment", "")))
+            hyps.append({"translation": "".join(parts), "score": float(sum(scores))})
+        answers.append(hyps)
+    return answers

@@ -1,0 +1,129 @@
+"""Copies of the engine that decode batches, one batch each at a time.
+
+* :class:`InProcessReplicas`: the engine in the server's own process, called from one
+  worker thread (``--replicas 1``; what the tests use).
+* :class:`ProcessReplicas`: ``--replicas N`` worker processes, each with its own engine
+  and ``threads`` intra-op threads (default 1): on a 2-core CPU two replicas with one
+  thread each keep both cores busy, where one engine's two threads fight over them.
+
+Both have ``size`` (batches decoded at once; the batcher dispatches at most that many, so
+a batch always finds a free replica) and ``async translate(texts, options)``.
+
+Example:
+    >>> replicas = ProcessReplicas(locate("exported"), size=2, threads=1)
+    >>> await replicas.translate(["3 March 2021"], DecodingOptions())
+"""
+import asyncio
+import concurrent.futures
+import multiprocessing
+import os
+import signal
+import threading
+import time
+
+from keras_attn.serve import engines
+
+_ENGINE = None  # the engine of a worker process (ProcessReplicas)
+
+
+class InProcessReplicas:
+    """One engine in this process, called from a worker thread.
+
+    Args:
+        engine: a loaded engine (``keras_attn.serve.engines``), or anything with
+            ``translate(texts, options)``.
+    """
+
+    size = 1
+
+    def __init__(self, engine):
+        self.engine = engine
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
+
+    async def translate(self, texts, options):
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.engine.translate, texts, options)
+
+    def close(self):
+        self._executor.shutdown(wait=True)
+
+
+def _init_worker(artefact, threads):
+    """A worker process's start: the parent's signals are left to the parent (SIGINT of a
+    terminal, SIGTERM of a shutdown: the parent finishes the requests in flight, then
+    closes the pool), then the engine is loaded and run once."""
+    global _ENGINE
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if os.environ["TF_CPP_MIN_LOG_LEVEL"] not in ("", "0"):
+        _import_quietly("tensorflow")  # its load-time C++ lines ignore the log level
+    _ENGINE = engines.load_engine(artefact, threads)
+    engines.warm_up(_ENGINE)
+
+
+def _exit_with_parent(parent, every=1.0):
+    """End this worker when its parent is gone (killed before it could close the pool:
+    the worker ignores SIGTERM and would otherwise live on, holding a model in memory)."""
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(0)
+
+
+def _import_quietly(name):
+    """Import ``name`` with file descriptor 2 on /dev/null (a failure still raises)."""
+    import importlib
+
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        importlib.import_module(name)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _translate(texts, options):
+    return _ENGINE.translate(texts, options)
+
+
+def _ready(pause):
+    time.sleep(pause)  # holds this worker, so that the other calls find the others
+    return os.getpid()
+
+
+class ProcessReplicas:
+    """``size`` worker processes, each with its own engine (``spawn``: no TensorFlow state
+    is forked).
+
+    Args:
+        artefact: a :class:`~keras_attn.serve.locate.Artefact`.
+        size: worker processes. threads: intra-op threads of each (0: the engine's default).
+    """
+
+    def __init__(self, artefact, size, threads=1):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"`replicas` must be an integer >= 1. Received: replicas={size!r}")
+        self.size = size
+        self._pool = concurrent.futures.ProcessPoolExecutor(
+            size, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+            initargs=(artefact, threads))
+
+    def start(self):
+        """Start every worker and wait until each has loaded its engine (a worker answers
+        only once its initializer has run); their process ids."""
+        pids = set()
+        while len(pids) < self.size:
+            futures = [self._pool.submit(_ready, 0.2) for _ in range(self.size)]
+            pids.update(f.result() for f in futures)
+        return sorted(pids)
+
+    async def translate(self, texts, options):
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, _translate, texts, options)
+
+    def close(self):
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,78 @@
+"""Start the service: resolve the path, load the replicas, run the app under uvicorn.
+
+uvicorn owns the signals: on SIGTERM (or Ctrl-C) it stops accepting connections, waits
+for the requests in flight to be answered (at most ``graceful_s`` seconds), then the app's
+shutdown stops the batcher and closes the replicas, and the process exits 0.
+
+Example:
+    >>> serve("exported", port=5000)       # CLI: keras-attn serve exported
+"""
+import os
+
+from keras_attn.serve.app import Settings, create_app
+from keras_attn.serve.locate import locate
+
+
+def default_replicas():
+    """The cores this process may use: one replica each."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # not Linux
+        return max(os.cpu_count() or 1, 1)
+
+
+def make_replicas(artefact, replicas, threads=None, log=print):
+    """``InProcessReplicas`` for one replica, ``ProcessReplicas`` for more, started.
+
+    Args:
+        threads: intra-op threads of each replica (None: 1 with several replicas, the
+            engine's default, every core, with one).
+    """
+    from keras_attn.serve import engines
+    from keras_attn.serve.replicas import InProcessReplicas, ProcessReplicas
+
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise ValueError(f"`replicas` must be an integer >= 1. Received: replicas={replicas!r}")
+    if threads is None:
+        threads = 1 if replicas > 1 else 0
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise ValueError(f"`threads` must be an integer >= 0 (0: every core). "
+                         f"Received: threads={threads!r}")
+    log(f"loading {artefact.engine} {artefact.path}: {replicas} replica(s), "
+        f"{threads or 'default'} intra-op thread(s) each")
+    if replicas == 1:
+        engine = engines.load_engine(artefact, threads)
+        engines.warm_up(engine)
+        return InProcessReplicas(engine)
+    pool = ProcessReplicas(artefact, replicas, threads)
+    pids = pool.start()
+    log(f"replicas ready: processes {pids}")
+    return pool
+
+
+def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
+          threads=None, settings=None, graceful_s=None, log=print):
+    """Serve ``path`` (a run or export directory) until SIGTERM / Ctrl-C.
+
+    Args:
+        path: what :func:`~keras_attn.serve.locate.locate` resolves.
+        engine: ``"savedmodel"`` or ``"ctranslate2"``. host, port: where to listen.
+        replicas: engine copies (default: one per core). threads: intra-op threads of each.
+        settings: :class:`~keras_attn.serve.app.Settings`.
+        graceful_s: longest wait for the requests in flight at shutdown (default: the
+            request timeout plus 5 s).
+    """
+    import uvicorn
+
+    settings = settings or Settings()
+    artefact = locate(path, engine)
+    pool = make_replicas(artefact, default_replicas() if replicas is None else replicas,
+                         threads, log)
+    app = create_app(artefact, pool, settings)
+    log(f"serving {artefact.source[0]} -> {artefact.target[0]} on http://{host}:{port}/ "
+        f"(POST /translate, GET /languages, GET /health)")
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning",
+        timeout_graceful_shutdown=settings.timeout + 5 if graceful_s is None else graceful_s)
+    uvicorn.Server(config).run()
+    return 0
