@@ -28,6 +28,7 @@ from keras_attn.export import ctranslate2 as ct2_export  # noqa: E402
 from keras_attn.export import ctranslate2_compare as ct2_compare  # noqa: E402
 from keras_attn.export import ctranslate2_runtime as ct2_runtime  # noqa: E402
 from keras_attn.layers import TransformerDecoder, TransformerEncoder  # noqa: E402
+from keras_attn.decoding.options import CONTROL_DEFAULTS  # noqa: E402
 from keras_attn.translator import Translator  # noqa: E402
 
 # CTranslate2 picks its kernels from the CPU (CT2_FORCE_CPU_ISA caps them): the agreement
@@ -98,9 +99,13 @@ def sentencepiece(tiny_sentencepiece, tmp_path_factory):
     translator = Translator.from_run_dir(tiny_sentencepiece["run_dir"])
     path = str(tmp_path_factory.mktemp("ct2_sentencepiece") / "ct2")
     ct2_export.CTranslate2Exporter().export(translator, path, samples=["Hello!"])
+    ct2 = ct2_runtime.CTranslate2Translator(path, intra_threads=2)
+    # The repetition controls off on both sides (a subword run has them on by default):
+    # these tests rescore hypotheses teacher-forced, under the model's own probabilities.
+    off = dict(CONTROL_DEFAULTS["character"])
+    translator.controls, ct2.controls = dict(off), dict(off)
     return {"translator": translator, "sentences": [en for en, _ in run_fixtures.PAIRS],
-            "prefixes": ("Je", "Il est"),
-            "ct2": ct2_runtime.CTranslate2Translator(path, intra_threads=2),
+            "prefixes": ("Je", "Il est"), "ct2": ct2,
             # Measured: 16 of 16 (AVX-512 and AVX2); 3 of 16 may differ (a barely trained
             # model: a near tie is a property of a row, not of the export).
             "min_best_agreement": 0.8}
