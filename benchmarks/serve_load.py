@@ -271,7 +271,7 @@ def measure_clients(server, body, sentences_file, clients, duration):
 
 
 async def _offline(replicas, sentences, batch, duration):
-    from keras_attn.decoding_options import DecodingOptions
+    from keras_attn.decoding.options import DecodingOptions
 
     options = DecodingOptions()
     out, cursor = [], [0]

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import guards
-from keras_attn.decoding_options import DecodingOptions
+from keras_attn.decoding.options import DecodingOptions
 from keras_attn.serve import api, limits
 from keras_attn.serve.app import Settings, create_app
 from keras_attn.serve.batcher import Batcher, QueueFull

@@ -27,12 +27,13 @@ Example:
 import dataclasses
 from typing import Optional
 
-from keras_attn.decoding_options import NAMES, DecodingOptions
+from keras_attn.decoding.options import NAMES, OPTIONS, DecodingOptions
 
 FORMATS = ("text", "html")  # html: markup kept, text translated (keras_attn.serve.markup)
-INT_OPTIONS = ("beam_size", "num_hypotheses", "max_length", "sampling_topk", "seed")
-FLOAT_OPTIONS = ("length_penalty", "sampling_topp", "sampling_temperature")
-BOOL_OPTIONS = ("return_alignments", "return_scores")
+# Each decoding option's type, from its one declaration (keras_attn.decoding.options).
+INT_OPTIONS = tuple(n for n, o in OPTIONS.items() if o.dtype == "int32")
+FLOAT_OPTIONS = tuple(n for n, o in OPTIONS.items() if o.dtype == "float32")
+BOOL_OPTIONS = tuple(n for n, o in OPTIONS.items() if o.dtype == "bool") + ("return_scores",)
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 
 

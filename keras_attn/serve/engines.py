@@ -19,7 +19,7 @@ Example:
 import dataclasses
 import re
 
-from keras_attn.decoding_options import DecodingOptions
+from keras_attn.decoding.options import DecodingOptions
 
 TRANSLATE_SIGNATURE = "translate"  # keras_attn.export.request.TRANSLATE_SIGNATURE
 
