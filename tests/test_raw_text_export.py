@@ -52,8 +52,9 @@ def test_saved_model_and_tflite_text_agree_on_raw_sentences(run):
     want = _strings(_saved_model(run)(text=tf.constant(sources))["translation"])
     got = _strings(runtime.run_tflite_text(_tflite(run), sources)["translation"])
     assert got == want
-    # Natural text, as the corpus writes it: no lower-casing, no space before , or .
-    assert all(out == out.strip() for out in want)
+    # Natural text, as the corpus writes it: no lower-casing, no space before , or . (the
+    # corpus's sentences: a messy text keeps its own whitespace between its sentences).
+    assert all(out == out.strip() for out in want[:len(PAIRS)])
     assert any(out[:1].isupper() for out in want)
 
 
