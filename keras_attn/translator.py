@@ -14,8 +14,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_attn import (alignment, data, decoding, documents, fastpath, models, runs, subword,
-                        text)
+from keras_attn import (alignment, data, decoding, document_translation, documents, fastpath,
+                        models, runs, subword, text)
 from keras_attn.config import TrainConfig
 from keras_attn.decoding import repetition
 from keras_attn.decoding.options import (CONTROLS, LENGTH_PENALTY, OPTIONS, DecodingOptions,
@@ -256,11 +256,11 @@ class Translator:
         opts = self.options(**options)
         prefix = self._prefix_ids(opts.target_prefix, 1)
         opts.validate(max_length_limit=self.max_len, prefix_tokens=prefix.shape[1])
-        docs = documents.translate_documents(
+        docs = document_translation.translate_documents(
             list(texts), lambda s: self._translate_sentences(s, batch_size, opts, prefix),
             opts.num_hypotheses, cut=self.cut_long if self.split_long else None,
             too_long=self.too_long)
-        return [[documents.one_sentence(h) for h in hyps] for hyps in docs]
+        return [[document_translation.one_sentence(h) for h in hyps] for hyps in docs]
 
     def translate(self, texts, beam_size=1, alpha=LENGTH_PENALTY, batch_size=128, progress=None,
                   **options):
@@ -293,7 +293,7 @@ class Translator:
                     progress(len(out), len(units))
             return out
 
-        docs = documents.translate_documents(texts, sentences, 1,
+        docs = document_translation.translate_documents(texts, sentences, 1,
                                              cut=self.cut_long if self.split_long else None)
         return [hyps[0]["translation"] for hyps in docs]
 

@@ -221,16 +221,16 @@ class CTranslate2Translator:
             ValueError: as :meth:`options` (sampling, alignments, bad values), or a
                 ``target_prefix`` that leaves no room within ``max_length``.
         """
-        from keras_attn import documents
+        from keras_attn import document_translation
 
         opts = self.options(**options)
         prefix = self.prefix_tokens(opts.target_prefix)
         opts.validate(max_length_limit=self.max_len, prefix_tokens=len(prefix))
-        docs = documents.translate_documents(
+        docs = document_translation.translate_documents(
             list(texts), lambda s: self._translate_sentences(s, batch_size, opts, prefix),
             opts.num_hypotheses, cut=self.cut_long if self.split_long else None,
             too_long=self.too_long)
-        return [[documents.one_sentence(h) for h in hyps] for hyps in docs]
+        return [[document_translation.one_sentence(h) for h in hyps] for hyps in docs]
 
     def too_long(self, sentences):
         """Per sentence whether it has more source tokens than the model reads."""
