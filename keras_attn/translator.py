@@ -35,12 +35,7 @@ def _traced(fn, input_signature):
     while loop itself; PyTorch runs it eagerly."""
     if keras.backend.backend() != "tensorflow":
         return fn
-
-    def traced(*args):
-        with fastpath.using(dynamic_shapes=True):
-            return fn(*args)
-
-    return tf.function(traced, input_signature=input_signature)
+    return tf.function(fastpath.under(fn, dynamic_shapes=True), input_signature=input_signature)
 
 
 class Translator:

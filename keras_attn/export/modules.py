@@ -21,8 +21,6 @@ the key/value cache are therefore written with core ops (``keras_attn.ops.slice_
 and on TensorFlow's fast path a concat or ``tensor_scatter_nd_update``,
 ``keras_attn.tf_step``); the SavedModel export fails if an ``Xla*`` op is left.
 """
-import functools
-
 import tensorflow as tf
 
 from keras_attn import fastpath, text
@@ -45,12 +43,7 @@ def forward_only(fn, dynamic_shapes):
     """``fn`` run under the kernel policy of a serving graph: no custom gradients, and
     ``dynamic_shapes`` as given (a SavedModel: True; TFLite: False). Keeps ``fn``'s
     signature, so ``tf.function`` names the inputs alike."""
-    @functools.wraps(fn)
-    def traced(*args, **kwargs):
-        with fastpath.using(dynamic_shapes=dynamic_shapes, custom_gradients=False):
-            return fn(*args, **kwargs)
-
-    return traced
+    return fastpath.under(fn, dynamic_shapes=dynamic_shapes, custom_gradients=False)
 
 
 def track_variables(module, concrete_functions):
