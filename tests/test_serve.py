@@ -8,6 +8,7 @@ that is answered.
 """
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -503,11 +504,79 @@ def test_the_web_page_is_served_and_calls_the_api(server):
     assert response.headers["content-type"].startswith("text/html")
     page = response.text
     # The page speaks the same API as every client (relative URLs, so a proxy prefix works).
-    for call in ('fetch("languages")', 'fetch("health")', 'fetch("translate"'):
+    for call in ('fetch("languages")', 'fetch("health")', 'fetch("translate"',
+                 'fetch("attention"'):
         assert call in page
+    assert "hyp.confidence" in page  # a hypothesis's confidence, shaded when the answer has one
     for option in ("beam_size", "num_hypotheses", "sampling_topk", "seed", "target_prefix",
                    "return_alignments"):
         assert option in page
+
+
+# --- POST /attention: the heatmap's matrix, from the run's Keras model -----------------------
+def attention(url, **fields):
+    return httpx.post(url + "/attention", json=fields, timeout=guards.timeout(30))
+
+
+def test_attention_rows_are_distributions_over_the_source(server, translator):
+    text = "le 4 juillet 1999"
+    translation = translator.translate([text])[0]
+    response = attention(server, q=text, translation=translation, **BODY)
+    assert response.status_code == 200, response.text
+    out = response.json()
+    assert out["translatedText"] == translation and out["truncated"] is False
+    weights = np.array(out["attention"])  # (T, S)
+    assert weights.shape == (len(out["target_tokens"]), len(out["source_tokens"]))
+    assert "".join(out["target_tokens"][:-1]) == translation  # characters, then [END]
+    assert out["source_tokens"][-1] == out["target_tokens"][-1] == "[END]"
+    assert len(out["source_words"]) == weights.shape[1]
+    assert len(out["target_words"]) == weights.shape[0]
+    assert (weights >= 0).all() and np.allclose(weights.sum(axis=1), 1.0, atol=1e-4)
+    # The SavedModel's word alignment is this matrix's hard alignment (each target word's
+    # tokens point at the source word of their most attended source token): the Keras
+    # model's pass and the served graph's agree.
+    src_words, tgt_words = np.array(out["source_words"]), np.array(out["target_words"])
+    in_words = np.where(src_words >= 0, weights, -1.0)
+    pairs = {(int(src_words[in_words[t].argmax()]), int(j)) for t, j in enumerate(tgt_words)
+             if j >= 0}
+    served = post(server, json={"q": text, "return_alignments": True, **BODY}).json()
+    expected = {tuple(map(int, p.split("-"))) for p in
+                served["hypotheses"][0]["alignment"].split()}
+    assert pairs == expected
+
+
+def test_attention_without_a_translation_reads_the_engines(server):
+    text = "3 March 2021"
+    alone = attention(server, q=text, **BODY).json()
+    assert alone["translatedText"] == post(server, json={"q": text, **BODY}).json()[
+        "translatedText"]
+    given = attention(server, q=text, translation=alone["translatedText"]).json()
+    assert given == alone
+
+
+@pytest.mark.parametrize("fields, field", [
+    ({"q": ["3 March 2021"]}, "`q`"), ({"translation": "x"}, "missing q"),
+    ({"q": "x", "translation": 5}, "`translation`"), ({"q": "x", "target": "fr"}, "fr"),
+])
+def test_attention_bad_requests_are_400(server, fields, field):
+    response = attention(server, **fields)
+    assert response.status_code == 400, response.text
+    assert field in response.json()["error"]
+
+
+def test_attention_without_a_keras_model_is_501(artefact, engine, server, tmp_path):
+    """No run directory known, or one without trained weights: 501, /health says so (the
+    page then hides its heatmap), and translation goes on."""
+    shutil.copy(os.path.join(EXPORTED, "run", "config.json"), tmp_path / "config.json")
+    for run_dir, reason in ((None, "run directory it was exported from is unknown"),
+                            (str(tmp_path), "model.keras")):
+        with served(dataclasses.replace(artefact, run_dir=run_dir), engine) as (url, _):
+            assert health(url)["attention"] is False
+            response = attention(url, q="3 March 2021", **BODY)
+            assert response.status_code == 501, response.text
+            assert reason in response.json()["error"]
+            good(url)
+    assert health(server)["attention"] is True  # exported/ holds its run: model.keras
 
 
 # --- format=html -----------------------------------------------------------------------------

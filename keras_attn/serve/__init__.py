@@ -14,6 +14,8 @@ Modules, one job each:
   bounded queue and timeouts.
 * :mod:`.limits`: API keys and requests a minute.
 * :mod:`.api`: LibreTranslate's ``/translate`` fields and answer.
+* :mod:`.attention`: ``POST /attention``, the web page's heatmap: the cross-attention of a
+  translation, from the Keras model of the run behind the artefact (when it is there).
 * :mod:`.app`: the Starlette application. :mod:`.server`: uvicorn and the replicas.
 
 Example:

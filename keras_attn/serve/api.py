@@ -189,6 +189,31 @@ def parse_fields(fields, languages, form=False):
                             decoding, hypotheses, api_key)
 
 
+def parse_attention_fields(fields, languages):
+    """Check the fields of a ``POST /attention`` body: ``q`` (one string), ``translation``
+    (a string; absent: the engine's greedy translation), and ``source`` / ``target`` when
+    given (as ``/translate`` reads them).
+
+    Returns:
+        ``(text, translation or None)``.
+    """
+    text = fields.get("q")
+    if text is None or text == "":
+        raise bad_request("Invalid request: missing q parameter")
+    if not isinstance(text, str):
+        raise bad_request(f"Invalid request: `q` must be one string (a heatmap is one "
+                          f"sentence's). Received: q={text!r}")
+    allowed = {"source": (languages[0], "auto"), "target": (languages[1],)}
+    for name, codes in allowed.items():
+        value = fields.get(name)
+        if value not in (None, "") and _string(name, value) not in codes:
+            raise bad_request(f"{value} is not supported")
+    translation = fields.get("translation")
+    if translation is not None:
+        translation = _string("translation", translation)
+    return text, translation
+
+
 def answer(request, results, source_code):
     """The JSON answer of a translated :class:`TranslateRequest` (module docstring).
 

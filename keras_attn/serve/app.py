@@ -1,10 +1,13 @@
 """The Starlette application: LibreTranslate's API over the batcher.
 
 Routes: ``POST /translate`` (:mod:`keras_attn.serve.api`), ``GET /languages``,
-``GET /health``, and ``GET /``: a web page (``static/index.html``: paste text, choose the
-decoding options, read the translation and the n-best list with scores; hovering a word
-highlights the words it is aligned with) that calls ``POST /translate`` as any client.
-Every error is LibreTranslate's ``{"error": "..."}``:
+``GET /health``, ``POST /attention`` (``q`` and optionally its ``translation``: the
+cross-attention matrix, :mod:`keras_attn.serve.attention`), and ``GET /``: a web page
+(``static/index.html``: paste text, choose the decoding options, read the translation and
+the n-best list with scores, shaded by each hypothesis's ``confidence`` when the artefact
+gives one; hovering a word highlights the words it is aligned with; the cross-attention
+heatmap of each sentence when ``/health`` says ``"attention": true``) that calls the API as
+any client. Every error is LibreTranslate's ``{"error": "..."}``:
 
 =======  ==================================================================================
 status   when
@@ -13,6 +16,7 @@ status   when
 403      an ``api_key`` that is not in ``--api-keys``
 413      a body over ``--max-body-bytes``
 429      a client over ``--req-limit`` (or its key's limit) requests a minute
+501      ``POST /attention`` where no Keras model is behind the artefact (the message says why)
 503      ``--queue-size`` requests waiting already (with ``Retry-After``, seconds)
 504      no answer within ``--timeout`` seconds
 =======  ==================================================================================
@@ -39,7 +43,9 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Route
 
+from keras_attn.decoding.options import DecodingOptions
 from keras_attn.serve import api, engines, markup
+from keras_attn.serve.attention import Attention
 from keras_attn.serve.batcher import Batcher, QueueFull
 from keras_attn.serve.limits import RateLimiter
 
@@ -126,6 +132,7 @@ def create_app(artefact, replicas, settings=None):
     batcher = Batcher(replicas, settings.max_batch, settings.batch_wait_ms, settings.queue_size)
     limiter = RateLimiter(settings.req_limit, settings.api_keys)
     languages = (artefact.source[0], artefact.target[0])
+    heatmaps = Attention(artefact)
 
     def access_check(fields, client):
         key = fields.get("api_key") or None
@@ -138,33 +145,56 @@ def create_app(artefact, replicas, settings=None):
             limit = limiter.limit_of(key if settings.api_keys is not None else None)
             raise api.ApiError(429, f"Slowdown: {limit} per 1 minute")
 
+    async def checked_fields(request):
+        """The request's fields, within the body limit, from a client that may ask."""
+        body = await _read_body(request, settings.max_body_bytes)
+        fields, form = await _fields(request, body)
+        access_check(fields, request.client.host if request.client else "")
+        return fields, form
+
     async def translate(request):
+        fields, form = await checked_fields(request)
+        req = api.parse_fields(fields, languages, form)
         try:
-            body = await _read_body(request, settings.max_body_bytes)
-            fields, form = await _fields(request, body)
-            access_check(fields, request.client.host if request.client else "")
-            req = api.parse_fields(fields, languages, form)
+            engines.check_options(artefact, req.options)
+        except ValueError as e:
+            raise api.bad_request(f"Invalid request: {e}") from None
+        if req.format == "html":
+            results = await markup.translate_html(
+                batcher, req, settings.timeout, alignments=artefact.engine == "savedmodel")
+        else:
+            results = await batcher.submit(req.texts, req.options, settings.timeout)
+        return JSONResponse(api.answer(req, results, artefact.source[0]))
+
+    async def attention(request):
+        fields, _ = await checked_fields(request)
+        if heatmaps.unavailable is not None:
+            raise api.ApiError(501, f"Cannot compute attention: {heatmaps.unavailable}")
+        text, translation = api.parse_attention_fields(fields, languages)
+        if translation is None:  # the engine's greedy translation, as /translate gives it
+            results = await batcher.submit([text], DecodingOptions(), settings.timeout)
+            translation = results[0][0]["translation"]
+        out = await asyncio.wait_for(asyncio.wrap_future(heatmaps.submit(text, translation)),
+                                     settings.timeout)
+        return JSONResponse({"translatedText": translation, **out})
+
+    def libretranslate_errors(handler):
+        """``handler``, its failures answered with LibreTranslate's ``{"error": ...}``."""
+        async def guarded(request):
             try:
-                engines.check_options(artefact, req.options)
-            except ValueError as e:
-                raise api.bad_request(f"Invalid request: {e}") from None
-            if req.format == "html":
-                results = await markup.translate_html(
-                    batcher, req, settings.timeout,
-                    alignments=artefact.engine == "savedmodel")
-            else:
-                results = await batcher.submit(req.texts, req.options, settings.timeout)
-            return JSONResponse(api.answer(req, results, artefact.source[0]))
-        except api.ApiError as e:
-            return _error(e.status, e.message, e.headers)
-        except QueueFull as e:
-            return _error(503, f"Server busy: {e}", {"Retry-After": str(e.retry_after)})
-        except asyncio.TimeoutError:
-            return _error(504, f"Translation timed out after {settings.timeout:g} s")
-        except ValueError as e:  # the engine refused the options
-            return _error(400, f"Invalid request: {e}")
-        except Exception as e:  # noqa: BLE001  (LibreTranslate's 500)
-            return _error(500, f"Cannot translate text: {e}")
+                return await handler(request)
+            except api.ApiError as e:
+                return _error(e.status, e.message, e.headers)
+            except QueueFull as e:
+                return _error(503, f"Server busy: {e}", {"Retry-After": str(e.retry_after)})
+            except asyncio.TimeoutError:
+                return _error(504, f"Translation timed out after {settings.timeout:g} s")
+            except ValueError as e:  # the engine refused the options
+                return _error(400, f"Invalid request: {e}")
+            except Exception as e:  # noqa: BLE001  (LibreTranslate's 500)
+                return _error(500, f"Cannot translate text: {e}")
+
+        return guarded
 
     async def languages_route(request):
         (code, name), (target, _) = artefact.source, artefact.target
@@ -177,7 +207,8 @@ def create_app(artefact, replicas, settings=None):
     async def health(request):
         return JSONResponse({"status": "ok", "engine": artefact.engine,
                              "replicas": replicas.size, "waiting": batcher.waiting,
-                             "in_flight": batcher.in_flight, **batcher.stats})
+                             "in_flight": batcher.in_flight,
+                             "attention": heatmaps.unavailable is None, **batcher.stats})
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -187,10 +218,12 @@ def create_app(artefact, replicas, settings=None):
         finally:
             await batcher.stop()
             await asyncio.get_running_loop().run_in_executor(None, replicas.close)
+            await asyncio.get_running_loop().run_in_executor(None, heatmaps.close)
 
     app = Starlette(
         routes=[Route("/", page, methods=["GET"]),
-                Route("/translate", translate, methods=["POST"]),
+                Route("/translate", libretranslate_errors(translate), methods=["POST"]),
+                Route("/attention", libretranslate_errors(attention), methods=["POST"]),
                 Route("/languages", languages_route, methods=["GET", "POST"]),
                 Route("/health", health, methods=["GET"])],
         middleware=[Middleware(CORSMiddleware, allow_origins=["*"],
@@ -199,4 +232,5 @@ def create_app(artefact, replicas, settings=None):
         lifespan=lifespan)
     app.state.batcher = batcher
     app.state.settings = settings
+    app.state.attention = heatmaps
     return app

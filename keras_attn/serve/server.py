@@ -69,8 +69,14 @@ def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
     pool = make_replicas(artefact, default_replicas() if replicas is None else replicas,
                          threads, log)
     app = create_app(artefact, pool, settings)
+    heatmaps = app.state.attention
+    if heatmaps.unavailable is None:
+        heatmaps.preload()  # the run's Keras model, for POST /attention (in the background)
+        log(f"attention heatmaps from the Keras model of {heatmaps.run_dir}")
+    else:
+        log(f"POST /attention answers 501: {heatmaps.unavailable}")
     log(f"serving {artefact.source[0]} -> {artefact.target[0]} on http://{host}:{port}/ "
-        f"(POST /translate, GET /languages, GET /health)")
+        f"(POST /translate, GET /languages, GET /health, POST /attention)")
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning",
         timeout_graceful_shutdown=settings.timeout + 5 if graceful_s is None else graceful_s)
