@@ -43,13 +43,16 @@ setup(
         # tests; ctranslate2: the CTranslate2 export tests; keras-hub: the benchmark suite's
         # references; tensorflow-serving-api: the gRPC client tests; httpx: Starlette's
         # TestClient; libretranslatepy: the published LibreTranslate client the serve tests
-        # drive. All must run, not skip.
+        # drive; selenium: the web page's test in headless Chromium (tests/test_browser.py,
+        # with Debian's chromium and chromium-driver: CI's browser pass installs them and
+        # runs it). All must run, not skip.
         # torch==2.13.0 is met by 2.13.0+cpu, which the README's test command installs from
         # PyTorch's CPU index first (from PyPI alone it is the CUDA build); jax[cpu] is the
         # CPU build.
         "test": ["pytest>=7", "pytest-xdist>=3.2", "hypothesis>=6", "torch==2.13.0",
                  "jax[cpu]>=0.8", "ctranslate2>=4.5,<5", "keras-hub",
-                 "tensorflow-serving-api==2.21.*", "httpx", "libretranslatepy"],
+                 "tensorflow-serving-api==2.21.*", "httpx", "libretranslatepy",
+                 "selenium>=4.11"],
         "ctranslate2": ["ctranslate2>=4.5,<5"],
         # pysbd: benchmarks/segmentation.py's reference on the English Golden Rules.
         "bench": ["keras-hub", "pysbd"],
