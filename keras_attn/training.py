@@ -20,26 +20,12 @@ from keras_attn.distribute import (DistributedFitModel, ReplicaMeanMaskedCrossen
                                    make_strategy, worker_info)
 from keras_attn.evaluation import evaluate
 from keras_attn.config import TrainConfig, format_duration
+from keras_attn.data import load_splits  # noqa: F401 (training.load_splits: a public name)
 from keras_attn.models import build_model
 
 # The options live in keras_attn.config (no TensorFlow) and the builder in
 # keras_attn.models; both are read here too (training.TASK_DEFAULTS, training.build_model).
 TASK_DEFAULTS = keras_attn.config.TASK_DEFAULTS
-
-
-def load_splits(config, log=print):
-    """``{"train", "valid", "test"}`` lists of (source, target) pairs, plus references."""
-    if config.task == "dates":
-        splits = data.dates_splits(config.num_train, config.num_valid, config.num_test,
-                                   seed=config.seed)
-        refs = None
-    elif config.task == "tatoeba":
-        splits, refs = data.tatoeba_splits(config.data, num_valid=config.num_valid,
-                                      max_pairs=config.num_train or None, seed=config.seed,
-                                      normalize=config.tokenizer == "wordpiece", log=log)
-    else:
-        raise ValueError(f"`task` must be 'dates' or 'tatoeba'. Received: task={config.task!r}")
-    return splits, refs
 
 
 def _tokenizers(config, splits, run_paths, log=print):
@@ -320,6 +306,14 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
                             normalize=config.tokenizer == "wordpiece")
     metrics = evaluate(translator, splits["test"], config.task, refs)
     metrics["train_seconds"] = round(train_seconds, 1)
+    if splits["valid"]:
+        # The confidence of every artefact: a calibrator fitted on the validation split.
+        from keras_attn.calibration import calibrate
+
+        calibrator = calibrate(translator, splits["valid"], config.task, seed=config.seed,
+                               log=log)
+        calibrator.save(p["calibration"])
+        metrics["calibration"] = calibrator.report
     if config.time_budget:
         metrics["budget"] = {**chosen, "time_budget": config.time_budget,
                              "train_until": round(clock.train_seconds, 1),

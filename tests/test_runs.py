@@ -179,7 +179,7 @@ LAYOUT = {  # name -> path inside the run directory (the module docstring's layo
     "src_model": "src.model", "tgt_model": "tgt.model", "backup": "backup",
     "best": os.path.join("checkpoints", "best.weights.h5"), "logs": "logs",
     "csv": "training_log.csv", "model": "model.keras", "metrics": "metrics.json",
-    "export": "export", "budget": "budget.json",
+    "export": "export", "budget": "budget.json", "calibration": "calibration.json",
 }
 
 

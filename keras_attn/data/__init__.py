@@ -25,5 +25,22 @@ from keras_attn.data.tatoeba import (D2L_FRA_ENG_URL, SHARED_CORPUS, LoadReport,
                                      load_tatoeba_references, tatoeba_splits)
 
 __all__ = ["DATE_FORMATS", "D2L_FRA_ENG_URL", "LoadReport", "dates_splits", "generate_dates",
-           "load_tatoeba", "load_tatoeba_references", "make_dataset", "prepare_source",
+           "load_splits", "load_tatoeba", "load_tatoeba_references", "make_dataset", "prepare_source",
            "prepare_target", "resolve_data", "SHARED_CORPUS", "tatoeba_splits"]
+
+
+def load_splits(config, log=print):
+    """A run's ``{"train", "valid", "test"}`` lists of (source, target) pairs and the test
+    split's references (Tatoeba with dev.txt: every translation of each source; else None),
+    from its :class:`keras_attn.config.TrainConfig`."""
+    if config.task == "dates":
+        splits = dates_splits(config.num_train, config.num_valid, config.num_test,
+                              seed=config.seed)
+        refs = None
+    elif config.task == "tatoeba":
+        splits, refs = tatoeba_splits(config.data, num_valid=config.num_valid,
+                                      max_pairs=config.num_train or None, seed=config.seed,
+                                      normalize=config.tokenizer == "wordpiece", log=log)
+    else:
+        raise ValueError(f"`task` must be 'dates' or 'tatoeba'. Received: task={config.task!r}")
+    return splits, refs

@@ -17,6 +17,9 @@ module            holds
                   call, the banned ids), the encoder's output, the source checks
 ``rng``           the counter-based random numbers of sampling (the same bits everywhere)
 ``options``       :class:`DecodingOptions`, every per-request option, checked
+``repetition``    the repetition controls every step's logits go through
+``confidence``    a hypothesis's features (its tokens' log-probabilities, lengths, source)
+                  and the :class:`Calibrator` that makes them a probability of acceptable
 ================  ===========================================================================
 
 A new decoding feature goes where its job is: a way of choosing tokens is a ``Sampler``
@@ -39,6 +42,7 @@ Keras nor TensorFlow (the TFLite runtime checks options with it).
 from keras_attn import lazy
 
 _NAMES = {
+    "confidence": ("Calibrator", "hypothesis_features"),
     "options": ("DecodingOptions",),
     "rng": ("uniform",),
     "samplers": ("BeamSampler", "GreedySampler", "RandomSampler", "Sampler", "take_beams"),

@@ -1,0 +1,124 @@
+"""Fitting a run's confidence calibrator on its validation split.
+
+At the end of training (and with ``keras-attn calibrate RUN_DIR`` for a run trained before
+calibrators existed) the trained translator decodes every validation source as a request
+that names no option would (:meth:`Translator.decode_ids`), each hypothesis is labelled
+acceptable or not (:func:`acceptable`), and a :class:`keras_attn.decoding.confidence.Calibrator`
+is fitted to the hypotheses' features and saved as ``calibration.json`` in the run
+directory, where ``Translator.from_run_dir`` and every export read it.
+
+The validation split holds only the inputs the model was trained for. So that input it
+was never trained for (markup, code, a sentence given to the dates model) is not trusted,
+the fit also sees :data:`NOISE_SHARE` times as many sources drawn at random from the
+source vocabulary, labelled unacceptable: no translation of a random string is right.
+
+Example:
+    >>> cal = calibrate_run("runs/dates")
+    >>> cal.report["valid_auroc"], cal.report["valid_ece"]
+"""
+import collections
+import time
+
+import numpy as np
+
+from keras_attn import runs
+from keras_attn.decoding.confidence import (ACCEPTABLE_CHRF, auroc, expected_calibration_error,
+                                            fit)
+from keras_attn.special_tokens import END_ID
+
+NOISE_SHARE = 0.5  # random-vocabulary sources, as a share of the validation sources
+FIRST_WORD_ID = 4  # ids below are [PAD], [UNK], [START], [END]
+
+
+def acceptable(task, hypotheses, references):
+    """Per hypothesis 1.0 when acceptable: the dates task, equal to a reference; text, a
+    sentence chrF (sacrebleu) of at least :data:`ACCEPTABLE_CHRF` against its references.
+    ``references``: per hypothesis a list of strings."""
+    if task == "dates":
+        return np.array([h in refs for h, refs in zip(hypotheses, references)], "float64")
+    import sacrebleu
+
+    return np.array([sacrebleu.sentence_chrf(h, list(refs)).score >= ACCEPTABLE_CHRF
+                     for h, refs in zip(hypotheses, references)], "float64")
+
+
+def grouped(pairs):
+    """Unique sources of (source, target) pairs, in order, and each one's targets."""
+    refs = collections.OrderedDict()
+    for source, target in pairs:
+        refs.setdefault(source, []).append(target)
+    return list(refs), list(refs.values())
+
+
+def _hypotheses(translator, source_ids, batch_size):
+    """The default decoding's best hypothesis of each source row: strings and features."""
+    opts = translator.defaults()
+    texts, feats = [], []
+    for i in range(0, len(source_ids), batch_size):
+        out = translator.decode_ids(source_ids[i: i + batch_size], opts)
+        tokens = out["tokens"][:, 0]
+        tokens = tokens[:, : max(int(out["lengths"].max(initial=0)), 1)]
+        texts += [s.decode("utf-8", errors="replace")
+                  for s in translator.tgt_tokenizer.detokenize(tokens).numpy()]
+        feats.append(out["features"][:, 0])
+    return texts, np.concatenate(feats) if feats else np.zeros((0, 0), "float32")
+
+
+def noise_sources(lengths, vocab_size, seed=0):
+    """int32 ``(N, max(lengths) + 1)``: per length a row of that many ids drawn uniformly
+    from the source vocabulary's words (no special token), then ``[END]``, 0-padded."""
+    rng = np.random.default_rng(seed)
+    rows = np.zeros((len(lengths), int(max(lengths, default=0)) + 1), "int32")
+    for r, n in enumerate(lengths):
+        rows[r, :n] = rng.integers(FIRST_WORD_ID, vocab_size, size=n)
+        rows[r, n] = END_ID
+    return rows
+
+
+def calibrate(translator, pairs, task, seed=0, batch_size=256, log=print):
+    """Fit a calibrator to ``translator``'s hypotheses for the sources of ``pairs`` (the
+    validation split: (source, target) pairs, a source's several targets all references)
+    and to random-vocabulary sources (module docstring). Returns the
+    :class:`~keras_attn.decoding.confidence.Calibrator`, its ``report`` filled."""
+    t0 = time.time()
+    sources, references = grouped(pairs)
+    if not sources:
+        raise ValueError("cannot calibrate on an empty validation split")
+    source_ids = np.asarray(translator.encode(sources), "int32")
+    hyps, x = _hypotheses(translator, source_ids, batch_size)
+    y = acceptable(task, hyps, references)
+    lengths = np.sum(source_ids != 0, axis=1) - 1
+    count = int(round(NOISE_SHARE * len(sources)))
+    noise = noise_sources(np.random.default_rng(seed + 1).choice(lengths, count),
+                          len(translator.src_tokenizer.vocab), seed)
+    _, x_noise = _hypotheses(translator, noise, batch_size)
+    calibrator = fit(np.r_[x, x_noise], np.r_[y, np.zeros(len(x_noise))])
+    confidence = np.asarray(calibrator(x))
+    ece, _ = expected_calibration_error(confidence, y)
+    calibrator.report = {
+        "calibrated": True, "task": task,
+        "acceptable": "exact match" if task == "dates" else f"sentence chrF >= {ACCEPTABLE_CHRF:g}",
+        "num_valid": len(sources), "num_noise": count,
+        "valid_acceptable_share": round(float(y.mean()), 4),
+        "valid_auroc": round(auroc(confidence, y), 4), "valid_ece": round(ece, 4),
+        "seconds": round(time.time() - t0, 1)}
+    log("calibration: " + ", ".join(f"{k} {v}" for k, v in calibrator.report.items()
+                                    if k not in ("calibrated", "task")))
+    return calibrator
+
+
+def calibrate_run(run_dir, log=print, batch_size=256):
+    """Fit the calibrator of a trained run on its validation split and save it as
+    ``calibration.json`` (:func:`calibrate`); returns it."""
+    from keras_attn.config import TrainConfig
+    from keras_attn.data import load_splits
+    from keras_attn.translator import Translator
+
+    p = runs.paths(run_dir)
+    config = TrainConfig.from_dict(runs.read_json(p["config"]))
+    translator = Translator.from_run_dir(run_dir, calibrated=False)  # fitted anew
+    splits, _ = load_splits(config, log=log)
+    calibrator = calibrate(translator, splits["valid"], config.task, seed=config.seed,
+                           batch_size=batch_size, log=log)
+    calibrator.save(p["calibration"])
+    return calibrator

@@ -1,0 +1,221 @@
+"""Confidence: the calibrated probability that a hypothesis is acceptable.
+
+The model's own signals about one hypothesis, read from one teacher-forced pass
+(:func:`keras_attn.decoding.score`: every token's log-probability) and from the source ids,
+become the :data:`FEATURES` of :func:`features`; a :class:`Calibrator` (a logistic
+regression fitted on the validation split at the end of training,
+:mod:`keras_attn.calibration`) maps them to a probability in [0, 1]. The features need
+only the tokens' log-probabilities, the lengths and the source ids, so every artefact
+computes them alike: the Translator and the exported graphs with :func:`features`,
+CTranslate2 from its ``score_batch``.
+
+"Acceptable" is what the calibration data calls so: for the dates task the exact answer,
+for text a sentence chrF of at least 50 against the references.
+
+Example:
+    >>> cal = Calibrator.load("runs/dates/calibration.json")
+    >>> out = score(model, source, tokens)  # keras_attn.decoding.score
+    >>> cal(features(out["token_log_probs"], out["lengths"], source))  # (B,) in [0, 1]
+"""
+import dataclasses
+import json
+import math
+
+import numpy as np
+from keras import ops
+
+from keras_attn.special_tokens import PAD_ID, UNK_ID
+
+# What a calibrator reads, per hypothesis (n target tokens with [END], s source tokens
+# without [END]):
+FEATURES = (
+    "mean_log_prob",      # mean log-probability of the target tokens
+    "min_log_prob",       # the least likely token's
+    "log_length_ratio",   # log(n / (s + 1))
+    "unknown_share",      # share of source tokens that are [UNK]
+    "log_source_length",  # log(s + 1)
+    "unsure_share",       # share of target tokens with probability below 1/2
+)
+ACCEPTABLE_CHRF = 50.0  # text: a hypothesis with sentence chrF >= 50 counts as acceptable
+
+
+def features(token_log_probs, lengths, source):
+    """float32 ``(B, len(FEATURES))`` (:data:`FEATURES`).
+
+    Args:
+        token_log_probs: float ``(B, T)``, each target token's log-probability, 0 after
+            the ``lengths[b]`` tokens (``[END]`` the last of them).
+        lengths: int ``(B,)``, target tokens with ``[END]`` (at least 1).
+        source: int ``(B, S)`` source ids with ``[END]``, 0-padded (the rows the model read).
+    """
+    lp = ops.cast(token_log_probs, "float32")
+    n = ops.maximum(ops.cast(lengths, "int32"), 1)
+    kept = ops.less(ops.expand_dims(ops.arange(ops.shape(lp)[1], dtype="int32"), 0),
+                    ops.expand_dims(n, 1))
+    nf = ops.cast(n, "float32")
+    mean = ops.sum(ops.where(kept, lp, 0.0), axis=1) / nf
+    low = ops.min(ops.where(kept, lp, 0.0), axis=1)
+    unsure = ops.sum(ops.cast(ops.logical_and(kept, ops.less(lp, math.log(0.5))), "float32"),
+                     axis=1) / nf
+    source = ops.cast(source, "int32")
+    s = ops.maximum(ops.sum(ops.cast(ops.not_equal(source, PAD_ID), "float32"), axis=1) - 1.0,
+                    0.0)
+    unknown = ops.sum(ops.cast(ops.equal(source, UNK_ID), "float32"), axis=1) / ops.maximum(
+        s, 1.0)
+    return ops.stack([mean, low, ops.log(nf / (s + 1.0)), unknown, ops.log(s + 1.0), unsure],
+                     axis=1)
+
+
+@dataclasses.dataclass
+class Calibrator:
+    """``confidence = sigmoid(w . (x - mean) / scale + bias)`` over :data:`FEATURES` ``x``.
+
+    Args:
+        mean, scale: per feature, the standardisation of the fit.
+        weights: per feature. bias: float.
+        report: what the fit measured (its data and scores), kept with the weights.
+
+    ``Calibrator.uncalibrated()`` (no fit: the geometric mean of the tokens' probabilities,
+    ``exp(mean_log_prob)``) stands in where a run has no calibration yet.
+    """
+    mean: list
+    scale: list
+    weights: list
+    bias: float
+    report: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def uncalibrated(cls):
+        """``exp(mean_log_prob)``: a probability, but not a calibrated one."""
+        return cls([0.0] * len(FEATURES), [1.0] * len(FEATURES), [0.0] * len(FEATURES), 0.0,
+                   {"calibrated": False})
+
+    @property
+    def calibrated(self):
+        return self.report.get("calibrated", True)
+
+    def __call__(self, x):
+        """Confidences ``(B,)`` float32 in [0, 1] for features ``x`` ``(B, F)``."""
+        x = ops.cast(x, "float32")
+        if not self.calibrated:
+            return ops.exp(x[:, 0])
+        z = (x - np.asarray(self.mean, "float32")) / np.asarray(self.scale, "float32")
+        return ops.sigmoid(ops.sum(z * np.asarray(self.weights, "float32"), axis=1)
+                           + np.float32(self.bias))
+
+    def to_dict(self):
+        return {"features": list(FEATURES), **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d):
+        if list(d.get("features", [])) != list(FEATURES):
+            raise ValueError(f"a calibrator of features {d.get('features')} cannot read this "
+                             f"version's {list(FEATURES)}: calibrate the run again "
+                             "(keras-attn calibrate RUN_DIR)")
+        return cls(d["mean"], d["scale"], d["weights"], d["bias"], d.get("report", {}))
+
+    def save(self, path):
+        from keras_attn import runs
+
+        runs.write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path):
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))
+
+
+def fit(x, y, sample_weight=None, l2=1e-2, iterations=50):
+    """A :class:`Calibrator` fitted by L2-regularised logistic regression (Newton's method,
+    deterministic) to features ``x`` ``(N, F)`` and labels ``y`` ``(N,)`` (1 = acceptable).
+
+    Example:
+        >>> cal = fit(x, y)
+        >>> cal(x)  # the fitted probabilities
+    """
+    x = np.asarray(x, "float64")
+    y = np.asarray(y, "float64")
+    if x.ndim != 2 or x.shape[1] != len(FEATURES) or len(y) != len(x):
+        raise ValueError(f"`x` must have shape (N, {len(FEATURES)}) and `y` shape (N,). "
+                         f"Received: x {x.shape}, y {y.shape}")
+    if not len(y):
+        raise ValueError("cannot fit a calibrator to no examples")
+    w = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, "float64")
+    mean, scale = x.mean(0), x.std(0)
+    scale = np.where(scale > 1e-6, scale, 1.0)  # a constant feature gets no weight
+    z = np.c_[(x - mean) / scale, np.ones(len(x))]
+    ridge = l2 * np.diag(np.r_[np.ones(z.shape[1] - 1), 0.0])  # the bias is not shrunk
+    beta = np.zeros(z.shape[1])
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-z @ beta))
+        grad = z.T @ (w * (p - y)) + ridge @ beta
+        hessian = (z * (w * p * (1 - p))[:, None]).T @ z + ridge
+        step = np.linalg.solve(hessian, grad)
+        beta -= step
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    return Calibrator(mean.tolist(), scale.tolist(), beta[:-1].tolist(), float(beta[-1]))
+
+
+def auroc(confidence, acceptable):
+    """Area under the ROC curve of ``confidence`` telling acceptable (1) from not (0): the
+    chance that an acceptable hypothesis gets the higher confidence (ties count half);
+    NaN when one class is empty."""
+    p, y = np.asarray(confidence, "float64"), np.asarray(acceptable).astype(bool)
+    pos, neg = p[y], p[~y]
+    if not len(pos) or not len(neg):
+        return float("nan")
+    order = np.argsort(np.r_[pos, neg], kind="mergesort")
+    ranks = np.empty(len(order))
+    values = np.r_[pos, neg][order]
+    # Average ranks over ties (Mann-Whitney U).
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[i]:
+            j += 1
+        ranks[order[i: j + 1]] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2.0)
+                 / (len(pos) * len(neg)))
+
+
+def expected_calibration_error(confidence, acceptable, bins=10):
+    """ECE over ``bins`` equal-width bins: sum over bins of (share of hypotheses) x
+    |mean confidence - share acceptable|; and the per-bin table ``[(low, high, count,
+    mean confidence, share acceptable)]`` of a reliability diagram."""
+    p, y = np.asarray(confidence, "float64"), np.asarray(acceptable, "float64")
+    index = np.minimum((p * bins).astype(int), bins - 1)
+    total, table = 0.0, []
+    for b in range(bins):
+        m = index == b
+        if m.any():
+            total += m.mean() * abs(p[m].mean() - y[m].mean())
+            table.append((b / bins, (b + 1) / bins, int(m.sum()), float(p[m].mean()),
+                          float(y[m].mean())))
+    return float(total), table
+
+
+def hypothesis_features(model, source, tokens, start_id, end_id, encoded=None):
+    """:func:`features` ``(B * N, F)`` of hypotheses, from one teacher-forced pass over them
+    (:func:`keras_attn.decoding.score`).
+
+    Args:
+        model: from ``keras_attn.models``. source: int ``(B, S)``.
+        tokens: int ``(B * N, T)``, N hypotheses per source row together, each ending with
+            ``end_id`` then 0 (as the searches return them).
+        start_id, end_id: the target vocabulary's ``[START]`` and ``[END]``.
+        encoded: :func:`keras_attn.decoding.encode` ``(model, source)``, if computed.
+    """
+    import keras
+
+    from keras_attn.decoding.search import encode, score
+
+    source = ops.cast(source, "int32")
+    if encoded is None:
+        encoded = encode(model, source)
+    n = ops.shape(tokens)[0] // ops.maximum(ops.shape(source)[0], 1)  # 0 rows: n = 0
+    source = ops.repeat(source, n, axis=0)
+    encoded = keras.tree.map_structure(lambda t: ops.repeat(t, n, axis=0), encoded)
+    out = score(model, source, tokens, start_id, end_id, 0.0, encoded)
+    return features(out["token_log_probs"], out["lengths"], source)
