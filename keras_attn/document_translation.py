@@ -36,7 +36,8 @@ def translate_documents(texts, translate, num_hypotheses=1, cut=None, too_long=N
     Returns:
         Per text, ``num_hypotheses`` dicts: ``"translation"`` (hypothesis ``h`` of every
         sentence, joined with the input's whitespace), ``"score"`` (the sentences' scores
-        summed), ``"truncated"`` (a sentence was read only in part), ``"sentences"`` (per
+        summed), ``"confidence"`` (the lowest of the sentences', when the sentence
+        translator gives one), ``"truncated"`` (a sentence was read only in part), ``"sentences"`` (per
         sentence the dict of its hypothesis ``h``, with its ``"source"``). A text with no
         sentence translates to its own whitespace, score 0.
     """
@@ -71,13 +72,23 @@ def translate_documents(texts, translate, num_hypotheses=1, cut=None, too_long=N
                     parts.append({"source": sentences[k], "cut": True, "truncated": False,
                                   "translation": join([p["translation"] for p in hyps],
                                                       pieces[k].separators),
-                                  "score": sum(p["score"] for p in hyps)})
+                                  "score": sum(p["score"] for p in hyps),
+                                  **_lowest_confidence(hyps)})
             doc.append({"translation": join([p["translation"] for p in parts], seps),
                         "score": float(sum(p["score"] for p in parts)),
+                        **_lowest_confidence(parts),
                         "truncated": any(p["truncated"] for p in parts), "sentences": parts})
         results.append(doc)
         start += count
     return results
+
+
+def _lowest_confidence(hyps):
+    """``{"confidence": the lowest of hyps'}`` (1.0 for none: nothing to get wrong), or {}
+    when the sentence translator gives no confidence."""
+    if any("confidence" not in h for h in hyps):
+        return {}
+    return {"confidence": float(min((h["confidence"] for h in hyps), default=1.0))}
 
 
 def one_sentence(hyp):
@@ -89,4 +100,5 @@ def one_sentence(hyp):
     (only,) = hyp["sentences"]
     return {**{k: v for k, v in only.items() if k != "source"},
             "translation": hyp["translation"], "score": hyp["score"],
+            **({"confidence": hyp["confidence"]} if "confidence" in hyp else {}),
             "truncated": hyp["truncated"]}

@@ -18,6 +18,7 @@ from keras_attn import (alignment, data, decoding, document_translation, documen
                         models, runs, subword, text)
 from keras_attn.config import TrainConfig
 from keras_attn.decoding import repetition
+from keras_attn.decoding.confidence import Calibrator, features, hypothesis_features
 from keras_attn.decoding.options import (CONTROLS, LENGTH_PENALTY, OPTIONS, DecodingOptions,
                                          control_defaults)
 
@@ -48,9 +49,13 @@ class Translator:
         max_len: most tokens per source (longer inputs are truncated) and per output.
         normalize: apply D2L's text normalisation to inputs (WordPiece runs; a
             SentencePiece model normalises in its own ops).
+        calibrator: the :class:`keras_attn.decoding.confidence.Calibrator` that turns a
+            hypothesis's signals into its ``confidence`` (``from_run_dir`` loads the run's
+            ``calibration.json``); None: ``Calibrator.uncalibrated()``.
     """
 
-    def __init__(self, model, src_tokenizer, tgt_tokenizer, max_len=64, normalize=False):
+    def __init__(self, model, src_tokenizer, tgt_tokenizer, max_len=64, normalize=False,
+                 calibrator=None):
         self.model = model
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
@@ -63,10 +68,22 @@ class Translator:
         # A sentence longer than the model reads: read in part and reported ("truncated",
         # as every artefact does), or with split_long cut at clause boundaries first.
         self.split_long = False
+        self.calibrator = calibrator
+
+    @property
+    def calibrator(self):
+        return self._calibrator
+
+    @calibrator.setter
+    def calibrator(self, value):
+        # Applied to the features the traced functions return: no retracing.
+        self._calibrator = Calibrator.uncalibrated() if value is None else value
 
     @classmethod
-    def from_run_dir(cls, run_dir):
-        """Load ``model.keras`` (or the best checkpoint) and the vocabularies of a run."""
+    def from_run_dir(cls, run_dir, calibrated=True):
+        """Load ``model.keras`` (or the best checkpoint), the vocabularies and the confidence
+        calibrator (``calibration.json``; ``calibrated=False`` or none yet: uncalibrated)
+        of a run."""
         p = runs.paths(run_dir)
         if not os.path.exists(p["config"]):
             raise FileNotFoundError(f"{run_dir!r} is not a run directory (no config.json)")
@@ -82,8 +99,10 @@ class Translator:
                 f"{run_dir!r} has no trained weights yet (neither model.keras nor "
                 "checkpoints/best.weights.h5): finish or resume the training first")
         src_tok, tgt_tok = subword.run_tokenizers(run_dir)
+        calibrator = (Calibrator.load(p["calibration"])
+                      if calibrated and os.path.exists(p["calibration"]) else None)
         return cls(model, src_tok, tgt_tok, config["max_len"],
-                   TrainConfig.from_dict(config).tokenizer == "wordpiece")
+                   TrainConfig.from_dict(config).tokenizer == "wordpiece", calibrator)
 
     def encode(self, sentences):
         """Token ids ``(B, S)`` int32 for a list of strings (``[END]`` appended, truncated)."""
@@ -153,7 +172,12 @@ class Translator:
                                       prefix if with_prefix else None)
                 codes = self._alignment_codes(source, out) if opts.return_alignments \
                     else out["lengths"]
-                return out["tokens"], out["lengths"], out["scores"], codes
+                shape = keras.ops.shape(out["tokens"])  # (B, N, T)
+                signals = hypothesis_features(
+                    self.model, source, keras.ops.reshape(out["tokens"], (-1, shape[2])),
+                    text.START_ID, text.END_ID)
+                return (out["tokens"], out["lengths"], out["scores"], codes,
+                        keras.ops.reshape(signals, (shape[0], shape[1], -1)))
             spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)]
             spec += [tf.TensorSpec([], OPTIONS[name].dtype) for name in TENSOR_OPTIONS]
             self._decoders[key] = _traced(fn, spec)
@@ -201,26 +225,42 @@ class Translator:
         return [documents.cut_long(s, limit, count) if n > limit else None
                 for s, n in zip(sentences, self.source_lengths(sentences))]
 
+    def decode_ids(self, source, opts, prefix=None):
+        """Decode source ids ``(B, S)`` with resolved :class:`DecodingOptions` (``prefix``:
+        target ids ``(B, P)``): numpy ``tokens (B, N, T)``, ``lengths``, ``scores (B, N)``,
+        alignment ``codes`` and the confidence ``features`` ``(B, N, F)`` of each
+        hypothesis (:func:`keras_attn.decoding.confidence.features`)."""
+        source = np.asarray(source, "int32")
+        prefix = np.zeros((len(source), 0), "int32") if prefix is None else prefix
+        fn = self._options_decoder(opts, prefix.shape[1] > 0)
+        values = [np.dtype(OPTIONS[name].dtype).type(getattr(opts, name))
+                  for name in TENSOR_OPTIONS]
+        names = ("tokens", "lengths", "scores", "codes", "features")
+        return dict(zip(names, (keras.ops.convert_to_numpy(t)
+                                for t in fn(source, prefix, *values))))
+
     def _translate_sentences(self, sentences, batch_size, opts, prefix):
-        """Per sentence ``num_hypotheses`` dicts (translation, score[, alignment])."""
+        """Per sentence ``num_hypotheses`` dicts (translation, score, confidence[,
+        alignment])."""
         results = []
         for i in range(0, len(sentences), batch_size):
             chunk = sentences[i: i + batch_size]
-            source = np.asarray(self.encode(chunk), "int32")
-            fn = self._options_decoder(opts, prefix.shape[1] > 0)
-            values = [np.dtype(OPTIONS[name].dtype).type(getattr(opts, name))
-                      for name in TENSOR_OPTIONS]
-            tokens, lengths, scores, codes = (keras.ops.convert_to_numpy(t) for t in fn(
-                source, np.repeat(prefix, len(chunk), axis=0), *values))
+            out = self.decode_ids(self.encode(chunk), opts,
+                                  np.repeat(prefix, len(chunk), axis=0))
+            tokens, lengths = out["tokens"], out["lengths"]
             n = tokens.shape[1]
             flat = tokens.reshape(len(chunk) * n, -1)[:, : max(int(lengths.max(initial=0)), 1)]
             decoded = self.tgt_tokenizer.detokenize(flat).numpy().reshape(len(chunk), n)
+            confidences = keras.ops.convert_to_numpy(self.calibrator(
+                out["features"].reshape(len(chunk) * n, -1))).reshape(len(chunk), n)
             for row in range(len(chunk)):
                 hyps = [{"translation": decoded[row, h].decode("utf-8", errors="replace"),
-                         "score": float(scores[row, h])} for h in range(n)]
+                         "score": float(out["scores"][row, h]),
+                         "confidence": float(confidences[row, h])} for h in range(n)]
                 if opts.return_alignments:
                     for h, hyp in enumerate(hyps):
-                        hyp["alignment"] = alignment.to_pharaoh(codes[row, h], self.max_len)
+                        hyp["alignment"] = alignment.to_pharaoh(out["codes"][row, h],
+                                                                self.max_len)
                 results.append(hyps)
         return results
 
@@ -235,10 +275,12 @@ class Translator:
         set it is cut at clause boundaries first (:meth:`cut_long`: ``"cut": True``).
 
         Returns, per text, a list of ``num_hypotheses`` dicts ``{"translation": str,
-        "score": float}``, best first for beam search (score: summed log-probability divided
-        by the GNMT length penalty; greedy and sampling: the summed log-probability; a
-        text of several sentences: their scores summed, and ``"sentences"``, the
-        hypothesis's dict of each sentence with its ``"source"``). With ``target_prefix``,
+        "score": float, "confidence": float}``, best first for beam search (score: summed
+        log-probability divided by the GNMT length penalty; greedy and sampling: the summed
+        log-probability; confidence: the calibrated probability that the hypothesis is
+        acceptable, :attr:`calibrator`; a text of several sentences: their scores summed,
+        its confidence their lowest, and ``"sentences"``, the hypothesis's dict of each
+        sentence with its ``"source"``). With ``target_prefix``,
         every sentence's translation starts with the prefix's tokens and their
         log-probabilities are not in the score. With ``return_alignments=True`` each
         sentence's dict (a one-sentence text's own) also has ``"alignment"``: Pharaoh
@@ -310,11 +352,41 @@ class Translator:
             def fn(source, target, length_penalty):
                 out = decoding.score(self.model, source, target, text.START_ID, text.END_ID,
                                      length_penalty)
-                return out["token_log_probs"], out["log_prob"], out["score"], out["lengths"]
+                signals = features(out["token_log_probs"], out["lengths"], source)
+                return (out["token_log_probs"], out["log_prob"], out["score"], out["lengths"],
+                        signals)
             spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32),
                     tf.TensorSpec([], tf.float32)]
             self._decoders["score"] = _traced(fn, spec)
         return self._decoders["score"]
+
+    def _words(self, target, per_token):
+        """Per row of target ids ``(B, T)`` its words and their confidence, Bergamot's
+        word-level form: ``[(word, mean log-probability of its tokens)]``
+        (:func:`keras_attn.alignment.word_positions` groups the tokens)."""
+        if self._word_tables is None:
+            self._word_tables = (alignment.word_tables(self.src_tokenizer),
+                                 alignment.word_tables(self.tgt_tokenizer))
+        positions = keras.ops.convert_to_numpy(
+            alignment.word_positions(target, self._word_tables[1]))
+        out = []
+        for row in range(len(target)):
+            groups = {}
+            for t, w in enumerate(positions[row]):
+                if w >= 0:
+                    groups.setdefault(int(w), []).append(t)
+            if not groups:
+                out.append([])
+                continue
+            longest = max(len(g) for g in groups.values())
+            ids = np.zeros((len(groups), longest), "int32")
+            for k, g in enumerate(groups.values()):
+                ids[k, : len(g)] = target[row, g]
+            texts = self.tgt_tokenizer.detokenize(ids).numpy()
+            out.append([(w.decode("utf-8", errors="replace"),
+                         float(np.mean(per_token[row, g])))
+                        for w, g in zip(texts, groups.values())])
+        return out
 
     def score(self, sources, targets, batch_size=128, length_penalty=None):
         """Score given translations (forced decoding; CTranslate2's ``score_batch``).
@@ -338,7 +410,10 @@ class Translator:
             last), ``token_ids``, ``token_log_probs`` (one float per token), ``log_prob``
             (their sum), ``score`` (``log_prob / ((5 + n) / 6) ** length_penalty``, n =
             tokens with ``[END]``) and ``truncated`` (the target had more than ``max_len
-            - 1`` tokens and was cut: its score is that of the cut target).
+            - 1`` tokens and was cut: its score is that of the cut target) and
+            ``confidence`` (:attr:`calibrator`; a hypothesis of :meth:`translate_nbest` gets
+            the confidence it had there), and ``words``: per target word ``(word, mean
+            log-probability of its tokens)``, Bergamot's word-level confidence.
 
         Raises:
             ValueError: ``sources`` and ``targets`` of different lengths, an item that is
@@ -356,13 +431,17 @@ class Translator:
             source = np.asarray(self.encode(sources[i: i + batch_size]), "int32")
             target, truncated = self.encode_targets(targets[i: i + batch_size])
             target = np.asarray(target, "int32")
-            per_token, log_prob, scores, lengths = (keras.ops.convert_to_numpy(t) for t in
-                                                    self._scorer()(source, target,
-                                                                   np.float32(alpha)))
+            per_token, log_prob, scores, lengths, signals = (
+                keras.ops.convert_to_numpy(t)
+                for t in self._scorer()(source, target, np.float32(alpha)))
+            confidence = keras.ops.convert_to_numpy(self.calibrator(signals))
+            words = self._words(target, per_token)
             for row in range(len(source)):
                 ids = target[row, : lengths[row]].tolist()
                 results.append({"tokens": [vocab[t] for t in ids], "token_ids": ids,
                                 "token_log_probs": per_token[row, : lengths[row]].tolist(),
+                                "words": words[row],
                                 "log_prob": float(log_prob[row]), "score": float(scores[row]),
+                                "confidence": float(confidence[row]),
                                 "truncated": bool(truncated[row])})
         return results

@@ -33,8 +33,11 @@ CARD = """# Model card: keras_attn default dates translator
 - **Training**: Adam (0.9, 0.98, 1e-9), Noam schedule (warmup {warmup}), label smoothing
   {label_smoothing}, batch {batch_size}, {epochs} epochs, {train_seconds} s on the machine that made it.
 - **Results (test split, greedy)**: exact match {exact_match:.2%} on {num_sentences} dates.
+- **Confidence**: every translation's calibrated probability of being exactly right, from a
+  logistic calibrator fitted on the validation split (`run/calibration.json`,
+  docs/confidence.md); inputs that are not dates get a confidence near 0.
 - **Artefacts**: SavedModel `saved_model/translator/1` (signatures `serving_default`:
-  strings -> strings + scores, `translate_ids`), TFLite `tflite/text_*.tflite` (one file,
+  strings -> strings + scores + confidences, `translate`, `score`, `translate_ids`), TFLite `tflite/text_*.tflite` (one file,
   strings in, strings out) and `tflite/builtin_*/` (encoder + one-step decoder, builtin ops
   only). See `README.md` here for serving and `export_report.json` for ops and sizes.
 - **Limits**: inputs outside the formats above (other languages, month-first numeric dates,
@@ -56,7 +59,7 @@ def _copy_run(run_dir, out):
     if os.path.exists(out) and os.path.samefile(run_dir, out):
         return  # re-exporting the committed run itself: it is already minimal
     os.makedirs(out, exist_ok=True)
-    for key in ("config", "src_vocab", "tgt_vocab", "metrics"):
+    for key in ("config", "src_vocab", "tgt_vocab", "metrics", "calibration"):
         shutil.copyfile(src[key], dst[key])
     model = training.build_model(runs.read_json(src["config"]))
     model.set_weights(keras.models.load_model(src["model"], compile=False).get_weights())

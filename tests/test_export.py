@@ -113,7 +113,8 @@ def test_export_run_layout_and_report(exported, translator):
     assert sm["signatures"]["serving_default"] == {
         "method": "tensorflow/serving/predict",
         "inputs": {"text": {"dtype": "string", "shape": [-1]}},
-        "outputs": {"score": {"dtype": "float32", "shape": [-1]},
+        "outputs": {"confidence": {"dtype": "float32", "shape": [-1]},
+                    "score": {"dtype": "float32", "shape": [-1]},
                     "translation": {"dtype": "string", "shape": [-1]},
                     "truncated": {"dtype": "bool", "shape": [-1]}}}
     assert sm["signatures"]["translate_ids"]["inputs"] == {
@@ -167,7 +168,8 @@ def test_saved_model_in_fresh_process_matches_translator(run, exported, referenc
     assert out["translation"][:n] == reference
     assert out["truncated"] == [False] * n + [False, False, True, False]
     assert np.all(np.isfinite(out["score"]))
-    assert out["empty"] == {"score": [0], "translation": [0], "truncated": [0]}
+    assert out["empty"] == {"confidence": [0], "score": [0], "translation": [0],
+                            "truncated": [0]}
     assert len(out["translation"]) == len(raw)
 
 
@@ -211,7 +213,7 @@ def test_saved_model_robust_inputs(loaded, case):
 def test_saved_model_empty_batch(loaded):
     out = loaded.signatures["serving_default"](text=tf.zeros([0], tf.string))
     assert {k: tuple(v.shape) for k, v in out.items()} == {
-        "translation": (0,), "score": (0,), "truncated": (0,)}
+        "translation": (0,), "score": (0,), "confidence": (0,), "truncated": (0,)}
 
 
 # --- TFLite ---------------------------------------------------------------------------------

@@ -192,7 +192,7 @@ def test_translator_score_result(committed):
     assert len(out) == 1
     result = out[0]
     assert set(result) == {"tokens", "token_ids", "token_log_probs", "log_prob", "score",
-                           "truncated"}
+                           "confidence", "words", "truncated"}
     vocab = committed.tgt_tokenizer.vocab
     assert result["tokens"] == [vocab[i] for i in result["token_ids"]]
     assert result["tokens"][-1] == "[END]" and len(result["tokens"]) == 11

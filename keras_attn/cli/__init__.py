@@ -5,8 +5,10 @@ Examples::
     keras-attn train                                  # dates task, defaults, ./runs/dates
     keras-attn train --task tatoeba --data ../shared/data/fra-eng --output runs/fra
     keras-attn translate runs/dates "3 March 2021"    # or lines on stdin
+    keras-attn translate runs/dates "3 March 2021" "<b>Hi</b>" --confidence  # 0.98, 0.00
     keras-attn evaluate runs/dates --split test
     keras-attn score runs/dates --source "3 March 2021" --target 2021-03-03   # or TSV stdin
+    keras-attn calibrate runs/dates                   # the confidence's calibrator, again
     keras-attn export runs/dates
     keras-attn export runs/dates --format ctranslate2 --quantization int8
     keras-attn serve exported --port 5000             # LibreTranslate's API over HTTP
@@ -16,7 +18,8 @@ The parser imports neither TensorFlow nor Keras (the options and their defaults 
 TensorFlow's C++ log lines are hidden unless ``--verbose`` is given or
 ``TF_CPP_MIN_LOG_LEVEL`` is set; long work draws a progress bar when stderr is a terminal.
 
-One module per command: :mod:`.train`, :mod:`.export`, :mod:`.score` and :mod:`.serve`, each with
+One module per command: :mod:`.train`, :mod:`.export`, :mod:`.score`, :mod:`.serve` and
+:mod:`.calibrate`, each with
 ``add_parser(subparsers)`` and ``run(args)``, and :mod:`.decode` for the two decoding
 commands (``add_parsers(subparsers)`` returns both parsers; ``run_translate``,
 ``run_evaluate``); :data:`COMMANDS` maps each name to its ``run``. :mod:`.console` holds
@@ -28,14 +31,14 @@ import argparse
 import sys
 import time
 
-from keras_attn.cli import decode, export, score, serve, train
+from keras_attn.cli import calibrate, decode, export, score, serve, train
 from keras_attn.cli.console import add_verbose, progress_bar, quiet_tensorflow
 
 __all__ = ["main", "build_parser", "progress_bar", "COMMANDS"]
 
 COMMANDS = {"train": train.run, "translate": decode.run_translate,
             "evaluate": decode.run_evaluate, "export": export.run, "score": score.run,
-            "serve": serve.run}
+            "serve": serve.run, "calibrate": calibrate.run}
 
 
 def _parsers():
@@ -48,6 +51,7 @@ def _parsers():
     commands["export"] = export.add_parser(sub)
     commands["score"] = score.add_parser(sub)
     commands["serve"] = serve.add_parser(sub)
+    commands["calibrate"] = calibrate.add_parser(sub)
     return parser, commands
 
 

@@ -58,6 +58,10 @@ def add_parsers(sub):
                    help="beams of the beam search; 1 is greedy decoding (default: %(default)s)")
     p.add_argument("--alpha", type=float, default=LENGTH_PENALTY,
                    help="length penalty of the beam search (default: %(default)s)")
+    p.add_argument("--confidence", action="store_true",
+                   help="print each translation's confidence first (the calibrated "
+                        "probability that it is acceptable), a tab, then the translation "
+                        "(default: off)")
     add_option_flags(p)
     add_verbose(p, argparse.SUPPRESS)
     p = evaluate = sub.add_parser(
@@ -92,6 +96,12 @@ def run_translate(args):
         return 0
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
     options = option_values(args)
+    if args.confidence:
+        options.setdefault("length_penalty", args.alpha)
+        for hyps in translator.translate_nbest(sentences, beam_size=args.beam_size, **options):
+            for hyp in hyps:
+                print(f"{hyp['confidence']:.4f}\t{hyp['translation']}")
+        return 0
     if not options:  # one line per sentence
         for line in translator.translate(sentences, beam_size=args.beam_size, alpha=args.alpha,
                                          progress=progress_bar("translating")):

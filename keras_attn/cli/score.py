@@ -14,9 +14,9 @@ def add_parser(sub):
                     "the summed log-probability, the length-normalised score beam search "
                     "ranks by, and each target token's log-probability. Pairs are "
                     "SOURCE<TAB>TARGET lines on stdin, or one pair from --source and "
-                    "--target. Prints per pair: log_prob<TAB>score<TAB>the per-token "
-                    "log-probabilities (space-separated, [END]'s last), or JSON lines "
-                    "with --json.")
+                    "--target. Prints per pair: log_prob<TAB>score<TAB>confidence<TAB>the "
+                    "per-token log-probabilities (space-separated, [END]'s last), or JSON "
+                    "lines with --json.")
     p.add_argument("run_dir", help="run directory (from keras-attn train)")
     p.add_argument("--source", default=None,
                    help="the source sentence, with --target (default: none, pairs from stdin)")
@@ -26,7 +26,8 @@ def add_parser(sub):
                    help="GNMT length penalty alpha of the score (default: 0.6)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per pair: source, target, tokens, token_ids, "
-                        "token_log_probs, log_prob, score, truncated (default: off)")
+                        "token_log_probs, log_prob, score, confidence, truncated "
+                        "(default: off)")
     add_verbose(p, argparse.SUPPRESS)
     return p
 
@@ -64,5 +65,6 @@ def run(args):
                              ensure_ascii=False))
         else:
             per_token = " ".join(f"{p:.4f}" for p in result["token_log_probs"])
-            print(f"{result['log_prob']:.4f}\t{result['score']:.4f}\t{per_token}")
+            print(f"{result['log_prob']:.4f}\t{result['score']:.4f}\t"
+                  f"{result['confidence']:.4f}\t{per_token}")
     return 0

@@ -65,6 +65,12 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
                                       request_signature=request_signature)
                    for q in quantizations]
                   + [TFLiteBuiltinExporter(q, overwrite=overwrite) for q in quantizations])
+    if not os.path.exists(runs.paths(run_dir)["calibration"]):
+        # A run trained before calibrators existed: fit its calibrator first, so that
+        # every artefact's confidence is calibrated (keras_attn.calibration).
+        from keras_attn.calibration import calibrate_run
+
+        calibrate_run(run_dir, log=lambda *a: None)
     translator = Translator.from_run_dir(run_dir)
     parts = as_parts(translator)
     tflite = [e for e in candidates if e.supports(parts) is None]

@@ -30,12 +30,14 @@ DEFAULT_SAMPLES = ("3 March 2021", "1999-07-04", "le 4 juillet 1999")
 
 @dataclasses.dataclass
 class Parts:
-    """What an export needs: model, tokenizers, length limit, input normalisation."""
+    """What an export needs: model, tokenizers, length limit, input normalisation, and the
+    confidence calibrator (None: ``Calibrator.uncalibrated()``)."""
     model: object
     src_tokenizer: object
     tgt_tokenizer: object
     max_len: int
     normalize: bool = False
+    calibrator: object = None
 
 
 def as_parts(translator_or_parts, max_len=None):
@@ -49,10 +51,11 @@ def as_parts(translator_or_parts, max_len=None):
             raise ValueError(f"`translator_or_parts` lacks {sorted(missing)}. "
                              f"Received keys: {sorted(obj)}")
         parts = Parts(obj["model"], obj["src_tokenizer"], obj["tgt_tokenizer"],
-                      obj.get("max_len") or max_len, bool(obj.get("normalize", False)))
+                      obj.get("max_len") or max_len, bool(obj.get("normalize", False)),
+                      obj.get("calibrator"))
     elif all(hasattr(obj, a) for a in ("model", "src_tokenizer", "tgt_tokenizer", "max_len")):
         parts = Parts(obj.model, obj.src_tokenizer, obj.tgt_tokenizer, obj.max_len,
-                      bool(getattr(obj, "normalize", False)))
+                      bool(getattr(obj, "normalize", False)), getattr(obj, "calibrator", None))
     else:
         raise ValueError("`translator_or_parts` must be a keras_attn Translator, an "
                          f"export.Parts or a dict. Received: {type(obj).__name__}")

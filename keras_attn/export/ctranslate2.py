@@ -123,6 +123,8 @@ class CTranslate2Exporter(Exporter):
                                  for k, v in converter.options.items()},
                 "max_len": parts.max_len, "normalize_input": bool(parts.normalize),
                 "decoding": decoding_options(parts.max_len),
+                # The confidence calibrator (keras_attn.decoding.confidence), as in the graphs.
+                "calibration": parts.calibrator.to_dict() if parts.calibrator else None,
                 "tokenizers": {"src": next(n for n in tokenizers if n.startswith("src")),
                                "tgt": next(n for n in tokenizers if n.startswith("tgt"))}}
         runs.write_json(os.path.join(path, METADATA), meta)  # what CTranslate2Translator reads
@@ -132,7 +134,7 @@ class CTranslate2Exporter(Exporter):
         from keras_attn.translator import Translator
 
         translator = Translator(parts.model, parts.src_tokenizer, parts.tgt_tokenizer,
-                                parts.max_len, parts.normalize)
+                                parts.max_len, parts.normalize, parts.calibrator)
         return {"samples": compare(translator, CTranslate2Translator(path), samples)}
 
     def finish(self, path, report):
@@ -170,6 +172,10 @@ def export_ctranslate2(run_dir, export_dir=None, quantization="float32", overwri
     from keras_attn.translator import Translator
 
     exporter = CTranslate2Exporter(quantization, overwrite)
+    if not os.path.exists(runs.paths(run_dir)["calibration"]):  # as export_all_targets
+        from keras_attn.calibration import calibrate_run
+
+        calibrate_run(run_dir, log=lambda *a: None)
     translator = Translator.from_run_dir(run_dir)
     path = os.path.abspath(export_dir or default_dir(run_dir, quantization))
     log(f"exporting {run_dir} -> {path} (CTranslate2, {quantization})")

@@ -24,6 +24,7 @@ from keras_attn.export.ct2_converter import ct2_vocab
 import ctranslate2
 
 from keras_attn import runs, subword, text
+from keras_attn.decoding.confidence import Calibrator, features
 from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
 
 METADATA = "keras_attn.json"  # what the exporter writes beside the model, read here
@@ -78,6 +79,10 @@ class CTranslate2Translator:
         self.src_tokens = ct2_vocab(self.src_tokenizer.vocab)
         self.tgt_tokens = ct2_vocab(self.tgt_tokenizer.vocab)
         self.tgt_ids = {t: i for i, t in enumerate(self.tgt_tokens)}
+        self.src_ids = {t: i for i, t in enumerate(self.src_tokens)}
+        # The export's confidence calibrator (the graphs' own), or uncalibrated without one.
+        self.calibrator = (Calibrator.from_dict(meta["calibration"])
+                           if meta.get("calibration") else Calibrator.uncalibrated())
         self.controls = dict(control_defaults(self.tgt_tokenizer))  # as Translator's
         self.split_long = False  # as Translator's: long sentences truncated and reported
         self.translator = ctranslate2.Translator(
@@ -212,8 +217,9 @@ class CTranslate2Translator:
         model reads is cut at a clause boundary.
 
         Returns, per text, a list of ``num_hypotheses`` dicts ``{"translation": str,
-        "score": float}``, best first (beam: summed log-probability / GNMT penalty; greedy:
-        the summed log-probability; several sentences: summed, with ``"sentences"``). With
+        "score": float, "confidence": float}``, best first (beam: summed log-probability /
+        GNMT penalty; greedy: the summed log-probability; confidence: :meth:`confidences`;
+        several sentences: scores summed, the lowest confidence, with ``"sentences"``). With
         ``target_prefix`` every sentence's translation starts with the prefix's tokens and
         their log-probabilities are not in the score.
 
@@ -261,12 +267,35 @@ class CTranslate2Translator:
 
         results = []
         for i in range(0, len(sentences), batch_size):
-            nbest = self.decode_nbest(self.encode(sentences[i: i + batch_size]), opts, prefix)
+            tokens = self.encode(sentences[i: i + batch_size])
+            nbest = self.decode_nbest(tokens, opts, prefix)
             flat = [ids for hyps in nbest for ids, _ in hyps]
             decoded = iter(self.tgt_tokenizer.detokenize(tf.constant(_pad(flat))).numpy())
+            confidences = iter(self.confidences(
+                [t for t, hyps in zip(tokens, nbest) for _ in hyps],
+                [[self.tgt_tokens[j] for j in ids if j != text.END_ID] for ids in flat]))
             results.extend([{"translation": next(decoded).decode("utf-8", errors="replace"),
-                             "score": score} for _, score in hyps] for hyps in nbest)
+                             "score": score, "confidence": next(confidences)}
+                            for _, score in hyps] for hyps in nbest)
         return results
+
+    def confidences(self, sources, targets, scored=None):
+        """The confidence of each target (token strings, no ``</s>``) for its source (token
+        strings): ``score_batch``'s log-probabilities (``scored``, if already computed) read
+        as ``keras_attn.decoding.confidence.features``, then the export's calibrator."""
+        import keras
+
+        if not sources:
+            return []
+        if scored is None:
+            scored = self.translator.score_batch(sources, targets, max_input_length=0)
+        log_probs = [list(r.log_probs) for r in scored]
+        padded = np.zeros((len(log_probs), max(len(p) for p in log_probs)), np.float32)
+        for b, row in enumerate(log_probs):
+            padded[b, : len(row)] = row
+        source = _pad([[self.src_ids[t] for t in row] + [text.END_ID] for row in sources])
+        x = features(padded, np.array([len(p) for p in log_probs], np.int32), source)
+        return [float(c) for c in keras.ops.convert_to_numpy(self.calibrator(x))]
 
     def target_tokens(self, targets):
         """Target token strings per translation (CTranslate2's vocabulary; no ``</s>``:
@@ -287,7 +316,7 @@ class CTranslate2Translator:
         as ``Translator.score``: the same dict per pair (``tokens`` in our target
         vocabulary's spelling, ``[END]`` last, ``token_ids``, ``token_log_probs``,
         ``log_prob``, ``score`` = ``log_prob / ((5 + n) / 6) ** length_penalty``,
-        ``truncated``).
+        ``confidence``, ``truncated``).
 
         Raises:
             ValueError: ``sources`` and ``targets`` of different lengths, an item that is
@@ -300,16 +329,17 @@ class CTranslate2Translator:
         for i in range(0, len(sources), batch_size):
             target, truncated = self.target_tokens(targets[i: i + batch_size])
             # max_input_length=0: our own cuts above and in encode, none of CTranslate2's.
-            scored = self.translator.score_batch(self.encode(sources[i: i + batch_size]),
-                                                 target, max_input_length=0)
-            for result, cut in zip(scored, truncated):
+            source = self.encode(sources[i: i + batch_size])
+            scored = self.translator.score_batch(source, target, max_input_length=0)
+            confidences = self.confidences(source, target, scored)
+            for result, cut, confidence in zip(scored, truncated, confidences):
                 ids = [self.tgt_ids[t] for t in result.tokens]  # ..., "</s>"
                 log_probs = [float(p) for p in result.log_probs]
                 total = float(np.sum(np.asarray(log_probs, np.float32)))
                 out.append({"tokens": [vocab[t] for t in ids], "token_ids": ids,
                             "token_log_probs": log_probs, "log_prob": total,
                             "score": total / ((5.0 + len(ids)) / 6.0) ** alpha,
-                            "truncated": cut})
+                            "confidence": confidence, "truncated": cut})
         return out
 
     def translate(self, sentences, beam_size=1, alpha=LENGTH_PENALTY, batch_size=128, **options):

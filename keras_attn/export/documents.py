@@ -139,3 +139,10 @@ def join_nbest(translations, row_splits, separators):
                      sep_piece)
     joined = tf.strings.reduce_join(tf.RaggedTensor.from_row_lengths(piece, lengths), axis=1)
     return tf.reshape(joined, tf.stack([batch, n]))
+
+
+def lowest(values):
+    """float32 ``(B,)``: each row's lowest value of ragged ``(B, None)`` ``values``, 1.0 for a
+    row without any (a text of no sentence: nothing to get wrong); the confidence of a
+    document. ``(B, None, N)`` -> ``(B, N)`` alike."""
+    return tf.minimum(tf.reduce_min(values, axis=1), 1.0)

@@ -24,6 +24,7 @@ and on TensorFlow's fast path a concat or ``tensor_scatter_nd_update``,
 import tensorflow as tf
 
 from keras_attn import fastpath, text
+from keras_attn.decoding.confidence import Calibrator
 from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
 from keras_attn.export.base import check_beam
 from keras_attn.export import request
@@ -97,6 +98,8 @@ class TranslatorModule(tf.Module):
         self.for_tflite = bool(for_tflite)
         # The repetition controls' defaults for this target vocabulary (DecodingOptions).
         self.controls = dict(control_defaults(parts.tgt_tokenizer))
+        # Its weights become constants of the graphs (keras_attn.decoding.confidence).
+        self._calibrator = _Untracked(parts.calibrator or Calibrator.uncalibrated())
         self.text_ops = resolve_text_ops(text_ops, parts, for_tflite)
         if self.text_ops == "core":
             self.src_tokenizer = CoreCharTokenizer(parts.src_tokenizer)
@@ -132,6 +135,18 @@ class TranslatorModule(tf.Module):
     @property
     def model(self):
         return self._keras.value
+
+    @property
+    def calibrator(self):
+        return self._calibrator.value
+
+    def confidence(self, source, tokens, encoded=None):
+        """Confidences float32 ``(B * N,)`` of hypotheses ``tokens`` ``(B * N, T)`` of
+        ``source`` ``(B, S)``: one teacher-forced pass, the calibrator in the graph."""
+        from keras_attn.decoding.confidence import hypothesis_features
+
+        return self.calibrator(hypothesis_features(self.model, source, tokens, text.START_ID,
+                                                   text.END_ID, encoded))
 
     def track_variables(self, concrete_functions):
         """Make the variables the traced functions read part of the SavedModel."""
@@ -211,10 +226,12 @@ class TranslatorModule(tf.Module):
         per_text = {k: sentences.with_flat_values(v) for k, v in out.items()}
         return {"translation": documents.join_tensor(per_text["translation"], separators),
                 "score": tf.reduce_sum(per_text["score"], axis=1),
+                "confidence": documents.lowest(per_text["confidence"]),
                 "truncated": tf.reduce_any(per_text["truncated"], axis=1)}
 
     def _serve_sentences(self, strings):
-        """Sentences ``(B,)`` -> ``translation``, ``score``, ``truncated`` ``(B,)``."""
+        """Sentences ``(B,)`` -> ``translation``, ``score``, ``confidence``, ``truncated``
+        ``(B,)``."""
         batch = tf.shape(strings)[0]
         source, truncated = self.encode_text(strings)
         if self.for_tflite:
@@ -222,12 +239,15 @@ class TranslatorModule(tf.Module):
             # them fails): decode one padding row instead and return none of it.
             source = tf.pad(source, [[0, tf.maximum(1 - batch, 0)], [0, 0]])
         tokens, _, score = self.decode(source)
+        confidence = self.confidence(source, tokens)
         if self.for_tflite:  # no regex repair (Flex); identity in character mode anyway
             translation = self.tgt_tokenizer.detokenize_tflite(tokens)
-            translation, score, truncated = (t[:batch] for t in (translation, score, truncated))
+            translation, score, confidence, truncated = (
+                t[:batch] for t in (translation, score, confidence, truncated))
         else:
             translation = self.tgt_tokenizer.detokenize(tokens)
-        return {"translation": translation, "score": score, "truncated": truncated}
+        return {"translation": translation, "score": score, "confidence": confidence,
+                "truncated": truncated}
 
     def _translate(self, text, *options):
         """The ``translate`` signature: ``text`` then every option in
@@ -239,10 +259,12 @@ class TranslatorModule(tf.Module):
         string ``(B, T)`` (the target vocabulary's pieces, ``[END]`` last, "" after),
         ``token_ids`` int32 and ``token_log_probs`` float32 ``(B, T)`` (0 after ``[END]``),
         ``log_prob``, ``score`` float32 ``(B,)`` (GNMT-normalised with the export's
-        ``alpha``), ``lengths`` int32 ``(B,)`` and ``truncated`` bool ``(B,)`` (the target
-        was cut to ``max_len - 1`` tokens): ``Translator.score``'s numbers
-        (:func:`keras_attn.decoding.score`, one teacher-forced pass)."""
+        ``alpha``), ``confidence`` float32 ``(B,)``, ``lengths`` int32 ``(B,)`` and
+        ``truncated`` bool ``(B,)`` (the target was cut to ``max_len - 1`` tokens):
+        ``Translator.score``'s numbers (:func:`keras_attn.decoding.score`, one
+        teacher-forced pass)."""
         from keras_attn import decoding
+        from keras_attn.decoding.confidence import features
 
         checks = []
         if not self.for_tflite:  # TFLite drops Assert: a mismatch fails in the decoder there
@@ -256,8 +278,10 @@ class TranslatorModule(tf.Module):
                              self.alpha)
         return {"tokens": tf.gather(tf.constant(self._target_pieces.value), target_ids),
                 "token_ids": target_ids, "token_log_probs": out["token_log_probs"],
-                "log_prob": out["log_prob"], "score": out["score"], "lengths": out["lengths"],
-                "truncated": truncated}
+                "log_prob": out["log_prob"], "score": out["score"],
+                "confidence": self.calibrator(features(out["token_log_probs"], out["lengths"],
+                                                       source_ids)),
+                "lengths": out["lengths"], "truncated": truncated}
 
     def _translate_ids(self, source):
         source = tf.cast(source, tf.int32)[:, : self.max_len]

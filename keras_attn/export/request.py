@@ -14,9 +14,10 @@ teacher-forced pass of the decoder over the hypotheses (``decoding.cross_attenti
 Two values stand for the export's own: ``max_length`` 0 (its ``max_len``) and a negative
 ``length_penalty`` (its ``alpha``); a signature has no optional inputs.
 
-Outputs: ``translations`` string ``(B, N)``, ``scores`` float32 ``(B, N)``, ``alignments``
-string ``(B, N)`` (Pharaoh ``i-j`` pairs, ``keras_attn.alignment``; empty unless asked),
-``truncated`` bool ``(B,)``.
+Outputs: ``translations`` string ``(B, N)``, ``scores`` float32 ``(B, N)``, ``confidences``
+float32 ``(B, N)`` (``keras_attn.decoding.confidence``: one more teacher-forced pass, the
+calibrator in the graph), ``alignments`` string ``(B, N)`` (Pharaoh ``i-j`` pairs,
+``keras_attn.alignment``; empty unless asked), ``truncated`` bool ``(B,)``.
 """
 import types
 
@@ -113,7 +114,8 @@ class RequestDecoder:
         is split into sentences in the graph (:mod:`keras_attn.export.documents`), every
         sentence of the request decoded as one batch, and hypothesis ``j`` of a text is
         hypothesis ``j`` of each of its sentences joined with the text's whitespace (its
-        score their sum, its alignments theirs joined by `` | ``, truncated if any was);
+        score their sum, its confidence their lowest, its alignments theirs joined by
+        `` | ``, truncated if any was);
         a TFLite file translates sentences (``keras_attn.export.runtime`` splits)."""
         if self.module.for_tflite:
             return self.translate_sentences(strings, **options)
@@ -127,6 +129,8 @@ class RequestDecoder:
         return {"translations": documents.join_nbest(out["translations"], splits, separators),
                 "scores": tf.reduce_sum(tf.RaggedTensor.from_row_splits(
                     out["scores"], splits), axis=1),
+                "confidences": documents.lowest(tf.RaggedTensor.from_row_splits(
+                    out["confidences"], splits)),
                 "alignments": documents.join_nbest(out["alignments"], splits, " | "),
                 "truncated": tf.reduce_any(tf.RaggedTensor.from_row_splits(
                     out["truncated"], splits), axis=1)}
@@ -189,7 +193,9 @@ class RequestDecoder:
             words = m.tgt_tokenizer.detokenize_tflite(flat)
         else:
             words = m.tgt_tokenizer.detokenize(flat)
+        confidences = tf.reshape(m.confidence(source, flat, encoded), [rows, n])
         out = {"translations": tf.reshape(words, [rows, n]), "scores": scores,
+               "confidences": confidences,
                "alignments": tf.reshape(self._pharaoh(tf.reshape(codes, [rows * n, -1])),
                                         [rows, n]),
                "truncated": truncated}

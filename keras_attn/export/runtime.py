@@ -56,8 +56,9 @@ def run_tflite_text(model, texts, split=True):
 
     Returns:
         dict of numpy arrays ``translation`` (bytes) ``(B,)``, ``score`` float32 ``(B,)``
-        (a text's sentences' scores summed), ``truncated`` bool ``(B,)`` (any sentence cut
-        at the file's ``max_len``).
+        (a text's sentences' scores summed), ``confidence`` float32 ``(B,)`` (its
+        sentences' lowest), ``truncated`` bool ``(B,)`` (any sentence cut at the file's
+        ``max_len``).
     """
     if isinstance(model, (bytes, bytearray)):
         interpreter = text_interpreter(model_content=bytes(model))
@@ -74,6 +75,8 @@ def run_tflite_text(model, texts, split=True):
     return {"translation": np.array([t.encode("utf-8") for t in join_from_tflite(
                 out["translation"], counts, separators)], dtype=object),
             "score": np.array([x.sum() for x in np.split(out["score"], bounds)], np.float32),
+            "confidence": np.array([x.min(initial=1.0) for x in np.split(out["confidence"],
+                                                                          bounds)], np.float32),
             "truncated": np.array([x.any() for x in np.split(out["truncated"], bounds)], bool)}
 
 
@@ -91,7 +94,7 @@ def _run_sentences(runner, texts):
 
 def _empty():
     return {"translation": np.zeros((0,), object), "score": np.zeros((0,), np.float32),
-            "truncated": np.zeros((0,), bool)}
+            "confidence": np.zeros((0,), np.float32), "truncated": np.zeros((0,), bool)}
 
 
 def run_tflite_options(model, texts, **options):
@@ -108,9 +111,10 @@ def run_tflite_options(model, texts, **options):
 
     Returns:
         dict of numpy arrays ``translations`` (bytes) ``(B, N)``, ``scores`` float32
-        ``(B, N)``, ``alignments`` (bytes, empty unless asked) ``(B, N)``, ``truncated``
-        ``(B,)``; a text of several sentences: hypothesis ``j`` of each joined with its
-        whitespace, scores summed, alignments joined by `` | `` (as the SavedModel).
+        ``(B, N)``, ``confidences`` float32 ``(B, N)``, ``alignments`` (bytes, empty unless
+        asked) ``(B, N)``, ``truncated`` ``(B,)``; a text of several sentences: hypothesis
+        ``j`` of each joined with its whitespace, scores summed, confidence the lowest,
+        alignments joined by `` | `` (as the SavedModel).
 
     Example:
         >>> run_tflite_options("exported/tflite/text_float32.tflite", ["3 March 2021"],
@@ -131,6 +135,7 @@ def run_tflite_options(model, texts, **options):
     if len(counts) == 0:
         n = opts.num_hypotheses
         return {"translations": np.zeros((0, n), object), "scores": np.zeros((0, n), np.float32),
+                "confidences": np.zeros((0, n), np.float32),
                 "alignments": np.zeros((0, n), object), "truncated": np.zeros((0,), bool)}
     if len(sentences) == 0:  # the file needs a row: translate "" and keep nothing of it
         out = runner(text=text_array([""]), **inputs)
@@ -146,6 +151,8 @@ def run_tflite_options(model, texts, **options):
     return {"translations": np.array([[c[b].encode("utf-8") for c in columns]
                                       for b in range(len(counts))], dtype=object).reshape(-1, n),
             "scores": np.stack([x.sum(axis=0) for x in np.split(out["scores"], bounds)]),
+            "confidences": np.stack([x.min(axis=0, initial=1.0)
+                                     for x in np.split(out["confidences"], bounds)]),
             "alignments": np.array([[a[b].encode("utf-8") for a in alignments]
                                     for b in range(len(counts))], dtype=object).reshape(-1, n),
             "truncated": np.array([x.any() for x in np.split(out["truncated"], bounds)], bool)}
