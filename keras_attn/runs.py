@@ -12,6 +12,7 @@ Layout of ``RUN_DIR``::
     logs/                TensorBoard logs;  training_log.csv: one row an epoch
     model.keras          the final model (also loadable without keras_attn's source)
     metrics.json         test-split results and sample translations
+    calibration.json     the confidence's calibrator, fitted on the validation split
     export/              SavedModel and TFLite files (``keras-attn export``)
 """
 import json

@@ -21,6 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402  (after the log level, so TensorFlow starts quiet)
 import pytest  # noqa: E402
+import unittest.mock  # noqa: E402
 
 # Every test of these files compares floats (tolerances derived in tests/layer_checks.py).
 KERNEL_FILES = {
@@ -38,10 +39,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.kernels)
 
 
+_TF_SEEDED = []  # TensorFlow's global seed is set once per process (see _seed)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
-    """Seed Python, NumPy and TensorFlow so layer weights and dropout masks repeat."""
-    keras.utils.set_random_seed(0)
+    """Seed Python, NumPy and Keras (its global SeedGenerator: layer weights and dropout
+    masks repeat) before every test; TensorFlow's global seed once per process.
+    ``tf.random.set_seed`` clears TensorFlow's kernel cache, so calling it before every test
+    made every loaded SavedModel optimise its graphs again at its first call (~2 s each);
+    TensorFlow's own random ops are seeded per op from the global seed and a counter."""
+    import tensorflow as tf
+
+    if _TF_SEEDED:
+        with unittest.mock.patch.object(tf.random, "set_seed", lambda seed: None):
+            keras.utils.set_random_seed(0)
+    else:
+        keras.utils.set_random_seed(0)
+        _TF_SEEDED.append(True)
 
 
 TESTS = pathlib.Path(__file__).resolve().parent

@@ -363,3 +363,14 @@ def check_mixed_float16(make_layer, *args, terms, **kwargs):
     assert_close(outputs, reference(*args, **kwargs), terms=terms, dtype="float16",
                  err_msg="mixed_float16 vs float32 with the same weights")
     return outputs
+
+
+def confidence_tolerance(calibrator, log_prob_tolerance):
+    """How far two engines' confidences may differ when their token log-probabilities
+    differ by at most ``log_prob_tolerance``: of the calibrator's features only the mean
+    and the least log-probability move (by at most that much; the lengths and counts are
+    equal), and the sigmoid's slope is at most 1/4 (``keras_attn.decoding.confidence``)."""
+    if not calibrator.calibrated:  # exp(mean log-probability): slope at most 1
+        return log_prob_tolerance
+    moved = sum(abs(calibrator.weights[i]) / calibrator.scale[i] for i in (0, 1))
+    return 0.25 * moved * log_prob_tolerance

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import layer_checks as lc
 from keras_attn import export
 from keras_attn.decoding import DecodingOptions
 from keras_attn.export import runtime
@@ -26,20 +27,25 @@ ENGLISH = ["Thank you!", "I'm hungry.", "Who is it?", "Call me tomorrow.", "It's
            "I'm cold and hungry."]
 
 # Every option, alone and together; the prefix is given per model.
+# Every artefact traces its decoders again per option set (7-9 s each): four sets, which
+# between them use every option, run in the README pass; the others in CI's slow pass.
+_slow = pytest.mark.slow
 OPTIONS = [
     {},
-    dict(beam_size=4, num_hypotheses=3),
-    dict(beam_size=3, num_hypotheses=3, length_penalty=1.5),
-    dict(max_length=5),
-    dict(target_prefix="PREFIX"),
-    dict(beam_size=3, num_hypotheses=2, target_prefix="PREFIX"),
+    pytest.param(dict(beam_size=4, num_hypotheses=3), marks=_slow),
+    pytest.param(dict(beam_size=3, num_hypotheses=3, length_penalty=1.5), marks=_slow),
+    pytest.param(dict(max_length=5), marks=_slow),
+    pytest.param(dict(target_prefix="PREFIX"), marks=_slow),
+    pytest.param(dict(beam_size=3, num_hypotheses=2, target_prefix="PREFIX"), marks=_slow),
     dict(sampling_topk=5, sampling_temperature=1.5, beam_size=2, num_hypotheses=2, seed=7),
-    dict(sampling_topk=40, sampling_topp=0.8, seed=3),
-    dict(return_alignments=True),
-    dict(beam_size=2, num_hypotheses=2, return_alignments=True, target_prefix="PREFIX"),
+    pytest.param(dict(sampling_topk=40, sampling_topp=0.8, seed=3), marks=_slow),
+    pytest.param(dict(return_alignments=True), marks=_slow),
+    dict(beam_size=2, num_hypotheses=2, return_alignments=True, target_prefix="PREFIX",
+         length_penalty=1.5, max_length=9),
     # The repetition controls on, whatever the model's defaults (off for the dates model).
     dict(repetition_penalty=1.5, no_repeat_ngram_size=2, max_length_factor=0.8),
-    dict(beam_size=3, num_hypotheses=2, repetition_penalty=1.3, no_repeat_ngram_size=3),
+    pytest.param(dict(beam_size=3, num_hypotheses=2, repetition_penalty=1.3,
+                      no_repeat_ngram_size=3), marks=_slow),
 ]
 BAD = [
     (dict(beam_size=0), "beam_size"),
@@ -66,19 +72,25 @@ def saved_model_translate(signature, texts, **options):
 
 
 def as_lists(out):
-    """``{"translations", "scores", "alignments"}`` arrays -> per-sentence hypotheses."""
-    return [[{"translation": t.decode("utf-8"), "score": float(s), "alignment": a.decode()}
-             for t, s, a in zip(*row)]
-            for row in zip(out["translations"], out["scores"], out["alignments"])]
+    """``{"translations", "scores", "confidences", "alignments"}`` arrays -> per-sentence
+    hypotheses."""
+    return [[{"translation": t.decode("utf-8"), "score": float(s), "confidence": float(c),
+              "alignment": a.decode()} for t, s, c, a in zip(*row)]
+            for row in zip(out["translations"], out["scores"], out["confidences"],
+                           out["alignments"])]
 
 
-def check_equal(expected, got, what):
+def check_equal(expected, got, what, confidence_tolerance=None):
     assert len(got) == len(expected), what
     for row, (e, g) in enumerate(zip(expected, got)):
         assert [h["translation"] for h in g] == [h["translation"] for h in e], (what, row)
         np.testing.assert_allclose([h["score"] for h in g], [h["score"] for h in e],
                                    rtol=1e-4, atol=1e-4, err_msg=f"{what} {row}")
         assert [h["alignment"] for h in g] == [h.get("alignment", "") for h in e], (what, row)
+        if confidence_tolerance is not None:  # the log-probabilities agree within 1e-4
+            np.testing.assert_allclose([h["confidence"] for h in g],
+                                       [h["confidence"] for h in e],
+                                       atol=confidence_tolerance, err_msg=f"{what} {row}")
 
 
 # The committed dates files need no build; the tiny SentencePiece run is trained and
@@ -124,17 +136,19 @@ def test_every_artefact_gives_the_same_answer(artefacts, options):
             for h in hyps:
                 pairs = [tuple(map(int, p.split("-"))) for p in h["alignment"].split()]
                 assert pairs == sorted(set(pairs), key=lambda p: (p[1], p[0]))
+    tolerance = lc.confidence_tolerance(translator.calibrator, 1e-4)
     check_equal(expected, as_lists(saved_model_translate(signature, sentences, **options)),
-                "SavedModel")
+                "SavedModel", tolerance)
     out = runner(text=runtime.text_array(sentences),
                  **runtime.option_inputs(DecodingOptions.from_kwargs(**options)))
     # The file translates sentences; the runtime splits texts first (an empty text has
     # none: its translation is "", not the file's output for "").
     real = [i for i, s in enumerate(sentences) if s.strip()]
-    check_equal([expected[i] for i in real], [as_lists(out)[i] for i in real], "TFLite float32")
+    check_equal([expected[i] for i in real], [as_lists(out)[i] for i in real], "TFLite float32",
+                tolerance)
     path = interpreter_path(artefacts)
     check_equal(expected, as_lists(runtime.run_tflite_options(path, sentences, **options)),
-                "TFLite float32 through the runtime")
+                "TFLite float32 through the runtime", tolerance)
 
 
 @pytest.mark.kernels
@@ -209,7 +223,8 @@ def test_signature_inputs_and_outputs():
         os.path.join(EXPORTED, "saved_model", "translator", "1"))
     sig = report[export.TRANSLATE_SIGNATURE]
     assert set(sig["inputs"]) == {"text", *runtime.option_inputs(DecodingOptions())}
-    assert set(sig["outputs"]) == {"translations", "scores", "alignments", "truncated"}
+    assert set(sig["outputs"]) == {"translations", "scores", "confidences", "alignments",
+                                   "truncated"}
     assert sig["outputs"]["translations"]["shape"] == [-1, -1]
 
 

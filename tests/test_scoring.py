@@ -173,7 +173,7 @@ def _rescored_diffs(translator, sentences, **options):
 @pytest.mark.parametrize("name, fast_paths", [
     ("committed", True),
     pytest.param("committed", False, marks=pytest.mark.slow),  # the reference path: 10 s
-    ("tiny", True)])
+    pytest.param("tiny", True, marks=pytest.mark.slow)])  # another model, 20 s
 def test_translator_score_equals_translate_nbest(request, name, fast_paths):
     translator = _fresh(request.getfixturevalue(name))
     sentences = _held_out(40) if name == "committed" else run_fixtures.tiny_dates_inputs()[:40]
@@ -321,9 +321,10 @@ def test_cli_score_tsv_lines(cli_pairs, capsys, monkeypatch):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3
     for line, exp in zip(lines, expected):
-        log_prob, score, per_token = line.split("\t")
+        log_prob, score, confidence, per_token = line.split("\t")
         assert float(log_prob) == pytest.approx(exp["log_prob"], abs=1e-4)
         assert float(score) == pytest.approx(exp["score"], abs=1e-4)
+        assert float(confidence) == pytest.approx(exp["confidence"], abs=1e-4)
         np.testing.assert_allclose([float(p) for p in per_token.split()],
                                    exp["token_log_probs"], atol=1e-4)
 
@@ -410,6 +411,13 @@ def test_ctranslate2_score_batch_equals_translator_score(committed, ct2):
         worst = {k: max(worst[k], v) for k, v in diffs.items()}
     print(f"max |CTranslate2 score_batch - Translator.score|: {worst} (tolerances "
           f"{tolerances.min():.1e} to {tolerances.max():.1e})")
+    # The confidence: the same calibrator on the same features; the features that move are
+    # the mean and least token log-probabilities (by at most a token's tolerance), and the
+    # sigmoid's slope is at most 1/4.
+    cal = committed.calibrator
+    slope = 0.25 * sum(abs(cal.weights[i]) / cal.scale[i] for i in (0, 1))
+    for a, b, tolerance in zip(ours, theirs, tolerances):
+        assert abs(a["confidence"] - b["confidence"]) <= slope * tolerance + 1e-6, (a, b)
     # And with another length penalty (our GNMT normalisation on CTranslate2's sums).
     a = committed.score(sources[:3], targets[:3], length_penalty=1.0)
     b = ct2.score(sources[:3], targets[:3], length_penalty=1.0)

@@ -38,13 +38,6 @@ BODY = {"source": "dates", "target": "iso"}
 
 
 # --- fixtures -------------------------------------------------------------------------------
-@pytest.fixture(autouse=True)
-def _seed():
-    """Overrides conftest's: ``tf.random.set_seed`` clears TensorFlow's kernel cache, so
-    the served SavedModel's graphs would be optimised again (~2 s) at every test's first
-    request. Nothing here is random (a sampled request carries its own ``seed``)."""
-
-
 @pytest.fixture(scope="module")
 def artefact():
     return locate(EXPORTED)
