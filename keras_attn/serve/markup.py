@@ -115,8 +115,17 @@ def parse(fragment):
 
 
 def _words(text):
-    """``(start, end)`` of each whitespace-separated word (the alignment's words)."""
+    """``(start, end)`` of each whitespace-separated word (the alignment's source words)."""
     return [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+
+
+def _target_words(text):
+    r"""``(start, end)`` of each word of a translation as its alignment numbers them: cut at
+    ASCII whitespace only. A SentencePiece target piece such as ``"\u202f!"`` or ``"\xa0"``
+    continues the word before it (``keras_attn.alignment.word_tables``), so a French
+    ``"pria\u202f!"`` is one word; cut at every Unicode space (``str.split``), the words
+    after it were numbered one too far and the narrow no-break space became a space."""
+    return [(m.start(), m.end()) for m in re.finditer(r"[^ \t\n\r\f\v]+", text)]
 
 
 def _pairs(alignment):
@@ -139,8 +148,8 @@ def _joined(parts, hyps):
     pairs, src, tgt = [], 0, 0
     for sentence, hyp in zip(parts.sentences, hyps):
         pairs += [f"{i + src}-{j + tgt}" for i, j in _pairs(hyp.get("alignment", ""))]
-        src += len(sentence.split())
-        tgt += len(hyp["translation"].split())
+        src += len(_words(sentence))
+        tgt += len(_target_words(hyp["translation"]))
     return {"translation": join_sentences([h["translation"] for h in hyps],
                                           parts.separators),
             "score": float(sum(h["score"] for h in hyps)), "alignment": " ".join(pairs)}
@@ -156,7 +165,8 @@ def rebuild(segment, translation, alignment):
         return "".join(s.start_tag for s in segment.spans) + body + "".join(
             f"</{s.name}>" for s in reversed(segment.spans))
     source_words = _words(text)
-    target_words = translation.split()
+    spans = _target_words(translation)
+    target_words = [translation[a:b] for a, b in spans]
     pairs = _pairs(alignment)
     ranges = []  # per span: [lo, hi] target word indices, or None
     for span in segment.spans:
@@ -189,14 +199,15 @@ def rebuild(segment, translation, alignment):
             closes[r[1]].append(k)
     out = []
     for j, word in enumerate(target_words):
+        if j:  # the translation's own whitespace between two words
+            out.append(html.escape(translation[spans[j - 1][1]: spans[j][0]], quote=False))
         for k in sorted(opens[j], key=lambda k: (-ranges[k][1], segment.spans[k].depth)):
             out.append(segment.spans[k].start_tag)
         out.append(html.escape(word, quote=False))
         for k in sorted(closes[j], key=lambda k: (ranges[k][0], -segment.spans[k].depth),
                         reverse=True):
             out.append(f"</{segment.spans[k].name}>")
-        out.append(" ")
-    body = "".join(out).rstrip(" ")
+    body = "".join(out)
     dropped = [k for k, r in enumerate(ranges) if r is None]
     for k in dropped:  # aligned with nothing: kept, empty, where the segment ends
         body += segment.spans[k].start_tag + f"</{segment.spans[k].name}>"
