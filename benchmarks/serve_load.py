@@ -143,8 +143,10 @@ class MemorySampler(threading.Thread):
 class Server:
     """``python -m keras_attn.cli serve`` in its own process (context manager)."""
 
-    def __init__(self, path, engine, replicas, threads, max_batch, wait_ms, log):
+    def __init__(self, path, engine, replicas, threads, max_batch, wait_ms, log,
+                 memory_every=1.0):
         self.port = free_port()
+        self.memory_every = memory_every
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.args = [sys.executable, "-m", "keras_attn.cli", "serve", path, "--engine", engine,
@@ -169,7 +171,7 @@ class Server:
             except httpx.HTTPError:
                 time.sleep(0.5)
         self.startup_s = time.monotonic() - started
-        self.memory = MemorySampler(self.proc.pid)
+        self.memory = MemorySampler(self.proc.pid, self.memory_every)
         self.memory.start()
         return self
 

@@ -2,8 +2,13 @@
 
 Tags, attributes, comments and entities are never sent to the model. The fragment is cut
 into segments at every tag that is not inline (``<p>``, ``<div>``, ``<li>``, ``<br>``, ...):
-each segment's text (inline tags removed, entities decoded) is translated as one sentence,
-all segments of a request in one batch. An inline tag (``<b>``, ``<i>``, ``<a href>``, ...)
+each segment's text (inline tags removed, entities decoded) is cut into its sentences
+(:func:`keras_attn.documents.split`, the rules the engines split a text with), every
+sentence of a request is translated in one batch, and a segment's translation is its
+sentences' joined with its own whitespace, their alignments numbered over the whole segment
+(the SavedModel's alignment of a text of several sentences, ``"0-0 | 0-0"``, numbers each
+sentence's words from 0 and cannot be read as the segment's). An inline tag (``<b>``,
+``<i>``, ``<a href>``, ...)
 then wraps the target words aligned with the source words it wrapped (the hypothesis's
 Pharaoh alignment, ``return_alignments``): nested tags stay nested, a tag whose words are
 aligned with nothing is kept, empty, where its segment ends. The output is well-formed
@@ -19,6 +24,8 @@ import dataclasses
 import html
 import html.parser
 import re
+
+from keras_attn.documents import Segments, join as join_sentences, split as split_sentences
 
 INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em",
                     "i", "kbd", "mark", "q", "s", "samp", "small", "span", "strong", "sub",
@@ -108,12 +115,44 @@ def parse(fragment):
 
 
 def _words(text):
-    """``(start, end)`` of each whitespace-separated word (the alignment's words)."""
+    """``(start, end)`` of each whitespace-separated word (the alignment's source words)."""
     return [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
 
 
+def _target_words(text):
+    r"""``(start, end)`` of each word of a translation as its alignment numbers them: cut at
+    ASCII whitespace only. A SentencePiece target piece such as ``"\u202f!"`` or ``"\xa0"``
+    continues the word before it (``keras_attn.alignment.word_tables``), so a French
+    ``"pria\u202f!"`` is one word; cut at every Unicode space (``str.split``), the words
+    after it were numbered one too far and the narrow no-break space became a space."""
+    return [(m.start(), m.end()) for m in re.finditer(r"[^ \t\n\r\f\v]+", text)]
+
+
 def _pairs(alignment):
-    return [tuple(int(x) for x in p.split("-")) for p in (alignment or "").split()]
+    """The ``(i, j)`` pairs of a Pharaoh string; anything else in it (the `` | `` between
+    the sentences of a text) is skipped."""
+    return [tuple(int(x) for x in p.split("-")) for p in (alignment or "").split()
+            if re.fullmatch(r"\d+-\d+", p)]
+
+
+def _sentences(text):
+    """:func:`keras_attn.documents.split` of a segment's stripped text (never empty)."""
+    parts = split_sentences(text)
+    return parts if parts.sentences else Segments([text], ["", ""])
+
+
+def _joined(parts, hyps):
+    """One hypothesis of a segment from hypothesis ``h`` of each of its sentences: the
+    translations joined with the segment's whitespace, the scores summed, the alignments
+    numbered over the segment's words (each sentence's after the words before it)."""
+    pairs, src, tgt = [], 0, 0
+    for sentence, hyp in zip(parts.sentences, hyps):
+        pairs += [f"{i + src}-{j + tgt}" for i, j in _pairs(hyp.get("alignment", ""))]
+        src += len(_words(sentence))
+        tgt += len(_target_words(hyp["translation"]))
+    return {"translation": join_sentences([h["translation"] for h in hyps],
+                                          parts.separators),
+            "score": float(sum(h["score"] for h in hyps)), "alignment": " ".join(pairs)}
 
 
 def rebuild(segment, translation, alignment):
@@ -126,7 +165,8 @@ def rebuild(segment, translation, alignment):
         return "".join(s.start_tag for s in segment.spans) + body + "".join(
             f"</{s.name}>" for s in reversed(segment.spans))
     source_words = _words(text)
-    target_words = translation.split()
+    spans = _target_words(translation)
+    target_words = [translation[a:b] for a, b in spans]
     pairs = _pairs(alignment)
     ranges = []  # per span: [lo, hi] target word indices, or None
     for span in segment.spans:
@@ -159,14 +199,15 @@ def rebuild(segment, translation, alignment):
             closes[r[1]].append(k)
     out = []
     for j, word in enumerate(target_words):
+        if j:  # the translation's own whitespace between two words
+            out.append(html.escape(translation[spans[j - 1][1]: spans[j][0]], quote=False))
         for k in sorted(opens[j], key=lambda k: (-ranges[k][1], segment.spans[k].depth)):
             out.append(segment.spans[k].start_tag)
         out.append(html.escape(word, quote=False))
         for k in sorted(closes[j], key=lambda k: (ranges[k][0], -segment.spans[k].depth),
                         reverse=True):
             out.append(f"</{segment.spans[k].name}>")
-        out.append(" ")
-    body = "".join(out).rstrip(" ")
+    body = "".join(out)
     dropped = [k for k, r in enumerate(ranges) if r is None]
     for k in dropped:  # aligned with nothing: kept, empty, where the segment ends
         body += segment.spans[k].start_tag + f"</{segment.spans[k].name}>"
@@ -210,9 +251,13 @@ async def translate_html(batcher, request, timeout, alignments=True):
     else:
         documents = [split_inline(d) for d in documents]
     segments = [s for d in documents for s in d if isinstance(s, Segment) and s.text.strip()]
-    results = await batcher.submit([s.text.strip() for s in segments], options, timeout) \
-        if segments else []
-    by_segment = {id(s): r for s, r in zip(segments, results)}
+    splits = [_sentences(s.text.strip()) for s in segments]
+    sentences = [t for parts in splits for t in parts.sentences]
+    results = await batcher.submit(sentences, options, timeout) if sentences else []
+    by_segment, at = {}, 0
+    for segment, parts in zip(segments, splits):
+        by_segment[id(segment)] = (parts, results[at: at + len(parts.sentences)])
+        at += len(parts.sentences)
     n = len(results[0]) if results else 1
     answers = []
     for document in documents:
@@ -225,9 +270,10 @@ async def translate_html(batcher, request, timeout, alignments=True):
                 elif id(item) not in by_segment:
                     parts.append(rebuild(item, item.text, ""))
                 else:
-                    hyp = by_segment[id(item)][h]
+                    split, per_sentence = by_segment[id(item)]
+                    hyp = _joined(split, [r[h] for r in per_sentence])
                     scores.append(hyp["score"])
-                    parts.append(rebuild(item, hyp["translation"], hyp.get("alignment", "")))
+                    parts.append(rebuild(item, hyp["translation"], hyp["alignment"]))
             hyps.append({"translation": "".join(parts), "score": float(sum(scores))})
         answers.append(hyps)
     return answers
