@@ -23,6 +23,7 @@ import pytest
 import tensorflow as tf
 
 import guards
+import layer_checks as lc
 from keras_attn import cli, export, models, runs, text
 from keras_attn.translator import Translator
 
@@ -236,6 +237,11 @@ def test_tflite_builtin_float32_matches_translator(exported, run, translator, re
     width = expected.shape[1]
     np.testing.assert_array_equal(out["tokens"][:, :width], expected)
     assert not out["tokens"][:, width:].any()
+    # The step file keeps the confidence's running statistics: the Translator's confidence
+    # of the same greedy hypotheses, within what the log-probabilities' agreement allows.
+    confidences = [h[0]["confidence"] for h in translator.translate_nbest(run["inputs"])]
+    np.testing.assert_allclose(out["confidence"], confidences,
+                               atol=lc.confidence_tolerance(translator.calibrator, 1e-4))
 
 
 @pytest.mark.slow  # two int8 exports of the default-sized model (~15 s on 2 idle cores)

@@ -37,6 +37,7 @@ FEATURES = (
     "unsure_share",       # share of target tokens with probability below 1/2
 )
 ACCEPTABLE_CHRF = 50.0  # text: a hypothesis with sentence chrF >= 50 counts as acceptable
+UNSURE = math.log(0.5)  # a token below probability 1/2 counts in unsure_share
 
 
 def features(token_log_probs, lengths, source):
@@ -52,18 +53,32 @@ def features(token_log_probs, lengths, source):
     n = ops.maximum(ops.cast(lengths, "int32"), 1)
     kept = ops.less(ops.expand_dims(ops.arange(ops.shape(lp)[1], dtype="int32"), 0),
                     ops.expand_dims(n, 1))
-    nf = ops.cast(n, "float32")
-    mean = ops.sum(ops.where(kept, lp, 0.0), axis=1) / nf
-    low = ops.min(ops.where(kept, lp, 0.0), axis=1)
-    unsure = ops.sum(ops.cast(ops.logical_and(kept, ops.less(lp, math.log(0.5))), "float32"),
-                     axis=1) / nf
+    lp = ops.where(kept, lp, 0.0)
+    unsure = ops.sum(ops.cast(ops.less(lp, UNSURE), "float32"), axis=1)
+    return features_from(ops.sum(lp, axis=1), ops.min(lp, axis=1), unsure, n,
+                         *source_statistics(source))
+
+
+def source_statistics(source):
+    """float32 ``(B,)`` twice: source tokens without ``[END]``, and how many are ``[UNK]``,
+    of source ids ``(B, S)`` (``[END]`` included, 0-padded)."""
     source = ops.cast(source, "int32")
     s = ops.maximum(ops.sum(ops.cast(ops.not_equal(source, PAD_ID), "float32"), axis=1) - 1.0,
                     0.0)
-    unknown = ops.sum(ops.cast(ops.equal(source, UNK_ID), "float32"), axis=1) / ops.maximum(
-        s, 1.0)
-    return ops.stack([mean, low, ops.log(nf / (s + 1.0)), unknown, ops.log(s + 1.0), unsure],
-                     axis=1)
+    return s, ops.sum(ops.cast(ops.equal(source, UNK_ID), "float32"), axis=1)
+
+
+def features_from(total, lowest, unsure, n, source_length, unknown):
+    """:func:`features` from running sums, all ``(B,)``: the tokens' summed and least
+    log-probability (0 for none), how many are below probability 1/2, how many there are
+    (``[END]`` included), and :func:`source_statistics`. What a loop that sees one token at
+    a time keeps (the TFLite builtin step file)."""
+    nf = ops.cast(ops.maximum(n, 1), "float32")
+    s = ops.cast(source_length, "float32")
+    return ops.stack([ops.cast(total, "float32") / nf, ops.cast(lowest, "float32"),
+                      ops.log(nf / (s + 1.0)),
+                      ops.cast(unknown, "float32") / ops.maximum(s, 1.0), ops.log(s + 1.0),
+                      ops.cast(unsure, "float32") / nf], axis=1)
 
 
 @dataclasses.dataclass

@@ -312,18 +312,24 @@ class BuiltinModule(tf.Module):
 
     ``encode``: ``source`` int32 ``(1, max_len)`` -> ``encoder_output``, ``source_mask``
     float32 ``(1, max_len)``, per layer ``cross_k_<i>``/``cross_v_<i>`` heads-first
-    ``(1, H, max_len, d_h)`` (``kv_shape``). ``step``: ``token`` int32 ``(1, 1)``, ``index``
-    int32 ``()``, ``score`` float32 ``(1,)`` (the sum of log-probabilities so far),
-    ``source_mask``, ``cross_k_<i>``, ``cross_v_<i>``, ``cache_k_<i>``, ``cache_v_<i>`` ->
-    ``next_token`` int32 ``(1,)``, ``score`` float32 ``(1,)``, ``logits`` float32 ``(1, V)``
-    (padding and ``[START]`` banned) and the updated ``cache_k_<i>``, ``cache_v_<i>``.
+    ``(1, H, max_len, d_h)`` (``kv_shape``), ``source_length`` and ``unknown`` float32
+    ``(1,)`` (the confidence's source statistics). ``step``: ``token`` int32 ``(1, 1)``,
+    ``index`` int32 ``()``, ``score`` float32 ``(1,)`` (the sum of log-probabilities so
+    far), ``lowest`` and ``unsure`` float32 ``(1,)`` (the least token log-probability so
+    far, 0 at first, and how many tokens were below probability 1/2), ``source_length``,
+    ``unknown``, ``source_mask``, ``cross_k_<i>``, ``cross_v_<i>``, ``cache_k_<i>``,
+    ``cache_v_<i>`` -> ``next_token`` int32 ``(1,)``, ``score``, ``lowest``, ``unsure``
+    float32 ``(1,)``, ``confidence`` float32 ``(1,)`` (of the output if it ended with this
+    token: :func:`keras_attn.decoding.confidence.features_from` and the run's calibrator),
+    ``logits`` float32 ``(1, V)`` (padding and ``[START]`` banned) and the updated
+    ``cache_k_<i>``, ``cache_v_<i>``.
 
     The step is :class:`keras_attn.decoding.DecodingStep` (the decoder's cached call and its
     bans) followed by :class:`keras_attn.decoding.GreedySampler`'s choice: the app only
     feeds ``next_token`` and ``score`` back until ``[END]`` (``keras_attn.export.runtime``).
     """
 
-    def __init__(self, model, max_len):
+    def __init__(self, model, max_len, calibrator=None):
         super().__init__(name="translator_builtin")
         from keras_attn.models import model_kind
 
@@ -331,6 +337,7 @@ class BuiltinModule(tf.Module):
             raise ValueError("the TFLite builtin target supports Transformer models only. "
                              f"Received: a {model_kind(model)} model")
         self._keras = _Untracked(model)
+        self._calibrator = _Untracked(calibrator or Calibrator.uncalibrated())
         self.max_len = max_len
         self.num_layers = self.decoder.num_layers
         k, _ = self.decoder.blks[0].attention1.init_cache(1, max_len, layout=HeadsFirstCache)
@@ -344,6 +351,10 @@ class BuiltinModule(tf.Module):
             tf.TensorSpec((1, 1), tf.int32, name="token"),
             tf.TensorSpec((), tf.int32, name="index"),
             tf.TensorSpec((1,), tf.float32, name="score"),
+            tf.TensorSpec((1,), tf.float32, name="lowest"),
+            tf.TensorSpec((1,), tf.float32, name="unsure"),
+            tf.TensorSpec((1,), tf.float32, name="source_length"),
+            tf.TensorSpec((1,), tf.float32, name="unknown"),
             tf.TensorSpec((1, max_len), tf.float32, name="source_mask"), *kv])
 
     def tflite_functions(self):
@@ -357,6 +368,7 @@ class BuiltinModule(tf.Module):
         """What an application needs to run the loop (``metadata.json``)."""
         return {"max_len": self.max_len, "start_id": text.START_ID, "end_id": text.END_ID,
                 "pad_id": text.PAD_ID, "num_layers": self.num_layers,
+                "confidence": {"calibrated": self._calibrator.value.calibrated},
                 "kv_shape": list(self.kv_shape),
                 "encoder": {"file": "encoder.tflite", "signature": TFLITE_ENCODER_SIGNATURE},
                 "decoder_step": {"file": "decoder_step.tflite",
@@ -375,16 +387,22 @@ class BuiltinModule(tf.Module):
         return self.model.get_layer("decoder")
 
     def _encode(self, source):
+        from keras_attn.decoding.confidence import source_statistics
+
         enc = self.encoder(source, training=False)
         cache = self.decoder.init_cache(enc, source, self.max_len, layout=HeadsFirstCache)
+        source_length, unknown = source_statistics(source)
         out = {"encoder_output": enc,
-               "source_mask": tf.cast(cache["source_mask"], tf.float32)}
+               "source_mask": tf.cast(cache["source_mask"], tf.float32),
+               "source_length": source_length, "unknown": unknown}
         for i, (k, v) in enumerate(cache["cross"]):
             out[f"cross_k_{i}"], out[f"cross_v_{i}"] = k, v
         return out
 
-    def _step(self, token, index, score, source_mask, *kv):
+    def _step(self, token, index, score, lowest, unsure, source_length, unknown, source_mask,
+              *kv):
         from keras_attn import decoding
+        from keras_attn.decoding.confidence import UNSURE, features_from
 
         n = self.num_layers
         step = decoding.DecodingStep(self.model, None, self.max_len, True, text.START_ID, None)
@@ -394,7 +412,14 @@ class BuiltinModule(tf.Module):
         logits, state, _ = step.step(token[:, 0], state, index)  # (1, V), banned ids filled
         greedy = decoding.GreedySampler(self.max_len, text.START_ID, text.END_ID)
         next_token, _, new_score = greedy.select(logits[:, None, :], score[:, None], None)
-        out = {"next_token": next_token[:, 0], "score": new_score[:, 0], "logits": logits}
+        new_score = new_score[:, 0]
+        token_log_prob = new_score - score
+        lowest = tf.minimum(lowest, token_log_prob)
+        unsure = unsure + tf.cast(token_log_prob < UNSURE, tf.float32)
+        confidence = self._calibrator.value(features_from(
+            new_score, lowest, unsure, tf.fill([1], index + 1), source_length, unknown))
+        out = {"next_token": next_token[:, 0], "score": new_score, "lowest": lowest,
+               "unsure": unsure, "confidence": confidence, "logits": logits}
         for i, (k, v) in enumerate(state["self"]):
             out[f"cache_k_{i}"], out[f"cache_v_{i}"] = k, v
         return out

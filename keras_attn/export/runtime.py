@@ -237,7 +237,10 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
     Returns:
         dict of numpy arrays: ``tokens`` int32 ``(B, max_len)`` (0 after ``end_id``),
         ``lengths`` int32 ``(B,)``, ``log_prob`` float32 ``(B,)``; the same conventions as
-        ``keras_attn.decoding.greedy_decode_fixed``, whose step and choice the file runs.
+        ``keras_attn.decoding.greedy_decode_fixed``, whose step and choice the file runs;
+        and ``confidence`` float32 ``(B,)``, the last step's (the step file keeps the
+        confidence's running statistics: ``lowest``, ``unsure``; files exported before it
+        have none, and no ``confidence`` is returned).
 
     Example:
         >>> out = run_tflite_builtin("export/tflite/builtin_float32", tr.encode(["3 May 1999"]))
@@ -263,24 +266,36 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
     tokens = np.zeros((batch, max_len), np.int32)
     lengths = np.zeros((batch,), np.int32)
     log_probs = np.zeros((batch,), np.float32)
+    confidences = np.zeros((batch,), np.float32)
+    with_confidence = "lowest" in step_inputs
     for b in range(batch):
         row = np.zeros((1, width), np.int32)
         n = min(width, source_ids.shape[1])
         row[0, :n] = source_ids[b, :n]
         enc = encoder(source=row)
-        consts = {k: v for k, v in enc.items() if k.startswith("cross_") or k == "source_mask"}
+        consts = {k: v for k, v in enc.items() if k in step_inputs and k not in cache_names}
         cache = {n: np.zeros(step_inputs[n]["shape"], np.float32) for n in cache_names}
         token, score = np.array([[start_id]], np.int32), np.zeros((1,), np.float32)
+        # The confidence's running statistics: the least log-probability, tokens below 1/2.
+        running = ({"lowest": np.zeros((1,), np.float32), "unsure": np.zeros((1,), np.float32)}
+                   if with_confidence else {})
         for i in range(max_len):
-            out = step(token=token, index=np.array(i, np.int32), score=score, **consts, **cache)
+            out = step(token=token, index=np.array(i, np.int32), score=score, **running,
+                       **consts, **cache)
             cache = {n: out[n] for n in cache_names}
+            running = {k: out[k] for k in running}
             token, score = out["next_token"].reshape(1, 1), out["score"]
+            if with_confidence:
+                confidences[b] = out["confidence"][0]
             tokens[b, i] = token[0, 0]
             lengths[b] = i + 1
             if token[0, 0] == end_id:
                 break
         log_probs[b] = score[0]
-    return {"tokens": tokens, "lengths": lengths, "log_prob": log_probs}
+    result = {"tokens": tokens, "lengths": lengths, "log_prob": log_probs}
+    if with_confidence:
+        result["confidence"] = confidences
+    return result
 
 
 # --- documents: split before the TFLite file, join after -----------------------------------

@@ -286,7 +286,7 @@ class TFLiteBuiltinExporter(TFLiteExporter):
         return None
 
     def write(self, parts, path):
-        module = BuiltinModule(parts.model, parts.max_len)
+        module = BuiltinModule(parts.model, parts.max_len, parts.calibrator)
         files, ops, signatures = {}, {}, {}
         for name, (key, fn) in module.tflite_functions().items():
             content, ops[name] = self.convert(fn, module, f"builtin {name}.tflite")
