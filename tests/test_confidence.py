@@ -179,6 +179,7 @@ def test_a_document_confidence_is_its_lowest_sentence(committed):
 
 
 # --- the exported artefacts ------------------------------------------------------------------
+@pytest.mark.slow  # 14 s; the README pass compares the artefacts' confidences in test_request
 @pytest.mark.kernels
 def test_saved_model_and_tflite_confidences_equal_translator(tiny_dates):
     """The session's tiny dates export: serving_default's and score's confidence, in the

@@ -312,7 +312,7 @@ def test_options_beam_nbest(request, name, beam_size):
     assert _rescored_diff(m, **options) < 1e-4
 
 
-@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize("beam_size", [pytest.param(1, marks=pytest.mark.slow), 3])
 @pytest.mark.parametrize("name", MODELS)
 def test_options_target_prefix(request, name, beam_size):
     """target_prefix as text: every CTranslate2 output starts with it and is Translator's
@@ -351,6 +351,7 @@ def test_options_refused_with_the_option_named(ct2, options, match):
 
 
 # --- the command line and int8 --------------------------------------------------------------
+@pytest.mark.slow  # two exports (float32, int8) through the command line: 13 s
 def test_cli_export_overwrite_and_int8(run, tmp_path, capsys, request):
     run_dir = str(tmp_path / "run")  # a copy: the shared run is only read
     shutil.copytree(run["dir"], run_dir, ignore=shutil.ignore_patterns("export"))

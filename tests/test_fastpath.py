@@ -191,9 +191,8 @@ def test_encoder_agrees(case):
     assert np.isfinite(fast).all()
 
 
-@pytest.mark.parametrize("case", [
-    "post-norm, attention biases",
-    pytest.param("pre-norm, tied", marks=pytest.mark.slow)])  # 12 s each
+@pytest.mark.slow  # 12 s each; the README pass compares the layers' steps in test_decoding
+@pytest.mark.parametrize("case", list(DECODER_CASES))
 def test_cached_decoding_step_agrees(case):
     """The decoder's cached call on the fast path (heads-first caches, one-position
     kernels; growing caches in a graph, preallocated eagerly and for TFLite) against the

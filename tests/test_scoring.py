@@ -171,7 +171,9 @@ def _rescored_diffs(translator, sentences, **options):
 
 @pytest.mark.kernels
 @pytest.mark.parametrize("name, fast_paths", [
-    ("committed", True),
+    # 13 s each: the README pass checks translate's and score's agreement through the
+    # confidence (test_confidence) and the signatures (below).
+    pytest.param("committed", True, marks=pytest.mark.slow),
     pytest.param("committed", False, marks=pytest.mark.slow),  # the reference path: 10 s
     pytest.param("tiny", True, marks=pytest.mark.slow)])  # another model, 20 s
 def test_translator_score_equals_translate_nbest(request, name, fast_paths):
