@@ -167,15 +167,16 @@ class Translator:
                     beam_size=opts.beam_size, num_hypotheses=opts.num_hypotheses,
                     sampling=opts.sampling, return_alignments=opts.return_alignments,
                     **values)
+                encoded = decoding.encode(self.model, source)  # search and confidence
                 out = decoding.decode(self.model, source, graph_opts, self.max_len,
                                       text.START_ID, text.END_ID,
-                                      prefix if with_prefix else None)
+                                      prefix if with_prefix else None, encoded=encoded)
                 codes = self._alignment_codes(source, out) if opts.return_alignments \
                     else out["lengths"]
                 shape = keras.ops.shape(out["tokens"])  # (B, N, T)
                 signals = hypothesis_features(
                     self.model, source, keras.ops.reshape(out["tokens"], (-1, shape[2])),
-                    text.START_ID, text.END_ID)
+                    text.START_ID, text.END_ID, encoded)
                 return (out["tokens"], out["lengths"], out["scores"], codes,
                         keras.ops.reshape(signals, (shape[0], shape[1], -1)))
             spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)]

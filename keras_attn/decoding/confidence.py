@@ -227,8 +227,13 @@ def hypothesis_features(model, source, tokens, start_id, end_id, encoded=None):
     from keras_attn.decoding.search import encode, score
 
     source = ops.cast(source, "int32")
+    tokens = ops.cast(tokens, "int32")
     if encoded is None:
         encoded = encode(model, source)
+    # The pass reads only as far as the longest hypothesis (searches return max_len buffers).
+    longest = ops.max(ops.concatenate([ops.sum(ops.cast(ops.not_equal(tokens, 0), "int32"),
+                                               axis=1), ops.ones((1,), "int32")], axis=0))
+    tokens = tokens[:, :longest]
     n = ops.shape(tokens)[0] // ops.maximum(ops.shape(source)[0], 1)  # 0 rows: n = 0
     source = ops.repeat(source, n, axis=0)
     encoded = keras.tree.map_structure(lambda t: ops.repeat(t, n, axis=0), encoded)

@@ -31,10 +31,11 @@ def _trim(tokens, lengths):
 
 # --- the public functions ------------------------------------------------------------------------
 def greedy_decode_fixed(model, source, max_len, start_id, end_id, use_cache=True,
-                        return_attention=False, options=None):
+                        return_attention=False, options=None, encoded=None):
     """Greedy decoding into fixed-size buffers (XLA-compilable, exportable). ``options``:
     a ``DecodingOptions`` whose repetition controls apply (None: none; the artefacts pass
-    the defaults, ``DecodingOptions()``).
+    the defaults, ``DecodingOptions()``). ``encoded``: :func:`encode` ``(model, source)``,
+    if already computed.
 
     Returns a dict: ``tokens`` int32 ``(B, max_len)`` (0 after ``end_id``), ``lengths``
     int32 ``(B,)`` (tokens up to and including ``end_id``), ``log_prob`` float32 ``(B,)``
@@ -43,7 +44,7 @@ def greedy_decode_fixed(model, source, max_len, start_id, end_id, use_cache=True
     Bahdanau weights).
     """
     out = GreedySampler(max_len, start_id, end_id, use_cache, return_attention)(
-        model, source, options=options)
+        model, source, encoded=encoded, options=options)
     return {key: value[:, 0] for key, value in out.items()}
 
 
@@ -77,9 +78,9 @@ def greedy_search(model, source, max_len, start_id, end_id, use_cache=True,
 
 
 def beam_decode_fixed(model, source, beam_size=4, alpha=LENGTH_PENALTY, max_len=64,
-                      start_id=START_ID, end_id=END_ID, options=None):
-    """Beam search into fixed-size buffers (XLA-compilable, exportable); ``options`` as
-    :func:`greedy_decode_fixed`'s.
+                      start_id=START_ID, end_id=END_ID, options=None, encoded=None):
+    """Beam search into fixed-size buffers (XLA-compilable, exportable); ``options`` and
+    ``encoded`` as :func:`greedy_decode_fixed`'s.
 
     Hypotheses are pruned by their summed log-probability; the final ranking uses
     ``score = log_prob / length_penalty(n, alpha)``.
@@ -87,7 +88,8 @@ def beam_decode_fixed(model, source, beam_size=4, alpha=LENGTH_PENALTY, max_len=
     Returns a dict: ``tokens`` ``(B, K, max_len)``, ``lengths`` ``(B, K)``, ``log_prob``
     ``(B, K)`` and ``scores`` ``(B, K)``, best first.
     """
-    out = BeamSampler(beam_size, max_len, start_id, end_id)(model, source, options=options)
+    out = BeamSampler(beam_size, max_len, start_id, end_id)(model, source, encoded=encoded,
+                                                            options=options)
     scores, order = ops.top_k(out["log_prob"] / length_penalty(out["lengths"], alpha),
                               k=beam_size)
     ranked = {key: ops.take_along_axis(out[key], order, axis=1) for key in ("lengths", "log_prob")}

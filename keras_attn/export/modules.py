@@ -194,19 +194,20 @@ class TranslatorModule(tf.Module):
         source = tf.where(pos == n[:, tf.newaxis], text.END_ID, dense)
         return source, truncated
 
-    def decode(self, source):
+    def decode(self, source, encoded=None):
         """Source ids ``(B, S)`` -> tokens ``(B, max_len)``, lengths ``(B,)``, score ``(B,)``
-        (traced inside the module's functions, under their kernel policy)."""
+        (traced inside the module's functions, under their kernel policy). ``encoded``:
+        the encoder's output, if computed."""
         from keras_attn import decoding
 
         if self.beam_size == 1:
             out = decoding.greedy_decode_fixed(self.model, source, self.max_len,
                                                text.START_ID, text.END_ID,
-                                               options=self.default_options())
+                                               options=self.default_options(), encoded=encoded)
             return out["tokens"], out["lengths"], out["log_prob"]
         out = decoding.beam_decode_fixed(self.model, source, self.beam_size, self.alpha,
                                          self.max_len, text.START_ID, text.END_ID,
-                                         options=self.default_options())
+                                         options=self.default_options(), encoded=encoded)
         return out["tokens"][:, 0], out["lengths"][:, 0], out["scores"][:, 0]
 
     def default_options(self):
@@ -238,8 +239,11 @@ class TranslatorModule(tf.Module):
             # TFLite leaves the WHILE loop's outputs unallocated for an empty batch (reading
             # them fails): decode one padding row instead and return none of it.
             source = tf.pad(source, [[0, tf.maximum(1 - batch, 0)], [0, 0]])
-        tokens, _, score = self.decode(source)
-        confidence = self.confidence(source, tokens)
+        from keras_attn import decoding
+
+        encoded = decoding.encode(self.model, source)  # once: the search and the confidence
+        tokens, _, score = self.decode(source, encoded)
+        confidence = self.confidence(source, tokens, encoded)
         if self.for_tflite:  # no regex repair (Flex); identity in character mode anyway
             translation = self.tgt_tokenizer.detokenize_tflite(tokens)
             translation, score, confidence, truncated = (
