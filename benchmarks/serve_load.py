@@ -481,15 +481,20 @@ def main(argv=None):
     p.add_argument("--name", default="serve_load")
     p.add_argument("--out-dir", default=os.path.join(ROOT, "docs", "benchmarks"))
     args = p.parse_args(argv)
-    results = run(args, log=lambda m: print(m, flush=True))
-    os.makedirs(args.out_dir, exist_ok=True)
-    with open(os.path.join(args.out_dir, args.name + ".json"), "w") as f:
+    write_results(run(args, log=lambda m: print(m, flush=True)), markdown, args.out_dir,
+                  args.name)
+    return 0
+
+
+def write_results(results, markdown, out_dir, name):
+    """``out_dir/NAME.json`` and ``NAME.md`` (``markdown(results)``), and the table printed."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, name + ".json"), "w") as f:
         json.dump(results, f, indent=1)
     text = markdown(results)
-    with open(os.path.join(args.out_dir, args.name + ".md"), "w") as f:
+    with open(os.path.join(out_dir, name + ".md"), "w") as f:
         f.write(text)
     print(text)
-    return 0
 
 
 if __name__ == "__main__":

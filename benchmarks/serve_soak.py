@@ -149,13 +149,7 @@ def main(argv=None):
         results = json.load(open(args.render))
     else:
         results = run(args, log=lambda m: print(m, flush=True))
-    os.makedirs(args.out_dir, exist_ok=True)
-    with open(os.path.join(args.out_dir, args.name + ".json"), "w") as f:
-        json.dump(results, f, indent=1)
-    text = markdown(results)
-    with open(os.path.join(args.out_dir, args.name + ".md"), "w") as f:
-        f.write(text)
-    print(text)
+    serve_load.write_results(results, markdown, args.out_dir, args.name)
     return 0
 
 

@@ -13,14 +13,11 @@ installed them cannot go green without running them.
 leaves it (a translation, a word hovered, the heatmap), to that file: how the README's
 screenshot is made.
 """
-import contextlib
 import dataclasses
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 
 import httpx
@@ -28,6 +25,7 @@ import numpy as np
 import pytest
 
 import guards
+from servers import free_port, running
 
 pytestmark = pytest.mark.browser
 
@@ -97,12 +95,6 @@ def wait_for(driver, condition, what, seconds=30):
 
 
 # --- the servers -----------------------------------------------------------------------------
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """``keras-attn serve exported`` in a process of its own, as a user starts it."""
@@ -135,26 +127,6 @@ def server(tmp_path_factory):
             proc.kill()
             proc.wait()
     assert "Traceback" not in log_path.read_text(), log_path.read_text()
-
-
-@contextlib.contextmanager
-def in_thread(app):
-    """A real uvicorn serving ``app`` on a free loopback port (in a thread); its URL."""
-    import uvicorn
-
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(),
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + guards.timeout(30)
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started, "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(guards.timeout(10))
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +249,7 @@ def test_confidence_shading_and_no_heatmap_without_a_keras_model(driver):
 
     artefact = dataclasses.replace(locate(EXPORTED), run_dir=None)
     app = create_app(artefact, InProcessReplicas(Confident(load_engine(artefact, threads=1))))
-    with in_thread(app) as url:
+    with running(app) as url:
         translate_on_page(driver, url, SENTENCE)
         rows = driver.find_elements(By.CSS_SELECTOR, "#output tr.hypothesis")
         assert len(rows) == page_option(driver, "num_hypotheses") > 1

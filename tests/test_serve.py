@@ -13,17 +13,16 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 
 import httpx
 import numpy as np
 import pytest
 
 import guards
+from servers import free_port, running, wait_until
 from keras_attn.decoding.options import DecodingOptions
 from keras_attn.serve import api, limits
 from keras_attn.serve.app import Settings, create_app
@@ -70,38 +69,6 @@ class GatedEngine:
         if not self.gate.wait(guards.timeout(30)):
             raise RuntimeError("the test never opened the gate")
         return self.engine.translate(texts, options)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(condition, what, seconds=30):
-    deadline = time.monotonic() + guards.timeout(seconds)
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.02)
-
-
-@contextlib.contextmanager
-def running(app):
-    """A real uvicorn serving ``app`` on a free loopback port (in a thread); its URL."""
-    import uvicorn
-
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(),
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started or not thread.is_alive(), "uvicorn to start")
-    assert server.started, "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(guards.timeout(10))
 
 
 @contextlib.contextmanager
