@@ -22,8 +22,8 @@ import time
 import numpy as np
 
 from keras_attn import runs
-from keras_attn.decoding.confidence import (ACCEPTABLE_CHRF, auroc, expected_calibration_error,
-                                            fit)
+from keras_attn.decoding.confidence import (ACCEPTABLE_CHRF, FEATURES, auroc,
+                                            expected_calibration_error, fit)
 from keras_attn.special_tokens import END_ID
 
 NOISE_SHARE = 0.5  # random-vocabulary sources, as a share of the validation sources
@@ -61,7 +61,8 @@ def _hypotheses(translator, source_ids, batch_size):
         texts += [s.decode("utf-8", errors="replace")
                   for s in translator.tgt_tokenizer.detokenize(tokens).numpy()]
         feats.append(out["features"][:, 0])
-    return texts, np.concatenate(feats) if feats else np.zeros((0, 0), "float32")
+    return texts, (np.concatenate(feats) if feats
+                   else np.zeros((0, len(FEATURES)), "float32"))
 
 
 def noise_sources(lengths, vocab_size, seed=0):

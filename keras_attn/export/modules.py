@@ -167,8 +167,10 @@ class TranslatorModule(tf.Module):
         a fixed batch (a Bahdanau model: Keras's GRU loops need a static batch in TFLite)
         has no ``translate`` signature (beams and n-best need ``B * K`` rows) and no
         ``score``: it converts, but the interpreter refuses the teacher-forced GRU pass
-        ("Fill dimensions must be >= 0 ... FILL failed to prepare"); a Transformer's
-        ``score`` runs with builtin ops and tensorflow-text's kernels only."""
+        ("Fill dimensions must be >= 0 ... FILL failed to prepare"), so its
+        ``confidence`` is the search's geometric mean of the tokens' probabilities,
+        uncalibrated; a Transformer's ``score`` runs with builtin ops and tensorflow-text's
+        kernels only."""
         functions = {SERVING_SIGNATURE: self.serve.get_concrete_function()}
         if self.batch_size is None:
             functions[SCORE_SIGNATURE] = self.score.get_concrete_function()
@@ -242,8 +244,14 @@ class TranslatorModule(tf.Module):
         from keras_attn import decoding
 
         encoded = decoding.encode(self.model, source)  # once: the search and the confidence
-        tokens, _, score = self.decode(source, encoded)
-        confidence = self.confidence(source, tokens, encoded)
+        tokens, lengths, score = self.decode(source, encoded)
+        if self.for_tflite and self.batch_size is not None:
+            # A fixed batch (a Bahdanau model): the interpreter refuses the teacher-forced
+            # GRU pass (tflite_functions), so the search's own geometric mean of the tokens'
+            # probabilities stands in, uncalibrated.
+            confidence = tf.exp(score / tf.cast(tf.maximum(lengths, 1), tf.float32))
+        else:
+            confidence = self.confidence(source, tokens, encoded)
         if self.for_tflite:  # no regex repair (Flex); identity in character mode anyway
             translation = self.tgt_tokenizer.detokenize_tflite(tokens)
             translation, score, confidence, truncated = (
