@@ -370,7 +370,8 @@ def confidence_tolerance(calibrator, log_prob_tolerance):
     differ by at most ``log_prob_tolerance``: of the calibrator's features only the mean
     and the least log-probability move (by at most that much; the lengths and counts are
     equal), and the sigmoid's slope is at most 1/4 (``keras_attn.decoding.confidence``)."""
+    # Plus 1e-6: the roundings of the sigmoid itself, on a float32 value of at most 1.
     if not calibrator.calibrated:  # exp(mean log-probability): slope at most 1
-        return log_prob_tolerance
+        return log_prob_tolerance + 1e-6
     moved = sum(abs(calibrator.weights[i]) / calibrator.scale[i] for i in (0, 1))
-    return 0.25 * moved * log_prob_tolerance
+    return 0.25 * moved * log_prob_tolerance + 1e-6
