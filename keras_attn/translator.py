@@ -184,16 +184,22 @@ class Translator:
             self._decoders[key] = _traced(fn, spec)
         return self._decoders[key]
 
-    def _alignment_codes(self, source, out):
-        """Pair codes ``(B, N, T)`` (:func:`keras_attn.alignment.hard_alignment`)."""
+    @property
+    def word_tables(self):
+        """:func:`keras_attn.alignment.word_tables` of the source and target vocabularies,
+        made when first asked (alignments, word confidences)."""
         if self._word_tables is None:
             self._word_tables = (alignment.word_tables(self.src_tokenizer),
                                  alignment.word_tables(self.tgt_tokenizer))
+        return self._word_tables
+
+    def _alignment_codes(self, source, out):
+        """Pair codes ``(B, N, T)`` (:func:`keras_attn.alignment.hard_alignment`)."""
         shape = keras.ops.shape(out["tokens"])
         codes = alignment.hard_alignment(
             keras.ops.reshape(out["attention"], (shape[0] * shape[1], shape[2], -1)),
             keras.ops.repeat(source, shape[1], axis=0),
-            keras.ops.reshape(out["tokens"], (-1, shape[2])), *self._word_tables, self.max_len)
+            keras.ops.reshape(out["tokens"], (-1, shape[2])), *self.word_tables, self.max_len)
         return keras.ops.reshape(codes, shape)
 
     def _prefix_ids(self, prefix, batch):
@@ -365,11 +371,8 @@ class Translator:
         """Per row of target ids ``(B, T)`` its words and their confidence, Bergamot's
         word-level form: ``[(word, mean log-probability of its tokens)]``
         (:func:`keras_attn.alignment.word_positions` groups the tokens)."""
-        if self._word_tables is None:
-            self._word_tables = (alignment.word_tables(self.src_tokenizer),
-                                 alignment.word_tables(self.tgt_tokenizer))
         positions = keras.ops.convert_to_numpy(
-            alignment.word_positions(target, self._word_tables[1]))
+            alignment.word_positions(target, self.word_tables[1]))
         out = []
         for row in range(len(target)):
             groups = {}

@@ -222,9 +222,7 @@ def hypothesis_features(model, source, tokens, start_id, end_id, encoded=None):
         start_id, end_id: the target vocabulary's ``[START]`` and ``[END]``.
         encoded: :func:`keras_attn.decoding.encode` ``(model, source)``, if computed.
     """
-    import keras
-
-    from keras_attn.decoding.search import encode, score
+    from keras_attn.decoding.search import encode, repeat_rows, score
 
     source = ops.cast(source, "int32")
     tokens = ops.cast(tokens, "int32")
@@ -235,7 +233,6 @@ def hypothesis_features(model, source, tokens, start_id, end_id, encoded=None):
                                                axis=1), ops.ones((1,), "int32")], axis=0))
     tokens = tokens[:, :longest]
     n = ops.shape(tokens)[0] // ops.maximum(ops.shape(source)[0], 1)  # 0 rows: n = 0
-    source = ops.repeat(source, n, axis=0)
-    encoded = keras.tree.map_structure(lambda t: ops.repeat(t, n, axis=0), encoded)
+    source, encoded = repeat_rows(source, encoded, n)
     out = score(model, source, tokens, start_id, end_id, 0.0, encoded)
     return features(out["token_log_probs"], out["lengths"], source)

@@ -166,6 +166,13 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=
     return result
 
 
+def repeat_rows(source, encoded, n):
+    """``source`` ``(B, S)`` and its encoding with every row repeated ``n`` times in place
+    (``(B * n, ...)``): the rows of N hypotheses per sentence read together."""
+    return (ops.repeat(source, n, axis=0),
+            keras.tree.map_structure(lambda t: ops.repeat(t, n, axis=0), encoded))
+
+
 def cross_attention(model, source, tokens, start_id, encoded=None):
     """float32 ``(B * N, T, S)``: the attention of each of ``tokens`` ``(B * N, T)`` (N
     hypotheses per sentence, together) over ``source`` ``(B, S)`` when the decoder reads
@@ -178,9 +185,7 @@ def cross_attention(model, source, tokens, start_id, encoded=None):
     tokens = ops.cast(tokens, "int32")
     if encoded is None:
         encoded = encode(model, source)
-    n = ops.shape(tokens)[0] // ops.shape(source)[0]
-    source = ops.repeat(source, n, axis=0)
-    encoded = keras.tree.map_structure(lambda t: ops.repeat(t, n, axis=0), encoded)
+    source, encoded = repeat_rows(source, encoded, ops.shape(tokens)[0] // ops.shape(source)[0])
     start = ops.full((ops.shape(tokens)[0], 1), start_id, "int32")
     target_in = ops.concatenate([start, tokens[:, :-1]], axis=1)
     encoded = tuple(encoded) if isinstance(encoded, (tuple, list)) else (encoded,)
