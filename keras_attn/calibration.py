@@ -96,12 +96,15 @@ def calibrate(translator, pairs, task, seed=0, batch_size=256, log=print):
     calibrator = fit(np.r_[x, x_noise], np.r_[y, np.zeros(len(x_noise))])
     confidence = np.asarray(calibrator(x))
     ece, _ = expected_calibration_error(confidence, y)
+    valid_auroc = auroc(confidence, y)
     calibrator.report = {
         "calibrated": True, "task": task,
         "acceptable": "exact match" if task == "dates" else f"sentence chrF >= {ACCEPTABLE_CHRF:g}",
         "num_valid": len(sources), "num_noise": count,
         "valid_acceptable_share": round(float(y.mean()), 4),
-        "valid_auroc": round(auroc(confidence, y), 4), "valid_ece": round(ece, 4),
+        # None when the validation hypotheses are all acceptable (or none is): no ranking.
+        "valid_auroc": None if np.isnan(valid_auroc) else round(valid_auroc, 4),
+        "valid_ece": round(ece, 4),
         "seconds": round(time.time() - t0, 1)}
     log("calibration: " + ", ".join(f"{k} {v}" for k, v in calibrator.report.items()
                                     if k not in ("calibrated", "task")))
