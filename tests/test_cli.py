@@ -240,7 +240,7 @@ def test_bad_lines_are_reported_and_training_goes_on(tmp_path):
     assert metrics["num_sentences"] == 5 and "bleu" in metrics
 
 
-SUBCOMMANDS = ["train", "translate", "evaluate", "export", "score", "serve"]
+SUBCOMMANDS = ["train", "translate", "evaluate", "export", "score", "serve", "calibrate"]
 HELP_CHECK = """
 import contextlib, io, json, sys
 from keras_attn import cli
@@ -305,6 +305,158 @@ def test_train_help_gives_the_default_of_each_task(helps):
     assert "default: sentencepiece" in options["--tokenizer"]
 
 
+@pytest.mark.parametrize("sub", ["", *SUBCOMMANDS])
+def test_help_has_no_doubled_default_and_no_empty_choice(helps, sub):
+    """Each option's help says its default once, never an empty one, and lists no empty
+    choice (argparse's ``{a,b}``)."""
+    for name, text in option_helps(helps[sub]["help"]).items():
+        assert text.count("(default:") <= 1, text
+        assert not re.search(r"\(default: *\)", text), text
+        for choices in re.findall(r"\{([^{}]*)\}", text):
+            assert all(choices.split(",")), text
+
+
+def test_version(capsys):
+    import keras_attn
+    from keras_attn import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out == f"keras-attn {keras_attn.__version__}\n"
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "score"])
+def test_one_name_per_decoding_option(command):
+    """``--length-penalty`` (CTranslate2's name) is the option in every command that takes
+    it; ``--alpha``, the earlier name of translate's, sets the same option, so giving both
+    cannot disagree: the last given wins, as for any flag given twice."""
+    from keras_attn import cli
+
+    parser = cli.build_parser()
+    args = parser.parse_args([command, "RUN", "--length-penalty", "1.5"])
+    assert args.length_penalty == 1.5 and not hasattr(args, "alpha")
+    if command == "translate":
+        args = parser.parse_args([command, "RUN", "--length-penalty", "1.5", "--alpha", "0.2"])
+        assert args.length_penalty == 0.2
+        assert parser.parse_args([command, "RUN"]).length_penalty is None  # the artefact's
+
+
+def test_a_deprecated_flag_name_says_so(capsys):
+    from keras_attn import cli
+
+    assert cli.build_parser().parse_args(["translate", "RUN", "--alpha", "1"]).length_penalty == 1
+    assert "--alpha is deprecated; it is --length-penalty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, stored", [
+    ([], ("", "")),
+    (["--mixed-precision", "float32", "--distribute", "none"], ("", "")),
+    (["--mixed-precision", "mixed_bfloat16", "--distribute", "mirrored"],
+     ("mixed_bfloat16", "mirrored")),
+])
+def test_train_choices_name_their_default(argv, stored):
+    """The defaults of --mixed-precision and --distribute have a name on the command line
+    (float32, none) and are stored as config.json holds them ("")."""
+    from keras_attn import cli
+
+    args = cli.build_parser().parse_args(["train", *argv])
+    assert (args.mixed_precision, args.distribute) == stored
+
+
+def test_train_rejects_an_unknown_choice(capsys):
+    from keras_attn import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.build_parser().parse_args(["train", "--mixed-precision", "float64"])
+    assert e.value.code == 2
+    assert "invalid choice: 'float64'" in capsys.readouterr().err
+
+
+# translate's flags: per flag, argv with it and a baseline argv without it, whose outputs
+# for the committed dates model on SENTENCE differ; both as arguments and as a --file.
+SENTENCE = "3 March 2021"
+BEAM = ["--beam-size", "2", "--json"]
+SAMPLING = ["--sampling-topk", "5", "--sampling-temperature", "3", "--seed", "7",
+            "--sampling-topp", "0.9"]
+CONTROLS = ["--repetition-penalty", "3", "--no-repeat-ngram-size", "1",
+            "--max-length-factor", "0.5"]
+TRANSLATE_FLAGS = {
+    "plain": ([], None),
+    "--confidence": (["--confidence"], []),
+    "--json": (["--json"], []),
+    "--num-hypotheses": (["--beam-size", "3", "--num-hypotheses", "2"], ["--beam-size", "3"]),
+    "--length-penalty": ([*BEAM, "--length-penalty", "1.5"], BEAM),
+    "--alpha": ([*BEAM, "--alpha", "1.5"], BEAM),
+    "--max-length": (["--max-length", "5"], []),
+    "--target-prefix": (["--target-prefix", "1999"], []),
+    "--sampling-topk": ([*SAMPLING, "--json"], ["--json"]),
+    "--return-alignments": (["--return-alignments"], []),
+    "--repetition-penalty": ([*CONTROLS, "--json"], ["--json"]),
+}
+FAST_FLAGS = ("plain", "--confidence", "--num-hypotheses")  # the rest run in the slow pass
+
+
+@pytest.fixture(scope="module")
+def committed_translator():
+    from keras_attn.translator import Translator
+
+    if not os.path.isfile(os.path.join(RUN_DIR, "model.keras")):
+        pytest.skip("exported/run (the committed default model) is missing")
+    return Translator.from_run_dir(RUN_DIR)
+
+
+def translate_output(argv, translator, monkeypatch, capsys):
+    """stdout of ``keras-attn translate RUN_DIR ARGV`` in this process, on ``translator``."""
+    from keras_attn import cli
+    from keras_attn.translator import Translator
+
+    monkeypatch.setattr(Translator, "from_run_dir", classmethod(lambda cls, d: translator))
+    assert cli.main(["translate", RUN_DIR, *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_every_translate_flag_is_checked_in_file_mode():
+    """A flag added to ``translate`` must be added to TRANSLATE_FLAGS (checked below in
+    --file mode against the arguments' output)."""
+    from keras_attn import cli
+
+    _, commands = cli._parsers()
+    shown = {s for a in commands["translate"]._actions for s in a.option_strings}
+    checked = {f for argv, _ in TRANSLATE_FLAGS.values() for f in argv if f.startswith("--")}
+    assert shown - checked == {"-h", "--help", "--file", "--verbose"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST_FLAGS else
+                                               pytest.mark.slow) for n in TRANSLATE_FLAGS])
+def test_translate_file_mode_honours_every_flag(name, committed_translator, tmp_path,
+                                                 monkeypatch, capsys):
+    """``translate --file`` gives what the same text given as an argument gives, with every
+    flag; and each flag changes the output (it is not ignored in either mode)."""
+    argv, baseline = TRANSLATE_FLAGS[name]
+    path = tmp_path / "doc.txt"
+    path.write_text(SENTENCE + "\n", encoding="utf-8")
+    direct = translate_output([SENTENCE, *argv], committed_translator, monkeypatch, capsys)
+    from_file = translate_output(["--file", str(path), *argv], committed_translator,
+                                 monkeypatch, capsys)
+    if "--json" in argv:
+        (as_text,), (as_file,) = ([json.loads(line) for line in out.splitlines()]
+                                  for out in (direct, from_file))
+        assert as_file["source"] == SENTENCE + "\n" and as_text["source"] == SENTENCE
+        for hyp in as_file["hypotheses"]:  # the file's own line end is kept
+            assert hyp["translation"].endswith("\n")
+            hyp["translation"] = hyp["translation"][:-1]
+        assert as_file["hypotheses"] == as_text["hypotheses"]
+    else:  # a text of the arguments ends its line; the file brings its own line end
+        assert from_file == direct.replace(SENTENCE + "\n", f"{path}\n", 1)
+    if baseline is None:
+        assert direct == "2021-03-03\n"
+    else:
+        without = translate_output([SENTENCE, *baseline], committed_translator, monkeypatch,
+                                   capsys)
+        assert direct != without, f"{name} did not change the output"
+
+
 @pytest.mark.parametrize("argv, tokenizer", [
     (["train"], "char"),
     (["train", "--task", "tatoeba"], "sentencepiece"),
@@ -341,9 +493,10 @@ def test_evaluate_hands_beam_size_and_length_penalty_to_the_translator(monkeypat
     assert cli.main(["evaluate", run_dir, "--beam-size", "2", "--length-penalty", "1.5",
                      "--limit", "4"]) == 0
     assert calls == [(2, 1.5)]
-    out = capsys.readouterr().out
-    assert "'beam_size': 2" in out and "'length_penalty': 1.5" in out
-    assert "'exact_match': 1.0" in out  # the committed model gets 4 dates right with beams
+    summary = json.loads(capsys.readouterr().out)  # one JSON object
+    assert (summary["beam_size"], summary["length_penalty"]) == (2, 1.5)
+    assert summary["num_sentences"] == 4
+    assert summary["exact_match"] == 1.0  # the committed model gets 4 dates right with beams
 
 
 def test_progress_bar_draws_only_on_a_terminal():

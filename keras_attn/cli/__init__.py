@@ -4,9 +4,11 @@ Examples::
 
     keras-attn train                                  # dates task, defaults, ./runs/dates
     keras-attn train --task tatoeba --data ../shared/data/fra-eng --output runs/fra
+    keras-attn --version
     keras-attn translate runs/dates "3 March 2021"    # or lines on stdin
+    keras-attn translate runs/dates --file notes.txt --json   # any flag, any input mode
     keras-attn translate runs/dates "3 March 2021" "<b>Hi</b>" --confidence  # 0.98, 0.00
-    keras-attn evaluate runs/dates --split test
+    keras-attn evaluate runs/dates --split test       # one JSON object
     keras-attn score runs/dates --source "3 March 2021" --target 2021-03-03   # or TSV stdin
     keras-attn calibrate runs/dates                   # the confidence's calibrator, again
     keras-attn export runs/dates
@@ -31,6 +33,7 @@ import argparse
 import sys
 import time
 
+from keras_attn import __version__
 from keras_attn.cli import calibrate, decode, export, score, serve, train
 from keras_attn.cli.console import add_verbose, progress_bar, quiet_tensorflow
 
@@ -44,6 +47,8 @@ COMMANDS = {"train": train.run, "translate": decode.run_translate,
 def _parsers():
     """The ``keras-attn`` parser and its subcommand parsers by name."""
     parser = argparse.ArgumentParser(prog="keras-attn", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                        help="print the version and exit (default: off)")
     add_verbose(parser, False)
     sub = parser.add_subparsers(dest="command", required=True)
     commands = {"train": train.add_parser(sub)}

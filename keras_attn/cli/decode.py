@@ -1,39 +1,74 @@
 """``keras-attn translate`` and ``keras-attn evaluate``: a trained run's decoder, on
-sentences or on a split."""
+sentences, on a file or on a split; and the decoding options' flags that ``score`` shares.
+
+Every decoding option is one flag named after its declaration in
+:data:`keras_attn.decoding.options.OPTIONS` (``--beam-size``, ``--length-penalty``, ...), the
+same in every command that takes it; an earlier name of a flag (:data:`ALIASES`) sets the
+same option and says on stderr that it is deprecated.
+"""
 import argparse
 import functools
+import json
 import sys
 
 from keras_attn.cli.console import add_verbose, progress_bar
 from keras_attn.config import TrainConfig
 from keras_attn.decoding.options import LENGTH_PENALTY
 
-# The decoding options of `keras-attn translate` besides --beam-size and --alpha (API.md,
-# "Decoding options per request"), one flag per declared option; None (not given) leaves
-# the Translator's default.
 FLAG_TYPES = {"int32": int, "float32": float, "string": str}
+# Earlier flag names that still set their option: option name -> the old flag.
+ALIASES = {"length_penalty": "--alpha"}
 
 
-def add_option_flags(parser, skip=("beam_size",)):
-    """A ``--flag`` per option of ``keras_attn.decoding.options.OPTIONS`` (its help and
-    default from the declaration); booleans are switches."""
+class _Alias(argparse.Action):
+    """Stores the value under the option's name; given by its earlier name, also warns."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string != self.option_strings[0]:
+            print(f"keras-attn: warning: {option_string} is deprecated; it is "
+                  f"{self.option_strings[0]}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def flag(name):
+    """The command-line flag of decoding option ``name`` (``"--beam-size"``)."""
+    return "--" + name.replace("_", "-")
+
+
+def default_text(value):
+    """How a help text writes a default: ``None`` is the artefact's, ``""`` is none."""
+    if value is None:
+        return "the artefact's"
+    return "none" if value == "" else str(value)
+
+
+def add_option_flags(parser, names=None, skip=()):
+    """A flag per option of ``keras_attn.decoding.options.OPTIONS`` (``names``: only
+    these), its help and default from the declaration; booleans are switches. Every flag
+    defaults to None (not given: the artefact's or the Translator's default)."""
     from keras_attn.decoding.options import OPTIONS
 
     for name, opt in OPTIONS.items():
-        if name in skip:
+        if name in skip or (names is not None and name not in names):
             continue
-        default = "the artefact's" if opt.default is None else opt.default
-        flag = "--" + name.replace("_", "-")
+        help_text = opt.help
+        if "(default:" not in help_text:  # some declarations say it themselves
+            help_text += f" (default: {'off' if opt.dtype == 'bool' else default_text(opt.default)})"
+        flags = [flag(name)]
+        if name in ALIASES:
+            flags.append(ALIASES[name])
+            help_text += f"; {ALIASES[name]}: its earlier name, deprecated"
+        help_text = help_text.replace("%", "%%")
         if opt.dtype == "bool":
-            parser.add_argument(flag, action="store_true", default=None,
-                                help=f"{opt.help} (default: off)")
+            parser.add_argument(*flags, dest=name, action="store_true", default=None,
+                                help=help_text)
         else:
-            help_text = f"{opt.help} (default: {default})".replace("%", "%%")
-            parser.add_argument(flag, type=FLAG_TYPES[opt.dtype], default=None, help=help_text)
+            parser.add_argument(*flags, dest=name, type=FLAG_TYPES[opt.dtype], default=None,
+                                action=_Alias, metavar=name.upper(), help=help_text)
 
 
-def option_values(args, skip=("beam_size",)):
-    """The options given on the command line, by name."""
+def option_values(args, skip=()):
+    """The decoding options given on the command line, by name."""
     from keras_attn.decoding.options import NAMES
 
     return {name: getattr(args, name) for name in NAMES
@@ -47,78 +82,94 @@ def add_parsers(sub):
         description="Translate text with a trained run: arguments, or lines of stdin (a "
                     "paragraph per line), or a whole file (--file). Text of several sentences "
                     "is split into sentences, translated as one batch and joined with its "
-                    "own whitespace.")
+                    "own whitespace. Every flag applies to every input mode.")
     p.add_argument("run_dir", help="run directory (from keras-attn train)")
     p.add_argument("sentences", nargs="*",
                    help="texts, each any number of sentences (default: lines of stdin)")
     p.add_argument("--file", default=None,
                    help="translate this whole file as one document (paragraphs, blank lines "
                         "and indentation kept) and print the translation (default: none)")
-    p.add_argument("--beam-size", type=int, default=1,
-                   help="beams of the beam search; 1 is greedy decoding (default: %(default)s)")
-    p.add_argument("--alpha", type=float, default=LENGTH_PENALTY,
-                   help="length penalty of the beam search (default: %(default)s)")
     p.add_argument("--confidence", action="store_true",
                    help="print each translation's confidence first (the calibrated "
                         "probability that it is acceptable), a tab, then the translation "
                         "(default: off)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per text: source and hypotheses (translation, "
+                        "score, confidence, truncated, alignment or sentences) (default: off)")
     add_option_flags(p)
     add_verbose(p, argparse.SUPPRESS)
     p = evaluate = sub.add_parser(
-        "evaluate", help="score a run on a split",
-        description="Score a run on a split: exact match (dates) or BLEU and chrF (tatoeba).")
+        "evaluate", help="score a run on a split (JSON)",
+        description="Score a run on a split: exact match (dates) or BLEU and chrF (tatoeba). "
+                    "Prints one JSON object.")
     p.add_argument("run_dir", help="run directory (from keras-attn train)")
     p.add_argument("--split", choices=["train", "valid", "test"], default="test",
                    help="split of the run's data (default: %(default)s)")
-    p.add_argument("--beam-size", type=int, default=1,
-                   help="beams of the beam search; 1 is greedy decoding (default: %(default)s)")
-    p.add_argument("--length-penalty", type=float, default=LENGTH_PENALTY,
-                   help="beam search's GNMT length penalty alpha (default: %(default)s)")
+    add_option_flags(p, names=("beam_size", "length_penalty"))
     p.add_argument("--limit", type=int, default=0,
                    help="score the first N pairs only (default: 0, all)")
     add_verbose(p, argparse.SUPPRESS)
     return {"translate": translate, "evaluate": evaluate}
 
 
+def read_texts(args, stdin=None):
+    """The texts to translate: the ``--file`` as one document, the arguments, or the
+    lines of ``stdin``."""
+    if args.file is None:
+        return args.sentences or [line.rstrip("\n") for line in (stdin or sys.stdin)]
+    if args.sentences:
+        raise ValueError(f"give --file or texts, not both. Received: --file {args.file} and "
+                         f"{len(args.sentences)} text(s)")
+    with open(args.file, encoding="utf-8") as f:
+        return [f.read()]
+
+
+def _plain(value):
+    """JSON for numpy scalars (``.item()``)."""
+    return value.item()
+
+
+def write_hypotheses(args, texts, results, out=None):
+    """Print ``translate_nbest``'s ``results`` as the flags ask: JSON lines (``--json``),
+    confidence and translation (``--confidence``), the n-best with scores (more than one
+    hypothesis, or alignments), or the translation alone. A ``--file`` document is written
+    as it is (its own line ends), a text of the arguments or stdin on a line."""
+    out = out or sys.stdout
+    end = "" if args.file is not None else "\n"
+    for text, hyps in zip(texts, results):
+        if args.json:
+            out.write(json.dumps({"source": text, "hypotheses": hyps}, ensure_ascii=False,
+                                 default=_plain) + "\n")
+        elif args.confidence:
+            for hyp in hyps:
+                out.write(f"{hyp['confidence']:.4f}\t{hyp['translation']}{end}")
+        elif len(hyps) == 1 and not args.return_alignments:
+            out.write(hyps[0]["translation"] + end)
+        else:
+            out.write(f"{args.file if args.file is not None else text}\n")
+            for rank, hyp in enumerate(hyps, 1):  # n-best: rank, score, translation
+                out.write(f"  {rank}\t{hyp['score']:.4f}\t{hyp['translation']}{end}")
+                for sentence in hyp.get("sentences", [hyp]):
+                    if "alignment" in sentence:
+                        out.write(f"   \t\t{sentence['alignment']}\n")
+
+
 def run_translate(args):
     from keras_attn.translator import Translator
 
+    texts = read_texts(args)  # first: a missing file fails before the model loads
     translator = Translator.from_run_dir(args.run_dir)
-    if args.file is not None:
-        if args.sentences:
-            raise ValueError("give --file or texts, not both")
-        with open(args.file, encoding="utf-8") as f:
-            document = f.read()
-        options = option_values(args)
-        options.setdefault("length_penalty", args.alpha)
-        best = translator.translate_nbest([document], beam_size=args.beam_size, **options)
-        sys.stdout.write(best[0][0]["translation"])
-        return 0
-    sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
     options = option_values(args)
-    if args.confidence:
-        options.setdefault("length_penalty", args.alpha)
-        for hyps in translator.translate_nbest(sentences, beam_size=args.beam_size, **options):
-            for hyp in hyps:
-                print(f"{hyp['confidence']:.4f}\t{hyp['translation']}")
+    if args.json or args.confidence or set(options) - {"beam_size", "length_penalty"}:
+        write_hypotheses(args, texts, translator.translate_nbest(texts, **options))
         return 0
-    if not options:  # one line per sentence
-        for line in translator.translate(sentences, beam_size=args.beam_size, alpha=args.alpha,
-                                         progress=progress_bar("translating")):
-            print(line)
-        return 0
-    options.setdefault("length_penalty", args.alpha)
-    results = translator.translate_nbest(sentences, beam_size=args.beam_size, **options)
-    n = options.get("num_hypotheses", 1)
-    for sentence, hyps in zip(sentences, results):
-        if n == 1 and not options.get("return_alignments"):
-            print(hyps[0]["translation"])
-            continue
-        print(sentence)
-        for rank, hyp in enumerate(hyps, 1):  # n-best: rank, score, translation
-            print(f"  {rank}\t{hyp['score']:.4f}\t{hyp['translation']}")
-            if "alignment" in hyp:
-                print(f"   \t\t{hyp['alignment']}")
+    # The best translation alone: the batched decoder that draws a progress bar.
+    end = "" if args.file is not None else "\n"
+    for translation in translator.translate(
+            texts, beam_size=options.get("beam_size", 1),
+            alpha=options.get("length_penalty", LENGTH_PENALTY),
+            progress=progress_bar("translating")):
+        sys.stdout.write(translation + end)
     return 0
 
 
@@ -126,8 +177,12 @@ def run_evaluate(args):
     from keras_attn import evaluation, runs, training
     from keras_attn.translator import Translator
 
-    if args.length_penalty < 0:
-        raise ValueError(f"--length-penalty must be >= 0. Received: {args.length_penalty}")
+    beam_size = 1 if args.beam_size is None else args.beam_size
+    length_penalty = LENGTH_PENALTY if args.length_penalty is None else args.length_penalty
+    if length_penalty < 0:
+        raise ValueError(f"--length-penalty must be >= 0. Received: {length_penalty}")
+    if beam_size < 1:
+        raise ValueError(f"--beam-size must be >= 1. Received: {beam_size}")
     translator = Translator.from_run_dir(args.run_dir)  # first: checks it is a run directory
     config = TrainConfig.from_dict(runs.read_json(runs.paths(args.run_dir)["config"]))
     splits, refs = training.load_splits(config)
@@ -140,7 +195,7 @@ def run_evaluate(args):
                                              progress=progress_bar(f"evaluating {args.split}"))
     result = evaluation.evaluate(translator, pairs, config.task,
                                  refs if args.split == "test" else None,
-                                 beam_size=args.beam_size, length_penalty=args.length_penalty)
+                                 beam_size=beam_size, length_penalty=length_penalty)
     summary = {k: v for k, v in result.items() if k != "samples"}
-    print(summary)
+    print(json.dumps(summary, default=_plain))
     return 0

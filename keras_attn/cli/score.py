@@ -5,6 +5,7 @@ import json
 import sys
 
 from keras_attn.cli.console import add_verbose
+from keras_attn.cli.decode import add_option_flags
 
 
 def add_parser(sub):
@@ -22,8 +23,7 @@ def add_parser(sub):
                    help="the source sentence, with --target (default: none, pairs from stdin)")
     p.add_argument("--target", default=None,
                    help="its translation to score, with --source (default: none)")
-    p.add_argument("--length-penalty", type=float, default=None,
-                   help="GNMT length penalty alpha of the score (default: 0.6)")
+    add_option_flags(p, names=("length_penalty",))
     p.add_argument("--json", action="store_true",
                    help="one JSON object per pair: source, target, tokens, token_ids, "
                         "token_log_probs, log_prob, score, confidence, truncated "

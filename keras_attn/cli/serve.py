@@ -4,6 +4,14 @@ import argparse
 
 from keras_attn.cli.console import add_verbose
 
+# One replica: on the 2-core CPUs of docs/benchmarks/serve_load_fra30.md and _dates.md the
+# best one-replica layout served more requests a second at 16 clients than two replicas on
+# both engines and both models (English-French: SavedModel 211 against 132, CTranslate2 266
+# against 191; dates: 475 against 301, 429 against 335) and held a third of the memory: each
+# replica is a process with its own engine and TensorFlow, 1.1-1.5 GB (3.0-3.7 GB for two).
+# Layouts on more than 2 cores are not measured; --replicas N is there for them.
+DEFAULT_REPLICAS = 1
+
 
 def add_parser(sub):
     p = sub.add_parser(
@@ -20,9 +28,11 @@ def add_parser(sub):
     p.add_argument("--engine", choices=["savedmodel", "ctranslate2"], default="savedmodel",
                    help="the SavedModel's translate signature, or the CTranslate2 export "
                         "(keras-attn export RUN --format ctranslate2) (default: %(default)s)")
-    p.add_argument("--replicas", type=int, default=None,
+    p.add_argument("--replicas", type=int, default=DEFAULT_REPLICAS,
                    help="engine copies decoding batches at once; more than 1 runs them in "
-                        "worker processes (default: one per core)")
+                        "worker processes, each holding its own engine and TensorFlow: about "
+                        "1.1-1.5 GB of memory per replica (docs/benchmarks/serve_load_*.md) "
+                        "(default: %(default)s, the fastest measured on 2 cores)")
     p.add_argument("--threads", type=int, default=None,
                    help="intra-op threads of each replica; 0 = the engine's default (every "
                         "core) (default: 1 with several replicas, 0 with one)")

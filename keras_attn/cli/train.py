@@ -65,6 +65,20 @@ def _duration(text):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _choice(default, *others):
+    """An argparse type for a choice whose default is stored as "" (``config.json``'s
+    value): ``default`` (its name on the command line) and "" give "", ``others`` are kept."""
+    def parse(value):
+        if value in (default, ""):
+            return ""
+        if value in others:
+            return value
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {value!r} (choose from {', '.join((default, *others))})")
+
+    return parse
+
+
 def add_parser(sub):
     p = sub.add_parser("train", help="train a model (default: Transformer on the dates task)",
                        description="Train a model into a run directory, evaluate it on the "
@@ -97,8 +111,10 @@ def add_parser(sub):
                    help="learning-rate schedule (default: %(default)s)")
     p.add_argument("--peak-lr", type=float, default=TrainConfig.peak_lr,
                    help="peak learning rate of the cosine schedule (default: %(default)s)")
-    p.add_argument("--mixed-precision", choices=["", "mixed_float16", "mixed_bfloat16"],
-                   default="", help="Keras dtype policy (default: float32)")
+    p.add_argument("--mixed-precision", type=_choice("float32", "mixed_float16",
+                                                     "mixed_bfloat16"),
+                   metavar="{float32,mixed_float16,mixed_bfloat16}", default="",
+                   help="Keras dtype policy (default: float32)")
     p.add_argument("--jit-compile", action="store_true",
                    help="XLA-compile the train step (default: off)")
     p.add_argument("--seed", type=int, default=0,
@@ -106,10 +122,11 @@ def add_parser(sub):
     p.add_argument("--output", default=None, help="run directory (default: runs/<task>)")
     p.add_argument("--no-export", action="store_true",
                    help="skip exporting after training (default: export)")
-    p.add_argument("--distribute", choices=["", "mirrored", "multiworker"], default="",
+    p.add_argument("--distribute", type=_choice("none", "mirrored", "multiworker"),
+                   metavar="{none,mirrored,multiworker}", default="",
                    help="mirrored: all local GPUs (or --cpu-devices); multiworker: "
                         "MultiWorkerMirroredStrategy from TF_CONFIG (see docs/distributed.md) "
-                        "(default: one device)")
+                        "(default: none, one device)")
     p.add_argument("--cpu-devices", type=int, default=0,
                    help="split the CPU into N logical devices, for testing mirrored runs "
                         "(default: 0, no split)")
