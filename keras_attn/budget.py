@@ -3,13 +3,16 @@ line for logs, and the average of the last checkpoints.
 
 ``keras-attn train --time-budget 60m`` (see :func:`keras_attn.training.train`): the budget
 counts from the start of the command. Training gets the budget less a reserve for choosing
-the weights, evaluating and exporting (:func:`reserve_seconds`); :class:`BudgetClock` sets
+the weights, evaluating, calibrating and exporting (:func:`reserve_seconds`), and that work
+is sized to the time left when training ends (:class:`AfterTraining`: fewer test and
+calibration sentences, no int8 TFLite files when it is short); :class:`BudgetClock` sets
 the schedule's progress from the time spent before every step and stops training when the
 next step would not end inside the training time. The time spent is saved in the run
 directory (``budget.json``) whenever the backup is saved, so a resumed run continues the
 same schedule from the time of its backup.
 """
 import collections
+import dataclasses
 import os
 import sys
 import time
@@ -25,19 +28,141 @@ from keras_attn.config import format_duration
 EPOCH_STEPS = 250
 
 
-def reserve_seconds(budget, export=True):
-    """Seconds kept back from training for choosing the weights, evaluation and export.
+# The work after training, in seconds on the quiet 2-core AMD EPYC with the English-French
+# recipe's model (docs/budget.md, "The work after training"): choosing the weights (two
+# validation passes), model.keras and the translator's first trace ("fixed"); per test
+# sentence decoded for the metrics; per validation sentence of the calibrator (its
+# hypothesis, its confidence features, its chrF, and half as many random sources); the
+# SavedModel with its check; the TFLite text and builtin files of one quantization with
+# theirs.
+COSTS = {"fixed": 12.0, "test": 0.008, "valid": 0.02, "saved_model": 25.0,
+         "float32": 20.0, "int8": 20.0}
+QUANTIZATIONS = ("float32", "int8")
+# The estimate times this is the reserve: the same work took 1.3-1.5 times as long beside
+# other work (a budgeted run before the work was sized: 181 s for about 133 s of estimate).
+SAFETY = 1.5
+# The reserve's largest share of the budget: training (startup included) keeps at least 70 %,
+# so that a 5-minute budget trains about 60 % of its time after a startup of about 30 s.
+MAX_RESERVE_SHARE = 0.3
+MIN_SENTENCES = 200  # the fewest test and validation sentences a short budget keeps
 
-    Measured on a loaded 2-core CPU (Tatoeba, 10 M parameters, 2,000 test sentences,
-    docs/budget.md): two validation passes, model.keras, greedy decoding and the
-    SavedModel + TFLite export took 107 s after training, and fitting the confidence's
-    calibrator (2,000 validation and 1,000 random sources decoded) 39 s more. They take
-    about the same time whatever the budget, so a floor with a small share of the budget for
-    slower machines; the 5 % the whole command may overrun absorbs a loaded machine.
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What a budgeted run does after training (or what is left of it).
+
+    Args:
+        test: test sentences decoded for the metrics. valid: validation sentences the
+            confidence's calibrator is fitted on. quantizations: the TFLite variants exported
+            beside the SavedModel (``()``: no export). fixed: choosing the weights,
+            model.keras and the translator's first trace still to do.
     """
-    if export:
-        return min(0.5 * budget, max(200.0, 0.05 * budget))
-    return min(0.5 * budget, max(130.0, 0.03 * budget))
+
+    test: int
+    valid: int
+    quantizations: tuple = ()
+    fixed: bool = True
+
+    def seconds(self, costs=None):
+        """The estimated seconds (:data:`COSTS`, a quiet machine)."""
+        costs = costs or COSTS
+        export = (costs["saved_model"] + sum(costs[q] for q in self.quantizations)
+                  if self.quantizations else 0.0)
+        return (costs["fixed"] * self.fixed + costs["test"] * self.test
+                + costs["valid"] * self.valid + export)
+
+
+def plan(seconds, num_test, num_valid, export=True, fixed=True, costs=None):
+    """The most :class:`Work` whose estimated cost fits ``seconds``.
+
+    Everything (every test and validation sentence, the int8 and float32 TFLite files) when
+    it fits; else the int8 files are left out first, then the test and validation sentences
+    are cut in the same proportion, down to :data:`MIN_SENTENCES` each. The SavedModel and
+    the float32 files of a run with export are always made, however late.
+
+    Example:
+        >>> plan(60.0, 2000, 2000)   # a 5-minute budget's reserve, less its margin
+        Work(test=200, valid=200, quantizations=('float32',), fixed=True)
+    """
+    quantizations = QUANTIZATIONS if export else ()
+    everything = Work(num_test, num_valid, quantizations, fixed)
+    if everything.seconds(costs) <= seconds:
+        return everything
+    quantizations = quantizations[:1]
+    all_sentences = Work(num_test, num_valid, quantizations, fixed)
+    floor = Work(min(num_test, MIN_SENTENCES), min(num_valid, MIN_SENTENCES), quantizations,
+                 fixed)
+    extra = all_sentences.seconds(costs) - floor.seconds(costs)
+    share = min(max((seconds - floor.seconds(costs)) / extra, 0.0), 1.0) if extra > 0 else 0.0
+    return Work(floor.test + int(share * (num_test - floor.test)),
+                floor.valid + int(share * (num_valid - floor.valid)), quantizations, fixed)
+
+
+def reserve_seconds(budget, export=True, num_test=2000, num_valid=2000):
+    """Seconds kept back from training for the work after it (:class:`Work`).
+
+    :data:`SAFETY` times the estimated cost of all of it (the English-French recipe's 2,000
+    test and 2,000 validation sentences: 200 s with export, 102 s without), at least 5 % of
+    the budget, at most :data:`MAX_RESERVE_SHARE` of it: a short budget keeps its training
+    time and sizes the work to the reserve instead (:class:`AfterTraining`).
+    """
+    everything = Work(num_test, num_valid, QUANTIZATIONS if export else ())
+    return min(MAX_RESERVE_SHARE * budget, max(SAFETY * everything.seconds(), 0.05 * budget))
+
+
+class AfterTraining:
+    """Sizes each step after training to the time left before ``deadline``.
+
+    Before each step the rest of the work is planned again (:func:`plan`) for the time
+    left divided by ``slowness``: how much longer the steps so far took than their
+    estimate (at least 1). A loaded machine thus cuts sentences and the int8 files from
+    what it measured during the run, not from a guess made before it.
+
+    Args:
+        deadline: ``clock()`` value when the command should end (its start + the budget).
+        num_test, num_valid: sentences of the test and validation splits.
+        export: whether the run is exported after. clock: monotonic seconds.
+
+    Example:
+        >>> after = AfterTraining(start + budget, 2000, 2000)  # as training ends
+        >>> n = after.test_sentences()        # once the weights are chosen and saved
+        >>> m = after.valid_sentences()       # after the evaluation
+        >>> q = after.quantizations()         # after the calibration
+    """
+
+    def __init__(self, deadline, num_test, num_valid, export=True, clock=time.monotonic):
+        self.deadline = deadline
+        self.num_test, self.num_valid, self.export = num_test, num_valid, export
+        self.clock = clock
+        self.began = clock()
+        self.estimated = COSTS["fixed"]  # the estimate of the steps done so far
+        self.chosen = {}
+
+    def slowness(self):
+        """Measured over estimated seconds of the steps so far (at least 1)."""
+        return max((self.clock() - self.began) / self.estimated, 1.0)
+
+    def _plan(self, test, valid, export):
+        self.chosen["slowness"] = round(self.slowness(), 2)
+        left = (self.deadline - self.clock()) / self.slowness()
+        return plan(left, test, valid, export, fixed=False)
+
+    def test_sentences(self):
+        n = self._plan(self.num_test, self.num_valid, self.export).test
+        self.estimated += COSTS["test"] * n
+        self.chosen["test_sentences"] = n
+        return n
+
+    def valid_sentences(self):
+        n = self._plan(0, self.num_valid, self.export).valid
+        self.estimated += COSTS["valid"] * n
+        self.chosen["valid_sentences"] = n
+        return n
+
+    def quantizations(self):
+        q = self._plan(0, 0, self.export).quantizations
+        self.chosen["quantizations"] = list(q)
+        return q
 
 
 class BudgetClock(keras.callbacks.Callback):

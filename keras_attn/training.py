@@ -168,14 +168,18 @@ def check_config(config):
 
 
 def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
-          reserve=None):
+          reserve=None, export=True):
     """Train ``config`` into ``run_dir``; returns the metrics dict (also in metrics.json).
 
     With ``config.time_budget`` (seconds), training runs until the budget less ``reserve``
-    seconds (default :func:`budget.reserve_seconds`) has passed since ``start`` (a
-    ``time.monotonic()`` value; default: now), under :class:`schedules.BudgetSchedule`;
-    then the last snapshots' average replaces the final weights if its validation loss is
-    lower. Epochs are then :data:`budget.EPOCH_STEPS` steps (backups, log rows).
+    seconds (default: :func:`budget.reserve_seconds` of the budget and ``export``) has
+    passed since ``start`` (a ``time.monotonic()`` value; default: now), under
+    :class:`schedules.BudgetSchedule`; then the last snapshots' average replaces the final weights if its validation loss is
+    lower. Epochs are then :data:`budget.EPOCH_STEPS` steps (backups, log rows). What
+    follows training is sized to the time left (:class:`budget.AfterTraining`: the test
+    sentences of the metrics, the validation sentences of the calibrator, and, when
+    ``export`` says the caller exports after, the TFLite quantizations it should make:
+    ``metrics["budget"]["after_training"]``).
 
     ``distribute``/``cpu_devices``: see :func:`make_strategy`; ``batch_size`` is global
     (split across replicas). In a multi-worker run only the chief writes ``run_dir``; the
@@ -271,6 +275,8 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     verbose = 1 if sys.stdout.isatty() else 2
     clock = snapshots = None
     if config.time_budget:
+        if reserve is None:
+            reserve = budget.reserve_seconds(config.time_budget, export=export)
         clock = budget.BudgetClock.from_run_dir(run_dir, schedule, config.time_budget, start,
                                                 reserve, log)
         snapshots = budget.Snapshots(BUDGET_AVERAGE)
@@ -292,8 +298,10 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     train_seconds = time.time() - t0
     if not is_chief:
         return {"chief": False, "worker": worker_index, "train_seconds": round(train_seconds, 1)}
-    chosen = {}
+    chosen, after = {}, None
     if config.time_budget:
+        after = budget.AfterTraining(start + config.time_budget, len(splits["test"]),
+                                     len(splits["valid"]), export=export)
         chosen = _keep_final_or_average(model, snapshots, valid_ds, log)
         chosen["steps"] = budget.optimizer_step(model.optimizer)
     elif os.path.exists(p["best"]):
@@ -304,20 +312,26 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
 
     translator = Translator(model, src_tok, tgt_tok, config.max_len,
                             normalize=config.tokenizer == "wordpiece")
-    metrics = evaluate(translator, splits["test"], config.task, refs)
+    test, test_refs = splits["test"], refs
+    if after is not None:
+        n = after.test_sentences()
+        test, test_refs = test[:n], refs[:n] if refs else refs
+    metrics = evaluate(translator, test, config.task, test_refs)
     metrics["train_seconds"] = round(train_seconds, 1)
     if splits["valid"]:
         # The confidence of every artefact: a calibrator fitted on the validation split.
         from keras_attn.calibration import calibrate
 
-        calibrator = calibrate(translator, splits["valid"], config.task, seed=config.seed,
-                               log=log)
+        valid = splits["valid"][: after.valid_sentences()] if after else splits["valid"]
+        calibrator = calibrate(translator, valid, config.task, seed=config.seed, log=log)
         calibrator.save(p["calibration"])
         metrics["calibration"] = calibrator.report
     if config.time_budget:
+        after.quantizations()
         metrics["budget"] = {**chosen, "time_budget": config.time_budget,
                              "train_until": round(clock.train_seconds, 1),
-                             "evaluated_at": round(clock.elapsed(), 1)}
+                             "evaluated_at": round(clock.elapsed(), 1),
+                             "after_training": after.chosen}
     metrics["task"] = config.task
     runs.write_json(p["metrics"], metrics)
     log(json.dumps({k: v for k, v in metrics.items() if k != "samples"}))

@@ -177,7 +177,8 @@ def run(args):
 
         reserve = budget.reserve_seconds(config.time_budget, export=not args.no_export)
     metrics = training.train(config, run_dir, distribute=args.distribute,
-                             cpu_devices=args.cpu_devices, start=start, reserve=reserve)
+                             cpu_devices=args.cpu_devices, start=start, reserve=reserve,
+                             export=not args.no_export)
     if metrics and metrics.get("chief") is False:
         return 0  # a non-chief worker: the chief evaluates and exports
     if not args.no_export:
@@ -189,13 +190,19 @@ def run(args):
         else:
             from keras_attn import export
 
-            export.export_run(run_dir)
+            # A budgeted run makes the TFLite quantizations its time left allows.
+            planned = (metrics or {}).get("budget", {}).get("after_training", {})
+            quantizations = planned.get("quantizations")
+            export.export_run(run_dir, **({"quantizations": tuple(quantizations)}
+                                          if quantizations else {}))
     if config.time_budget:
         from keras_attn.config import format_duration
 
         used = time.monotonic() - start
+        trained = (metrics or {}).get("train_seconds", 0.0)
         print(f"time budget: {format_duration(used)} used of "
               f"{format_duration(config.time_budget)} ({100 * used / config.time_budget:.1f} %)"
-              " by this process")
+              f" by this process, {format_duration(trained)} of it training "
+              f"({100 * trained / config.time_budget:.1f} %)")
     print(f"run directory: {run_dir}")
     return 0 if metrics else 1
