@@ -316,6 +316,16 @@ def test_help_has_no_doubled_default_and_no_empty_choice(helps, sub):
             assert all(choices.split(",")), text
 
 
+def test_serve_runs_one_replica_by_default_and_says_what_a_replica_costs(helps):
+    """One replica was the fastest on 2 cores (docs/benchmarks/serve_load_*.md); each is a
+    process of 1.1-1.5 GB, which the help says."""
+    from keras_attn import cli
+
+    assert cli.build_parser().parse_args(["serve", "exported"]).replicas == 1
+    text = option_helps(helps["serve"]["help"])["--replicas"]
+    assert "1.1-1.5 GB of memory per replica" in text and "(default: 1," in text
+
+
 def test_version(capsys):
     import keras_attn
     from keras_attn import cli
@@ -394,7 +404,7 @@ TRANSLATE_FLAGS = {
     "--return-alignments": (["--return-alignments"], []),
     "--repetition-penalty": ([*CONTROLS, "--json"], ["--json"]),
 }
-FAST_FLAGS = ("plain", "--confidence", "--num-hypotheses")  # the rest run in the slow pass
+FAST_FLAGS = ("--confidence", "--num-hypotheses")  # the ones --file ignored; the rest: slow
 
 
 @pytest.fixture(scope="module")
