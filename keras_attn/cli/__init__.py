@@ -3,7 +3,7 @@
 Examples::
 
     keras-attn train                                  # dates task, defaults, ./runs/dates
-    keras-attn train --task tatoeba --data ../shared/data/fra-eng --output runs/fra
+    keras-attn train --task tatoeba --data fra-eng --output runs/fra
     keras-attn translate runs/dates "3 March 2021"    # or lines on stdin
     keras-attn translate runs/dates "3 March 2021" "<b>Hi</b>" --confidence  # 0.98, 0.00
     keras-attn evaluate runs/dates --split test
