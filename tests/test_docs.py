@@ -103,10 +103,9 @@ def test_page_example_runs_and_gives_what_it_shows(block, request, monkeypatch):
     monkeypatch.chdir(ROOT)  # the examples name paths from the repository root
     if block.lang == "python":
         namespace = {}
-        blocks = doc_examples.blocks(block.path)
-        here = next(i for i, b in enumerate(blocks) if b.line == block.line)
         if block.continues:  # the python block before it runs first, in the same namespace
-            previous = next(b for b in reversed(blocks[:here]) if b.lang == "python")
+            previous = [b for b in doc_examples.blocks(block.path)
+                        if b.lang == "python" and b.line < block.line][-1]
             run_and_check(previous.text, _block_id(previous), namespace)
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
