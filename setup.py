@@ -16,9 +16,12 @@ setup(
     "trained with model.fit and exported to TF Serving and TFLite.",
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
+    license="Apache-2.0",
     packages=find_packages(include=["keras_attn", "keras_attn.*"]),
     package_data={"keras_attn.serve": ["static/*.html"]},  # the page of keras-attn serve
-    python_requires=">=3.9",
+    # Keras 3.15 requires Python 3.11; TensorFlow 2.21 and tensorflow-text 2.21 publish
+    # wheels for 3.10 to 3.13. Tested on 3.11.
+    python_requires=">=3.11",
     install_requires=[
         "tensorflow==2.21.*",
         "tensorflow-text==2.21.*",
@@ -57,6 +60,10 @@ setup(
         # pysbd: benchmarks/segmentation.py's reference on the English Golden Rules.
         "bench": ["keras-hub", "pysbd"],
         "serving": ["tensorflow-serving-api==2.21.*"],
+        # The documentation site (mkdocs.yml): MkDocs with the Material theme, and
+        # mkdocstrings for the API reference read from the docstrings. tests/test_docs.py
+        # builds it with --strict (skipped without these unless KERAS_ATTN_REQUIRE_DOCS=1).
+        "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],
     },
     entry_points={"console_scripts": ["keras-attn=keras_attn.cli:main"]},
 )

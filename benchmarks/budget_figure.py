@@ -16,6 +16,8 @@ import argparse
 import json
 import os
 
+from benchmarks.results import fresh_dir
+
 LABEL = "keras_attn, --time-budget"  # the legend of runs given without a label
 KERASHUB = "KerasHub keras.io recipe"
 
@@ -107,8 +109,10 @@ def main(argv=None):
                    metavar="[LABEL=]PATH",
                    help="benchmarks.kerashub_recipe's JSON (repeatable: one run each)")
     p.add_argument("--title", default="")
-    p.add_argument("--output", default="docs/figures/budget_bleu.png")
+    p.add_argument("--output", default="",
+                   help="PNG (default: budget_bleu.png in a new benchmarks/results/ folder)")
     args = p.parse_args(argv)
+    args.output = args.output or os.path.join(fresh_dir("budget_figure"), "budget_bleu.png")
     series = [(args.label, args.runs)] if args.runs else []
     series = [(label, our_points(dirs)) for label, dirs in series + args.series]
     theirs = [(label, kerashub_points(path)) for label, path in args.kerashub]

@@ -53,6 +53,7 @@ from benchmarks.decode import bench_decode
 from benchmarks.export import bench_export
 from benchmarks.mha import bench_mha
 from benchmarks.report import markdown
+from benchmarks.results import fresh_dir
 from benchmarks.serve import ENGINES, REFERENCE_ENGINES, bench_serve
 from benchmarks.timing import CLOCKS, log
 from benchmarks.train import bench_train
@@ -108,8 +109,11 @@ def parse_args(argv=None):
     ap.add_argument("--note", default="", help="free text for the results (machine state, ...)")
     ap.add_argument("--render", metavar="JSON", default=None,
                     help="only rewrite --md from an existing results file")
-    ap.add_argument("--json", default="docs/benchmarks/bench.json")
-    ap.add_argument("--md", default="docs/benchmarks/bench.md")
+    ap.add_argument("--json", default="",
+                    help="results file (default: bench.json in a new benchmarks/results/ "
+                         "folder)")
+    ap.add_argument("--md", default="",
+                    help="Markdown table (default: bench.md beside --json)")
     args = ap.parse_args(argv)
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     bad = sorted(set(args.sections) - set(SECTIONS))
@@ -144,6 +148,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    if not args.json and not args.render:
+        args.json = os.path.join(fresh_dir("bench"), "bench.json")
+    args.md = args.md or os.path.splitext(args.json or args.render)[0] + ".md"
     if args.render:
         with open(args.render) as f:
             results = json.load(f)

@@ -20,6 +20,8 @@ import os
 import re
 import time
 
+from benchmarks.results import fresh_dir
+
 SPECIAL = ["[PAD]", "[UNK]", "[START]", "[END]"]
 
 
@@ -37,8 +39,9 @@ def parse_args(argv=None):
                    help="score the first N dev sentences only (0: all; default: %(default)s)")
     p.add_argument("--dims", default="256,2048,8",
                    help="embed, FFN and heads (default: %(default)s, the recipe's)")
-    p.add_argument("--output", default="docs/benchmarks/kerashub_recipe.json",
-                   help="JSON written after each scored point (default: %(default)s)")
+    p.add_argument("--output", default="",
+                   help="JSON written after each scored point (default: a new "
+                        "benchmarks/results/ folder)")
     return p.parse_args(argv)
 
 
@@ -66,6 +69,8 @@ def build_model(src_vocab, tgt_vocab, max_len, embed, ffn, heads):
 
 def main(argv=None):
     args = parse_args(argv)
+    args.output = args.output or os.path.join(fresh_dir("kerashub_recipe"),
+                                              "kerashub_recipe.json")
     import keras
     import keras_hub
     import numpy as np

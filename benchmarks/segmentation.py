@@ -22,10 +22,10 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from benchmarks.results import fresh_dir  # noqa: E402
 from keras_attn import documents  # noqa: E402
 
 GOLDEN = os.path.join(REPO, "tests", "data", "golden_rules_en.json")
-OUT = os.path.join(REPO, "docs", "benchmarks", "segmentation")
 
 
 def score(cases, segment):
@@ -184,8 +184,11 @@ def main(argv=None):
                         help="also the TF graph split and tensorflow-text's breaker")
     parser.add_argument("--tatoeba", help="a Tatoeba eng<TAB>fra file to check by count, "
                         "e.g. ../shared/data/fra-eng/train.txt")
-    parser.add_argument("--out", default=OUT, help="path without extension (.json, .md)")
+    parser.add_argument("--out", default="",
+                        help="path without extension (.json, .md; default: a new "
+                             "benchmarks/results/ folder)")
     args = parser.parse_args(argv)
+    args.out = args.out or os.path.join(fresh_dir("segmentation"), "segmentation")
     golden = json.load(open(GOLDEN, encoding="utf-8"))
     cases = golden["cases"]
     result = {

@@ -21,7 +21,8 @@ Usage:
     python -m benchmarks.serve_load exported --duration 5 --name serve_load
     python -m benchmarks.serve_load /work/runs/fra30 --name serve_load_fra30
 
-Writes ``docs/benchmarks/NAME.json`` and ``NAME.md``.
+Writes ``NAME.json`` and ``NAME.md`` into ``--out-dir`` (default: a new
+``benchmarks/results/<date>-NAME/`` folder).
 """
 import argparse
 import asyncio
@@ -35,6 +36,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from benchmarks.results import fresh_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYOUTS = {"1x2": (1, 2), "1x1": (1, 1), "2x1": (2, 1)}  # replicas x intra-op threads
@@ -479,10 +482,12 @@ def main(argv=None):
                    help="seconds of extra load at the end of each server's run (memory)")
     p.add_argument("--soak-clients", type=int, default=16)
     p.add_argument("--name", default="serve_load")
-    p.add_argument("--out-dir", default=os.path.join(ROOT, "docs", "benchmarks"))
+    p.add_argument("--out-dir", default="",
+                   help="folder for NAME.json and NAME.md (default: a new "
+                        "benchmarks/results/ folder)")
     args = p.parse_args(argv)
-    write_results(run(args, log=lambda m: print(m, flush=True)), markdown, args.out_dir,
-                  args.name)
+    results = run(args, log=lambda m: print(m, flush=True))
+    write_results(results, markdown, args.out_dir or fresh_dir(args.name), args.name)
     return 0
 
 

@@ -15,7 +15,8 @@ Usage:
     python -m benchmarks.serve_soak exported --duration 600 --clients 16 --every 10 \\
         --name serve_soak_dates_10min
 
-Writes ``docs/benchmarks/NAME.json`` and ``NAME.md``.
+Writes ``NAME.json`` and ``NAME.md`` into ``--out-dir`` (default: a new
+``benchmarks/results/<date>-NAME/`` folder).
 """
 import argparse
 import json
@@ -25,6 +26,7 @@ import tempfile
 import time
 
 from benchmarks import serve_load
+from benchmarks.results import fresh_dir
 
 ROOT = serve_load.ROOT
 
@@ -143,13 +145,16 @@ def main(argv=None):
     p.add_argument("--name", default="serve_soak")
     p.add_argument("--render", default="",
                    help="only write NAME.md again from this JSON of an earlier run")
-    p.add_argument("--out-dir", default=os.path.join(ROOT, "docs", "benchmarks"))
+    p.add_argument("--out-dir", default="",
+                   help="folder for NAME.json and NAME.md (default: a new "
+                        "benchmarks/results/ folder)")
     args = p.parse_args(argv)
     if args.render:
         results = json.load(open(args.render))
     else:
         results = run(args, log=lambda m: print(m, flush=True))
-    serve_load.write_results(results, markdown, args.out_dir, args.name)
+    serve_load.write_results(results, markdown, args.out_dir or fresh_dir(args.name),
+                             args.name)
     return 0
 
 

@@ -253,3 +253,13 @@ def test_finished_rows_benchmark(tmp_path):
     for row in record["batches"].values():
         assert row["rows_kept"] > 0 and row["rows_leave"] > 0 and row["target_tokens"] > 0
         assert row["speedup_range"][0] <= row["speedup_median"] <= row["speedup_range"][1]
+
+
+def test_a_benchmark_without_an_output_writes_to_a_new_folder(tmp_path):
+    """The default output is a new folder per run, never the committed docs/benchmarks/."""
+    from benchmarks.results import ROOT, fresh_dir
+
+    first, second = fresh_dir("bench", root=tmp_path), fresh_dir("bench", root=tmp_path)
+    assert first != second and os.listdir(first) == os.listdir(second) == []
+    assert os.path.basename(first).endswith("-bench")
+    assert os.path.relpath(ROOT, REPO) == os.path.join("benchmarks", "results")

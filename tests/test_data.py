@@ -229,6 +229,21 @@ def test_resolve_data(tmp_path):
     assert not [p for p in cache.rglob("*") if p.name.startswith(".tmp")]  # no half file
 
 
+
+def test_tatoeba_corpus_is_data_or_the_environment_variable(tmp_path, monkeypatch):
+    """No corpus outside what the user names: --data, else KERAS_ATTN_DATA, else an error
+    that says both."""
+    monkeypatch.delenv(data.DATA_ENV, raising=False)
+    with pytest.raises(ValueError, match="--data.*KERAS_ATTN_DATA"):
+        data.tatoeba_splits("", num_valid=1)
+    corpus = tmp_path / "fra.txt"
+    corpus.write_text("Go.\tVa !\nHi.\tSalut.\nRun.\tCours !\n", encoding="utf-8")
+    monkeypatch.setenv(data.DATA_ENV, str(corpus))
+    splits, refs = data.tatoeba_splits("", num_valid=1)
+    assert sorted(p for split in splits.values() for p in split) == [
+        ("Go.", "Va !"), ("Hi.", "Salut."), ("Run.", "Cours !")] and refs is None
+    assert data.corpus_location(str(tmp_path / "other.txt")) == str(tmp_path / "other.txt")
+
 # -- tf.data pipeline ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def date_pairs():

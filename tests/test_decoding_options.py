@@ -79,8 +79,9 @@ def test_every_option_is_declared_once_and_derived_everywhere():
     assert all(f"| `{name}` |" in table for name in NAMES)
     import pathlib
 
-    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
-    assert table in readme, "README's options table: paste keras_attn.decoding.options.docs_table()"
+    page = pathlib.Path(__file__).resolve().parents[1] / "docs" / "decoding.md"
+    assert table in page.read_text("utf-8"), (
+        "docs/decoding.md's options table: paste keras_attn.decoding.options.docs_table()")
     from keras_attn.export import request, runtime
 
     assert list(request.OPTION_SPECS) == list(NAMES)

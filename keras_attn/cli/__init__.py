@@ -3,7 +3,7 @@
 Examples::
 
     keras-attn train                                  # dates task, defaults, ./runs/dates
-    keras-attn train --task tatoeba --data ../shared/data/fra-eng --output runs/fra
+    keras-attn train --task tatoeba --data fra-eng --output runs/fra
     keras-attn --version
     keras-attn translate runs/dates "3 March 2021"    # or lines on stdin
     keras-attn translate runs/dates --file notes.txt --json   # any flag, any input mode

@@ -89,8 +89,8 @@ def add_parser(sub):
                         "French (default: %(default)s)")
     p.add_argument("--data", default="",
                    help="tatoeba corpus: a file, a folder with train.txt and dev.txt, or a "
-                        "URL (default: ../shared/data/fra-eng if it exists, else D2L's "
-                        "fra-eng.zip)")
+                        "URL such as D2L's fra-eng.zip (default: the KERAS_ATTN_DATA "
+                        "environment variable; required for --task tatoeba)")
     p.add_argument("--model", choices=["transformer", "bahdanau"],
                    help=f"architecture ({_task_default('model')})")
     p.add_argument("--tokenizer", choices=SUBWORD_TOKENIZERS,

@@ -21,12 +21,13 @@ References: D2L 10.5 (machine translation data).
 from keras_attn.data.dates import DATE_FORMATS, dates_splits, generate_dates
 from keras_attn.data.download import resolve_data
 from keras_attn.data.pipeline import make_dataset, prepare_source, prepare_target
-from keras_attn.data.tatoeba import (D2L_FRA_ENG_URL, SHARED_CORPUS, LoadReport, load_tatoeba,
-                                     load_tatoeba_references, tatoeba_splits)
+from keras_attn.data.tatoeba import (D2L_FRA_ENG_URL, DATA_ENV, LoadReport, corpus_location,
+                                     load_tatoeba, load_tatoeba_references, tatoeba_splits)
 
-__all__ = ["DATE_FORMATS", "D2L_FRA_ENG_URL", "LoadReport", "dates_splits", "generate_dates",
-           "load_splits", "load_tatoeba", "load_tatoeba_references", "make_dataset", "prepare_source",
-           "prepare_target", "resolve_data", "SHARED_CORPUS", "tatoeba_splits"]
+__all__ = ["DATE_FORMATS", "D2L_FRA_ENG_URL", "DATA_ENV", "LoadReport", "corpus_location",
+           "dates_splits", "generate_dates", "load_splits", "load_tatoeba",
+           "load_tatoeba_references", "make_dataset", "prepare_source", "prepare_target",
+           "resolve_data", "tatoeba_splits"]
 
 
 def load_splits(config, log=print):

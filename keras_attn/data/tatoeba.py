@@ -72,7 +72,7 @@ def load_tatoeba(path, normalize=True, max_pairs=None):
         FileNotFoundError: the file does not exist.
         ValueError: the file holds no good pair.
     Example:
-        >>> pairs, report = load_tatoeba("../shared/data/fra-eng/train.txt")
+        >>> pairs, report = load_tatoeba("fra-eng/train.txt")
         >>> pairs[0]
         ('go .', 'va !')
     """
@@ -135,7 +135,7 @@ def load_tatoeba_references(path, normalize=True):
         `(sources, references)`: English sentences in order of first appearance and, for
         each, the list of its distinct French references.
     Example:
-        >>> sources, refs = load_tatoeba_references("../shared/data/fra-eng/dev.txt")
+        >>> sources, refs = load_tatoeba_references("fra-eng/dev.txt")
         >>> streams = [[r[i] if i < len(r) else None for r in refs]
         ...            for i in range(max(map(len, refs)))]
         >>> sacrebleu.corpus_bleu(hypotheses, streams)   # None: no such reference
@@ -149,7 +149,21 @@ def load_tatoeba_references(path, normalize=True):
     return list(grouped), list(grouped.values())
 
 
-SHARED_CORPUS = os.path.join("..", "shared", "data", "fra-eng")
+DATA_ENV = "KERAS_ATTN_DATA"  # the corpus when --data is not given
+
+
+def corpus_location(data_arg=""):
+    """The Tatoeba corpus to read: ``data_arg``, else the ``KERAS_ATTN_DATA`` variable.
+
+    Raises:
+        ValueError: neither is set; the message names both and D2L's public file.
+    """
+    location = data_arg or os.environ.get(DATA_ENV, "")
+    if not location:
+        raise ValueError(
+            "No Tatoeba corpus given: pass --data (a tab-separated file, a folder with "
+            f"train.txt and dev.txt, or a URL such as {D2L_FRA_ENG_URL}) or set {DATA_ENV}.")
+    return location
 
 
 def tatoeba_splits(data_arg="", num_valid=2000, max_pairs=None, seed=0, normalize=False,
@@ -158,13 +172,13 @@ def tatoeba_splits(data_arg="", num_valid=2000, max_pairs=None, seed=0, normaliz
 
     ``data_arg``: a file, a folder (``train.txt`` and ``dev.txt``: dev becomes the test
     split, with all references of each English sentence for BLEU), or a URL (downloaded,
-    then split). Empty: ``../shared/data/fra-eng`` if present, else D2L's public file.
+    then split). Empty: the ``KERAS_ATTN_DATA`` environment variable; a ``ValueError``
+    if that is unset too.
     ``valid`` is held out of the training file by English sentence (never in train).
     ``normalize``: D2L's lower-casing and re-spacing of both sides (the WordPiece
     tokenizer needs it); False keeps the text as written (SentencePiece).
     """
-    data_arg = data_arg or (SHARED_CORPUS if os.path.isdir(SHARED_CORPUS) else D2L_FRA_ENG_URL)
-    path = resolve_data(data_arg)
+    path = resolve_data(corpus_location(data_arg))
     dev_path = None
     if os.path.isdir(path):
         dev_path = os.path.join(path, "dev.txt")

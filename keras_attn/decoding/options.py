@@ -228,8 +228,7 @@ NAMES = tuple(OPTIONS)
 
 
 def docs_table():
-    """The Markdown table of every option (README, docs/decoding_options.md), from the
-    declarations."""
+    """The Markdown table of every option (docs/decoding.md), from the declarations."""
     rows = ["| option | type, default | meaning | CTranslate2 `translate_batch` |",
             "| --- | --- | --- | --- |"]
     for opt in OPTIONS.values():
