@@ -20,6 +20,8 @@ import numpy as np
 from keras_attn.special_tokens import END_ID, START_ID
 
 TFLITE_TEXT_SIGNATURE = "serving_default"
+# serving_default's subgraph under a name that says what it takes: one sentence per string.
+TFLITE_SENTENCES_SIGNATURE = "translate_sentences"
 TFLITE_OPTIONS_SIGNATURE = "translate"  # keras_attn.export.request.TRANSLATE_SIGNATURE
 TFLITE_SCORE_SIGNATURE = "score"  # keras_attn.export.modules.SCORE_SIGNATURE
 TFLITE_ENCODER_SIGNATURE = "encode"
