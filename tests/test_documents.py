@@ -411,3 +411,84 @@ def test_other_bad_arguments():
         cut_long(None, 2, words)
     with pytest.raises(ValueError, match="single character"):
         cut_long("ab", 1, lambda s: 2 * len(s))
+
+
+# --- TFLite: the file flags what it cannot vouch is one sentence ------------------------------
+def bare_sentence(text):
+    """The reference: documents.split reads ``text`` as one sentence, nothing around it."""
+    segments = split(text)
+    return len(segments.sentences) == 1 and segments.separators == ["", ""]
+
+
+_NEEDS_SPLIT = []
+
+
+def needs_split(texts):
+    """:func:`needs_split_tensor` traced once (eager, each call would build every op)."""
+    import tensorflow as tf
+
+    from keras_attn.export.documents import needs_split_tensor
+
+    if not _NEEDS_SPLIT:
+        _NEEDS_SPLIT.append(tf.function(needs_split_tensor, input_signature=[
+            tf.TensorSpec([None], tf.string)]))
+    return _NEEDS_SPLIT[0](tf.constant(texts, tf.string)).numpy().tolist()
+
+
+# Single sentences the flag must let through (it is not "True for everything").
+PLAIN = ["I quit.", "Tom isn't here.", "Is it true?", "Wait... what", "Is it? yes",
+         "the students' books are here", "He said e.g. that.", "Pi is 3.14 today.",
+         "3 March 2021", "Café crème brûlée!", "It’s 10:30 — “fine,” she said."]
+
+
+def test_needs_split_flags_every_text_that_is_not_one_bare_sentence():
+    texts = ([c[0] for c in CASES] + [c["text"] for c in GOLDEN["cases"]] + PLAIN
+             + ["I wasn't fired. I quit.", "One's new. The other's old.", " I quit.",
+                "I quit. ", "", "  ", "Hi.\n", "1) A 2) B", "x • y", "a\u2028b"])
+    flags = needs_split(texts)
+    assert [t for t, f in zip(texts, flags) if not f and not bare_sentence(t)] == []
+    assert [t for t, f in zip(PLAIN, needs_split(PLAIN)) if f] == []
+    assert needs_split(["I wasn't fired. I quit.", "Mr. Smith left."]) == [True, True]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(TEXT, st.text(max_size=40)), min_size=1, max_size=20))
+def test_needs_split_never_misses_a_split(texts):
+    for text, flag in zip(texts, needs_split(texts)):
+        assert flag or bare_sentence(text), text
+
+
+def test_needs_split_flags_invalid_utf8():
+    # The SavedModel reads bad bytes as U+FFFD before its split; the file's tokenizer gets
+    # them as they are, so the flag asks for the split (which reads them alike).
+    raw = [b"\xff Hi", b"Hi \xc3", b"caf\xc3\xa9", b"\xe0\x80\x80", b"ok\xed\xa0\x80",
+           "\U0001F600 smile".encode("utf-8"), b"\x80", b"\xf4\x90\x80\x80"]
+    assert needs_split(raw) == [True, True, False, True, True, False, True, True]
+
+
+@pytest.mark.slow  # converts a flatbuffer (~10-30 s)
+def test_needs_split_runs_in_tflite_with_tftext_kernels():
+    import tensorflow as tf
+
+    from keras_attn.export.documents import needs_split_tensor
+    from keras_attn.export.runtime import text_interpreter
+    from keras_attn.export.tflite import check_text_ops
+
+    class Flag(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+        def flag(self, text):
+            return {"needs_split": needs_split_tensor(text)}
+
+    module = Flag()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [module.flag.get_concrete_function()], module)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.allow_custom_ops = True
+    content = converter.convert()
+    check_text_ops(content)  # builtins and tensorflow-text's registered kernels only
+    run = text_interpreter(model_content=content).get_signature_runner()
+    texts = ([c[0].encode("utf-8") for c in CASES] + [p.encode("utf-8") for p in PLAIN]
+             + [b"\xff Hi", b"", b"Hi.\n"])
+    got = run(text=np.array(texts, dtype=object))["needs_split"]
+    assert got.tolist() == needs_split(texts)
+    assert run(text=np.array([], dtype=object))["needs_split"].shape == (0,)

@@ -136,7 +136,7 @@ def test_export_run_layout_and_report(exported, translator):
     tfl = report["tflite"]
     assert tfl["text_float32"]["ops"]["custom"] == [
         "FastWordpieceTokenizeWithOffsets", "RaggedTensorToTensor",
-        "TFText>FastWordpieceDetokenize"]
+        "TFText>ByteSplitWithOffsets", "TFText>FastWordpieceDetokenize"]
     assert tfl["text_float32"]["ops"]["flex"] == []
     assert tfl["text_float32"]["signatures"]["serving_default"]["inputs"] == {
         "text": {"dtype": "string", "shape": [-1]}}
@@ -371,7 +371,7 @@ def test_bahdanau_saved_model_and_text_tflite(translator, tmp_path):
     # Keras's GRU loops need a static batch in TFLite: one sentence per call, and no
     # `translate` signature (beams need B * K rows).
     assert tfl["signatures"]["serving_default"]["inputs"]["text"]["shape"] == [1]
-    assert set(tfl["signatures"]) == {"serving_default"}
+    assert set(tfl["signatures"]) == {"serving_default", "translate_sentences"}
     assert _decode(export.run_tflite_text(tfl["path"], sources)["translation"]) == reference
 
 

@@ -76,7 +76,8 @@ def test_text_files_use_no_flex_and_only_tftext_custom_ops(run):
             ops = export.tflite_ops(f.read())
         assert not ops["flex"], ops
         assert set(ops["custom"]) == {"TFText>FastSentencepieceTokenize", "RaggedTensorToTensor",
-                                      "TFText>FastWordpieceDetokenize"}, ops
+                                      "TFText>FastWordpieceDetokenize",
+                                      "TFText>ByteSplitWithOffsets"}, ops
 
 
 def test_translator_and_saved_model_agree(run):

@@ -13,9 +13,15 @@ For a SavedModel: :func:`split_tensor` before the tokenizer, decode
 TFLite: the regex ops (``StaticRegexReplace``, or ``RegexReplace`` for a pattern that is
 a tensor) are TensorFlow ops with no TFLite builtin or tensorflow-text kernel; a TFLite file
 cannot run this split (docs/documents.md has the converter's and the interpreter's
-errors). A TFLite app splits with the Python rules instead:
-``keras_attn.export.runtime.split_for_tflite`` / ``join_from_tflite``.
+errors). A TFLite app splits with the same rules before the file and joins after
+(``keras_attn.export.runtime.split_for_tflite`` / ``join_from_tflite``), and the file
+flags any text it cannot vouch for: :func:`needs_split_tensor`, from the text's bytes with
+TFLite builtins and tensorflow-text's ``ByteSplit`` kernel, is False only for a text that
+the rules read as exactly one sentence with no whitespace around it.
 """
+import functools
+import re
+
 import tensorflow as tf
 
 from keras_attn import documents
@@ -146,3 +152,175 @@ def lowest(values):
     row without any (a text of no sentence: nothing to get wrong); the confidence of a
     document. ``(B, None, N)`` -> ``(B, N)`` alike."""
     return tf.minimum(tf.reduce_min(values, axis=1), 1.0)
+
+
+# --- TFLite: "is this text one bare sentence?" from its bytes --------------------------------
+# Every boundary that documents.RULES insert between two sentences sits at one of these
+# places, each with a non-whitespace character somewhere before and after it:
+#   - a line boundary (NL);
+#   - a whitespace character after a stop and closing marks ([STOP][CLOSE]* then WS: the
+#     stop rule, the initials, the spaced ellipsis, a numbered item "2. " or "2.) "),
+#     unless only horizontal whitespace and then a lower-case letter follow (the stop rule's
+#     exception; the other rules need an upper-case letter there);
+#   - a whitespace character after "<digit>)" (an item "2) " in a line);
+#   - a bullet after whitespace.
+# A text with none of them, content, no whitespace at either end and valid UTF-8 is one
+# sentence that the SavedModel translates as it stands. The test looks back over at most
+# _CLOSE_RUN closing marks and ahead over at most _SPACE_RUN spaces, and answers "needs a
+# split" beyond them: it may flag a whole sentence ("Mr. Smith left."), never miss a split.
+_CLOSE_RUN = 4
+_SPACE_RUN = 4
+
+
+@functools.lru_cache(maxsize=None)
+def utf8_members(char_class):
+    """The UTF-8 encodings of the characters in a class of :mod:`keras_attn.documents`
+    (the body of a ``[...]``), as tuples of byte values, shortest first. The classes hold
+    Basic Multilingual Plane characters only (checked)."""
+    pattern = re.compile(f"[{char_class}]")
+    members = [chr(c) for c in range(0x10000) if not 0xD800 <= c < 0xE000
+               and pattern.fullmatch(chr(c))]
+    if pattern.fullmatch("\U0010FFFF") or pattern.fullmatch("\U0001F600"):
+        raise ValueError(f"a class beyond the BMP: {char_class!r}")
+    return tuple(sorted((tuple(m.encode("utf-8")) for m in members), key=len))
+
+
+def _shifted(x, k, fill):
+    """``y[:, p] = x[:, p + k]`` (``fill`` outside), for ``x`` ``(B, L)`` and any int k."""
+    length = tf.shape(x)[1]
+    pad = tf.fill(tf.stack([tf.shape(x)[0], abs(k)]), tf.cast(fill, x.dtype))
+    if k >= 0:
+        return tf.concat([x, pad], axis=1)[:, k:k + length]
+    return tf.concat([pad, x], axis=1)[:, :length]
+
+
+def _starts(x, char_class):
+    """bool ``(B, L)`` where a character of ``char_class`` starts, int32 ``(B, L)`` its
+    length in bytes there (0 elsewhere)."""
+    length = tf.zeros_like(x)
+    for member in utf8_members(char_class):
+        hit = tf.equal(x, member[0])
+        for i, byte in enumerate(member[1:], 1):
+            hit = tf.logical_and(hit, tf.equal(_shifted(x, i, -1), byte))
+        length = tf.where(hit, len(member), length)  # no member is a prefix of another
+    return length > 0, length
+
+
+def _ends(starts, lengths):
+    """bool ``(B, L)`` where a character that starts at ``starts`` ends, and its length."""
+    ends, end_length = tf.zeros_like(starts), tf.zeros_like(lengths)
+    for n in range(1, 4):
+        hit = _shifted(tf.logical_and(starts, tf.equal(lengths, n)), -(n - 1), False)
+        ends = tf.logical_or(ends, hit)
+        end_length = tf.where(hit, n, end_length)
+    return ends, end_length
+
+
+def _covered(starts, lengths):
+    """bool ``(B, L)``: the byte belongs to a character that starts at ``starts``."""
+    covered = starts
+    for k in (1, 2):
+        covered = tf.logical_or(covered, _shifted(
+            tf.logical_and(starts, lengths > k), -k, False))
+    return covered
+
+
+def _at(x, q):
+    """``x[b, q[b, p]]``, False / 0 where ``q`` is outside ``[0, L)``."""
+    inside = tf.logical_and(q >= 0, q < tf.shape(x)[1])
+    got = tf.gather(x, tf.clip_by_value(q, 0, tf.shape(x)[1] - 1), batch_dims=1)
+    return tf.where(inside, got, tf.zeros_like(got))
+
+
+def _valid_utf8(x, valid):
+    """bool ``(B,)``: every byte of the row belongs to a well-formed UTF-8 character (no
+    overlong form, surrogate or code point above U+10FFFF)."""
+    cont = tf.logical_and(x >= 0x80, x < 0xC0)
+    # Continuation bytes each lead byte needs; -1: a continuation or a byte that never leads.
+    need = tf.where(x < 0x80, 0, tf.where(tf.logical_and(x >= 0xC2, x < 0xE0), 1, tf.where(
+        tf.logical_and(x >= 0xE0, x < 0xF0), 2, tf.where(tf.logical_and(x >= 0xF0, x < 0xF5),
+                                                          3, -1))))
+    lead = tf.logical_and(valid, need >= 0)
+    bad = tf.logical_and(tf.logical_and(valid, tf.logical_not(cont)), need < 0)
+    claimed = tf.zeros_like(valid)
+    for k in (1, 2, 3):
+        wants = tf.logical_and(lead, need >= k)
+        bad = tf.logical_or(bad, tf.logical_and(wants, tf.logical_not(_shifted(cont, k, False))))
+        claimed = tf.logical_or(claimed, _shifted(wants, -k, False))
+    bad = tf.logical_or(bad, tf.logical_and(tf.logical_and(valid, cont),
+                                            tf.logical_not(claimed)))
+    # The second byte's range after E0, ED, F0 and F4: no overlong form, no surrogate, nothing
+    # above U+10FFFF.
+    second = _shifted(x, 1, -1)
+    for byte, low, high in ((0xE0, 0xA0, 0xBF), (0xED, 0x80, 0x9F), (0xF0, 0x90, 0xBF),
+                            (0xF4, 0x80, 0x8F)):
+        bad = tf.logical_or(bad, tf.logical_and(tf.equal(x, byte), tf.logical_or(
+            second < low, second > high)))
+    return tf.logical_not(tf.reduce_any(bad, axis=1))
+
+
+def needs_split_tensor(texts):
+    """bool ``(B,)``: False only where the text is exactly one sentence by the rules of
+    :mod:`keras_attn.documents`, with no whitespace at either end, in valid UTF-8 — then a
+    TFLite text file's translation of it is the SavedModel's. True where it may hold several
+    sentences (or none, or whitespace around one): split it first
+    (``keras_attn.export.runtime.split_for_tflite``). Sound, not exact: a whole sentence
+    with an abbreviation before a capital ("Mr. Smith left.") is flagged too.
+
+    Runs in a TFLite file: tensorflow-text's ``ByteSplit`` kernel (``TFText>
+    ByteSplitWithOffsets``), ``RaggedTensorToTensor`` and TFLite builtins (no regex).
+
+    Args:
+        texts: string Tensor ``(B,)``.
+
+    Example:
+        >>> needs_split_tensor(["I quit.", "I wasn't fired. I quit.", " I quit."]).numpy()
+        array([False,  True,  True])
+    """
+    import tensorflow_text as tf_text
+
+    texts = tf.convert_to_tensor(texts, tf.string)
+    pieces = tf_text.ByteSplitter().split(texts)
+    x = tf.cast(pieces, tf.int32).to_tensor(default_value=-1)  # (B, L), -1 after the text
+    x = tf.pad(x, [[0, 0], [0, 1]], constant_values=-1)  # L >= 1 even for empty texts
+    valid = x >= 0
+    ws, ws_len = _starts(x, documents.WS)
+    nl, _ = _starts(x, documents.NL)
+    hws, hws_len = _starts(x, documents.HWS)
+    lower, _ = _starts(x, documents.LOWER)
+    bullet, _ = _starts(x, documents.BULLET)
+    stop_end, _ = _ends(*_starts(x, documents.STOP))
+    close_end, close_len = _ends(*_starts(x, documents.CLOSE))
+    space = _covered(ws, ws_len)
+    content = tf.logical_and(valid, tf.logical_not(space))
+    count = tf.cast(content, tf.int32)
+    before = tf.cumsum(count, axis=1, exclusive=True) > 0
+    after = tf.cumsum(count, axis=1, reverse=True) > 0
+
+    position = tf.range(tf.shape(x)[1])[tf.newaxis, :] + tf.zeros_like(x)
+    # Back from each byte over closing marks to a stop (giving up after _CLOSE_RUN marks).
+    q, alive, stop = position - 1, tf.ones_like(valid), tf.zeros_like(valid)
+    for _ in range(_CLOSE_RUN):
+        stop = tf.logical_or(stop, tf.logical_and(alive, _at(stop_end, q)))
+        alive = tf.logical_and(alive, _at(close_end, q))
+        q = q - _at(close_len, q)
+    stop = tf.logical_or(stop, alive)
+    # Ahead over horizontal whitespace to a lower-case letter (giving up after _SPACE_RUN).
+    q, alive, lower_next = position, tf.ones_like(valid), tf.zeros_like(valid)
+    for i in range(_SPACE_RUN + 1):
+        if i:
+            lower_next = tf.logical_or(lower_next, tf.logical_and(alive, _at(lower, q)))
+        alive = tf.logical_and(alive, _at(hws, q))
+        q = q + _at(hws_len, q)
+    digit = tf.logical_and(x >= 0x30, x <= 0x39)
+    item = tf.logical_and(tf.equal(_shifted(x, -1, -1), 0x29), _shifted(digit, -2, False))
+    site = tf.logical_or(
+        tf.logical_or(nl, tf.logical_and(ws, tf.logical_or(
+            tf.logical_and(stop, tf.logical_not(lower_next)), item))),
+        tf.logical_and(bullet, _shifted(space, -1, False)))
+    inside = tf.reduce_any(tf.logical_and(site, tf.logical_and(before, after)), axis=1)
+    lengths = tf.cast(pieces.row_lengths(), tf.int32)
+    edges = tf.logical_or(space[:, 0], _at(space, (lengths - 1)[:, None])[:, 0])
+    has_content = tf.reduce_any(content, axis=1)
+    return tf.logical_or(tf.logical_or(inside, edges), tf.logical_or(
+        tf.logical_not(has_content), tf.logical_not(_valid_utf8(x, valid))))

@@ -217,13 +217,18 @@ class TranslatorModule(tf.Module):
         return DecodingOptions().resolve(self.max_len, self.alpha, self.controls)
 
     def _serve(self, strings):
-        if self.for_tflite:  # TFLite runs no regex op: keras_attn.export.runtime splits
-            return self._serve_sentences(strings)
+        from keras_attn.export import documents
+
+        if self.for_tflite:
+            # TFLite runs no regex op: the app splits documents first (keras_attn.export.
+            # runtime.split_for_tflite); the file flags each text it cannot vouch is one
+            # sentence, so no text is lost in silence.
+            out = self._serve_sentences(strings)
+            out["needs_split"] = documents.needs_split_tensor(strings)
+            return out
         # Documents: split in the graph (the rules of keras_attn.documents), every sentence
         # of the request decoded as one batch, joined back with the text's whitespace; a
         # text's score sums its sentences', it is truncated if any sentence was.
-        from keras_attn.export import documents
-
         sentences, separators = documents.split_tensor(strings)
         out = self._serve_sentences(sentences.flat_values)
         per_text = {k: sentences.with_flat_values(v) for k, v in out.items()}

@@ -116,10 +116,13 @@ class RequestDecoder:
         hypothesis ``j`` of each of its sentences joined with the text's whitespace (its
         score their sum, its confidence their lowest, its alignments theirs joined by
         `` | ``, truncated if any was);
-        a TFLite file translates sentences (``keras_attn.export.runtime`` splits)."""
-        if self.module.for_tflite:
-            return self.translate_sentences(strings, **options)
+        a TFLite file translates sentences (``keras_attn.export.runtime`` splits) and
+        returns ``needs_split`` (:func:`keras_attn.export.documents.needs_split_tensor`)."""
         from keras_attn.export import documents
+
+        if self.module.for_tflite:  # True where a text may not be one sentence: split first
+            return dict(self.translate_sentences(strings, **options),
+                        needs_split=documents.needs_split_tensor(strings))
 
         sentences, separators = documents.split_tensor(strings)
         owner = tf.cast(sentences.value_rowids(), tf.int32)

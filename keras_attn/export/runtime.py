@@ -5,7 +5,11 @@ Imports neither Keras nor TensorFlow (``tensorflow_text`` is imported by
 loop an app on a phone runs over the builtin target, with ``ai_edge_litert`` and numpy (the
 step file chooses each token and sums its log-probability itself:
 ``keras_attn.export.modules.BuiltinModule``); :func:`run_tflite_text` calls the one-file
-text target (strings in, strings out).
+text target (strings in, strings out). The text file takes one sentence per string (it
+runs no regex op, so it cannot split documents; its ``translate_sentences`` signature says
+so, and every signature returns ``needs_split``, True for a string that may not be one
+sentence): :func:`split_for_tflite` before it and :func:`join_from_tflite` after give the
+SavedModel's answer for any text.
 
 Example:
     >>> out = run_tflite_text("exported/tflite/text_float32.tflite", ["3 March 2021"])
@@ -20,6 +24,8 @@ import numpy as np
 from keras_attn.special_tokens import END_ID, START_ID
 
 TFLITE_TEXT_SIGNATURE = "serving_default"
+# serving_default's subgraph under a name that says what it takes: one sentence per string.
+TFLITE_SENTENCES_SIGNATURE = "translate_sentences"
 TFLITE_OPTIONS_SIGNATURE = "translate"  # keras_attn.export.request.TRANSLATE_SIGNATURE
 TFLITE_SCORE_SIGNATURE = "score"  # keras_attn.export.modules.SCORE_SIGNATURE
 TFLITE_ENCODER_SIGNATURE = "encode"
@@ -58,7 +64,9 @@ def run_tflite_text(model, texts, split=True):
         dict of numpy arrays ``translation`` (bytes) ``(B,)``, ``score`` float32 ``(B,)``
         (a text's sentences' scores summed), ``confidence`` float32 ``(B,)`` (its
         sentences' lowest), ``truncated`` bool ``(B,)`` (any sentence cut at the file's
-        ``max_len``).
+        ``max_len``); with ``split=False`` the file's outputs as they are, ``needs_split``
+        too (bool ``(B,)``, True where a text may not be one sentence; files exported
+        before it have none).
     """
     if isinstance(model, (bytes, bytearray)):
         interpreter = text_interpreter(model_content=bytes(model))

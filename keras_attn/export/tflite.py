@@ -6,6 +6,13 @@
   only (:data:`TFTEXT_TFLITE_OPS`, registered by ``tensorflow_text.tflite_registrar.
   SELECT_TFTEXT_OPS``; ``keras_attn.export.runtime.run_tflite_text`` runs it): a Flex
   (Select TF) op is refused by name, since an app without the Flex delegate cannot run it.
+  The file runs no regex op, so it cannot split documents into sentences as the SavedModel
+  does (docs/documents.md): its ``serving_default`` and ``translate_sentences``
+  (``sentences`` input; the same subgraph) and ``translate`` take one sentence per
+  string, and return ``needs_split`` (bool, ``keras_attn.export.documents.
+  needs_split_tensor``): True where a string may not be exactly one sentence, whose
+  translation may then lack text. The app splits with the rules of
+  ``keras_attn.documents`` first (``runtime.split_for_tflite`` / ``join_from_tflite``).
   The file takes raw text. A model trained on D2L-normalised text (a WordPiece Tatoeba run)
   cannot normalise inside the file (``StringLower`` and ``StaticRegexReplace`` exist only as
   Flex ops): it is still exported, and its report's ``warnings`` say that it expects
@@ -38,7 +45,8 @@ TARGETS = ("builtin", "text")
 TFTEXT_TFLITE_OPS = frozenset({
     "FastWordpieceTokenizeWithOffsets", "TFText>FastWordpieceDetokenize",
     "RaggedTensorToTensor", "TFText>WhitespaceTokenize", "TFText>FastBertNormalize",
-    "TFText>ByteSplit", "TFText>ByteSplitByOffsets", "TFText>NgramsStringJoin",
+    "TFText>ByteSplit", "TFText>ByteSplitWithOffsets", "TFText>ByteSplitByOffsets",
+    "TFText>NgramsStringJoin",
     "TFText>FastSentencepieceTokenize", "TFText>FastSentencepieceDetokenize",
     "TFText>Utf8Binarize", "TFText>RoundRobinTrim", "TFText>RoundRobinGenerateMasks",
     "TFText>SentenceFragmenterV2",
@@ -118,6 +126,24 @@ def _rename_signature(content, key):
     """A flatbuffer converted from one concrete function gets the key ``serving_default``;
     give it ``key``."""
     return _rename_signatures(content, lambda _: key)
+
+
+def _alias_signature(content, key, alias, inputs):
+    """The flatbuffer with one more signature, ``alias``, on the subgraph of ``key`` (no
+    second copy of the graph): ``inputs`` ``{name in key: name in alias}`` renames inputs."""
+    import copy
+
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(content))
+    original = next(s for s in model.signatureDefs if s.signatureKey.decode("utf-8") == key)
+    sig = copy.deepcopy(original)
+    sig.signatureKey = alias.encode("utf-8")
+    for tensor in sig.inputs:
+        name = tensor.name.decode("utf-8")
+        tensor.name = inputs.get(name, name).encode("utf-8")
+    model.signatureDefs.append(sig)
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
 def _rename_signatures(content, new_key):
@@ -231,6 +257,9 @@ class TFLiteTextExporter(TFLiteExporter):
         module = self.build_module(parts)
         functions = module.tflite_functions()
         content, ops = self.convert(functions, module, "the text target")
+        # serving_default takes sentences in TFLite: a signature that says so by its name.
+        content = _alias_signature(content, runtime.TFLITE_TEXT_SIGNATURE,
+                                   runtime.TFLITE_SENTENCES_SIGNATURE, {"text": "sentences"})
         runs.atomic_write_bytes(path, content)
         decoding = dict(decoding_info(parts, self.beam_size, self.alpha, False),
                         max_beam_size=module.max_beam_size)
@@ -238,7 +267,8 @@ class TFLiteTextExporter(TFLiteExporter):
                   "runtime": "ai_edge_litert InterpreterWithCustomOps with tensorflow_text."
                              "tflite_registrar.SELECT_TFTEXT_OPS (keras_attn.export.runtime."
                              "run_tflite_text, run_tflite_options)",
-                  "signatures": {key: _signature(content, key) for key in functions}}
+                  "signatures": {key: _signature(content, key) for key in
+                                 [*functions, runtime.TFLITE_SENTENCES_SIGNATURE]}}
         if parts.normalize:
             report["warnings"] = [
                 "this file expects normalised input: the model was trained on text normalised "
