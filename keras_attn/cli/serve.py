@@ -66,6 +66,7 @@ def add_parser(sub):
 # Environment variables of the options that were there before LibreTranslate's were added
 # (theirs are given where each is declared, in add_libretranslate_options).
 ENVIRONMENT = {"host": "LT_HOST", "port": "LT_PORT", "threads": "LT_THREADS",
+               "replicas": "KERAS_ATTN_SERVE_REPLICAS",
                "req_limit": "LT_REQ_LIMIT", "api_keys": "LT_API_KEYS",
                "engine": "KERAS_ATTN_SERVE_ENGINE", "max_batch": "KERAS_ATTN_SERVE_MAX_BATCH",
                "batch_wait_ms": "KERAS_ATTN_SERVE_BATCH_WAIT_MS",
