@@ -90,7 +90,7 @@ def add_libretranslate_options(p):
         ENVIRONMENT[flag[2:].replace("-", "_")] = env
 
     def switch(flag, env, help):
-        option(flag, env, False, help, action="store_true")
+        option(flag, env, False, help + " (default: off)", action="store_true")
 
     option("--char-limit", "LT_CHAR_LIMIT", -1, "characters per text; longer ones are "
            "answered 400; a key's own limit overrides it; -1: none (default: %(default)s)",
