@@ -397,6 +397,39 @@ def test_two_servers_on_one_redis_share_one_limit(artefact, engine, redis_url): 
     assert statuses("memory://") == [200] * 6  # each process counts its own
 
 
+class CountingEngine:
+    """The engine, counting the texts it is asked to translate."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.texts = []
+
+    def translate(self, texts, options):
+        self.texts += list(texts)
+        return self.engine.translate(texts, options)
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["memory", "redis"])
+def test_the_translation_cache_answers_a_repeated_request(artefact, engine,  # noqa: F811
+                                                          request, shared):
+    """The second server answers what the first translated without calling its engine
+    (Redis); one server answers a repeated request from memory; other options are another
+    request."""
+    storage = request.getfixturevalue("redis_url") if shared else "memory://"
+    engines = [CountingEngine(engine), CountingEngine(engine)]
+    apps = [create_app(artefact, InProcessReplicas(e),
+                       Settings(translation_cache=("all",), shared_storage=storage,
+                                timeout=guards.timeout(30))) for e in engines]
+    with running(apps[0]) as first, running(apps[1]) as second:
+        fields = {"q": DATES[1], "alternatives": 1}
+        expected = post(first, json={**BODY, **fields}).json()
+        again = post(second if shared else first, json={**BODY, **fields}).json()
+        assert again == expected
+        assert engines[0].texts == [DATES[1]] and engines[1].texts == []
+        assert post(first, json={**BODY, **fields, "beam_size": 3}).status_code == 200
+        assert engines[0].texts == [DATES[1], DATES[1]]
+
+
 # --- LibreTranslate's limits, prefix, metrics ------------------------------------------------------
 def test_char_batch_and_alternatives_limits(artefact, engine):  # noqa: F811
     with served(artefact, engine, char_limit=12, batch_limit=2,

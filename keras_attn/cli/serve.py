@@ -109,6 +109,10 @@ def add_libretranslate_options(p):
     option("--req-limit-storage", "LT_REQ_LIMIT_STORAGE", "memory://", "LibreTranslate's "
            "name of --shared-storage for the request windows; wins when not memory:// "
            "(default: %(default)s)")
+    option("--translation-cache", "LT_TRANSLATION_CACHE", "", "answers kept and given again "
+           "for the same request: `all`, or the API keys (comma-separated) whose are; in "
+           "--shared-storage (Redis: shared by every server on it) (default: none)",
+           metavar="all|KEY,KEY")
     switch("--suggestions", "LT_SUGGESTIONS", "accept POST /suggest (stored in "
            "--suggestions-db-path; otherwise 403)")
     option("--suggestions-db-path", "KERAS_ATTN_SERVE_SUGGESTIONS_DB_PATH",
@@ -195,7 +199,8 @@ def run(args):
         shared_storage=args.req_limit_storage if args.req_limit_storage != "memory://"
         else args.shared_storage,
         trust_forwarded_for=args.trust_forwarded_for,
-        get_api_key_link=args.get_api_key_link, metrics_auth_token=args.metrics_auth_token)
+        get_api_key_link=args.get_api_key_link, metrics_auth_token=args.metrics_auth_token,
+        translation_cache=tuple(k for k in args.translation_cache.split(",") if k.strip()))
     return serve(args.path, engine=args.engine, host=args.host, port=args.port,
                  replicas=args.replicas, threads=args.threads, settings=settings,
                  log=lambda m: print(m, flush=True))

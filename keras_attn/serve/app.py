@@ -65,6 +65,7 @@ from starlette.routing import Mount, Route
 from keras_attn import __version__
 from keras_attn.decoding.options import DecodingOptions
 from keras_attn.serve import api, detect, engines, files, markup, spec, store
+from keras_attn.serve.cache import TranslationCache
 from keras_attn.serve.attention import Attention
 from keras_attn.serve.batcher import Batcher, QueueFull
 from keras_attn.serve.limits import RateLimiter, windows
@@ -102,6 +103,8 @@ class Settings:
         trust_forwarded_for: a client's address is ``X-Forwarded-For``'s first.
         get_api_key_link: where the "get an API key" message points.
         metrics_auth_token: ``GET /metrics`` needs ``Authorization: Bearer TOKEN``.
+        translation_cache: ``("all",)`` or the API keys whose answers are cached (in
+            ``shared_storage``: :class:`~keras_attn.serve.cache.TranslationCache`).
     """
 
     max_batch: int = 32
@@ -126,6 +129,7 @@ class Settings:
     trust_forwarded_for: bool = False
     get_api_key_link: str = ""
     metrics_auth_token: str = ""
+    translation_cache: tuple = ()
 
 
 def _error(status, message, headers=None):
@@ -205,6 +209,7 @@ def create_app(artefact, replicas, settings=None):
     limiter = RateLimiter(settings.req_limit, settings.api_keys,
                           storage=windows(settings.shared_storage))
     metrics = Metrics(batcher)
+    cache = TranslationCache(settings.translation_cache, settings.shared_storage)
     languages = (artefact.source[0], artefact.target[0])
     heatmaps = Attention(artefact)
     downloads = files.FileStore(settings.files_dir or tempfile.mkdtemp(prefix="keras-attn-"))
@@ -261,8 +266,16 @@ def create_app(artefact, replicas, settings=None):
         char_limit = access_check(fields, client_address(request))
         req = api.parse_fields(fields, languages, form)
         api.check_limits(req, char_limit, settings.batch_limit, settings.alternatives_limit)
-        results = await translate_request(req)
-        return JSONResponse(api.answer(req, results, artefact.source[0]))
+        cached = cache.applies(req)
+        if cached:
+            key = cache.key(req)
+            answer = cache.get(key)
+            if answer is not None:
+                return JSONResponse(answer)
+        answer = api.answer(req, await translate_request(req), artefact.source[0])
+        if cached:
+            cache.put(key, answer)
+        return JSONResponse(answer)
 
     async def translate_file(request):
         fields, _, uploads = await read_fields(request)
