@@ -20,9 +20,12 @@ def add_parser(sub):
     p = sub.add_parser(
         "serve", help="serve a model over HTTP (LibreTranslate's API)",
         description="Serve an exported model over HTTP with LibreTranslate's API (POST "
-                    "/translate, GET /languages) and GET /health; concurrent requests are "
-                    "batched. Stop with Ctrl-C or SIGTERM: requests in flight are answered "
-                    "first.")
+                    "/translate, /translate_file, /detect, /suggest; GET /languages, "
+                    "/frontend/settings, /spec, /docs, /health, /metrics); concurrent "
+                    "requests are batched. Stop with Ctrl-C or SIGTERM: requests in flight "
+                    "are answered first. `keras-attn serve keys add/remove/list` manages "
+                    "the API keys, `keras-attn serve suggestions export FILE` writes the "
+                    "suggestions as a corpus (docs/serving.md).")
     p.add_argument("path", metavar="RUN_OR_EXPORT_DIR",
                    help="a run directory (its export/), an export directory, or `exported`")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: "

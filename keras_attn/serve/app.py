@@ -50,6 +50,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import tempfile
 import urllib.parse
 from typing import Optional
@@ -430,6 +431,8 @@ def create_app(artefact, replicas, settings=None):
             await batcher.stop()
             await asyncio.get_running_loop().run_in_executor(None, replicas.close)
             await asyncio.get_running_loop().run_in_executor(None, heatmaps.close)
+            if settings.files_dir is None:  # the temporary folder of this app's downloads
+                shutil.rmtree(downloads.directory, ignore_errors=True)
 
     handlers = {"translate": translate, "translate_file": translate_file,
                 "download_file": download_file, "detect": detect_route,
