@@ -508,3 +508,42 @@ def test_libretranslate_options_and_environment(monkeypatch):
     monkeypatch.setenv("LT_CHAR_LIMIT", "many")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "exported"])
+
+
+@pytest.mark.slow  # starts a keras-attn process (~25 s on a loaded 2-core machine)
+def test_the_command_applies_libretranslates_options(tmp_path):
+    """``keras-attn serve`` with LT_* variables and flags: the settings reach the app."""
+    import sys
+
+    from test_serve import EXPORTED, ROOT
+
+    db = str(tmp_path / "keys.db")
+    store.KeyStore(db).add(-1, "k1", char_limit=40)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/lt"
+    env = dict(os.environ, LT_CHAR_LIMIT="5", LT_URL_PREFIX="/lt", LT_SUGGESTIONS="true",
+               KERAS_ATTN_SERVE_SUGGESTIONS_DB_PATH=str(tmp_path / "s.db"))
+    with open(tmp_path / "serve.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "keras_attn.cli", "serve", EXPORTED, "--port", str(port),
+             "--replicas", "1", "--api-keys", "--api-keys-db-path", db],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def up():
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+            try:
+                return httpx.get(url + "/health").status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(up, "the server to answer /lt/health", seconds=20)
+        settings = get(url + "/frontend/settings").json()
+        assert (settings["charLimit"], settings["apiKeys"], settings["suggestions"]) == (
+            5, True, True)
+        over = post(url, json={"q": DATES[0], **BODY})
+        assert over.json()["error"] == f"Invalid request: request ({len(DATES[0])}) " \
+                                       f"exceeds text limit (5)"
+        assert translate(url, q=DATES[0], api_key="k1") == "2021-03-03"  # the key's own limit
+    finally:
+        proc.terminate()
+        proc.wait(guards.timeout(10))
