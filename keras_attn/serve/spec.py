@@ -21,8 +21,9 @@ LANGUAGE = {"type": "object", "properties": {"code": {"type": "string"},
 DETECTIONS = {"type": "array", "items": {"type": "object", "properties": {
     "confidence": {"type": "number", "minimum": 0, "maximum": 100},
     "language": {"type": "string", "description": "ISO 639-1 code"}}}}
-ERROR_TEXT = {400: "Invalid request (the message names the field)", 403: "Banned or refused",
-              404: "No such file", 405: "Wrong method", 413: "Body over --max-body-bytes",
+ERROR_TEXT = {400: "Invalid request (the message names the field)", 401: "Unauthorized",
+              403: "Refused (a key, or a feature off)", 404: "Not found",
+              405: "Wrong method", 413: "Body over --max-body-bytes",
               429: "Over the request limit", 500: "Translation error",
               501: "Not available with this artefact", 503: "Queue full (Retry-After)",
               504: "Timed out"}
