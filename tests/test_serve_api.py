@@ -179,12 +179,13 @@ def test_spec_is_valid_openapi_and_lists_every_route(server):
 
 # --- errors reach the client ----------------------------------------------------------------------
 def raw_post(url, body, path="/translate", content_type="application/json"):
-    """Status line and body of a POST written on a plain socket: the whole body is sent
-    before the answer is read, as simple clients do."""
+    """Status line, head and body of a POST written on a plain socket: the whole body is
+    sent before the answer is read, as simple clients do."""
     host, port = url.split("//")[1].split(":")
     with socket.create_connection((host, int(port)), timeout=guards.timeout(30)) as s:
         s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}"
-                  f"\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+                  f"\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                  .encode() + body)
         answer = b""
         while True:
             chunk = s.recv(65536)
@@ -203,6 +204,16 @@ def test_an_oversized_body_gets_413_over_a_real_socket(server):
     assert "connection: close" in head.lower()
     assert b'"error":"Request body too large: the limit is 1000000 bytes"' in payload
     good(url)
+
+
+@pytest.mark.parametrize("path, status", [("/languages", 405), ("/no/such/route", 404)])
+def test_an_error_before_the_body_is_read_reaches_a_real_socket(server, path, status):
+    """The route never reads the body; the answer still reaches the client that writes
+    its whole 2 MB body first."""
+    url, _ = server
+    line, _, payload = raw_post(url, b"x" * (2 * 2 ** 20), path, "text/plain")
+    assert line.split()[1] == str(status), line
+    assert payload.startswith(b'{"error":')
 
 
 # --- files ------------------------------------------------------------------------------------------

@@ -30,7 +30,8 @@ status   when
 404      no such route, or no such file to download
 405      a route asked with another method (``Allow`` says which)
 413      a body over ``--max-body-bytes`` (read and dropped up to :data:`DRAIN_BYTES`, then
-         the connection is closed, so that the client reads the answer)
+         the connection is closed, so that the client reads the answer: every error
+         answer drains the body so, :class:`_DrainUnread`)
 429      a client over ``--req-limit`` (or its key's limit) requests a minute
 500      the engine failed
 501      ``POST /attention`` where no Keras model is behind the artefact (the message says why)
@@ -138,28 +139,54 @@ def _error(status, message, headers=None):
 
 
 async def _read_body(request, limit):
-    """The body, or 413 past ``limit`` bytes (by ``Content-Length``, or while reading).
-
-    An oversized body is still read, and dropped, up to :data:`DRAIN_BYTES` (a client
-    writes its whole body before it reads the answer: closing the socket under it would
-    reset the connection and lose the 413); the answer closes the connection."""
+    """The body, or 413 past ``limit`` bytes (by ``Content-Length``, or while reading; what
+    is left unread is dropped by :class:`_DrainUnread` before the answer goes out)."""
     length = request.headers.get("content-length", "")
-    too_large = length.isdigit() and int(length) > limit
+    too_large = api.ApiError(413, f"Request body too large: the limit is {limit} bytes",
+                             {"Connection": "close"})
+    if length.isdigit() and int(length) > limit:
+        raise too_large
     chunks, size = [], 0
-    if not (too_large and int(length) > max(DRAIN_BYTES, limit)):
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                too_large, chunks = True, []
-            if too_large:
-                if size > max(DRAIN_BYTES, limit):
-                    break
-                continue
-            chunks.append(chunk)
-    if too_large:
-        raise api.ApiError(413, f"Request body too large: the limit is {limit} bytes",
-                           {"Connection": "close"})
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
     return b"".join(chunks)
+
+
+class _DrainUnread:
+    """ASGI middleware: before an error answer (4xx, 5xx) goes out, the rest of the request
+    body the route did not read is read and dropped, up to :data:`DRAIN_BYTES`.
+
+    A client writes its whole body before it reads the answer: a server that answers and
+    closes with the body still coming resets the connection under it, and the client sees
+    a reset instead of the 413 (or 405, 404). A body declared longer than ``DRAIN_BYTES``
+    is not read: the answer goes out and the connection is closed."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        done = [length.isdigit() and int(length) > DRAIN_BYTES]  # closed without reading
+
+        async def tracked():
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                done[0] = True
+            return message
+
+        async def drained(message):
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                size = 0
+                while not done[0] and size <= DRAIN_BYTES:
+                    size += len((await tracked()).get("body", b""))
+            await send(message)
+
+        await self.app(scope, tracked, drained)
 
 
 async def _fields(request, body, max_part_size):
@@ -463,6 +490,7 @@ def create_app(artefact, replicas, settings=None):
     app.state.metrics = metrics
     app.state.downloads = downloads
     app.add_middleware(_Counted, metrics=metrics, routes=routes, prefix=prefix)
+    app.add_middleware(_DrainUnread)
     return app
 
 
