@@ -216,7 +216,7 @@ def test_an_error_before_the_body_is_read_reaches_a_real_socket(server, path, st
     assert payload.startswith(b'{"error":')
 
 
-# --- files ------------------------------------------------------------------------------------------
+# --- files ---------------------------------------------------------------------------------------
 def translate_file(url, name, data):
     """The translated bytes of a file, through /translate_file and its download."""
     response = httpx.post(url + "/translate_file", data=BODY, files={"file": (name, data)},
@@ -310,7 +310,7 @@ def test_a_file_that_is_not_its_format_is_400(server):
     assert "cannot read the file as .docx" in response.json()["error"]
 
 
-# --- suggestions, keys: SQLite ----------------------------------------------------------------------
+# --- suggestions, keys: SQLite -------------------------------------------------------------------
 def test_suggestions_export_as_a_corpus_train_reads(server, tmp_path):
     from keras_attn.data import load_tatoeba
 
@@ -361,7 +361,7 @@ def test_keys_managed_by_the_cli_limit_a_running_server(artefact, engine, tmp_pa
     assert main(["serve", "keys", "remove", "mine", "--api-keys-db-path", db]) == 1
 
 
-# --- request limits in Redis ------------------------------------------------------------------------
+# --- request limits in Redis ---------------------------------------------------------------------
 @pytest.fixture
 def redis_url(tmp_path):
     """A real redis-server on a free loopback port (skipped without the binary, unless
@@ -441,7 +441,7 @@ def test_the_translation_cache_answers_a_repeated_request(artefact, engine,  # n
         assert engines[0].texts == [DATES[1], DATES[1]]
 
 
-# --- LibreTranslate's limits, prefix, metrics ------------------------------------------------------
+# --- LibreTranslate's limits, prefix, metrics ----------------------------------------------------
 def test_char_batch_and_alternatives_limits(artefact, engine):  # noqa: F811
     with served(artefact, engine, char_limit=12, batch_limit=2,
                 alternatives_limit=1) as (url, _):

@@ -9,8 +9,9 @@ each span around the target words aligned with the words it covered.
 * ``.docx`` (``word/document.xml``) and ``.odt`` (``content.xml``): per paragraph, runs of
   one formatting (``<w:r>`` and its ``<w:rPr>``; ``<text:span text:style-name>``) are
   merged; the text without formatting of its own (or, when every run has some, the
-  formatting most characters have) is the paragraph's own, every other one becomes a span; the translated paragraph is written back as runs, each
-  with the formatting of the span it came from. Runs inside hyperlinks and fields, and a
+  formatting most characters have) is the paragraph's own, every other one becomes a span;
+  the translated paragraph is written back as runs, each with the formatting of the span it
+  came from. Runs inside hyperlinks and fields, and a
   paragraph's other elements (images, bookmarks, notes), stay where they are, untranslated.
   Every other file of the archive is copied unchanged.
 
@@ -19,7 +20,7 @@ each span around the target words aligned with the words it covered.
 name, removed after ``max_age_s``.
 
 Example:
-    >>> data = await translate_file(fragments_translator, "letter.docx", raw_bytes)
+    >>> translated = await translate_file("letter.docx", data, as_text, as_html)
 """
 import copy
 import html
