@@ -40,6 +40,15 @@ setup(
         "starlette",
         "uvicorn",
         "python-multipart",
+        # keras-attn serve's LibreTranslate routes: POST /detect (langid: a naive Bayes
+        # language identifier with its model in the package, ~2 s to load, no download),
+        # GET /metrics (prometheus-client), .docx/.odt files rewritten with their XML
+        # prefixes kept (lxml), request limits shared through --shared-storage redis://
+        # (redis).
+        "langid>=1.1.6",
+        "prometheus-client",
+        "lxml",
+        "redis>=4",
     ],
     extras_require={
         # torch: the reference of the parity tests (tests/block_checks.py); jax: the backend
@@ -48,14 +57,16 @@ setup(
         # TestClient; libretranslatepy: the published LibreTranslate client the serve tests
         # drive; selenium: the web page's test in headless Chromium (tests/test_browser.py,
         # with Debian's chromium and chromium-driver: CI's browser pass installs them and
-        # runs it). All must run, not skip.
+        # runs it); openapi-spec-validator: GET /spec checked; python-docx and odfpy: the
+        # .docx and .odt files of /translate_file written and read by other code than the
+        # server's (tests/test_serve_api.py). All must run, not skip.
         # torch==2.13.0 is met by 2.13.0+cpu, which the README's test command installs from
         # PyTorch's CPU index first (from PyPI alone it is the CUDA build); jax[cpu] is the
         # CPU build.
         "test": ["pytest>=7", "pytest-xdist>=3.2", "hypothesis>=6", "torch==2.13.0",
                  "jax[cpu]>=0.8", "ctranslate2>=4.5,<5", "keras-hub",
                  "tensorflow-serving-api==2.21.*", "httpx", "libretranslatepy",
-                 "selenium>=4.11"],
+                 "selenium>=4.11", "openapi-spec-validator", "python-docx", "odfpy"],
         "ctranslate2": ["ctranslate2>=4.5,<5"],
         # pysbd: benchmarks/segmentation.py's reference on the English Golden Rules.
         "bench": ["keras-hub", "pysbd"],

@@ -73,7 +73,9 @@ class GatedEngine:
 
 @contextlib.contextmanager
 def served(artefact, engine, **settings):
-    """``(url, app)`` of a server over ``engine`` with ``Settings(**settings)``."""
+    """``(url, app)`` of a server over ``engine`` with ``Settings(**settings)`` (its request
+    timeout a hang guard, unless the test sets one)."""
+    settings.setdefault("timeout", guards.timeout(30))
     app = create_app(artefact, InProcessReplicas(engine), Settings(**settings))
     with running(app) as url:
         yield url, app

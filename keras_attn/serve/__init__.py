@@ -12,11 +12,18 @@ Modules, one job each:
 * :mod:`.replicas`: the engine in this process, or in ``--replicas`` worker processes.
 * :mod:`.batcher`: requests within ``--batch-wait-ms`` decoded together, by option set;
   bounded queue and timeouts.
-* :mod:`.limits`: API keys and requests a minute.
+* :mod:`.limits`: API keys and requests a minute (in this process, or in Redis).
+* :mod:`.store`: API keys and suggestions in SQLite (state several servers share).
+* :mod:`.cache`: ``--translation-cache``, in this process or in Redis.
 * :mod:`.api`: LibreTranslate's ``/translate`` fields and answer.
+* :mod:`.files`: ``/translate_file``: .txt, .html, .docx, .odt with their formatting.
+* :mod:`.detect`: ``/detect``, by langid.
+* :mod:`.metrics`: ``/metrics``, Prometheus's text format.
+* :mod:`.spec`: the routes' declarations and their OpenAPI document (``/spec``).
 * :mod:`.attention`: ``POST /attention``, the web page's heatmap: the cross-attention of a
   translation, from the Keras model of the run behind the artefact (when it is there).
-* :mod:`.app`: the Starlette application. :mod:`.server`: uvicorn and the replicas.
+* :mod:`.app`: the Starlette application (every route: docs/serving.md).
+  :mod:`.server`: uvicorn and the replicas.
 
 Example:
     >>> from keras_attn.serve import serve

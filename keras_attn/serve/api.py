@@ -234,3 +234,39 @@ def answer(request, results, source_code):
     if request.hypotheses:
         body["hypotheses"] = one(results)
     return body
+
+
+def check_limits(request, char_limit=-1, batch_limit=-1, alternatives_limit=-1):
+    """LibreTranslate's ``--char-limit`` (characters per text), ``--batch-limit`` (texts of
+    a list ``q``) and ``--alternatives-limit`` on a :class:`TranslateRequest` (-1: none)."""
+    if batch_limit != -1 and request.batch and len(request.texts) > batch_limit:
+        raise bad_request(f"Invalid request: request ({len(request.texts)}) exceeds text "
+                          f"limit ({batch_limit})")
+    if alternatives_limit != -1 and request.alternatives > alternatives_limit:
+        raise bad_request(f"Invalid request: alternatives parameter must be <= "
+                          f"{alternatives_limit}")
+    if char_limit is not None and char_limit != -1:
+        for text in request.texts:
+            if len(text) > char_limit:
+                raise bad_request(f"Invalid request: request ({len(text)}) exceeds text "
+                                  f"limit ({char_limit})")
+    return request
+
+
+def required_strings(fields, names, form=False):
+    """The fields ``names`` of a body, each a non-empty string (LibreTranslate's "missing"
+    message otherwise); ``q`` of a form has its line endings normalised."""
+    values = []
+    for name in names:
+        value = fields.get(name)
+        if value is None or value == "":
+            raise bad_request(f"Invalid request: missing {name} parameter")
+        value = _string(name, value)
+        values.append("\n".join(value.splitlines()) if form and name == "q" else value)
+    return values
+
+
+def detect_texts(fields, form=False):
+    """``q`` of a ``POST /detect`` body: a string (or in JSON a list of strings)."""
+    return _texts(fields.get("q"), form)[0] if isinstance(fields.get("q"), list) \
+        else required_strings(fields, ["q"], form)[0]

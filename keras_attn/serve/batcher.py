@@ -75,6 +75,7 @@ class Batcher:
         self._batch_tasks = set()
         self.stats = {"batches": 0, "texts": 0, "requests": 0}
         self._seconds_per_batch = 0.05  # running mean, for Retry-After
+        self.on_batch = None  # called with (texts, seconds) after each batch (metrics)
 
     # --- the clients' side ----------------------------------------------------------------
     def start(self):
@@ -214,4 +215,6 @@ class Batcher:
             self.stats["batches"] += 1
             self.stats["texts"] += len(texts)
             self.stats["requests"] += len(requests)
+            if self.on_batch is not None:
+                self.on_batch(len(texts), elapsed)
             self._free.release()

@@ -7,6 +7,9 @@
   answered 403 ("Invalid API key"). With ``--req-limit 0`` a request without a key is
   refused (LibreTranslate's way to require keys: 400, "Please contact the server operator
   to get an API key"), and a key without its own limit has none.
+* ``--shared-storage redis://HOST:PORT/DB``: the windows are kept in Redis
+  (:class:`RedisWindows`), so that every server on that Redis enforces one limit between
+  them; by default each process counts its own (:class:`MemoryWindows`).
 
 Example:
     >>> keys = read_api_keys("keys.txt")          # {"k1": None, "k2": 120}
@@ -17,6 +20,67 @@ import collections
 import time
 
 WINDOW_S = 60.0
+REDIS_PREFIX = "keras_attn:req:"
+# One atomic step of a sliding window in a sorted set (member: a unique id, score: the time):
+# drop what left the window, count, and add this request when there is room.
+_REDIS_HIT = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1] - ARGV[2])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[1], math.ceil(ARGV[2] * 1000))
+return 1
+"""
+
+
+class MemoryWindows:
+    """Each client's requests of the last ``WINDOW_S`` seconds, in this process."""
+
+    def __init__(self):
+        self._seen = collections.defaultdict(collections.deque)
+
+    def hit(self, bucket, limit, now):
+        """Count one request of ``bucket`` at ``now``; False when ``limit`` are in the window
+        already (then it is not counted)."""
+        seen = self._seen[bucket]
+        while seen and seen[0] <= now - WINDOW_S:
+            seen.popleft()
+        if len(seen) >= limit:
+            return False
+        seen.append(now)
+        return True
+
+
+class RedisWindows:
+    """:class:`MemoryWindows` kept in Redis (``redis://`` URL): one window per client for
+    every server on that Redis. The clock is each server's wall clock (``time.time``).
+
+    Args:
+        url: ``redis://[:password@]host:port/db``.
+    """
+
+    def __init__(self, url):
+        import redis
+
+        self.client = redis.Redis.from_url(url)
+        self.client.ping()  # a wrong URL fails at start, not at the first request
+        self._hit = self.client.register_script(_REDIS_HIT)
+        self._count = 0
+
+    def hit(self, bucket, limit, now):
+        self._count += 1
+        member = f"{now:.6f}:{id(self)}:{self._count}"
+        return bool(self._hit(keys=[REDIS_PREFIX + bucket],
+                              args=[now, WINDOW_S, limit, member]))
+
+
+def windows(url):
+    """The window storage of a ``--shared-storage`` URL (``memory://`` or ``redis://``)."""
+    if url in (None, "", "memory://"):
+        return MemoryWindows()
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisWindows(url)
+    raise ValueError(f"`shared_storage` must be memory:// or a redis:// URL. "
+                     f"Received: shared_storage={url!r}")
 
 
 def read_api_keys(path):
@@ -40,18 +104,21 @@ class RateLimiter:
     Args:
         default_limit: requests a minute of a client without its own limit (-1: none).
         keys: ``{api_key: limit or None}`` (:func:`read_api_keys`), or None.
-        clock: seconds (``time.monotonic``; tests pass their own).
+        clock: seconds (``time.monotonic``; tests pass their own; ``time.time`` with a
+            shared storage).
+        storage: :class:`MemoryWindows` (default) or :class:`RedisWindows`.
     """
 
-    def __init__(self, default_limit=-1, keys=None, clock=time.monotonic):
+    def __init__(self, default_limit=-1, keys=None, clock=None, storage=None):
         if isinstance(default_limit, bool) or not isinstance(default_limit, int) \
                 or default_limit < -1:
             raise ValueError(f"`req_limit` must be an integer >= -1 (-1: no limit). "
                              f"Received: req_limit={default_limit!r}")
         self.default_limit = default_limit
         self.keys = keys
-        self.clock = clock
-        self._seen = collections.defaultdict(collections.deque)
+        self.storage = storage or MemoryWindows()
+        shared = not isinstance(self.storage, MemoryWindows)
+        self.clock = clock or (time.time if shared else time.monotonic)
 
     def limit_of(self, api_key):
         """Requests a minute allowed to ``api_key`` (None: keyless), -1 for no limit."""
@@ -67,11 +134,5 @@ class RateLimiter:
         limit = self.limit_of(api_key)
         if limit < 0:
             return True
-        now = self.clock()
-        seen = self._seen[api_key if api_key is not None else client]
-        while seen and seen[0] <= now - WINDOW_S:
-            seen.popleft()
-        if len(seen) >= limit:
-            return False
-        seen.append(now)
-        return True
+        bucket = "key:" + api_key if api_key is not None else "ip:" + client
+        return self.storage.hit(bucket, limit, self.clock())

@@ -75,8 +75,9 @@ def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
         log(f"attention heatmaps from the Keras model of {heatmaps.run_dir}")
     else:
         log(f"POST /attention answers 501: {heatmaps.unavailable}")
-    log(f"serving {artefact.source[0]} -> {artefact.target[0]} on http://{host}:{port}/ "
-        f"(POST /translate, GET /languages, GET /health, POST /attention)")
+    base = f"http://{host}:{port}{settings.url_prefix}"
+    log(f"serving {artefact.source[0]} -> {artefact.target[0]} on {base}/ (LibreTranslate's "
+        f"API: POST /translate, /translate_file, /detect, ...; every route at {base}/docs)")
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning",
         timeout_graceful_shutdown=settings.timeout + 5 if graceful_s is None else graceful_s)

@@ -1,0 +1,312 @@
+"""``POST /translate_file``: a document translated with its formatting kept.
+
+Every format is brought to what ``format=html`` translates (:mod:`keras_attn.serve.markup`):
+a paragraph's text with its inline formatting as ``<span>`` elements, whose translation puts
+each span around the target words aligned with the words it covered.
+
+* ``.txt``: each non-blank line translated as text; blank lines and line ends kept.
+* ``.html`` / ``.htm``: the document through ``format=html`` (markup kept).
+* ``.docx`` (``word/document.xml``) and ``.odt`` (``content.xml``): per paragraph, runs of
+  one formatting (``<w:r>`` and its ``<w:rPr>``; ``<text:span text:style-name>``) are
+  merged; the text without formatting of its own (or, when every run has some, the
+  formatting most characters have) is the paragraph's own, every other one becomes a span;
+  the translated paragraph is written back as runs, each with the formatting of the span it
+  came from. Runs inside hyperlinks and fields, and a
+  paragraph's other elements (images, bookmarks, notes), stay where they are, untranslated.
+  Every other file of the archive is copied unchanged.
+
+:class:`FileStore` keeps the translations for ``GET /download_file/{name}`` in a folder
+(``--files-dir``; several servers may share one), a name being a uuid4 and the original
+name, removed after ``max_age_s``.
+
+Example:
+    >>> translated = await translate_file("letter.docx", data, as_text, as_html)
+"""
+import copy
+import html
+import io
+import os
+import re
+import time
+import uuid
+import zipfile
+
+EXTENSIONS = (".txt", ".html", ".htm", ".docx", ".odt")
+
+W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
+XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
+_SPAN = re.compile(r'<span data-r="(\d+)">(.*?)</span>', re.S)
+
+
+def extension(filename):
+    """The lower-cased extension of ``filename`` if it is one of :data:`EXTENSIONS`, else
+    None."""
+    ext = os.path.splitext(filename or "")[1].lower()
+    return ext if ext in EXTENSIONS else None
+
+
+def to_fragment(pieces):
+    """``[(text, format)]`` (format 0: the paragraph's own) -> an HTML fragment, other
+    formats as ``<span data-r="k">``; adjacent pieces of one format merged."""
+    merged = []
+    for text, fmt in pieces:
+        if merged and merged[-1][1] == fmt:
+            merged[-1] = (merged[-1][0] + text, fmt)
+        elif text:
+            merged.append((text, fmt))
+    return "".join(html.escape(t, quote=False) if not f
+                   else f'<span data-r="{f}">{html.escape(t, quote=False)}</span>'
+                   for t, f in merged)
+
+
+def from_fragment(fragment):
+    """The inverse of :func:`to_fragment` on a translation: ``[(text, format)]``."""
+    pieces, at = [], 0
+    for m in _SPAN.finditer(fragment):
+        if m.start() > at:
+            pieces.append((html.unescape(fragment[at: m.start()]), 0))
+        pieces.append((html.unescape(m.group(2)), int(m.group(1))))
+        at = m.end()
+    if at < len(fragment):
+        pieces.append((html.unescape(fragment[at:]), 0))
+    return [(t, f) for t, f in pieces if t]
+
+
+def _formats(runs):
+    """Per run, its format number: 0 for the paragraph's own (no formatting of a run's own
+    when some text has none, else the one most characters have), then 1, 2, ...
+    ``runs``: ``[(text, key)]`` (an empty key: no formatting of the run's own)."""
+    chars = {}
+    for text, key in runs:
+        chars[key] = chars.get(key, 0) + len(text)
+    plain = next((k for k in chars if not k), None)
+    keys = sorted(chars, key=lambda k: (k != plain, -chars[k]))
+    number = {k: i for i, k in enumerate(keys)}
+    return [number[key] for _, key in runs], keys
+
+
+# --- .docx -----------------------------------------------------------------------------------
+def _docx_paragraphs(root):
+    """Per ``<w:p>`` with text: ``(paragraph, runs, [(text, rPr key)])`` of its direct runs."""
+    from lxml import etree
+
+    out = []
+    for p in root.iter(f"{{{W}}}p"):
+        runs, texts = [], []
+        for r in p.findall(f"{{{W}}}r"):
+            text = ""
+            for child in r:
+                if child.tag == f"{{{W}}}t":
+                    text += child.text or ""
+                elif child.tag == f"{{{W}}}tab":
+                    text += "\t"
+                elif child.tag in (f"{{{W}}}br", f"{{{W}}}cr"):
+                    text += "\n"
+            if not text:
+                continue
+            rpr = r.find(f"{{{W}}}rPr")
+            runs.append(r)
+            texts.append((text, b"" if rpr is None else etree.tostring(rpr)))
+        if any(t.strip() for t, _ in texts):
+            out.append((p, runs, texts))
+    return out
+
+
+def _docx_write(p, runs, keys, pieces):
+    from lxml import etree
+
+    templates = {}
+    for r in runs:
+        rpr = r.find(f"{{{W}}}rPr")
+        templates.setdefault(b"" if rpr is None else etree.tostring(rpr), rpr)
+    at = p.index(runs[0])
+    for r in runs:
+        p.remove(r)
+    for k, (text, fmt) in enumerate(pieces):
+        r = etree.Element(f"{{{W}}}r")
+        rpr = templates[keys[fmt]]
+        if rpr is not None:
+            r.append(copy.deepcopy(rpr))
+        t = etree.SubElement(r, f"{{{W}}}t")
+        t.text = text
+        t.set(XML_SPACE, "preserve")
+        p.insert(at + k, r)
+
+
+# --- .odt ------------------------------------------------------------------------------------
+_ODT_PLAIN = {f"{{{TEXT}}}s", f"{{{TEXT}}}tab", f"{{{TEXT}}}line-break"}
+
+
+def _odt_text(element):
+    """The text of a ``<text:span>``'s content (spaces, tabs and line breaks included)."""
+    text = element.text or ""
+    for child in element:
+        if child.tag == f"{{{TEXT}}}s":
+            text += " " * int(child.get(f"{{{TEXT}}}c", "1"))
+        elif child.tag == f"{{{TEXT}}}tab":
+            text += "\t"
+        elif child.tag == f"{{{TEXT}}}line-break":
+            text += "\n"
+        text += child.tail or ""
+    return text
+
+
+def _odt_paragraphs(root):
+    """Per ``<text:p>`` / ``<text:h>`` whose children are spans and spacing only:
+    ``(paragraph, [(text, style or "")])``."""
+    out = []
+    for p in root.iter(f"{{{TEXT}}}p", f"{{{TEXT}}}h"):
+        if any(c.tag not in _ODT_PLAIN | {f"{{{TEXT}}}span"} for c in p) or any(
+                g.tag not in _ODT_PLAIN for c in p if c.tag == f"{{{TEXT}}}span" for g in c):
+            continue
+        texts = [(p.text or "", "")]
+        for child in p:
+            if child.tag == f"{{{TEXT}}}span":
+                texts.append((_odt_text(child), child.get(f"{{{TEXT}}}style-name", "")))
+            else:
+                texts.append((_odt_text(_holder(child)), ""))
+            texts.append((child.tail or "", ""))
+        texts = [(t, s) for t, s in texts if t]
+        if any(t.strip() for t, _ in texts):
+            out.append((p, texts))
+    return out
+
+
+def _holder(spacing):
+    """A spacing element as the content of a bare element (for :func:`_odt_text`)."""
+    from lxml import etree
+
+    holder = etree.Element("holder")
+    element = copy.deepcopy(spacing)
+    element.tail = None
+    holder.append(element)
+    return holder
+
+
+def _odt_write(p, keys, pieces):
+    from lxml import etree
+
+    for child in list(p):
+        p.remove(child)
+    p.text = ""
+    last = None
+    for text, fmt in pieces:
+        style = keys[fmt]
+        if style:
+            last = etree.SubElement(p, f"{{{TEXT}}}span")
+            last.set(f"{{{TEXT}}}style-name", style)
+            last.text = text
+        elif last is None:
+            p.text += text
+        else:
+            last.tail = (last.tail or "") + text
+
+
+# --- the archive formats ---------------------------------------------------------------------
+async def _translate_xml(data, member, paragraphs, write, translate_html):
+    """Translate the paragraphs of ``member`` of the zip ``data``; the new zip's bytes."""
+    from lxml import etree
+
+    with zipfile.ZipFile(io.BytesIO(data)) as source:
+        root = etree.fromstring(source.read(member))
+        found = paragraphs(root)
+        fragments, formats = [], []
+        for item in found:
+            numbers, keys = _formats(item[-1])
+            formats.append(keys)
+            fragments.append(to_fragment([(t, n) for (t, _), n in zip(item[-1], numbers)]))
+        translated = await translate_html(fragments) if fragments else []
+        for item, keys, fragment in zip(found, formats, translated):
+            write(*item[:-1], keys, from_fragment(fragment))
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as target:
+            for info in source.infolist():
+                content = source.read(info.filename)
+                if info.filename == member:
+                    content = etree.tostring(root, xml_declaration=True, encoding="UTF-8",
+                                             standalone=True)
+                target.writestr(info, content)  # the same compression per member
+    return out.getvalue()
+
+
+async def translate_file(filename, data, translate_text, translate_html):
+    """The translated bytes of the file ``filename`` holding ``data``.
+
+    Args:
+        translate_text: ``async (list of str) -> list of str`` (plain text).
+        translate_html: ``async (list of HTML fragments) -> list of HTML``.
+
+    Raises:
+        ValueError: an extension other than :data:`EXTENSIONS`, or a file that cannot be
+            read as its extension says.
+    """
+    ext = extension(filename)
+    if ext is None:
+        raise ValueError("file format not supported")
+    try:
+        if ext == ".txt":
+            text = data.decode("utf-8-sig")
+            lines = text.split("\n")
+            todo = [i for i, line in enumerate(lines) if line.strip()]
+            done = await translate_text([lines[i].strip() for i in todo]) if todo else []
+            for i, translation in zip(todo, done):
+                line = lines[i]
+                lead = line[: len(line) - len(line.lstrip())]
+                trail = line[len(line.rstrip()):]
+                lines[i] = lead + translation + trail
+            return "\n".join(lines).encode("utf-8")
+        if ext in (".html", ".htm"):
+            return (await translate_html([data.decode("utf-8-sig")]))[0].encode("utf-8")
+        if ext == ".docx":
+            return await _translate_xml(data, "word/document.xml", _docx_paragraphs,
+                                        _docx_write, translate_html)
+        return await _translate_xml(data, "content.xml", _odt_paragraphs, _odt_write,
+                                    translate_html)
+    except (UnicodeDecodeError, zipfile.BadZipFile, KeyError) as e:
+        raise ValueError(f"cannot read the file as {ext} ({e})") from None
+    except Exception as e:  # noqa: BLE001  (lxml's XMLSyntaxError, without importing lxml)
+        if type(e).__name__ == "XMLSyntaxError":
+            raise ValueError(f"cannot read the file as {ext} ({e})") from None
+        raise
+
+
+class FileStore:
+    """Translated files waiting for their download.
+
+    Args:
+        directory: where they are kept (made when missing).
+        max_age_s: a file older than this is removed (when the next one is stored).
+    """
+
+    def __init__(self, directory, max_age_s=3600):
+        self.directory = str(directory)
+        self.max_age_s = max_age_s
+        os.makedirs(self.directory, exist_ok=True)
+
+    def put(self, filename, data):
+        """Keep ``data``; its download name (``uuid.original-name``)."""
+        self._expire()
+        base = re.sub(r"[^A-Za-z0-9._-]+", "_", os.path.basename(filename)).lstrip(".")
+        name = f"{uuid.uuid4()}.{base or 'file'}"
+        path = os.path.join(self.directory, name)
+        with open(path + ".part", "wb") as f:
+            f.write(data)
+        os.replace(path + ".part", path)
+        return name
+
+    def path(self, name):
+        """The file of a download name, or None (unknown, expired or not one of ours)."""
+        if not re.fullmatch(r"[0-9a-f-]{36}\.[A-Za-z0-9._-]+", name or ""):
+            return None
+        path = os.path.join(self.directory, name)
+        return path if os.path.isfile(path) else None
+
+    def _expire(self):
+        limit = time.time() - self.max_age_s
+        for entry in os.scandir(self.directory):
+            try:
+                if entry.is_file() and entry.stat().st_mtime < limit:
+                    os.remove(entry.path)
+            except FileNotFoundError:  # another server removed it
+                pass

@@ -1,0 +1,208 @@
+"""The routes' declarations, and the OpenAPI 3 document (``GET /spec``) made from them.
+
+Each route of :mod:`keras_attn.serve.app` is one :class:`Endpoint`: its path, method, the
+fields it reads (a JSON object, a form, or a multipart form with a file) and its answers.
+The app mounts its handlers by these declarations and :func:`openapi` describes the same
+ones, so the document cannot list a route the server lacks, or miss one.
+
+Example:
+    >>> document = openapi(ENDPOINTS, version="0.1.0")
+    >>> sorted(document["paths"])[:3]
+    ['/attention', '/detect', '/docs']
+"""
+import dataclasses
+from typing import Optional
+
+ERROR = {"type": "object", "properties": {"error": {"type": "string",
+                                                    "description": "What went wrong"}},
+         "required": ["error"]}
+LANGUAGE = {"type": "object", "properties": {"code": {"type": "string"},
+                                             "name": {"type": "string"}}}
+DETECTIONS = {"type": "array", "items": {"type": "object", "properties": {
+    "confidence": {"type": "number", "minimum": 0, "maximum": 100},
+    "language": {"type": "string", "description": "ISO 639-1 code"}}}}
+ERROR_TEXT = {400: "Invalid request (the message names the field)", 401: "Unauthorized",
+              403: "Refused (a key, or a feature off)", 404: "Not found",
+              405: "Wrong method", 413: "Body over --max-body-bytes",
+              429: "Over the request limit", 500: "Translation error",
+              501: "Not available with this artefact", 503: "Queue full (Retry-After)",
+              504: "Timed out"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One field of a request. ``type``: a JSON Schema type, ``"file"`` (a multipart upload)
+    or ``"text"`` (a string, or in JSON a list of strings)."""
+
+    name: str
+    type: str = "string"
+    required: bool = False
+    description: str = ""
+    example: object = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """A route: ``method path``, what it reads (``fields``; ``in_path``: the path's
+    parameters) and its answers (``schema`` of the 200 answer, None: not JSON; ``errors``:
+    its error statuses; ``media``: the 200 answer's media type)."""
+
+    path: str
+    method: str
+    name: str
+    summary: str
+    tag: str = "translate"
+    fields: tuple = ()
+    in_path: tuple = ()
+    schema: Optional[dict] = None
+    media: str = "application/json"
+    errors: tuple = (405,)
+
+
+_KEY = Field("api_key", description="API key (with --api-keys)")
+_SOURCE = Field("source", required=True, description="Source language code, or auto",
+                example="en")
+_TARGET = Field("target", required=True, description="Target language code", example="fr")
+_LIMITED = (400, 403, 405, 413, 429)
+_DECODING = (
+    Field("beam_size", "integer", description="Beam width (1: greedy)"),
+    Field("num_hypotheses", "integer", description="Hypotheses per text (the n-best list)"),
+    Field("length_penalty", "number", description="Length normalisation of beam scores"),
+    Field("max_length", "integer", description="Most target tokens"),
+    Field("target_prefix", description="Words the translation must start with"),
+    Field("sampling_topk", "integer", description="Random sampling among the k likeliest"),
+    Field("sampling_topp", "number", description="Nucleus sampling mass"),
+    Field("sampling_temperature", "number", description="Sampling temperature"),
+    Field("seed", "integer", description="Sampling seed"),
+    Field("return_alignments", "boolean", description="Pharaoh alignments in hypotheses"),
+    Field("return_scores", "boolean", description="The n-best list with scores"))
+
+ENDPOINTS = (
+    Endpoint("/translate", "POST", "translate", "Translate text", fields=(
+        Field("q", "text", True, "Text(s) to translate", "Hello world!"), _SOURCE, _TARGET,
+        Field("format", description="text or html", example="text"),
+        Field("alternatives", "integer", description="Number of alternative translations"),
+        _KEY) + _DECODING,
+        schema={"type": "object", "properties": {
+            "translatedText": {"description": "Translated text(s)"},
+            "alternatives": {"type": "array"}, "detectedLanguage": {},
+            "hypotheses": {"type": "array"}}},
+        errors=_LIMITED + (500, 503, 504)),
+    Endpoint("/translate_file", "POST", "translate_file", "Translate a file (.txt, .html, "
+             ".docx, .odt)", fields=(Field("file", "file", True, "File to translate"),
+                                    _SOURCE, _TARGET, _KEY),
+             schema={"type": "object", "properties": {"translatedFileUrl": {
+                 "type": "string", "description": "Where to download the translation"}}},
+             errors=_LIMITED + (500, 503, 504)),
+    Endpoint("/download_file/{filename}", "GET", "download_file",
+             "Download a translated file", in_path=(Field("filename", required=True),),
+             media="application/octet-stream", errors=(400, 404, 405)),
+    Endpoint("/detect", "POST", "detect", "Detect the language of a text", fields=(
+        Field("q", "text", True, "Text to detect", "What language is this?"), _KEY),
+        schema=DETECTIONS, errors=_LIMITED),
+    Endpoint("/languages", "GET", "languages", "Supported languages", schema={
+        "type": "array", "items": {"type": "object", "properties": {
+            "code": {"type": "string"}, "name": {"type": "string"},
+            "targets": {"type": "array", "items": {"type": "string"}}}}}),
+    Endpoint("/suggest", "POST", "suggest", "Suggest a better translation", tag="feedback",
+             fields=(Field("q", required=True, description="Original text"),
+                     Field("s", required=True, description="Suggested translation"),
+                     _SOURCE, _TARGET, _KEY),
+             schema={"type": "object", "properties": {"success": {"type": "boolean"}}},
+             errors=_LIMITED),
+    Endpoint("/frontend/settings", "GET", "frontend_settings", "The web page's settings",
+             tag="misc", schema={"type": "object", "properties": {
+                 "charLimit": {"type": "integer"}, "frontendTimeout": {"type": "integer"},
+                 "apiKeys": {"type": "boolean"}, "keyRequired": {"type": "boolean"},
+                 "suggestions": {"type": "boolean"}, "filesTranslation": {"type": "boolean"},
+                 "supportedFilesFormat": {"type": "array", "items": {"type": "string"}},
+                 "language": {"type": "object", "properties": {"source": LANGUAGE,
+                                                               "target": LANGUAGE}}}}),
+    Endpoint("/attention", "POST", "attention", "Cross-attention of a translation (the "
+             "page's heatmap)", tag="misc", fields=(
+                 Field("q", required=True, description="One sentence"),
+                 Field("translation", description="Its translation (absent: the engine's)"),
+                 Field("source"), Field("target"), _KEY),
+             schema={"type": "object"}, errors=_LIMITED + (501, 503, 504)),
+    Endpoint("/health", "GET", "health", "Health check", tag="misc", schema={
+        "type": "object", "properties": {"status": {"type": "string", "example": "ok"}}}),
+    Endpoint("/metrics", "GET", "metrics", "Prometheus metrics", tag="misc",
+             media="text/plain", errors=(401, 405)),
+    Endpoint("/spec", "GET", "spec", "This OpenAPI document", tag="misc",
+             schema={"type": "object"}),
+    Endpoint("/docs", "GET", "docs", "The API's interactive page", tag="misc",
+             media="text/html"),
+    Endpoint("/", "GET", "page", "The translation page", tag="misc", media="text/html",
+             errors=(404, 405)),
+)
+
+
+def _schema(field):
+    if field.type == "text":
+        schema = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+    elif field.type == "file":
+        schema = {"type": "string", "format": "binary"}
+    else:
+        schema = {"type": field.type}
+    if field.description:
+        schema["description"] = field.description
+    if field.example is not None:
+        schema["example"] = field.example
+    return schema
+
+
+def _body(endpoint):
+    def properties(form):
+        return {f.name: (_schema(f) if not (form and f.type == "text")
+                         else _schema(dataclasses.replace(f, type="string")))
+                for f in endpoint.fields}
+
+    required = [f.name for f in endpoint.fields if f.required]
+
+    def schema(form):
+        out = {"type": "object", "properties": properties(form)}
+        if required:
+            out["required"] = required
+        return out
+
+    if any(f.type == "file" for f in endpoint.fields):
+        content = {"multipart/form-data": {"schema": schema(True)}}
+    else:
+        content = {"application/json": {"schema": schema(False)},
+                   "application/x-www-form-urlencoded": {"schema": schema(True)},
+                   "multipart/form-data": {"schema": schema(True)}}
+    return {"required": True, "content": content}
+
+
+def _operation(endpoint):
+    ok = {"description": "Success"}
+    if endpoint.media == "application/json":
+        ok["content"] = {"application/json": {"schema": endpoint.schema or {}}}
+    else:
+        ok["content"] = {endpoint.media: {"schema": {"type": "string"}}}
+    responses = {"200": ok}
+    for status in endpoint.errors:
+        responses[str(status)] = {
+            "description": ERROR_TEXT.get(status, "Error"),
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    operation = {"operationId": endpoint.name, "summary": endpoint.summary,
+                 "tags": [endpoint.tag], "responses": responses}
+    if endpoint.in_path:
+        operation["parameters"] = [{"name": f.name, "in": "path", "required": True,
+                                    "schema": {"type": "string"}} for f in endpoint.in_path]
+    if endpoint.fields:
+        operation["requestBody"] = _body(endpoint)
+    return operation
+
+
+def openapi(endpoints=ENDPOINTS, version="0", prefix="", title="keras-attn serve"):
+    """The OpenAPI 3.0 document of ``endpoints`` (served under ``prefix``)."""
+    paths = {}
+    for endpoint in endpoints:
+        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint)
+    return {"openapi": "3.0.3",
+            "info": {"title": title, "version": version,
+                     "description": "LibreTranslate's API over a keras_attn translation model."},
+            "servers": [{"url": prefix or "/"}],
+            "paths": paths,
+            "components": {"schemas": {"Error": ERROR}}}

@@ -1,0 +1,145 @@
+"""State several servers can share: API keys and suggestions in SQLite files.
+
+The tables are LibreTranslate's (``ltmanage keys`` and ``--suggestions`` write the same), so
+a LibreTranslate database can be pointed at as it is:
+
+* :class:`KeyStore` (``--api-keys`` without a file, ``--api-keys-db-path``): ``api_keys
+  (api_key, req_limit, char_limit)``; ``keras-attn serve keys add/remove/list`` edits it
+  while servers run (each request looks its key up).
+* :class:`SuggestionStore` (``--suggestions``, ``--suggestions-db-path``): ``suggestions
+  (q, s, source, target)``, what ``POST /suggest`` receives; :meth:`SuggestionStore.export`
+  writes them as ``source<TAB>translation`` lines, the corpus format ``keras-attn train
+  --data`` reads.
+
+Every call opens its own connection (threads and processes may share the file; SQLite
+locks it, WAL mode lets readers run beside a writer).
+
+Example:
+    >>> keys = KeyStore("db/api_keys.db")
+    >>> key = keys.add(req_limit=120)        # a new uuid4
+    >>> key in keys, keys[key], keys.char_limit(key)
+    (True, 120, None)
+"""
+import contextlib
+import os
+import sqlite3
+import uuid
+
+
+@contextlib.contextmanager
+def _connect(path):
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    connection = sqlite3.connect(path, timeout=30)
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        with connection:  # commits, or rolls back on an error
+            yield connection
+    finally:
+        connection.close()
+
+
+class KeyStore:
+    """API keys with their requests a minute and characters per text.
+
+    A mapping of ``key -> req_limit`` for :class:`~keras_attn.serve.limits.RateLimiter`
+    (``key in store``, ``store[key]``), plus :meth:`char_limit`.
+
+    Args:
+        path: the SQLite file (made, with its folder, when missing).
+    """
+
+    def __init__(self, path):
+        self.path = str(path)
+        with _connect(self.path) as db:
+            db.execute('CREATE TABLE IF NOT EXISTS api_keys ("api_key" TEXT NOT NULL, '
+                       '"req_limit" INTEGER NOT NULL, "char_limit" INTEGER DEFAULT NULL, '
+                       'PRIMARY KEY("api_key"))')
+
+    def _row(self, key):
+        with _connect(self.path) as db:
+            return db.execute("SELECT req_limit, char_limit FROM api_keys WHERE api_key = ?",
+                              (key,)).fetchone()
+
+    def __contains__(self, key):
+        return isinstance(key, str) and self._row(key) is not None
+
+    def __getitem__(self, key):
+        row = self._row(key)
+        if row is None:
+            raise KeyError(key)
+        return row[0]
+
+    def char_limit(self, key):
+        """The key's own characters per text, or None (the server's ``--char-limit``)."""
+        row = self._row(key)
+        return None if row is None else row[1]
+
+    def add(self, req_limit, key=None, char_limit=None):
+        """Add (or replace) ``key`` (default: a new uuid4); the key."""
+        for name, value in (("req_limit", req_limit), ("char_limit", char_limit)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < -1):
+                raise ValueError(f"`{name}` must be an integer >= -1 (-1: no limit). "
+                                 f"Received: {name}={value!r}")
+        if req_limit is None:
+            raise ValueError("`req_limit` is required (requests a minute; -1: no limit)")
+        key = key or str(uuid.uuid4())
+        with _connect(self.path) as db:
+            db.execute("INSERT OR REPLACE INTO api_keys (api_key, req_limit, char_limit) "
+                       "VALUES (?, ?, ?)", (key, req_limit, char_limit))
+        return key
+
+    def remove(self, key):
+        """Remove ``key``; False when it was not there."""
+        with _connect(self.path) as db:
+            return db.execute("DELETE FROM api_keys WHERE api_key = ?", (key,)).rowcount > 0
+
+    def all(self):
+        """``[(key, req_limit, char_limit)]`` in key order."""
+        with _connect(self.path) as db:
+            return db.execute("SELECT api_key, req_limit, char_limit FROM api_keys "
+                              "ORDER BY api_key").fetchall()
+
+
+class FileKeys(dict):
+    """The keys of an ``--api-keys FILE`` (``limits.read_api_keys``): ``{key: limit or None}``
+    with :meth:`char_limit` (a file gives none)."""
+
+    def char_limit(self, key):
+        return None
+
+
+class SuggestionStore:
+    """Translations clients suggest (``POST /suggest``).
+
+    Args:
+        path: the SQLite file (made, with its folder, when missing).
+    """
+
+    def __init__(self, path):
+        self.path = str(path)
+        with _connect(self.path) as db:
+            db.execute('CREATE TABLE IF NOT EXISTS suggestions ("q" TEXT NOT NULL, '
+                       '"s" TEXT NOT NULL, "source" TEXT NOT NULL, "target" TEXT NOT NULL)')
+
+    def add(self, q, s, source, target):
+        with _connect(self.path) as db:
+            db.execute("INSERT INTO suggestions (q, s, source, target) VALUES (?, ?, ?, ?)",
+                       (q, s, source, target))
+
+    def all(self):
+        """``[(q, s, source, target)]`` in the order they came."""
+        with _connect(self.path) as db:
+            return db.execute("SELECT q, s, source, target FROM suggestions "
+                              "ORDER BY rowid").fetchall()
+
+    def export(self, path, source=None, target=None):
+        """Write the suggestions (of one language pair when given) as ``q<TAB>s`` lines
+        (tabs and line breaks inside a text become spaces); how many were written."""
+        rows = [(q, s) for q, s, src, tgt in self.all()
+                if (source is None or src == source) and (target is None or tgt == target)]
+        with open(path, "w", encoding="utf-8") as f:
+            for q, s in rows:
+                f.write(" ".join(q.split()) + "\t" + " ".join(s.split()) + "\n")
+        return len(rows)
