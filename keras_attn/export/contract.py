@@ -161,3 +161,37 @@ def _spec_changes(old, new, is_input):
             changes.append(f"changed shape {old['shape']} -> {new['shape']}")
             break
     return changes
+
+
+def write_snapshot(export_dir, path=SNAPSHOT):
+    """Record ``export_dir``'s signatures as the snapshot, refused when they break the one
+    at ``path`` (a new signature or output is recorded; nothing shipped is dropped).
+
+    Raises:
+        ValueError: the breaking changes, one per line.
+    """
+    current = artefact_signatures(export_dir)
+    if os.path.exists(path):
+        problems = breaking_changes(load_snapshot(path), current)
+        if problems:
+            raise ValueError("the export breaks the serving contract:\n" + "\n".join(problems))
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"about": "Every signature that exported/ ships (keras_attn.export."
+                            "contract): a later export may add signatures and outputs, "
+                            "never change these. Written by `python -m "
+                            "keras_attn.export.contract EXPORT_DIR`.",
+                   "artefacts": current}, f, indent=1, sort_keys=True)
+        f.write("\n")
+    return current
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m keras_attn.export.contract EXPORT_DIR  (writes "
+                 f"{os.path.relpath(SNAPSHOT)})")
+    try:
+        write_snapshot(sys.argv[1])
+    except ValueError as e:
+        sys.exit(str(e))
