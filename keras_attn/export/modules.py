@@ -128,17 +128,20 @@ class TranslatorModule(tf.Module):
         # tf.function with an input signature that the module holds, signature or not.
         self.request_signature = bool(request_signature)
         self._request = _Untracked(request.RequestDecoder(self, parts, max_beam_size))
-        # The options signatures (keras_attn.export.contract): the newest decodes, each
-        # older one calls it with the options it lacks left to the export.
+        # The options signatures (keras_attn.export.contract), the options each lacks left
+        # to the export. In a SavedModel an older one calls the newest (one decoder in the
+        # file); TFLite's converter refuses a call of another function: each is traced.
         self.requests = {}
-        if self.request_signature:
-            latest = tf.function(forward_only(request.signature_function(
-                self._request.value.translate, LATEST_OPTIONS_SIGNATURE), dynamic),
-                input_signature=request.input_signature(batch_size))
-            for name in OPTION_SIGNATURES:
-                self.requests[name] = latest if name == LATEST_OPTIONS_SIGNATURE else (
-                    tf.function(request.signature_function(latest, name),
-                                input_signature=request.input_signature(batch_size, name)))
+        newest_first = sorted(OPTION_SIGNATURES, key=lambda n: n != LATEST_OPTIONS_SIGNATURE)
+        for name in newest_first if self.request_signature else ():
+            latest = self.requests.get(LATEST_OPTIONS_SIGNATURE)
+            if latest is None or self.for_tflite:
+                body = forward_only(request.signature_function(
+                    self._request.value.translate, name), dynamic)
+            else:
+                body = request.signature_function(latest, name)
+            self.requests[name] = tf.function(
+                body, input_signature=request.input_signature(batch_size, name))
 
     @property
     def model(self):
