@@ -17,7 +17,8 @@ setup(
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["keras_attn", "keras_attn.*"]),
-    package_data={"keras_attn.serve": ["static/*.html"]},  # the page of keras-attn serve
+    # the page of keras-attn serve; the serving contract's snapshot (keras_attn.export.contract)
+    package_data={"keras_attn.serve": ["static/*.html"], "keras_attn.export": ["signatures.json"]},
     python_requires=">=3.9",
     install_requires=[
         "tensorflow==2.21.*",
