@@ -18,7 +18,8 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=find_packages(include=["keras_attn", "keras_attn.*"]),
-    package_data={"keras_attn.serve": ["static/*.html"]},  # the page of keras-attn serve
+    # the page of keras-attn serve; the serving contract's snapshot (keras_attn.export.contract)
+    package_data={"keras_attn.serve": ["static/*.html"], "keras_attn.export": ["signatures.json"]},
     # Keras 3.15 requires Python 3.11; TensorFlow 2.21 and tensorflow-text 2.21 publish
     # wheels for 3.10 to 3.13. Tested on 3.11.
     python_requires=">=3.11",

@@ -37,7 +37,7 @@ CARD = """# Model card: keras_attn default dates translator
   logistic calibrator fitted on the validation split (`run/calibration.json`,
   docs/confidence.md); inputs that are not dates get a confidence near 0.
 - **Artefacts**: SavedModel `saved_model/translator/1` (signatures `serving_default`:
-  strings -> strings + scores + confidences, `translate`, `score`, `translate_ids`), TFLite `tflite/text_*.tflite` (one file,
+  strings -> strings + scores + confidences, `translate`, `translate_v2`, `score`, `translate_ids`), TFLite `tflite/text_*.tflite` (one file,
   strings in, strings out) and `tflite/builtin_*/` (encoder + one-step decoder, builtin ops
   only). See `README.md` here for serving and `export_report.json` for ops and sizes.
 - **Limits**: inputs outside the formats above (other languages, month-first numeric dates,

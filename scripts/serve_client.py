@@ -9,7 +9,7 @@ Examples::
         # pip install "tensorflow-serving-api==2.21.*"
     echo "3 March 2021" | python scripts/serve_client.py                      # lines on stdin
     python scripts/serve_client.py --option beam_size=4 --option num_hypotheses=2 \
-        --option return_alignments=true "3 March 2021"     # the ``translate`` signature
+        --option return_alignments=true "3 March 2021"     # the ``translate_v2`` signature
 
 Each request is built by a function separate from the one that sends it
 (``build_rest_request`` / ``build_grpc_request``), so the request can be checked against
@@ -19,12 +19,14 @@ library; the gRPC client imports ``grpc`` and ``tensorflow_serving`` lazily.
 The ``serving_default`` signature takes ``text`` (string ``(B,)``) and returns
 ``translation`` (string), ``score`` (float32) and ``truncated`` (bool), one per input.
 
-The ``translate`` signature (``keras_attn.export.request``) takes ``text`` plus every
-decoding option of API.md ("Decoding options per request") as an input, all of them
-required: ``options=`` of the builders (``--option NAME=VALUE`` here) fills the ones not
-given with :data:`OPTION_DEFAULTS`. It returns ``translations``, ``scores`` and
-``alignments`` ``(B, N)`` and ``truncated`` ``(B,)``; a REST request for it is columnar
-(its options are scalars, not one value per sentence).
+The options signatures (``keras_attn.export.contract.OPTION_SIGNATURES``: ``translate``
+with the options it first shipped with, ``translate_v2`` with every decoding option of
+API.md, "Decoding options per request"; each frozen) take ``text`` plus their options as
+inputs: ``options=`` of the builders (``--option NAME=VALUE`` here) fills the ones not
+given with :data:`OPTION_DEFAULTS`, and goes to the newest signature unless another is
+named. They return ``translations``, ``scores``, ``confidences`` and ``alignments``
+``(B, N)`` and ``truncated`` ``(B,)``; a REST request for one is columnar (its options are
+scalars, not one value per sentence).
 """
 import argparse
 import base64
@@ -34,13 +36,14 @@ import urllib.error
 import urllib.request
 
 from keras_attn.decoding.options import OPTIONS
+from keras_attn.export.contract import LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES
 
 MODEL_NAME = "translator"
 SIGNATURE = "serving_default"
 INPUT_NAME = "text"
 OUTPUT_NAMES = ("translation", "score", "truncated")
-TRANSLATE_SIGNATURE = "translate"
-# The ``translate`` signature's option inputs with the values a request sends when it does
+TRANSLATE_SIGNATURE = LATEST_OPTIONS_SIGNATURE  # what ``options=`` go to by default
+# The options signatures' inputs with the values a request sends when it does
 # not choose, from the options' one declaration (keras_attn.decoding.options, which imports
 # neither Keras nor TensorFlow): ``length_penalty`` -1 and ``max_length`` 0 mean the
 # export's own values, an empty ``target_prefix`` no prefix (one string: for every
@@ -63,20 +66,21 @@ def _json_string(text):
         return {"b64": base64.b64encode(raw).decode("ascii")}
 
 
-def option_values(options):
-    """Every option input of the ``translate`` signature: :data:`OPTION_DEFAULTS` updated
-    with ``options`` (a dict by option name; a ``target_prefix`` string becomes a list of
+def option_values(options, signature=TRANSLATE_SIGNATURE):
+    """Every option input of the options signature ``signature``: :data:`OPTION_DEFAULTS`
+    (those it takes) updated with ``options`` (a dict by option name; a ``target_prefix`` string becomes a list of
     one). Values are cast to the default's type (JSON ``4`` for an int32 input, ``0.6`` for
     a float32 one), so TF Serving parses them.
 
     Raises:
-        ValueError: an unknown option name.
+        ValueError: an unknown option name (or one ``signature`` does not take).
     """
-    unknown = sorted(set(options) - set(OPTION_DEFAULTS))
+    names = OPTION_SIGNATURES[signature]
+    unknown = sorted(set(options) - set(names))
     if unknown:
-        raise ValueError(f"unknown decoding option(s) {unknown}; the options are "
-                         f"{list(OPTION_DEFAULTS)}")
-    values = dict(OPTION_DEFAULTS)
+        raise ValueError(f"unknown decoding option(s) {unknown}; the options of "
+                         f"{signature} are {list(names)}")
+    values = {name: OPTION_DEFAULTS[name] for name in names}
     for name, value in options.items():
         if name == "target_prefix":
             value = [value] if isinstance(value, (str, bytes)) else list(value)
@@ -93,13 +97,13 @@ def build_rest_request(texts, model_name=MODEL_NAME, signature=None,
     Args:
         texts: list of str (or bytes).
         model_name: TF Serving model name. signature: signature name (default
-            ``serving_default``, or ``translate`` when ``options`` are given).
+            ``serving_default``, or :data:`TRANSLATE_SIGNATURE` when ``options`` are given).
         host: ``HOST:PORT`` of the REST API.
         columnar: ``{"inputs": {"text": [...]}}`` instead of the row format
             ``{"instances": [{"text": ...}, ...]}``.
-        options: decoding options (dict by name) for the ``translate`` signature; with
-            them (or with ``signature="translate"``) the request is columnar and carries
-            every option input (:func:`option_values`).
+        options: decoding options (dict by name) for an options signature; with them
+            (or with ``signature`` one of them) the request is columnar and carries every
+            option input of that signature (:func:`option_values`).
 
     Returns:
         ``(url, payload)``: the URL to POST to and the JSON-serialisable body.
@@ -113,8 +117,8 @@ def build_rest_request(texts, model_name=MODEL_NAME, signature=None,
     signature = signature or (SIGNATURE if options is None else TRANSLATE_SIGNATURE)
     values = [_json_string(t) for t in texts]
     url = f"http://{host}/v1/models/{model_name}:predict"
-    if options is not None or signature == TRANSLATE_SIGNATURE:
-        inputs = option_values(options or {})
+    if options is not None or signature in OPTION_SIGNATURES:
+        inputs = option_values(options or {}, signature)
         inputs["target_prefix"] = [_json_string(p) for p in inputs["target_prefix"]]
         return url, {"signature_name": signature, "inputs": {INPUT_NAME: values, **inputs}}
     if columnar:
@@ -156,7 +160,7 @@ def parse_rest_response(answer):
 
 def _from_json(value):
     """Undo TF Serving's ``{"b64": ...}`` wrapping of non-UTF-8 strings (in lists too:
-    the ``translate`` signature's outputs are ``(B, N)``)."""
+    an options signature's outputs are ``(B, N)``)."""
     if isinstance(value, list):
         return [_from_json(v) for v in value]
     if isinstance(value, dict) and set(value) == {"b64"}:
@@ -179,7 +183,8 @@ def build_grpc_request(texts, model_name=MODEL_NAME, signature=None, options=Non
     """A ``tensorflow_serving.apis.predict_pb2.PredictRequest`` for ``texts``.
 
     The input ``text`` is a ``DT_STRING`` tensor of shape ``(len(texts),)``. With
-    ``options`` (or ``signature="translate"``), every option input of :func:`option_values`
+    ``options`` (or ``signature`` an options signature), every option input of
+    :func:`option_values`
     too: ``DT_INT32``, ``DT_FLOAT``, ``DT_BOOL`` scalars and ``target_prefix`` a
     ``DT_STRING`` tensor of shape ``(P,)``. ``signature`` as in :func:`build_rest_request`.
 
@@ -203,8 +208,8 @@ def build_grpc_request(texts, model_name=MODEL_NAME, signature=None, options=Non
     request.model_spec.name = model_name
     request.model_spec.signature_name = signature
     request.inputs[INPUT_NAME].CopyFrom(strings(texts))
-    if options is not None or signature == TRANSLATE_SIGNATURE:
-        for name, value in option_values(options or {}).items():
+    if options is not None or signature in OPTION_SIGNATURES:
+        for name, value in option_values(options or {}, signature).items():
             if name == "target_prefix":
                 tensor = strings(value)
             elif isinstance(value, bool):
@@ -278,9 +283,10 @@ def main(argv=None):
     where.add_argument("--grpc", metavar="HOST:PORT", help="gRPC API, e.g. localhost:8500")
     parser.add_argument("--model-name", default=MODEL_NAME)
     parser.add_argument("--signature", help=f"default {SIGNATURE}, or {TRANSLATE_SIGNATURE} "
-                                            "with --option")
+                                            f"with --option (or one of "
+                                            f"{list(OPTION_SIGNATURES)})")
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
-                        help="a decoding option of the translate signature (repeat it): "
+                        help="a decoding option of an options signature (repeat it): "
                              + ", ".join(OPTION_DEFAULTS))
     parser.add_argument("--columnar", action="store_true", help="REST columnar format")
     parser.add_argument("--timeout", type=float, default=30.0)
@@ -288,13 +294,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         options = dict(_parse_option(o) for o in args.option)
-        option_values(options)
+        signature = args.signature or (TRANSLATE_SIGNATURE if options else SIGNATURE)
+        if options and signature not in OPTION_SIGNATURES:
+            raise ValueError(f"--option is for an options signature {list(OPTION_SIGNATURES)}")
+        if signature in OPTION_SIGNATURES:
+            option_values(options, signature)
     except ValueError as e:
         parser.error(str(e))
-    signature = args.signature or (TRANSLATE_SIGNATURE if options else SIGNATURE)
-    if options and signature != TRANSLATE_SIGNATURE:
-        parser.error(f"--option is for --signature {TRANSLATE_SIGNATURE}")
-    options = options if signature == TRANSLATE_SIGNATURE else None
+    options = options if signature in OPTION_SIGNATURES else None
     texts = args.texts or [line.rstrip("\n") for line in sys.stdin]
     try:
         if args.grpc:

@@ -248,6 +248,9 @@ class RestStandIn:
             return 400, {"error": f"input size does not match signature: {len(columns)}!="
                                   f"{len(sig.inputs)} len({sorted(columns)}) != "
                                   f"len({sorted(sig.inputs)})"}
+        extra = sorted(set(columns) - set(sig.inputs))
+        if extra:
+            return 400, {"error": f"input size does not match signature: Sent extra: {extra}"}
         inputs = {}
         for key, info in sig.inputs.items():
             dtype = tf.dtypes.as_dtype(info.dtype)
@@ -263,7 +266,7 @@ class RestStandIn:
         try:
             out = self.loaded.signatures[name](**inputs)
         except (tf.errors.InvalidArgumentError, TypeError, ValueError) as e:
-            return 400, {"error": str(getattr(e, "message", e)).splitlines()[0]}
+            return 400, {"error": str(getattr(e, "message", e))}
         out = {k: _json_value(v.numpy(), k) for k, v in out.items()}
         if "inputs" in body:
             return 200, {"outputs": next(iter(out.values())) if len(out) == 1 else out}

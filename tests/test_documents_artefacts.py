@@ -93,8 +93,8 @@ def test_saved_model_splits_in_the_graph(translator, tmp_path):
     assert [t.decode("utf-8") for t in out["translation"].numpy()] == translator.translate(TEXTS)
     assert not out["truncated"].numpy().any()
     options = runtime.option_inputs(translator.options(beam_size=2, num_hypotheses=2))
-    out = loaded.signatures["translate"](text=tf.constant(TEXTS),
-                                         **{k: tf.constant(v) for k, v in options.items()})
+    out = loaded.signatures["translate_v2"](text=tf.constant(TEXTS),
+                                            **{k: tf.constant(v) for k, v in options.items()})
     ours = translator.translate_nbest(TEXTS, beam_size=2, num_hypotheses=2)
     got = out["translations"].numpy()
     for b, hyps in enumerate(ours):

@@ -737,17 +737,18 @@ def test_grpc_request_matches_signature(loaded):
 
 def test_translate_signature_requests_carry_every_option():
     """``options=`` / ``--option NAME=VALUE``: the REST (columnar) and gRPC requests for
-    the ``translate`` signature carry every input of ``export.request.input_signature``
-    (TF Serving has no optional inputs), each one parsed by the signature's dtype into
-    its shape, as TF Serving parses JSON; the options not given are the "not set" values."""
-    from keras_attn.export import request as export_request
+    the newest options signature carry every input of ``export.request.input_signature``
+    (every runtime but TF Serving needs them all), each one parsed by the signature's dtype
+    into its shape, as TF Serving parses JSON; the options not given are the "not set"
+    values. A request for an older signature carries its inputs only."""
+    from keras_attn.export import contract, request as export_request
 
     client = _serve_client()
     specs = {spec.name: spec for spec in export_request.input_signature()}
     options = {"beam_size": 4, "num_hypotheses": 2, "length_penalty": 0.6,
                "target_prefix": "2020", "return_alignments": True}
     _, payload = client.build_rest_request(["3 March 2021", b"\xff"], options=options)
-    assert payload["signature_name"] == export_request.TRANSLATE_SIGNATURE
+    assert payload["signature_name"] == contract.LATEST_OPTIONS_SIGNATURE
     inputs = payload["inputs"]
     assert set(inputs) == set(specs) == set(client.OPTION_DEFAULTS) | {"text"}
     json_types = {tf.int32: int, tf.float32: float, tf.bool: bool, tf.string: list}
@@ -758,8 +759,13 @@ def test_translate_signature_requests_carry_every_option():
         assert specs[name].shape.is_compatible_with(tf.constant(value, specs[name].dtype).shape)
     assert {k: inputs[k] for k in options} == {**options, "target_prefix": ["2020"]}
     assert (inputs["max_length"], inputs["sampling_topk"], inputs["seed"]) == (0, 1, 0)
-    _, plain = client.build_rest_request(["x"], signature="translate")  # every default
+    _, plain = client.build_rest_request(["x"], signature="translate_v2")  # every default
     assert plain["inputs"] == {"text": ["x"], **client.OPTION_DEFAULTS}
+    _, first = client.build_rest_request(["x"], signature="translate")
+    assert set(first["inputs"]) == {"text", *contract.OPTION_SIGNATURES["translate"]}
+    with pytest.raises(ValueError, match="unknown decoding option"):
+        client.build_rest_request(["x"], signature="translate",
+                                  options={"repetition_penalty": 1.2})
     with pytest.raises(ValueError, match="unknown decoding option"):
         client.build_rest_request(["x"], options={"beam": 4})
     assert dict(map(client._parse_option, ["beam_size=4", "return_alignments=true",
@@ -777,7 +783,8 @@ def test_translate_signature_requests_carry_every_option():
     pytest.importorskip("tensorflow_serving.apis",
                         reason="tensorflow-serving-api is not installed")
     request = client.build_grpc_request(["3 March 2021", "x"], options=options)
-    assert request.model_spec.signature_name == "translate" and set(request.inputs) == set(specs)
+    assert (request.model_spec.signature_name == contract.LATEST_OPTIONS_SIGNATURE
+            and set(request.inputs) == set(specs))
     for name, tensor in request.inputs.items():
         assert tensor.dtype == specs[name].dtype.as_datatype_enum, name
         assert specs[name].shape.is_compatible_with(tf.make_ndarray(tensor).shape), name

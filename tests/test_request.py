@@ -12,7 +12,7 @@ import tensorflow as tf
 import layer_checks as lc
 from keras_attn import export
 from keras_attn.decoding import DecodingOptions
-from keras_attn.export import runtime
+from keras_attn.export import contract, runtime
 from keras_attn.translator import Translator
 
 # The tests of equal tokens hang on the kernels' rounding (marked kernels: CI runs them
@@ -111,7 +111,7 @@ def artefacts(request):
         model_path=os.path.join(export_dir, "tflite", "text_float32.tflite"))
     runner = interpreter.get_signature_runner(runtime.TFLITE_OPTIONS_SIGNATURE)
     runner.tflite_path = os.path.join(export_dir, "tflite", "text_float32.tflite")
-    return (translator, loaded.signatures[export.TRANSLATE_SIGNATURE], runner, sentences,
+    return (translator, loaded.signatures[contract.LATEST_OPTIONS_SIGNATURE], runner, sentences,
             prefix, loaded)
 
 
@@ -221,7 +221,7 @@ def test_wrong_dtype_is_refused(artefacts):
 def test_signature_inputs_and_outputs():
     report = export.saved_model_signatures(
         os.path.join(EXPORTED, "saved_model", "translator", "1"))
-    sig = report[export.TRANSLATE_SIGNATURE]
+    sig = report[contract.LATEST_OPTIONS_SIGNATURE]
     assert set(sig["inputs"]) == {"text", *runtime.option_inputs(DecodingOptions())}
     assert set(sig["outputs"]) == {"translations", "scores", "confidences", "alignments",
                                    "truncated"}

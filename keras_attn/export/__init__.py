@@ -20,9 +20,11 @@ TF target, one report) -> ``saved_model``, ``tflite``, ``ctranslate2`` (the expo
 CTranslate2's runtime translator is ``ctranslate2_runtime``, the check of one against the
 other ``ctranslate2_compare``) ->
 ``modules`` (the serving ``tf.Module`` s: the model side owns the serving functions; its
-``translate`` signature takes every decoding option per request: ``request``) and
+options signatures take the decoding options per request: ``request``) and
 ``core_text`` (a character tokenizer from core ops) -> ``base`` (the template, ``Parts``,
-report helpers) and ``runtime`` (the app's loop over the TFLite files; no Keras).
+report helpers) and ``runtime`` (the app's loop over the TFLite files; no Keras);
+``contract`` (no TensorFlow) freezes the signatures every export keeps
+(docs/serving_contract.md).
 
 Names are loaded on first use (PEP 562): ``from keras_attn.export import runtime`` imports
 neither TensorFlow nor Keras. The functions below keep the earlier API:
@@ -49,6 +51,8 @@ _NAMES = {
                "TFLiteExporter", "TFLiteTextExporter", "check_builtin_only", "check_text_ops",
                "export_tflite", "tflite_ops"),
     "request": ("OPTION_SPECS", "RequestDecoder", "TRANSLATE_SIGNATURE"),
+    "contract": ("LATEST_OPTIONS_SIGNATURE", "OPTION_SIGNATURES", "artefact_signatures",
+                 "breaking_changes"),
     "all_targets": ("compare_samples", "export_run"),
     "runtime": ("TFLITE_ENCODER_SIGNATURE", "TFLITE_OPTIONS_SIGNATURE",
                 "TFLITE_SCORE_SIGNATURE", "TFLITE_STEP_SIGNATURE", "TFLITE_TEXT_SIGNATURE",

@@ -29,7 +29,7 @@ from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control
 from keras_attn.export.base import check_beam
 from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
-from keras_attn.export.request import TRANSLATE_SIGNATURE
+from keras_attn.export.contract import LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES
 from keras_attn.export.runtime import TFLITE_ENCODER_SIGNATURE, TFLITE_STEP_SIGNATURE
 from keras_attn.layers.kv_cache import HeadsFirstCache
 
@@ -76,8 +76,8 @@ class TranslatorModule(tf.Module):
             ``"tftext"`` (the ``Tokenizer`` objects) or ``"auto"`` (core when possible).
         batch_size: fixed batch of ``serve`` (None: any).
         max_beam_size: the largest ``beam_size`` a ``translate`` request may ask.
-        request_signature: also export the ``translate`` signature (every decoding option
-            per request, ``keras_attn.export.request``).
+        request_signature: also export the options signatures (``translate``,
+            ``translate_v2``: decoding options per request, ``keras_attn.export.request``).
     """
 
     def __init__(self, parts, beam_size=1, alpha=LENGTH_PENALTY, for_tflite=False, text_ops="auto",
@@ -128,9 +128,20 @@ class TranslatorModule(tf.Module):
         # tf.function with an input signature that the module holds, signature or not.
         self.request_signature = bool(request_signature)
         self._request = _Untracked(request.RequestDecoder(self, parts, max_beam_size))
-        if self.request_signature:
-            self.translate = tf.function(forward_only(self._translate, dynamic),
-                                         input_signature=request.input_signature(batch_size))
+        # The options signatures (keras_attn.export.contract), the options each lacks left
+        # to the export. In a SavedModel an older one calls the newest (one decoder in the
+        # file); TFLite's converter refuses a call of another function: each is traced.
+        self.requests = {}
+        newest_first = sorted(OPTION_SIGNATURES, key=lambda n: n != LATEST_OPTIONS_SIGNATURE)
+        for name in newest_first if self.request_signature else ():
+            latest = self.requests.get(LATEST_OPTIONS_SIGNATURE)
+            if latest is None or self.for_tflite:
+                body = forward_only(request.signature_function(
+                    self._request.value.translate, name), dynamic)
+            else:
+                body = request.signature_function(latest, name)
+            self.requests[name] = tf.function(
+                body, input_signature=request.input_signature(batch_size, name))
 
     @property
     def model(self):
@@ -157,10 +168,11 @@ class TranslatorModule(tf.Module):
         functions = {SERVING_SIGNATURE: self.serve.get_concrete_function(),
                      IDS_SIGNATURE: self.translate_ids.get_concrete_function(),
                      SCORE_SIGNATURE: self.score.get_concrete_function()}
-        if self.request_signature:
-            functions[TRANSLATE_SIGNATURE] = self.translate.get_concrete_function()
-        self.track_variables(functions.values())
-        return functions
+        self.track_variables([*functions.values(), *(
+            fn.get_concrete_function() for fn in self.requests.values())])
+        # The options signatures as tf.functions: their inputs' defaults become the
+        # SignatureDef's (TF Serving fills what a request leaves out).
+        return {**functions, **self.requests}
 
     def tflite_functions(self):
         """``{signature key: concrete function}`` of the TFLite text target. A module with
@@ -174,8 +186,9 @@ class TranslatorModule(tf.Module):
         functions = {SERVING_SIGNATURE: self.serve.get_concrete_function()}
         if self.batch_size is None:
             functions[SCORE_SIGNATURE] = self.score.get_concrete_function()
-        if self.batch_size is None and self.request_signature:
-            functions[TRANSLATE_SIGNATURE] = self.translate.get_concrete_function()
+        if self.batch_size is None:
+            functions.update({name: fn.get_concrete_function()
+                              for name, fn in self.requests.items()})
         self.track_variables(functions.values())
         return functions
 
@@ -265,11 +278,6 @@ class TranslatorModule(tf.Module):
             translation = self.tgt_tokenizer.detokenize(tokens)
         return {"translation": translation, "score": score, "confidence": confidence,
                 "truncated": truncated}
-
-    def _translate(self, text, *options):
-        """The ``translate`` signature: ``text`` then every option in
-        :data:`keras_attn.export.request.OPTION_SPECS` order."""
-        return self._request.value.translate(text, **dict(zip(request.OPTION_SPECS, options)))
 
     def _score(self, source, target):
         """The ``score`` signature: ``source`` and ``target`` strings ``(B,)`` -> ``tokens``

@@ -1,8 +1,14 @@
-"""Decoding options per request inside a served graph (TensorFlow-only): the ``translate``
-signature of the SavedModel and of the TFLite text file.
+"""Decoding options per request inside a served graph (TensorFlow-only): the options
+signatures of the SavedModel and of the TFLite text file.
 
-Every option of ``keras_attn.decoding.options`` (API.md, "Decoding options per request")
-is an input tensor. The graph checks them (:func:`checks`: an ``InvalidArgument`` naming
+Each signature of :data:`keras_attn.export.contract.OPTION_SIGNATURES` takes ``text`` and
+the option set it shipped with, frozen (docs/serving_contract.md): ``translate`` the ten
+options it first had, ``translate_v2`` every option of ``keras_attn.decoding.options``
+(API.md, "Decoding options per request"). The newest is the graph below; an older one
+calls it with the unset value of each option it lacks (the export's defaults). Every
+option input has that unset value as its SavedModel default (:func:`signature_function`),
+which TF Serving and ``saved_model_cli run`` fill in when a request leaves the input out;
+the Python loader and TFLite need every input. The graph checks them (:func:`checks`: an ``InvalidArgument`` naming
 the option from a SavedModel; in TFLite, which drops ``Assert``, a failed ``RESHAPE`` that
 ends the invocation with an error), then picks one of three traced decoders with ``tf.cond``
 (greedy, beam search, sampling). Every branch is ``keras_attn.decoding.decode``, the same
@@ -19,25 +25,57 @@ float32 ``(B, N)`` (``keras_attn.decoding.confidence``: one more teacher-forced 
 calibrator in the graph), ``alignments`` string ``(B, N)`` (Pharaoh ``i-j`` pairs,
 ``keras_attn.alignment``; empty unless asked), ``truncated`` bool ``(B,)``.
 """
+import inspect
 import types
 
 import tensorflow as tf
 
 from keras_attn import alignment, decoding, text
 from keras_attn.decoding.options import CONTROLS, OPTIONS
+from keras_attn.export.contract import LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES
 
 # Every option of keras_attn.decoding.options and its dtype in the signature.
 OPTION_SPECS = {name: tf.as_dtype(opt.dtype) for name, opt in OPTIONS.items()}
-TRANSLATE_SIGNATURE = "translate"
+TRANSLATE_SIGNATURE = "translate"  # the first options signature (frozen, as all are)
 
 
-def input_signature(batch_size=None):
-    """``tf.TensorSpec`` s of the ``translate`` signature: ``text (B,)`` then every option
-    as a scalar, in :data:`OPTION_SPECS` order, but ``target_prefix``: strings ``(P,)``,
-    none, one for every sentence, or one per sentence (``P = B``)."""
+def input_signature(batch_size=None, signature=LATEST_OPTIONS_SIGNATURE):
+    """``tf.TensorSpec`` s of an options signature: ``text (B,)`` then its options as
+    scalars, in :data:`~keras_attn.export.contract.OPTION_SIGNATURES` order, but
+    ``target_prefix``: strings ``(P,)``, none, one for every sentence, or one per sentence
+    (``P = B``)."""
     return [tf.TensorSpec([batch_size], tf.string, name="text")] + [
-        tf.TensorSpec([None] if name == "target_prefix" else [], dtype, name=name)
-        for name, dtype in OPTION_SPECS.items()]
+        tf.TensorSpec([None] if name == "target_prefix" else [], OPTION_SPECS[name],
+                      name=name)
+        for name in OPTION_SIGNATURES[signature]]
+
+
+def unset_value(name):
+    """The tensor that leaves option ``name`` to the export (its ``unset`` value, or its
+    default: ``target_prefix`` no string)."""
+    opt = OPTIONS[name]
+    value = opt.signature_value(opt.default)
+    return tf.constant([] if opt.dtype == "string" else value, OPTION_SPECS[name])
+
+
+def signature_function(translate, signature):
+    """The Python function of the options signature ``signature``: ``(text, *its options)``
+    -> ``translate(text, **every option)``, the options it lacks at :func:`unset_value`.
+    Its option arguments default to :func:`unset_value` too, so a SavedModel saved with the
+    ``tf.function`` of it records them as the SignatureDef's ``defaults``."""
+    names = OPTION_SIGNATURES[signature]
+
+    def call(text_input, *options):
+        values = {name: unset_value(name) for name in OPTIONS}
+        values.update(zip(names, options))
+        return translate(text_input, **values)
+
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    call.__signature__ = inspect.Signature(
+        [inspect.Parameter("text", kind)]
+        + [inspect.Parameter(name, kind, default=unset_value(name)) for name in names])
+    call.__name__ = signature
+    return call
 
 
 def _require_tflite(ok):

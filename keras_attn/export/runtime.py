@@ -21,12 +21,15 @@ import os
 
 import numpy as np
 
+from keras_attn.export.contract import LATEST_OPTIONS_SIGNATURE, newest_options_signature
 from keras_attn.special_tokens import END_ID, START_ID
 
 TFLITE_TEXT_SIGNATURE = "serving_default"
 # serving_default's subgraph under a name that says what it takes: one sentence per string.
 TFLITE_SENTENCES_SIGNATURE = "translate_sentences"
-TFLITE_OPTIONS_SIGNATURE = "translate"  # keras_attn.export.request.TRANSLATE_SIGNATURE
+# The signature run_tflite_options calls in a file that has it (an older file: the newest
+# options signature it has, keras_attn.export.contract).
+TFLITE_OPTIONS_SIGNATURE = LATEST_OPTIONS_SIGNATURE
 TFLITE_SCORE_SIGNATURE = "score"  # keras_attn.export.modules.SCORE_SIGNATURE
 TFLITE_ENCODER_SIGNATURE = "encode"
 TFLITE_STEP_SIGNATURE = "decode_step"
@@ -135,11 +138,12 @@ def run_tflite_options(model, texts, **options):
         interpreter = text_interpreter(model_content=bytes(model))
     else:
         interpreter = text_interpreter(model_path=os.fspath(model))
-    runner = interpreter.get_signature_runner(TFLITE_OPTIONS_SIGNATURE)
+    runner = interpreter.get_signature_runner(
+        newest_options_signature(interpreter.get_signature_list()))
     # The sentences of every text in one batch (split here, as run_tflite_text), joined back
     # as the SavedModel's signature joins them: hypothesis j of each sentence.
     sentences, counts, separators = split_for_tflite(list(texts))
-    inputs = option_inputs(opts)
+    inputs = option_inputs(opts, runner.get_input_details())
     if len(counts) == 0:
         n = opts.num_hypotheses
         return {"translations": np.zeros((0, n), object), "scores": np.zeros((0, n), np.float32),
@@ -193,15 +197,29 @@ def run_tflite_score(model, sources, targets):
     return runner(source=text_array(sources), target=text_array(targets))
 
 
-def option_inputs(opts):
-    """The ``translate`` signature's option inputs (numpy scalars) for ``DecodingOptions``
-    ``opts``, one per declared option (``keras_attn.decoding.options.OPTIONS``): its
-    ``unset`` value (``max_length`` 0, ``length_penalty`` -1) where ``opts`` leaves it to
-    the artefact; ``target_prefix`` a list of no string or one."""
+def option_inputs(opts, accepted=None):
+    """An options signature's inputs (numpy scalars) for ``DecodingOptions`` ``opts``, one
+    per declared option (``keras_attn.decoding.options.OPTIONS``): its ``unset`` value
+    (``max_length`` 0, ``length_penalty`` -1) where ``opts`` leaves it to the artefact;
+    ``target_prefix`` a list of no string or one.
+
+    Args:
+        accepted: the input names of the signature called (None: every option); an option
+            it lacks is left out, and must then be left to the artefact.
+
+    Raises:
+        ValueError: ``opts`` sets an option that ``accepted`` lacks (an older export).
+    """
     from keras_attn.decoding.options import OPTIONS
 
     inputs = {}
     for name, opt in OPTIONS.items():
+        if accepted is not None and name not in accepted:
+            if getattr(opts, name) != opt.default:
+                raise ValueError(f"`{name}` is not an input of this artefact's options "
+                                 f"signature (inputs: {sorted(accepted)}): export it again "
+                                 f"to set it. Received: {name}={getattr(opts, name)!r}")
+            continue
         value = opt.signature_value(getattr(opts, name))
         if opt.dtype == "string":
             inputs[name] = np.array([value.encode("utf-8")] if value else [], dtype=object)

@@ -176,16 +176,19 @@ def _read_saved_model_proto(path):
 
 def saved_model_signatures(path):
     """``{signature: {"inputs": {name: {dtype, shape}}, "outputs": {...}}}`` of a SavedModel
-    (what ``saved_model_cli show --all`` prints; -1 = any size)."""
+    (what ``saved_model_cli show --all`` prints; -1 = any size); an input with a default
+    (``SignatureDef.defaults``: TF Serving fills it in) has ``"default": true``."""
     meta = _read_saved_model_proto(path).meta_graphs[0]
 
-    def spec(info):
+    def spec(info, default=False):
         shape = (None if info.tensor_shape.unknown_rank
                  else [int(d.size) for d in info.tensor_shape.dim])
-        return {"dtype": tf.dtypes.as_dtype(info.dtype).name, "shape": shape}
+        return {"dtype": tf.dtypes.as_dtype(info.dtype).name, "shape": shape,
+                **({"default": True} if default else {})}
 
     return {name: {"method": sig.method_name,
-                   "inputs": {k: spec(v) for k, v in sorted(sig.inputs.items())},
+                   "inputs": {k: spec(v, k in sig.defaults)
+                              for k, v in sorted(sig.inputs.items())},
                    "outputs": {k: spec(v) for k, v in sorted(sig.outputs.items())}}
             for name, sig in sorted(meta.signature_def.items()) if not name.startswith("__")}
 
@@ -202,22 +205,28 @@ def saved_model_ops(path):
 _REGISTRY_PROBE = r"""
 import json, sys
 import tensorflow as tf
-from tensorflow.core.framework import op_def_pb2
-from tensorflow.python.client import pywrap_tf_session as c_api
 
-def registered():
-    ops = op_def_pb2.OpList()
-    ops.ParseFromString(c_api.TF_GetBuffer(c_api.TF_GetAllOpList()))
-    return {op.name for op in ops.op}
+def registered(op):
+    # A graph holding one node of type `op` is refused as "not registered" (NotFoundError)
+    # exactly when the process lacks the op; a registered op fails later, on its inputs.
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.node.add(name="probe", op=op)
+    with tf.Graph().as_default():
+        try:
+            tf.graph_util.import_graph_def(graph_def, name="")
+        except tf.errors.NotFoundError:
+            return False
+        except ValueError:
+            pass
+    return True
 
 asked = json.load(sys.stdin)
-core = registered()
+missing = [op for op in asked or [] if not registered(op)]
 import tensorflow_text
-with_text = registered()
-print(json.dumps({"core": sorted(core) if asked is None else None,
-                  "missing_in_tensorflow": [op for op in asked or [] if op not in core],
-                  "missing_with_tensorflow_text": [op for op in asked or []
-                                                   if op not in with_text]}))
+print(json.dumps({"core": None if asked is not None else sorted(n for n in dir(tf.raw_ops)
+                                                    if not n.startswith("_")),
+                  "missing_in_tensorflow": missing,
+                  "missing_with_tensorflow_text": [op for op in missing if not registered(op)]}))
 """
 
 
@@ -234,7 +243,7 @@ def _probe(ops):
 
 
 def core_ops():
-    """Every op a bare ``import tensorflow`` registers (TF Serving links them all)."""
+    """Every op of a bare ``import tensorflow`` (``tf.raw_ops``; TF Serving links them all)."""
     return frozenset(_probe(None)["core"])
 
 

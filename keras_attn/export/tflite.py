@@ -117,6 +117,13 @@ def _signature(content, key=None):
             "outputs": spec(runner.get_output_details())}
 
 
+def signatures_of(content):
+    """``{key: {"inputs", "outputs"}}`` of every signature of a flatbuffer (names, dtypes,
+    shapes; -1 = any size)."""
+    keys = runtime.text_interpreter(model_content=content).get_signature_list()
+    return {key: _signature(content, key) for key in keys}
+
+
 def _dtype_name(dtype):
     dtype = np.dtype(dtype)
     return "string" if dtype.kind in "OSU" else dtype.name

@@ -21,8 +21,6 @@ import re
 
 from keras_attn.decoding.options import DecodingOptions
 
-TRANSLATE_SIGNATURE = "translate"  # keras_attn.export.request.TRANSLATE_SIGNATURE
-
 
 def check_options(artefact, options):
     """Refuse, before queueing, what the artefact cannot do (``ValueError`` naming the
@@ -83,11 +81,13 @@ class SavedModelEngine:
         self._tf = tf
         self.path = path
         self._loaded = tf.saved_model.load(path)
-        if TRANSLATE_SIGNATURE not in self._loaded.signatures:
-            raise ValueError(f"the SavedModel at {path!r} has no `{TRANSLATE_SIGNATURE}` "
-                             "signature (exported with request_signature=False); export it "
-                             "again with `keras-attn export`")
-        self._signature = self._loaded.signatures[TRANSLATE_SIGNATURE]
+        from keras_attn.export.contract import newest_options_signature
+
+        try:
+            name = newest_options_signature(self._loaded.signatures)
+        except ValueError as e:
+            raise ValueError(f"the SavedModel at {path!r}: {e}") from None
+        self._signature = self._loaded.signatures[name]
         self._dtypes = {name: spec.dtype for name, spec in
                         self._signature.structured_input_signature[1].items()}
 
@@ -96,7 +96,7 @@ class SavedModelEngine:
         from keras_attn.export import runtime
 
         return {name: self._tf.constant(value, self._dtypes[name])
-                for name, value in runtime.option_inputs(options).items()}
+                for name, value in runtime.option_inputs(options, self._dtypes).items()}
 
     def translate(self, texts, options):
         """Per text, its hypotheses (module docstring). ``options``: ``DecodingOptions``."""

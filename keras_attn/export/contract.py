@@ -1,0 +1,197 @@
+"""The serving contract: what every export keeps, so that a client written against one
+export works on every later one (docs/serving_contract.md). Imports neither Keras nor
+TensorFlow (an app's runtime and the serving client read it); :func:`artefact_signatures`
+loads TensorFlow and ``ai_edge_litert`` when called.
+
+The rule, as TF Serving clients and SignatureRunners see it: a signature, once shipped, is
+frozen. Its inputs (names, dtypes, shapes) never change: the Python loader
+(``loaded.signatures[name](...)``) and TFLite's ``SignatureRunner`` need every input of a
+signature and refuse any other, so even an input with a default breaks their callers. Its
+outputs may grow, never shrink or change. A new option set is a new signature beside the
+old ones (``translate_v2``, ``translate_v3``, ...); a new output or a new signature is
+allowed. :data:`SNAPSHOT` records every artefact's signatures as they shipped and
+:func:`breaking_changes` lists what a new export would break.
+
+Example:
+    >>> OPTION_SIGNATURES["translate"][:2]
+    ('beam_size', 'num_hypotheses')
+    >>> breaking_changes(load_snapshot(), artefact_signatures("exported"))
+    []
+"""
+import json
+import os
+import re
+
+# Every options signature of the SavedModel and of the TFLite text file, oldest first, with
+# the option inputs (besides ``text``) it shipped with. Never edit a line: a new option of
+# keras_attn.decoding.options gets a new signature here, holding every option.
+OPTION_SIGNATURES = {
+    "translate": ("beam_size", "num_hypotheses", "length_penalty", "max_length",
+                  "target_prefix", "sampling_topk", "sampling_topp", "sampling_temperature",
+                  "seed", "return_alignments"),
+    "translate_v2": ("beam_size", "num_hypotheses", "length_penalty", "max_length",
+                     "target_prefix", "sampling_topk", "sampling_topp",
+                     "sampling_temperature", "seed", "return_alignments",
+                     "repetition_penalty", "no_repeat_ngram_size", "max_length_factor"),
+}
+# The signature that takes every option (what the package's own engines call).
+LATEST_OPTIONS_SIGNATURE = list(OPTION_SIGNATURES)[-1]
+SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "signatures.json")
+# Artefacts of an export folder (``keras-attn export --export-dir DIR``) and where they lie.
+ARTEFACTS = {"saved_model": os.path.join("saved_model", "translator", "1"),
+             "tflite_text_float32": os.path.join("tflite", "text_float32.tflite"),
+             "tflite_text_int8": os.path.join("tflite", "text_int8.tflite"),
+             "tflite_builtin_float32": os.path.join("tflite", "builtin_float32"),
+             "tflite_builtin_int8": os.path.join("tflite", "builtin_int8")}
+
+
+def newest_options_signature(available):
+    """The newest of :data:`OPTION_SIGNATURES` among the signature names ``available``
+    (an older export has only the older ones).
+
+    Raises:
+        ValueError: none of them (an artefact exported without the options signature).
+    """
+    for name in reversed(list(OPTION_SIGNATURES)):
+        if name in available:
+            return name
+    raise ValueError(f"the artefact has no options signature (one of "
+                     f"{list(OPTION_SIGNATURES)}); its signatures are {sorted(available)}: "
+                     "export it again with `keras-attn export`")
+
+
+def artefact_signatures(export_dir):
+    """``{artefact: {signature: {"inputs": {name: spec}, "outputs": {name: spec}}}}`` of the
+    artefacts in ``export_dir`` (those of :data:`ARTEFACTS` that exist); a spec is
+    ``{"dtype", "shape"}`` (-1 = any size), a SavedModel input with a default also
+    ``"default": true``. Builtin folders list each file's signature."""
+    from keras_attn.export import runtime, saved_model, tflite
+
+    found = {}
+    for artefact, rel in ARTEFACTS.items():
+        path = os.path.join(export_dir, rel)
+        if not os.path.exists(path):
+            continue
+        if artefact == "saved_model":
+            sigs = saved_model.saved_model_signatures(path)
+        elif os.path.isdir(path):
+            sigs = {}
+            for name in runtime.BUILTIN_FILES:
+                with open(os.path.join(path, name), "rb") as f:
+                    sigs.update(tflite.signatures_of(f.read()))
+        else:
+            with open(path, "rb") as f:
+                sigs = tflite.signatures_of(f.read())
+        found[artefact] = {name: {"inputs": sig["inputs"], "outputs": sig["outputs"]}
+                           for name, sig in sigs.items()}
+    return found
+
+
+def load_snapshot(path=SNAPSHOT):
+    """The committed snapshot (``{"artefacts": ...}`` as :func:`artefact_signatures`)."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["artefacts"]
+
+
+def generic(signatures):
+    """``signatures`` of one artefact with what depends on the model's size left out: names
+    numbered by layer (``cache_k_0``) as one name (``cache_k_<i>``), sizes as -1 (ranks
+    kept). Compares a builtin file of another model with the snapshot's."""
+    out = {}
+    for key, sig in signatures.items():
+        out[key] = {side: {re.sub(r"_\d+$", "_<i>", name): {**spec, "shape": (
+            None if spec["shape"] is None else [-1] * len(spec["shape"]))}
+            for name, spec in specs.items()} for side, specs in sig.items()}
+    return out
+
+
+def breaking_changes(shipped, current, artefacts=None):
+    """What ``current`` (an export's :func:`artefact_signatures`) breaks of ``shipped``
+    (the snapshot): every signature of a shipped artefact must still be there with the
+    same inputs (no input removed, renamed, retyped or reshaped, none added, no default
+    dropped) and every output it had (same dtype and rank, no size fixed that was any).
+    New signatures, new outputs and artefacts that ``current`` lacks are allowed (an
+    export may leave a target out).
+
+    Args:
+        artefacts: only these artefacts (default: those both have).
+
+    Returns:
+        Sentences, one per break; empty when a client of ``shipped`` keeps working.
+    """
+    problems = []
+    names = artefacts or sorted(set(shipped) & set(current))
+    for artefact in names:
+        for key, old in sorted(shipped[artefact].items()):
+            new = current[artefact].get(key)
+            where = f"{artefact} signature {key!r}"
+            if new is None:
+                problems.append(f"{where} was removed")
+                continue
+            added = sorted(set(new["inputs"]) - set(old["inputs"]))
+            if added:
+                problems.append(f"{where} has new inputs {added}: its clients do not send "
+                                "them (add a new signature instead)")
+            for side in ("inputs", "outputs"):
+                for name, spec in sorted(old[side].items()):
+                    now = new[side].get(name)
+                    if now is None:
+                        problems.append(f"{where}: {side[:-1]} {name!r} was removed")
+                        continue
+                    problems += [f"{where}: {side[:-1]} {name!r} {p}"
+                                 for p in _spec_changes(spec, now, side == "inputs")]
+    return problems
+
+
+def _spec_changes(old, new, is_input):
+    changes = []
+    if old["dtype"] != new["dtype"]:
+        changes.append(f"changed dtype {old['dtype']} -> {new['dtype']}")
+    if old.get("default") and not new.get("default"):
+        changes.append("lost its default")
+    if old["shape"] is None or new["shape"] is None:
+        if old["shape"] != new["shape"] and (is_input or old["shape"] is not None):
+            changes.append(f"changed shape {old['shape']} -> {new['shape']}")
+        return changes
+    if len(old["shape"]) != len(new["shape"]):
+        return changes + [f"changed rank {old['shape']} -> {new['shape']}"]
+    for a, b in zip(old["shape"], new["shape"]):
+        # An input may accept more (a fixed size becoming any), an output may promise more.
+        if a != b and not (b == -1 if is_input else a == -1):
+            changes.append(f"changed shape {old['shape']} -> {new['shape']}")
+            break
+    return changes
+
+
+def write_snapshot(export_dir, path=SNAPSHOT):
+    """Record ``export_dir``'s signatures as the snapshot, refused when they break the one
+    at ``path`` (a new signature or output is recorded; nothing shipped is dropped).
+
+    Raises:
+        ValueError: the breaking changes, one per line.
+    """
+    current = artefact_signatures(export_dir)
+    if os.path.exists(path):
+        problems = breaking_changes(load_snapshot(path), current)
+        if problems:
+            raise ValueError("the export breaks the serving contract:\n" + "\n".join(problems))
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"about": "Every signature that exported/ ships (keras_attn.export."
+                            "contract): a later export may add signatures and outputs, "
+                            "never change these. Written by `python -m "
+                            "keras_attn.export.contract EXPORT_DIR`.",
+                   "artefacts": current}, f, indent=1, sort_keys=True)
+        f.write("\n")
+    return current
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m keras_attn.export.contract EXPORT_DIR  (writes "
+                 f"{os.path.relpath(SNAPSHOT)})")
+    try:
+        write_snapshot(sys.argv[1])
+    except ValueError as e:
+        sys.exit(str(e))
