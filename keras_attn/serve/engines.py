@@ -2,7 +2,8 @@
 
 * :class:`SavedModelEngine`: the SavedModel's ``translate`` signature, which takes every
   decoding option per request (``keras_attn.export.request``).
-* :class:`CTranslate2Engine`: ``keras_attn.export.ctranslate2.CTranslate2Translator``.
+* :class:`CTranslate2Engine`: ``keras_attn.export.ctranslate2_runtime.CTranslate2Translator``
+  (a replica that serves it imports no TensorFlow).
 
 Both answer ``translate(texts, options)`` with, per text, the list of hypotheses
 ``{"translation": str, "score": float}`` (plus ``"alignment"`` when
@@ -21,24 +22,22 @@ import re
 
 from keras_attn.decoding.options import DecodingOptions
 
-TRANSLATE_SIGNATURE = "translate"  # keras_attn.export.request.TRANSLATE_SIGNATURE
+# keras_attn.export.request.TRANSLATE_SIGNATURE (that module imports Keras, which a
+# SavedModel server does not need; tests/test_translation.py checks the two agree).
+TRANSLATE_SIGNATURE = "translate"
 
 
 def check_options(artefact, options):
     """Refuse, before queueing, what the artefact cannot do (``ValueError`` naming the
     option): ``max_length`` above the export's, and for CTranslate2 sampling and alignments
-    (``CTranslate2Translator.options``'s rules). What only the SavedModel knows (its largest
-    beam) is refused by its graph."""
+    (``keras_attn.export.ctranslate2_runtime.refuse``, the rules of
+    ``CTranslate2Translator.options``). What only the SavedModel knows (its largest beam) is
+    refused by its graph."""
     options.validate(max_length_limit=artefact.max_len)
     if artefact.engine == "ctranslate2":
-        if options.sampling:
-            raise ValueError("`sampling_topk` > 1 (random sampling) is not available with the "
-                             "ctranslate2 engine (serve with --engine savedmodel). Received: "
-                             f"sampling_topk={options.sampling_topk}")
-        if options.return_alignments:
-            raise ValueError("`return_alignments` is not available with the ctranslate2 "
-                             "engine (serve with --engine savedmodel). Received: "
-                             f"return_alignments={options.return_alignments}")
+        from keras_attn.export.ctranslate2_runtime import refuse
+
+        refuse(options, engine="the ctranslate2 engine (or serve with --engine savedmodel)")
     return options
 
 
@@ -148,7 +147,7 @@ class CTranslate2Engine:
     name = "ctranslate2"
 
     def __init__(self, path, threads=0):
-        from keras_attn.export.ctranslate2 import CTranslate2Translator
+        from keras_attn.export.ctranslate2_runtime import CTranslate2Translator
 
         self.path = path
         self._translator = CTranslate2Translator(path, intra_threads=int(threads or 0))
