@@ -125,31 +125,11 @@ class Translator:
         """Token ids ``(B, S)`` int32 for a list of strings (``[END]`` appended, truncated)."""
         return tf.constant(pipeline.source_batch(self.tokenize(sentences), self.max_len))
 
-    def _decoder(self, beam_size, alpha):
-        """A ``tf.function`` per decoding setting, traced once for any batch and length."""
-        key = (beam_size, alpha)
-        if key not in self._decoders:
-            spec = [tf.TensorSpec([None, None], tf.int32)]
-            if beam_size == 1:
-                def fn(source):
-                    out = decoding.greedy_decode_fixed(self.model, source, self.max_len,
-                                                       text.START_ID, text.END_ID,
-                                                       options=self.defaults())
-                    return out["tokens"], out["lengths"]
-            else:
-                def fn(source):
-                    out = decoding.beam_decode_fixed(self.model, source, beam_size, alpha,
-                                                     self.max_len, text.START_ID, text.END_ID,
-                                                     options=self.defaults())
-                    return out["tokens"][:, 0], out["lengths"][:, 0]
-            self._decoders[key] = _traced(fn, spec)
-        return self._decoders[key]
-
     def translate_ids(self, source, beam_size=1, alpha=LENGTH_PENALTY):
         """Best output ids ``(B, T)`` (numpy int32) for source ids ``(B, S)``."""
-        source = np.asarray(source, dtype="int32")
-        tokens, lengths = (keras.ops.convert_to_numpy(t)
-                           for t in self._decoder(beam_size, alpha)(source))
+        out = self.decode_ids(source, self.options(beam_size=beam_size, length_penalty=alpha),
+                              confidence=False)
+        tokens, lengths = out["tokens"][:, 0], out["lengths"][:, 0]
         return tokens[:, : max(int(lengths.max(initial=0)), 1)]
 
     def defaults(self):
@@ -162,13 +142,14 @@ class Translator:
         (``length_penalty`` ``LENGTH_PENALTY``, ``max_length`` ``max_len``)."""
         return pipeline.resolve(self, options)
 
-    def _options_decoder(self, opts, with_prefix):
+    def _options_decoder(self, opts, with_prefix, confidence):
         """A ``tf.function`` per shape of the computation (beam, n-best, sampling or not,
-        prefix or not, which repetition controls are on); the other options are tensors
-        (:data:`TENSOR_OPTIONS`), so changing them does not retrace."""
+        prefix or not, which repetition controls are on, the confidence's pass or not);
+        the other options are tensors (:data:`TENSOR_OPTIONS`), so changing them does not
+        retrace."""
         on = tuple(name for name in CONTROLS if repetition.active(name, getattr(opts, name)))
         key = ("options", opts.beam_size if not opts.sampling else 0, opts.num_hypotheses,
-               opts.sampling, with_prefix, opts.return_alignments, on)
+               opts.sampling, with_prefix, opts.return_alignments, on, confidence)
         if key not in self._decoders:
             def fn(source, prefix, *values):
                 # The options that shape the graph as Python values, the others tensors; a
@@ -184,6 +165,8 @@ class Translator:
                                       prefix if with_prefix else None, encoded=encoded)
                 codes = self._alignment_codes(source, out) if opts.return_alignments \
                     else out["lengths"]
+                if not confidence:
+                    return out["tokens"], out["lengths"], out["scores"], codes
                 shape = keras.ops.shape(out["tokens"])  # (B, N, T)
                 signals = hypothesis_features(
                     self.model, source, keras.ops.reshape(out["tokens"], (-1, shape[2])),
@@ -226,25 +209,26 @@ class Translator:
         else None (:func:`keras_attn.translation.pipeline.cut_long`)."""
         return pipeline.cut_long(self, sentences)
 
-    def decode_ids(self, source, opts, prefix=None):
+    def decode_ids(self, source, opts, prefix=None, confidence=True):
         """Decode source ids ``(B, S)`` with resolved :class:`DecodingOptions` (``prefix``:
         target ids ``(B, P)``): numpy ``tokens (B, N, T)``, ``lengths``, ``scores (B, N)``,
-        alignment ``codes`` and the confidence ``features`` ``(B, N, F)`` of each
-        hypothesis (:func:`keras_attn.decoding.confidence.features`)."""
+        alignment ``codes`` and (``confidence``: one more teacher-forced pass) the
+        confidence ``features`` ``(B, N, F)`` of each hypothesis
+        (:func:`keras_attn.decoding.confidence.features`)."""
         source = np.asarray(source, "int32")
         prefix = np.zeros((len(source), 0), "int32") if prefix is None else prefix
-        fn = self._options_decoder(opts, prefix.shape[1] > 0)
+        fn = self._options_decoder(opts, prefix.shape[1] > 0, confidence)
         values = [np.dtype(OPTIONS[name].dtype).type(getattr(opts, name))
                   for name in TENSOR_OPTIONS]
         names = ("tokens", "lengths", "scores", "codes", "features")
         return dict(zip(names, (keras.ops.convert_to_numpy(t)
                                 for t in fn(source, prefix, *values))))
 
-    def decode(self, source, opts, prefix=()):
+    def decode(self, source, opts, prefix=(), confidence=True):
         """The pipeline's step (:mod:`keras_attn.translation.pipeline`): :meth:`decode_ids`
         with the prefix's ids forced on every row, and the alignments as Pharaoh strings."""
         prefix = np.repeat(np.asarray([list(prefix)], "int32"), len(source), axis=0)
-        out = self.decode_ids(source, opts, prefix)
+        out = self.decode_ids(source, opts, prefix, confidence)
         if opts.return_alignments:
             out["alignments"] = [[alignment.to_pharaoh(c, self.max_len) for c in row]
                                  for row in out["codes"]]
@@ -286,23 +270,10 @@ class Translator:
         joined with its whitespace: :meth:`translate_nbest`). ``progress``: optional
         ``progress(done, total)``, called after each batch with the number of sentences
         translated so far. Any other decoding option of :meth:`translate_nbest`
-        (``length_penalty`` is ``alpha``'s name there) gives that method's best hypothesis.
+        (``length_penalty`` is ``alpha``'s name there) gives that method's best hypothesis
+        (:func:`keras_attn.translation.pipeline.translate`: without the confidence's pass).
         """
-        texts = list(texts)
-        if options:
-            options.setdefault("length_penalty", alpha)
-            return [hyps[0]["translation"] for hyps in
-                    self.translate_nbest(texts, batch_size, beam_size=beam_size, **options)]
-
-        def best(source, opts, prefix):  # the best hypothesis only: no confidence pass
-            tokens = self.translate_ids(source, beam_size, alpha)
-            return {"tokens": tokens[:, None], "scores": np.zeros((len(tokens), 1))}
-
-        opts = self.defaults()
-        docs = pipeline.translate_documents(self, texts, lambda units: (
-            pipeline.translate_sentences(self, units, batch_size, opts, decode=best,
-                                         progress=progress)))
-        return [hyps[0]["translation"] for hyps in docs]
+        return pipeline.translate(self, texts, beam_size, alpha, batch_size, progress, **options)
 
     def encode_targets(self, targets):
         """Target ids ``(B, T)`` int32 for a list of strings, as training reads them:

@@ -295,19 +295,21 @@ class CTranslate2Translator:
         """As ``Translator.cut_long``: Pieces for the sentences over ``max_len - 1`` tokens."""
         return pipeline.cut_long(self, sentences)
 
-    def decode(self, source, opts, prefix=()):
+    def decode(self, source, opts, prefix=(), confidence=True):
         """The pipeline's step (:mod:`keras_attn.translation.pipeline`): source ids
-        ``(B, S)`` -> ``tokens`` ``(B, N, T)``, ``scores`` ``(B, N)`` and the confidence
-        ``features`` ``(B, N, F)`` (from ``score_batch``'s log-probabilities)."""
+        ``(B, S)`` -> ``tokens`` ``(B, N, T)``, ``scores`` ``(B, N)`` and (``confidence``)
+        the confidence ``features`` ``(B, N, F)`` from ``score_batch``'s log-probabilities."""
         tokens = self.tokens_from_ids(source)
         nbest = self.decode_nbest(tokens, opts, [self.tgt_tokens[i] for i in prefix])
         flat = [ids for hyps in nbest for ids, _ in hyps]
-        x = self._features([t for t, hyps in zip(tokens, nbest) for _ in hyps],
-                           [[self.tgt_tokens[j] for j in ids if j != END_ID] for ids in flat])
         shape = (len(nbest), len(flat) // len(nbest), -1)
-        return {"tokens": pipeline.pad(flat).reshape(shape),
-                "scores": [[score for _, score in hyps] for hyps in nbest],
-                "features": x.reshape(shape)}
+        out = {"tokens": pipeline.pad(flat).reshape(shape),
+               "scores": [[score for _, score in hyps] for hyps in nbest]}
+        if confidence:
+            out["features"] = self._features(
+                [t for t, hyps in zip(tokens, nbest) for _ in hyps],
+                [[self.tgt_tokens[j] for j in ids if j != END_ID] for ids in flat]).reshape(shape)
+        return out
 
     def _features(self, sources, targets, scored=None):
         """``keras_attn.decoding.confidence.features`` ``(R, F)`` of each target (token
@@ -378,7 +380,4 @@ class CTranslate2Translator:
         Any other option of :meth:`translate_nbest` (``length_penalty`` is ``alpha``'s name
         there) gives that method's best hypothesis, as ``Translator.translate``.
         """
-        options.setdefault("length_penalty", alpha)
-        return [hyps[0]["translation"] for hyps in
-                self.translate_nbest(sentences, batch_size, beam_size=beam_size, **options)]
-
+        return pipeline.translate(self, sentences, beam_size, alpha, batch_size, **options)

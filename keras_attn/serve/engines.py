@@ -21,6 +21,7 @@ import dataclasses
 import re
 
 from keras_attn.decoding.options import DecodingOptions
+from keras_attn.translation import pipeline
 
 # keras_attn.export.request.TRANSLATE_SIGNATURE (that module imports Keras, which a
 # SavedModel server does not need; tests/test_translation.py checks the two agree).
@@ -107,23 +108,13 @@ class SavedModelEngine:
             out = self._signature(text=strings, **self._inputs(options))
         except tf.errors.InvalidArgumentError as e:
             raise ValueError(_graph_message(e.message)) from None
-        translations = out["translations"].numpy()
-        scores = out["scores"].numpy()
-        alignments = out["alignments"].numpy() if options.return_alignments else None
-        confidences = out["confidences"].numpy() if "confidences" in out else None
-        results = []
-        for row in range(len(texts)):
-            hyps = []
-            for h in range(translations.shape[1]):
-                hyp = {"translation": translations[row, h].decode("utf-8", errors="replace"),
-                       "score": float(scores[row, h])}
-                if alignments is not None:
-                    hyp["alignment"] = alignments[row, h].decode("utf-8")
-                if confidences is not None:
-                    hyp["confidence"] = float(confidences[row, h])
-                hyps.append(hyp)
-            results.append(hyps)
-        return results
+        utf8 = lambda t: t.decode("utf-8", errors="replace")  # noqa: E731
+        return pipeline.hypotheses(
+            [[utf8(t) for t in row] for row in out["translations"].numpy()],
+            out["scores"].numpy(),
+            out["confidences"].numpy() if "confidences" in out else None,
+            [[utf8(a) for a in row] for row in out["alignments"].numpy()]
+            if options.return_alignments else None)
 
 
 def _graph_message(message):

@@ -3,28 +3,18 @@
 text -> sentences (:mod:`keras_attn.documents`) -> batches sorted by length -> hypotheses
 with scores, confidences and alignments -> documents joined with their own whitespace, a
 sentence longer than the model reads reported (``"truncated"``) or cut at clause
-boundaries (``split_long``). ``Translator`` (Keras/TensorFlow) and
-``CTranslate2Translator`` run it; an engine supplies only what differs, token ids in and
-hypotheses out:
+boundaries (``split_long``). ``Translator`` (Keras/TensorFlow) and ``CTranslate2Translator``
+run it; an engine supplies only what differs, token ids in and hypotheses out:
 
-=======================================  ===================================================
-engine member                            what it is
-=======================================  ===================================================
-``max_len``, ``controls``                the longest source / output; the repetition
-                                         controls' defaults (``DecodingOptions.resolve``)
-``split_long``                           cut long sentences (True) or truncate them
-``calibrator``                           ``keras_attn.decoding.confidence.Calibrator``
-``options(**kw)``                        :func:`resolve` plus what the engine refuses
-``tokenize(texts)``                      per text its source ids (normalised, not cut)
-``tokenize_target(texts)``               per text its target ids (``target_prefix``)
-``decode(source, opts, prefix)``         source ids int32 ``(B, S)`` (``[END]`` last,
-                                         0-padded), resolved options, the prefix's target
-                                         ids -> numpy ``tokens`` ``(B, N, T)``, ``scores``
-                                         ``(B, N)``, confidence ``features`` ``(B, N, F)``
-                                         (optional) and ``alignments`` ``(B, N)`` Pharaoh
-                                         strings (when asked)
-``detokenize(rows)``                     target id rows ``(R, T)`` -> R strings
-=======================================  ===================================================
+* ``max_len``, ``controls`` (the repetition controls' defaults), ``split_long``,
+  ``calibrator`` (``keras_attn.decoding.confidence.Calibrator``);
+* ``options(**kw)``: :func:`resolve` plus what the engine refuses;
+* ``tokenize(texts)`` / ``tokenize_target(texts)``: per text its source ids (normalised,
+  not cut) / target ids (a ``target_prefix``); ``detokenize(rows)``: id rows -> strings;
+* ``decode(source, opts, prefix)``: source ids int32 ``(B, S)`` (``[END]`` last, 0-padded),
+  resolved options and the prefix's target ids -> numpy ``tokens`` ``(B, N, T)``,
+  ``scores`` ``(B, N)``, optional confidence ``features`` ``(B, N, F)`` and ``alignments``
+  ``(B, N)`` (Pharaoh strings, when asked).
 
 Example:
     >>> translate_nbest(translator, ["3 March 2021. 4 July 1999"], beam_size=2)
@@ -125,33 +115,45 @@ def translate_sentences(engine, sentences, batch_size, opts, prefix=(), decode=N
         if "features" in out:
             features = np.asarray(out["features"], np.float32).reshape(b * n, -1)
             confidences = np.asarray(engine.calibrator(features, ops=NumpyOps)).reshape(b, n)
-        for r, k in enumerate(rows):
-            hyps = []
-            for h in range(n):
-                hyp = {"translation": texts[r * n + h], "score": float(out["scores"][r][h])}
-                if confidences is not None:
-                    hyp["confidence"] = float(confidences[r, h])
-                if "alignments" in out:
-                    hyp["alignment"] = out["alignments"][r][h]
-                hyps.append(hyp)
-            results[k] = hyps
+        hyps = hypotheses(np.reshape(np.array(texts, object), (b, n)), out["scores"],
+                          confidences, out.get("alignments"))
+        for k, row in zip(rows, hyps):
+            results[k] = row
         if progress is not None:
             progress(start + len(rows), len(order))
     return results
 
 
-def translate_nbest(engine, texts, batch_size=128, **options):
+def hypotheses(translations, scores, confidences=None, alignments=None):
+    """Per row its hypotheses ``{"translation", "score"[, "confidence"][, "alignment"]}``
+    from ``(B, N)`` arrays (a SavedModel signature's outputs, an engine's n-best)."""
+    return [[{"translation": translations[r][h], "score": float(scores[r][h]),
+              **({} if confidences is None else {"confidence": float(confidences[r][h])}),
+              **({} if alignments is None else {"alignment": alignments[r][h]})}
+             for h in range(len(translations[r]))] for r in range(len(translations))]
+
+
+def translate_nbest(engine, texts, batch_size=128, decode=None, progress=None, **options):
     """What ``translate_nbest`` returns for every engine (``Translator.translate_nbest``
     documents it): per text ``num_hypotheses`` dicts, one-sentence texts as their
-    sentence's dict (:func:`one_sentence`)."""
+    sentence's dict (:func:`one_sentence`). ``decode``, ``progress``: as
+    :func:`translate_sentences`'s."""
     opts = engine.options(**options)
     prefix = engine.tokenize_target([opts.target_prefix])[0] if opts.target_prefix else []
     opts.validate(max_length_limit=engine.max_len, prefix_tokens=len(prefix))
-    docs = translate_documents(
-        engine, list(texts),
-        lambda s: translate_sentences(engine, s, batch_size, opts, prefix),
-        opts.num_hypotheses)
+    docs = translate_documents(engine, list(texts), lambda s: translate_sentences(
+        engine, s, batch_size, opts, prefix, decode, progress), opts.num_hypotheses)
     return [[one_sentence(h) for h in hyps] for hyps in docs]
+
+
+def translate(engine, texts, beam_size=1, alpha=None, batch_size=128, progress=None,
+              **options):
+    """The best translation of each text (every engine's ``translate``): ``alpha`` is
+    ``length_penalty`` unless that is given too; no confidence is computed."""
+    options.setdefault("length_penalty", alpha)
+    best = lambda source, opts, prefix: engine.decode(source, opts, prefix, False)  # noqa: E731
+    return [hyps[0]["translation"] for hyps in translate_nbest(
+        engine, texts, batch_size, best, progress, beam_size=beam_size, **options)]
 
 
 def source_lengths(engine, sentences):
