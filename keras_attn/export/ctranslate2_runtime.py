@@ -6,9 +6,8 @@ and our own tokenizers, with the per-request options of API.md under our names: 
 CTranslate2 engine of :mod:`keras_attn.translation.pipeline`. Imports no TensorFlow and no
 Keras: SentencePiece and character runs tokenize in plain Python
 (:mod:`keras_attn.translation.tokenizers`, the same ids as the graphs' ops); a WordPiece
-run's tokenizer is TensorFlow's, imported when the model is loaded. How its
-decoding compares with ``keras_attn.decoding`` (what is equal, what differs):
-:mod:`keras_attn.export.ctranslate2` and docs/decoding_options.md.
+run's tokenizer is TensorFlow's, imported when the model is loaded. How its decoding
+compares with ours: :mod:`keras_attn.export.ctranslate2` and docs/decoding_options.md.
 
 Example:
     >>> ct2 = CTranslate2Translator("runs/dates/export/ctranslate2")
@@ -268,18 +267,9 @@ class CTranslate2Translator:
         return pipeline.pad(ids)
 
     def translate_nbest(self, texts, batch_size=128, **options):
-        """Translate with per-call decoding options, as ``Translator.translate_nbest`` (the
-        same pipeline, :func:`keras_attn.translation.pipeline.translate_nbest`): texts split
-        into sentences, decoded as one batch, joined back with their whitespace; a sentence
-        longer than the model reads truncated and reported, or cut at clause boundaries
-        with ``split_long``.
-
-        Returns, per text, a list of ``num_hypotheses`` dicts ``{"translation": str,
-        "score": float, "confidence": float}``, best first (beam: summed log-probability /
-        GNMT penalty; greedy: the summed log-probability; confidence: :meth:`confidences`;
-        several sentences: scores summed, the lowest confidence, with ``"sentences"``). With
-        ``target_prefix`` every sentence's translation starts with the prefix's tokens and
-        their log-probabilities are not in the score.
+        """``Translator.translate_nbest``'s result for this model (the same pipeline,
+        :func:`keras_attn.translation.pipeline.translate_nbest`); the confidence is
+        :meth:`confidences`'.
 
         Raises:
             ValueError: as :meth:`options` (sampling, alignments, bad values), or a

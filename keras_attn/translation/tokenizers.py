@@ -1,18 +1,15 @@
-"""The in-graph tokenizers' ids and texts in plain Python (no TensorFlow): what an engine
-that runs without TensorFlow (CTranslate2) tokenizes with.
+"""The in-graph tokenizers' ids and texts in plain Python (no TensorFlow), for an engine
+that runs without it (CTranslate2); ``tests/test_translation.py`` holds them equal.
 
-* :class:`PieceTokenizer`: a SentencePiece model through the ``sentencepiece`` library,
-  the same pieces as ``keras_attn.subword.SentencePieceTokenizer``'s tensorflow-text ops
-  and the same text back (its detokenizer's rules, written again here in Python);
-* :class:`CharTokenizer`: a character vocabulary (``keras_attn.vocab.char_vocab``), as
-  ``keras_attn.text.Tokenizer`` reads one: every character one id, a text with an unknown
-  character a single ``[UNK]``.
+* :class:`PieceTokenizer`: a SentencePiece model through the ``sentencepiece`` library (the
+  pieces of ``keras_attn.subword.SentencePieceTokenizer``'s tensorflow-text ops, and its
+  detokenizer's rules);
+* :class:`CharTokenizer`: a character vocabulary, as ``keras_attn.text.Tokenizer`` reads
+  one (a text with an unknown character is a single ``[UNK]``).
 
-Both have ``vocab``, ``char_level``, ``tokenize(texts)`` (per text a list of ids, no
-``[START]``/``[END]``) and ``detokenize(rows)`` (per row of ids a ``str``: stops at the
-first ``[END]``, drops ``[PAD]`` and ``[START]``). A WordPiece vocabulary (its punctuation
-rules and regex repairs) has no Python twin: :func:`load` returns None for it.
-``tests/test_translation.py`` checks both against the TensorFlow tokenizers.
+Both have ``vocab``, ``char_level``, ``tokenize(texts)`` (per text its ids, no
+``[START]``/``[END]``) and ``detokenize(rows)`` (stops at the first ``[END]``, drops
+``[PAD]`` and ``[START]``). A WordPiece vocabulary has no Python twin (:func:`load`: None).
 
 Example:
     >>> tok = load("runs/fra/src.model")
