@@ -51,7 +51,10 @@ class NumpyOps:
         np.maximum, np.less, np.equal, np.not_equal, np.where))
     sum, min, stack, log, exp = (staticmethod(f) for f in (np.sum, np.min, np.stack, np.log,
                                                            np.exp))
-    sigmoid = staticmethod(lambda x: 1.0 / (1.0 + np.exp(-x)))
+    @staticmethod
+    def sigmoid(x):
+        with np.errstate(over="ignore"):  # exp(-x) = inf for a very negative x: 1 / inf = 0
+            return 1.0 / (1.0 + np.exp(-x))
 
 
 def _ops(ops):
