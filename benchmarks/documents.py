@@ -31,7 +31,7 @@ def main(argv=None):
 
     from keras_attn import documents, evaluation, runs, training
     from keras_attn.config import TrainConfig
-    from keras_attn.decoding.options import DecodingOptions
+    from keras_attn.translation import pipeline
     from keras_attn.translator import Translator
 
     tr = Translator.from_run_dir(args.run_dir)
@@ -49,9 +49,8 @@ def main(argv=None):
     t0 = time.time()
     as_paragraphs = tr.translate(paragraphs)
     paragraph_seconds = time.time() - t0
-    opts = tr.options(**{k: getattr(DecodingOptions(), k) for k in ("beam_size",)})
-    whole = [h[0]["translation"] for h in tr._translate_sentences(
-        paragraphs, 128, opts, tr._prefix_ids("", 1))]  # the paragraph as one sentence
+    whole = [h[0]["translation"] for h in pipeline.translate_sentences(
+        tr, paragraphs, 128, tr.options())]  # the paragraph as one sentence
     cut = sum(n > tr.max_len - 1 for n in tr.source_lengths(paragraphs))
     record = {"run_dir": args.run_dir, "paragraphs": args.paragraphs,
               "one_by_one": evaluation.corpus_scores(one_by_one, references),

@@ -20,7 +20,7 @@ TensorFlow, so ``keras-attn --help`` answers at once):
 - ``config`` (every option of a run; no TensorFlow), ``training`` (the ``keras-attn train``
   recipes), ``budget`` (training for a time budget), ``distribute`` (tf.distribute), ``evaluation`` (exact match, BLEU, chrF),
   ``documents`` (split text into sentences, join translations back),
-  ``document_translation`` (a sentence translator over documents), ``lazy`` (PEP 562 names),
+  ``translation`` (the one request pipeline every engine runs), ``lazy`` (PEP 562 names),
   ``translator`` (text in, text out), ``runs`` (run directories), ``export`` (SavedModel,
   TFLite, CTranslate2), ``viz`` (attention heatmaps and the chapter's figures), ``cli``.
 
@@ -40,7 +40,7 @@ SUBMODULES = ("ops", "layers", "models", "schedules", "losses", "decoding", "ali
               "special_tokens", "vocab", "text", "subword", "data", "config", "training",
               "budget", "distribute", "evaluation", "translator", "runs", "export", "serve",
               "viz", "cli", "fastpath", "numerics", "tf_ops", "tf_attention", "tf_step",
-              "documents", "document_translation", "lazy")
+              "documents", "translation", "lazy")
 __all__ = list(SUBMODULES) + ["__version__"]
 
 

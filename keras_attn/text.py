@@ -47,7 +47,7 @@ from keras_attn.vocab import (DEFAULT_EXTRA_CHARS, RESERVED_TOKENS, SUFFIX, char
 __all__ = ["PAD", "UNK", "START", "END", "PAD_ID", "UNK_ID", "START_ID", "END_ID",
            "RESERVED_TOKENS", "SUFFIX", "DEFAULT_EXTRA_CHARS", "JOIN_TOKENS", "REPAIR_RULES",
            "normalize_text", "normalize_text_tf", "learn_wordpiece_vocab", "char_vocab",
-           "save_vocab", "load_vocab", "Tokenizer", "string_pairs"]
+           "save_vocab", "load_vocab", "Tokenizer"]
 
 # Tokens that FastWordpiece splits off as words but that belong inside a word.
 JOIN_TOKENS = ("'", "-")
@@ -344,27 +344,3 @@ class Tokenizer(tf.Module):
         except ValueError:
             raise KeyError(f"Token not in the vocabulary: {token!r}") from None
 
-
-def string_pairs(sources, targets):
-    """``sources`` and ``targets`` as two lists of ``str`` of one length (the pairs a
-    scorer reads: ``Translator.score``, ``CTranslate2Translator.score``).
-
-    Raises:
-        ValueError: naming the argument: one string instead of a list, an item that is not
-            a ``str``, or lists of different lengths.
-    """
-    checked = []
-    for name, values in (("sources", sources), ("targets", targets)):
-        if isinstance(values, (str, bytes)):
-            raise ValueError(f"`{name}` must be a list of strings, not one string. "
-                             f"Received: {name}={values!r}")
-        values = list(values)
-        bad = next((v for v in values if not isinstance(v, str)), None)
-        if bad is not None:
-            raise ValueError(f"`{name}` must hold strings. Received: an item {bad!r} of type "
-                             f"{type(bad).__name__}")
-        checked.append(values)
-    if len(checked[0]) != len(checked[1]):
-        raise ValueError(f"`sources` and `targets` must have the same length. Received: "
-                         f"{len(checked[0])} sources and {len(checked[1])} targets")
-    return checked

@@ -8,19 +8,18 @@ Example:
     -0.83
 """
 import os
-import types
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_attn import (alignment, data, decoding, document_translation, documents, fastpath,
-                        models, runs, subword, text)
+from keras_attn import alignment, decoding, fastpath, models, runs, subword, text
 from keras_attn.config import TrainConfig
 from keras_attn.decoding import repetition
 from keras_attn.decoding.confidence import Calibrator, features, hypothesis_features
-from keras_attn.decoding.options import (CONTROLS, LENGTH_PENALTY, OPTIONS, DecodingOptions,
-                                         control_defaults)
+from keras_attn.decoding.options import (CONTROLS, LENGTH_PENALTY, NAMES, OPTIONS,
+                                         DecodingOptions, control_defaults)
+from keras_attn.translation import pipeline
 
 # The options a traced decoder takes as tensors (changing them does not retrace); the
 # others (beam_size, num_hypotheses, return_alignments, target_prefix) shape the graph.
@@ -40,7 +39,9 @@ def _traced(fn, input_signature):
 
 
 class Translator:
-    """Tokenize, decode (greedy or beam) and detokenize with a trained model.
+    """Tokenize, decode (greedy or beam) and detokenize with a trained model: the Keras
+    engine of :mod:`keras_attn.translation.pipeline` (a request's life is there; this
+    class supplies token ids in, hypotheses out).
 
     Args:
         model: a model from ``keras_attn.models``.
@@ -104,38 +105,31 @@ class Translator:
         return cls(model, src_tok, tgt_tok, config["max_len"],
                    TrainConfig.from_dict(config).tokenizer == "wordpiece", calibrator)
 
-    def encode(self, sentences):
-        """Token ids ``(B, S)`` int32 for a list of strings (``[END]`` appended, truncated)."""
+    def tokenize(self, sentences):
+        """Source ids per sentence (lists; normalised when the run's are, not cut)."""
         if self.normalize:
             sentences = [text.normalize_text(s) for s in sentences]
-        ids = self.src_tokenizer.tokenize(tf.constant(sentences, tf.string))
-        return data.prepare_source(tf.cast(ids, tf.int32), self.max_len).to_tensor(0)
+        return self.src_tokenizer.tokenize(tf.constant(list(sentences), tf.string)).to_list()
 
-    def _decoder(self, beam_size, alpha):
-        """A ``tf.function`` per decoding setting, traced once for any batch and length."""
-        key = (beam_size, alpha)
-        if key not in self._decoders:
-            spec = [tf.TensorSpec([None, None], tf.int32)]
-            if beam_size == 1:
-                def fn(source):
-                    out = decoding.greedy_decode_fixed(self.model, source, self.max_len,
-                                                       text.START_ID, text.END_ID,
-                                                       options=self.defaults())
-                    return out["tokens"], out["lengths"]
-            else:
-                def fn(source):
-                    out = decoding.beam_decode_fixed(self.model, source, beam_size, alpha,
-                                                     self.max_len, text.START_ID, text.END_ID,
-                                                     options=self.defaults())
-                    return out["tokens"][:, 0], out["lengths"][:, 0]
-            self._decoders[key] = _traced(fn, spec)
-        return self._decoders[key]
+    def tokenize_target(self, texts):
+        """Target ids per text (lists), as a ``target_prefix`` is forced."""
+        ids = self.tgt_tokenizer.tokenize(tf.constant(list(texts), tf.string))
+        return ids.to_list() if hasattr(ids, "to_list") else np.asarray(ids).tolist()
+
+    def detokenize(self, rows):
+        """Target id rows ``(R, T)`` -> R strings."""
+        return [s.decode("utf-8", errors="replace")
+                for s in self.tgt_tokenizer.detokenize(np.asarray(rows, "int32")).numpy()]
+
+    def encode(self, sentences):
+        """Token ids ``(B, S)`` int32 for a list of strings (``[END]`` appended, truncated)."""
+        return tf.constant(pipeline.source_batch(self.tokenize(sentences), self.max_len))
 
     def translate_ids(self, source, beam_size=1, alpha=LENGTH_PENALTY):
         """Best output ids ``(B, T)`` (numpy int32) for source ids ``(B, S)``."""
-        source = np.asarray(source, dtype="int32")
-        tokens, lengths = (keras.ops.convert_to_numpy(t)
-                           for t in self._decoder(beam_size, alpha)(source))
+        out = self.decode_ids(source, self.options(beam_size=beam_size, length_penalty=alpha),
+                              confidence=False)
+        tokens, lengths = out["tokens"][:, 0], out["lengths"][:, 0]
         return tokens[:, : max(int(lengths.max(initial=0)), 1)]
 
     def defaults(self):
@@ -146,33 +140,33 @@ class Translator:
         """:class:`DecodingOptions` from keyword arguments, checked against this translator
         (``max_length`` at most ``max_len``) and with its defaults filled in
         (``length_penalty`` ``LENGTH_PENALTY``, ``max_length`` ``max_len``)."""
-        opts = DecodingOptions.from_kwargs(**options)
-        opts.validate(max_length_limit=self.max_len)
-        return opts.resolve(self.max_len, controls=self.controls)
+        return pipeline.resolve(self, options)
 
-    def _options_decoder(self, opts, with_prefix):
+    def _options_decoder(self, opts, with_prefix, confidence):
         """A ``tf.function`` per shape of the computation (beam, n-best, sampling or not,
-        prefix or not, which repetition controls are on); the other options are tensors
-        (:data:`TENSOR_OPTIONS`), so changing them does not retrace."""
+        prefix or not, which repetition controls are on, the confidence's pass or not);
+        the other options are tensors (:data:`TENSOR_OPTIONS`), so changing them does not
+        retrace."""
         on = tuple(name for name in CONTROLS if repetition.active(name, getattr(opts, name)))
         key = ("options", opts.beam_size if not opts.sampling else 0, opts.num_hypotheses,
-               opts.sampling, with_prefix, opts.return_alignments, on)
+               opts.sampling, with_prefix, opts.return_alignments, on, confidence)
         if key not in self._decoders:
             def fn(source, prefix, *values):
-                values = dict(zip(TENSOR_OPTIONS, values))
-                # A control that is off stays a Python value: no op in the loop.
-                values.update({name: repetition.OFF[name] for name in CONTROLS
-                               if name not in on})
-                graph_opts = types.SimpleNamespace(
-                    beam_size=opts.beam_size, num_hypotheses=opts.num_hypotheses,
-                    sampling=opts.sampling, return_alignments=opts.return_alignments,
-                    **values)
+                # The options that shape the graph as Python values, the others tensors; a
+                # control that is off stays a Python value: no op in the loop.
+                graph_opts = DecodingOptions.holding(
+                    {**{name: getattr(opts, name) for name in NAMES},
+                     **dict(zip(TENSOR_OPTIONS, values)),
+                     **{name: repetition.OFF[name] for name in CONTROLS if name not in on}},
+                    opts.sampling)
                 encoded = decoding.encode(self.model, source)  # search and confidence
                 out = decoding.decode(self.model, source, graph_opts, self.max_len,
                                       text.START_ID, text.END_ID,
                                       prefix if with_prefix else None, encoded=encoded)
                 codes = self._alignment_codes(source, out) if opts.return_alignments \
                     else out["lengths"]
+                if not confidence:
+                    return out["tokens"], out["lengths"], out["scores"], codes
                 shape = keras.ops.shape(out["tokens"])  # (B, N, T)
                 signals = hypothesis_features(
                     self.model, source, keras.ops.reshape(out["tokens"], (-1, shape[2])),
@@ -202,74 +196,43 @@ class Translator:
             keras.ops.reshape(out["tokens"], (-1, shape[2])), *self.word_tables, self.max_len)
         return keras.ops.reshape(codes, shape)
 
-    def _prefix_ids(self, prefix, batch):
-        """``target_prefix`` as target ids ``(batch, P)`` int32 (P = 0 for "")."""
-        if not prefix:
-            return np.zeros((batch, 0), "int32")
-        ids = self.tgt_tokenizer.tokenize(tf.constant([prefix], tf.string))
-        ids = np.asarray(ids.to_tensor(0) if hasattr(ids, "to_tensor") else ids, "int32")
-        return np.repeat(ids[:1], batch, axis=0)
-
     def source_lengths(self, sentences):
         """Source tokens of each sentence (before ``[END]`` and truncation), one batch."""
-        if not sentences:
-            return []
-        if self.normalize:
-            sentences = [text.normalize_text(s) for s in sentences]
-        ids = self.src_tokenizer.tokenize(tf.constant(list(sentences), tf.string))
-        return [int(n) for n in ids.row_lengths().numpy()]
+        return pipeline.source_lengths(self, sentences)
 
     def too_long(self, sentences):
         """Per sentence whether it has more source tokens than the model reads."""
         return [n > self.max_len - 1 for n in self.source_lengths(sentences)]
 
     def cut_long(self, sentences):
-        """Per sentence a :class:`keras_attn.documents.Pieces` cut at clause boundaries
-        when it has more source tokens than the model reads (``max_len - 1`` before
-        ``[END]``), else None (:func:`keras_attn.documents.cut_long`)."""
-        limit = self.max_len - 1
-        count = lambda piece: self.source_lengths([piece])[0]  # noqa: E731
-        return [documents.cut_long(s, limit, count) if n > limit else None
-                for s, n in zip(sentences, self.source_lengths(sentences))]
+        """Per sentence the clause-boundary cut of a sentence over ``max_len - 1`` tokens,
+        else None (:func:`keras_attn.translation.pipeline.cut_long`)."""
+        return pipeline.cut_long(self, sentences)
 
-    def decode_ids(self, source, opts, prefix=None):
+    def decode_ids(self, source, opts, prefix=None, confidence=True):
         """Decode source ids ``(B, S)`` with resolved :class:`DecodingOptions` (``prefix``:
         target ids ``(B, P)``): numpy ``tokens (B, N, T)``, ``lengths``, ``scores (B, N)``,
-        alignment ``codes`` and the confidence ``features`` ``(B, N, F)`` of each
-        hypothesis (:func:`keras_attn.decoding.confidence.features`)."""
+        alignment ``codes`` and (``confidence``: one more teacher-forced pass) the
+        confidence ``features`` ``(B, N, F)`` of each hypothesis
+        (:func:`keras_attn.decoding.confidence.features`)."""
         source = np.asarray(source, "int32")
         prefix = np.zeros((len(source), 0), "int32") if prefix is None else prefix
-        fn = self._options_decoder(opts, prefix.shape[1] > 0)
+        fn = self._options_decoder(opts, prefix.shape[1] > 0, confidence)
         values = [np.dtype(OPTIONS[name].dtype).type(getattr(opts, name))
                   for name in TENSOR_OPTIONS]
         names = ("tokens", "lengths", "scores", "codes", "features")
         return dict(zip(names, (keras.ops.convert_to_numpy(t)
                                 for t in fn(source, prefix, *values))))
 
-    def _translate_sentences(self, sentences, batch_size, opts, prefix):
-        """Per sentence ``num_hypotheses`` dicts (translation, score, confidence[,
-        alignment])."""
-        results = []
-        for i in range(0, len(sentences), batch_size):
-            chunk = sentences[i: i + batch_size]
-            out = self.decode_ids(self.encode(chunk), opts,
-                                  np.repeat(prefix, len(chunk), axis=0))
-            tokens, lengths = out["tokens"], out["lengths"]
-            n = tokens.shape[1]
-            flat = tokens.reshape(len(chunk) * n, -1)[:, : max(int(lengths.max(initial=0)), 1)]
-            decoded = self.tgt_tokenizer.detokenize(flat).numpy().reshape(len(chunk), n)
-            confidences = keras.ops.convert_to_numpy(self.calibrator(
-                out["features"].reshape(len(chunk) * n, -1))).reshape(len(chunk), n)
-            for row in range(len(chunk)):
-                hyps = [{"translation": decoded[row, h].decode("utf-8", errors="replace"),
-                         "score": float(out["scores"][row, h]),
-                         "confidence": float(confidences[row, h])} for h in range(n)]
-                if opts.return_alignments:
-                    for h, hyp in enumerate(hyps):
-                        hyp["alignment"] = alignment.to_pharaoh(out["codes"][row, h],
-                                                                self.max_len)
-                results.append(hyps)
-        return results
+    def decode(self, source, opts, prefix=(), confidence=True):
+        """The pipeline's step (:mod:`keras_attn.translation.pipeline`): :meth:`decode_ids`
+        with the prefix's ids forced on every row, and the alignments as Pharaoh strings."""
+        prefix = np.repeat(np.asarray([list(prefix)], "int32"), len(source), axis=0)
+        out = self.decode_ids(source, opts, prefix, confidence)
+        if opts.return_alignments:
+            out["alignments"] = [[alignment.to_pharaoh(c, self.max_len) for c in row]
+                                 for row in out["codes"]]
+        return out
 
     def translate_nbest(self, texts, batch_size=128, **options):
         """Translate with per-call decoding options (API.md, "Decoding options per request").
@@ -297,14 +260,7 @@ class Translator:
             >>> tr.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
             [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
         """
-        opts = self.options(**options)
-        prefix = self._prefix_ids(opts.target_prefix, 1)
-        opts.validate(max_length_limit=self.max_len, prefix_tokens=prefix.shape[1])
-        docs = document_translation.translate_documents(
-            list(texts), lambda s: self._translate_sentences(s, batch_size, opts, prefix),
-            opts.num_hypotheses, cut=self.cut_long if self.split_long else None,
-            too_long=self.too_long)
-        return [[document_translation.one_sentence(h) for h in hyps] for hyps in docs]
+        return pipeline.translate_nbest(self, texts, batch_size, **options)
 
     def translate(self, texts, beam_size=1, alpha=LENGTH_PENALTY, batch_size=128, progress=None,
                   **options):
@@ -314,32 +270,10 @@ class Translator:
         joined with its whitespace: :meth:`translate_nbest`). ``progress``: optional
         ``progress(done, total)``, called after each batch with the number of sentences
         translated so far. Any other decoding option of :meth:`translate_nbest`
-        (``length_penalty`` is ``alpha``'s name there) gives that method's best hypothesis.
+        (``length_penalty`` is ``alpha``'s name there) gives that method's best hypothesis
+        (:func:`keras_attn.translation.pipeline.translate`: without the confidence's pass).
         """
-        texts = list(texts)
-        if options:
-            options.setdefault("length_penalty", alpha)
-            return [hyps[0]["translation"] for hyps in
-                    self.translate_nbest(texts, batch_size, beam_size=beam_size, **options)]
-
-        def sentences(units):
-            out = []
-            for i in range(0, len(units), batch_size):
-                source = self.encode(units[i: i + batch_size])
-                tokens = self.translate_ids(source, beam_size, alpha)
-                decoded = self.tgt_tokenizer.detokenize(tokens).numpy()
-                if decoded.shape != (len(units[i: i + batch_size]),):
-                    raise RuntimeError(f"detokenize returned shape {decoded.shape} for "
-                                       f"ids of shape {tuple(tokens.shape)}")
-                out.extend([{"translation": s.decode("utf-8", errors="replace"), "score": 0.0}]
-                           for s in decoded)
-                if progress is not None:
-                    progress(len(out), len(units))
-            return out
-
-        docs = document_translation.translate_documents(texts, sentences, 1,
-                                             cut=self.cut_long if self.split_long else None)
-        return [hyps[0]["translation"] for hyps in docs]
+        return pipeline.translate(self, texts, beam_size, alpha, batch_size, progress, **options)
 
     def encode_targets(self, targets):
         """Target ids ``(B, T)`` int32 for a list of strings, as training reads them:
@@ -348,10 +282,10 @@ class Translator:
         rows that were cut."""
         if self.normalize:
             targets = [text.normalize_text(t) for t in targets]
-        ids = self.tgt_tokenizer.tokenize(tf.constant(targets, tf.string))
-        truncated = np.asarray(ids.row_lengths() > self.max_len - 1)
-        # prepare_source: the cut and the [END] of a training target's output side.
-        return data.prepare_source(tf.cast(ids, tf.int32), self.max_len).to_tensor(0), truncated
+        ids = self.tokenize_target(targets)
+        truncated = np.asarray([len(row) > self.max_len - 1 for row in ids], bool)
+        # source_batch: the cut and the [END] of a training target's output side.
+        return tf.constant(pipeline.source_batch(ids, self.max_len)), truncated
 
     def _scorer(self):
         """The ``tf.function`` of :meth:`score`, traced once for any batch and length."""
@@ -427,7 +361,7 @@ class Translator:
             >>> tr.score(["3 March 2021"], ["2021-03-03"])[0]["log_prob"]
             -0.83
         """
-        sources, targets = text.string_pairs(sources, targets)
+        sources, targets = pipeline.string_pairs(sources, targets)
         alpha = self.options(length_penalty=length_penalty).length_penalty
         vocab = self.tgt_tokenizer.vocab
         results = []

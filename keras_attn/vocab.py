@@ -8,8 +8,6 @@ import os
 import random
 import string
 
-import tensorflow as tf
-
 from keras_attn import runs
 from keras_attn.special_tokens import END, PAD, START, UNK
 
@@ -63,6 +61,8 @@ def learn_wordpiece_vocab(texts, vocab_size=8000, *, reserved_tokens=None, max_t
         )
     if max_texts is not None and len(texts) > max_texts:
         texts = random.Random(seed).sample(texts, max_texts)
+    import tensorflow as tf  # training only: reading a vocabulary needs no TensorFlow
+
     dataset = tf.data.Dataset.from_tensor_slices(tf.constant(texts, tf.string)).batch(4096)
     return bvfd.bert_vocab_from_dataset(
         dataset,

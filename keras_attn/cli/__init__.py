@@ -76,7 +76,8 @@ def main(argv=None):
     args.started = start
     if args.command == "train":
         train.check_args(commands["train"], args)
-    quiet_tensorflow(args.verbose)
+    if getattr(args, "engine", None) != "ctranslate2":  # that server runs without TensorFlow
+        quiet_tensorflow(args.verbose)
     try:
         return COMMANDS[args.command](args)
     except (FileNotFoundError, ValueError, OSError, UnicodeDecodeError) as e:

@@ -22,7 +22,6 @@ import json
 import math
 
 import numpy as np
-from keras import ops
 
 from keras_attn.special_tokens import PAD_ID, UNK_ID
 
@@ -40,7 +39,32 @@ ACCEPTABLE_CHRF = 50.0  # text: a hypothesis with sentence chrF >= 50 counts as 
 UNSURE = math.log(0.5)  # a token below probability 1/2 counts in unsure_share
 
 
-def features(token_log_probs, lengths, source):
+class NumpyOps:
+    """The ``keras.ops`` this module calls, on numpy arrays: pass ``ops=NumpyOps`` where
+    Keras is not imported (the CTranslate2 engine) to compute the same features and
+    confidences."""
+
+    cast = staticmethod(lambda x, dtype: np.asarray(x).astype(dtype))
+    arange, shape, expand_dims = staticmethod(np.arange), staticmethod(np.shape), \
+        staticmethod(np.expand_dims)
+    maximum, less, equal, not_equal, where = (staticmethod(f) for f in (
+        np.maximum, np.less, np.equal, np.not_equal, np.where))
+    sum, min, stack, log, exp = (staticmethod(f) for f in (np.sum, np.min, np.stack, np.log,
+                                                           np.exp))
+    @staticmethod
+    def sigmoid(x):
+        with np.errstate(over="ignore"):  # exp(-x) = inf for a very negative x: 1 / inf = 0
+            return 1.0 / (1.0 + np.exp(-x))
+
+
+def _ops(ops):
+    """``ops``, or ``keras.ops`` (imported on first use: this module is read without Keras)."""
+    if ops is None:
+        from keras import ops
+    return ops
+
+
+def features(token_log_probs, lengths, source, ops=None):
     """float32 ``(B, len(FEATURES))`` (:data:`FEATURES`).
 
     Args:
@@ -48,7 +72,9 @@ def features(token_log_probs, lengths, source):
             the ``lengths[b]`` tokens (``[END]`` the last of them).
         lengths: int ``(B,)``, target tokens with ``[END]`` (at least 1).
         source: int ``(B, S)`` source ids with ``[END]``, 0-padded (the rows the model read).
+        ops: ``keras.ops`` (default) or :class:`NumpyOps`.
     """
+    ops = _ops(ops)
     lp = ops.cast(token_log_probs, "float32")
     n = ops.maximum(ops.cast(lengths, "int32"), 1)
     kept = ops.less(ops.expand_dims(ops.arange(ops.shape(lp)[1], dtype="int32"), 0),
@@ -56,23 +82,25 @@ def features(token_log_probs, lengths, source):
     lp = ops.where(kept, lp, 0.0)
     unsure = ops.sum(ops.cast(ops.less(lp, UNSURE), "float32"), axis=1)
     return features_from(ops.sum(lp, axis=1), ops.min(lp, axis=1), unsure, n,
-                         *source_statistics(source))
+                         *source_statistics(source, ops), ops=ops)
 
 
-def source_statistics(source):
+def source_statistics(source, ops=None):
     """float32 ``(B,)`` twice: source tokens without ``[END]``, and how many are ``[UNK]``,
     of source ids ``(B, S)`` (``[END]`` included, 0-padded)."""
+    ops = _ops(ops)
     source = ops.cast(source, "int32")
     s = ops.maximum(ops.sum(ops.cast(ops.not_equal(source, PAD_ID), "float32"), axis=1) - 1.0,
                     0.0)
     return s, ops.sum(ops.cast(ops.equal(source, UNK_ID), "float32"), axis=1)
 
 
-def features_from(total, lowest, unsure, n, source_length, unknown):
+def features_from(total, lowest, unsure, n, source_length, unknown, ops=None):
     """:func:`features` from running sums, all ``(B,)``: the tokens' summed and least
     log-probability (0 for none), how many are below probability 1/2, how many there are
     (``[END]`` included), and :func:`source_statistics`. What a loop that sees one token at
     a time keeps (the TFLite builtin step file)."""
+    ops = _ops(ops)
     nf = ops.cast(ops.maximum(n, 1), "float32")
     s = ops.cast(source_length, "float32")
     return ops.stack([ops.cast(total, "float32") / nf, ops.cast(lowest, "float32"),
@@ -109,8 +137,10 @@ class Calibrator:
     def calibrated(self):
         return self.report.get("calibrated", True)
 
-    def __call__(self, x):
-        """Confidences ``(B,)`` float32 in [0, 1] for features ``x`` ``(B, F)``."""
+    def __call__(self, x, ops=None):
+        """Confidences ``(B,)`` float32 in [0, 1] for features ``x`` ``(B, F)`` (``ops``:
+        ``keras.ops`` or :class:`NumpyOps`)."""
+        ops = _ops(ops)
         x = ops.cast(x, "float32")
         if not self.calibrated:
             return ops.exp(x[:, 0])
@@ -222,6 +252,8 @@ def hypothesis_features(model, source, tokens, start_id, end_id, encoded=None):
         start_id, end_id: the target vocabulary's ``[START]`` and ``[END]``.
         encoded: :func:`keras_attn.decoding.encode` ``(model, source)``, if computed.
     """
+    from keras import ops
+
     from keras_attn.decoding.search import encode, repeat_rows, score
 
     source = ops.cast(source, "int32")

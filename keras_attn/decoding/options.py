@@ -169,8 +169,25 @@ class DecodingOptions:
 
     @property
     def sampling(self):
-        """True when the next token is drawn at random (top-k > 1)."""
-        return self.sampling_topk > 1
+        """True when the next token is drawn at random (top-k > 1; options that hold
+        tensors: as :meth:`holding` fixed it)."""
+        fixed = self.__dict__.get("_sampling")
+        return self.sampling_topk > 1 if fixed is None else fixed
+
+    @classmethod
+    def holding(cls, values, sampling):
+        """Options whose values may be tensors (a traced decoder's inputs): every field of
+        the dict ``values`` taken as it is, without the checks (they ran where the values
+        came in), and ``sampling`` fixed by the trace (a Python bool).
+
+        Example:
+            >>> DecodingOptions.holding({**vars(opts), "seed": seed_tensor}, opts.sampling)
+        """
+        opts = object.__new__(cls)
+        for name in NAMES:
+            object.__setattr__(opts, name, values[name])
+        object.__setattr__(opts, "_sampling", bool(sampling))
+        return opts
 
     @classmethod
     def from_kwargs(cls, **kwargs):

@@ -18,23 +18,12 @@ except ImportError as e:  # an optional extra
                       "pip install -e '.[ctranslate2]'") from e
 
 from keras_attn import text
+# The vocabularies' renaming lives with the runtime, which reads them without TensorFlow.
+from keras_attn.export.ctranslate2_runtime import SPECIAL_TOKENS, ct2_vocab  # noqa: F401
 
-SPECIAL_TOKENS = {text.PAD: "<blank>", text.UNK: "<unk>", text.START: "<s>", text.END: "</s>"}
 # Added to the [PAD] and [START] logits: exp(-3e4 + logit) is 0 in float32, and -3e4 is
 # finite in float16 (Keras's float16 mask fill), should the model run in float16.
 BANNED_BIAS = -3e4
-
-
-def ct2_vocab(vocab):
-    """Our token list with the four reserved tokens renamed to CTranslate2's."""
-    n = len(text.RESERVED_TOKENS)
-    clash = sorted(set(SPECIAL_TOKENS.values()) & set(vocab[n:]))
-    if clash:
-        raise ValueError(f"The vocabulary already holds CTranslate2's special token(s) {clash} "
-                         "as ordinary tokens, so renaming our reserved tokens to them would "
-                         f"make two ids share a string. Received: a vocabulary of {len(vocab)} "
-                         "tokens")
-    return [SPECIAL_TOKENS[t] for t in vocab[:n]] + list(vocab[n:])
 
 
 # --- what CTranslate2 can represent ------------------------------------------------------

@@ -2,9 +2,12 @@
 
 Text in, text out with a model directory written by
 :class:`keras_attn.export.ctranslate2.CTranslate2Exporter`, through ``ctranslate2.Translator``
-and our own tokenizers, with the per-request options of API.md under our names. How its
-decoding compares with ``keras_attn.decoding`` (what is equal, what differs):
-:mod:`keras_attn.export.ctranslate2` and docs/decoding_options.md.
+and our own tokenizers, with the per-request options of API.md under our names: the
+CTranslate2 engine of :mod:`keras_attn.translation.pipeline`. Imports no TensorFlow and no
+Keras: SentencePiece and character runs tokenize in plain Python
+(:mod:`keras_attn.translation.tokenizers`, the same ids as the graphs' ops); a WordPiece
+run's tokenizer is TensorFlow's, imported when the model is loaded. How its decoding
+compares with ours: :mod:`keras_attn.export.ctranslate2` and docs/decoding_options.md.
 
 Example:
     >>> ct2 = CTranslate2Translator("runs/dates/export/ctranslate2")
@@ -18,23 +21,76 @@ import os
 
 import numpy as np
 
-# First: without CTranslate2 (an optional extra) this raises an ImportError naming the extra.
-from keras_attn.export.ct2_converter import ct2_vocab
+try:
+    import ctranslate2
+except ImportError as e:  # an optional extra
+    raise ImportError("keras_attn.export.ctranslate2_runtime needs CTranslate2: "
+                      "pip install -e '.[ctranslate2]'") from e
 
-import ctranslate2
-
-from keras_attn import runs, subword, text
-from keras_attn.decoding.confidence import Calibrator, features
+from keras_attn import runs
+from keras_attn.decoding.confidence import Calibrator, NumpyOps, features
 from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
+from keras_attn.special_tokens import END, END_ID, PAD, PAD_ID, START, UNK
+from keras_attn.translation import pipeline, tokenizers
 
 METADATA = "keras_attn.json"  # what the exporter writes beside the model, read here
 SRC_VOCAB, TGT_VOCAB = "src_vocab.txt", "tgt_vocab.txt"  # keras_attn.text's vocabulary files
+SPECIAL_TOKENS = {PAD: "<blank>", UNK: "<unk>", START: "<s>", END: "</s>"}
+
+
+def ct2_vocab(vocab):
+    """Our token list with the four reserved tokens renamed to CTranslate2's."""
+    n = len(SPECIAL_TOKENS)
+    clash = sorted(set(SPECIAL_TOKENS.values()) & set(vocab[n:]))
+    if clash:
+        raise ValueError(f"The vocabulary already holds CTranslate2's special token(s) {clash} "
+                         "as ordinary tokens, so renaming our reserved tokens to them would "
+                         f"make two ids share a string. Received: a vocabulary of {len(vocab)} "
+                         "tokens")
+    return [SPECIAL_TOKENS[t] for t in vocab[:n]] + list(vocab[n:])
+
+
+def refuse(opts, engine="CTranslate2"):
+    """``ValueError`` naming the option for what CTranslate2 cannot give as ours: sampling
+    (its random numbers are not our seeded hash) and alignments (its attention is not our
+    word alignment). ``engine``: how the message names the engine."""
+    if opts.sampling:
+        raise ValueError(
+            f"`sampling_topk` > 1 (random sampling) is not available with {engine}: its "
+            "random numbers are not keras_attn's seeded hash, so a `seed` would not give the "
+            "same sample (use Translator, the SavedModel or the TFLite file). "
+            f"Received: sampling_topk={opts.sampling_topk}")
+    if opts.return_alignments:
+        raise ValueError(
+            f"`return_alignments` is not available with {engine}: its attention vectors "
+            "are not keras_attn's word alignments. "
+            f"Received: return_alignments={opts.return_alignments}")
 
 
 def decoding_options(max_len, beam_size=1):
     """``translate_batch`` options that decode as ``keras_attn.decoding`` does."""
     return {"beam_size": beam_size, "min_decoding_length": 0, "max_decoding_length": max_len,
             "max_input_length": max_len, "return_end_token": True}
+
+
+class _GraphTokenizer:
+    """A WordPiece tokenizer (``keras_attn.text.Tokenizer``: TensorFlow ops) with the list
+    interface of :mod:`keras_attn.translation.tokenizers`."""
+
+    def __init__(self, path):
+        import tensorflow as tf
+
+        from keras_attn import subword
+
+        self._tf, self._tok = tf, subword.load_tokenizer(path)
+        self.vocab, self.char_level = self._tok.vocab, self._tok.char_level
+
+    def tokenize(self, texts):
+        return self._tok.tokenize(self._tf.constant(list(texts), self._tf.string)).to_list()
+
+    def detokenize(self, rows):
+        return [s.decode("utf-8", errors="replace")
+                for s in self._tok.detokenize(self._tf.constant(rows, self._tf.int32)).numpy()]
 
 
 class CTranslate2Translator:
@@ -74,8 +130,9 @@ class CTranslate2Translator:
         self.max_len = int(meta["max_len"])
         self.normalize = bool(meta["normalize_input"])
         files = meta.get("tokenizers", {"src": SRC_VOCAB, "tgt": TGT_VOCAB})
-        self.src_tokenizer = subword.load_tokenizer(os.path.join(model_dir, files["src"]))
-        self.tgt_tokenizer = subword.load_tokenizer(os.path.join(model_dir, files["tgt"]))
+        self.src_tokenizer, self.tgt_tokenizer = (
+            tokenizers.load(path) or _GraphTokenizer(path)
+            for path in (os.path.join(model_dir, files[side]) for side in ("src", "tgt")))
         self.src_tokens = ct2_vocab(self.src_tokenizer.vocab)
         self.tgt_tokens = ct2_vocab(self.tgt_tokenizer.vocab)
         self.tgt_ids = {t: i for i, t in enumerate(self.tgt_tokens)}
@@ -89,55 +146,54 @@ class CTranslate2Translator:
             os.fspath(model_dir), device=device, compute_type=compute_type,
             intra_threads=intra_threads, inter_threads=inter_threads)
 
-    def encode(self, sentences):
-        """Source token strings per sentence (no ``</s>``: the model appends it)."""
-        import tensorflow as tf
+    def tokenize(self, sentences):
+        """Source ids per sentence (normalised as the run's, not cut)."""
+        if self.normalize:  # WordPiece runs only, whose tokenizer is TensorFlow's anyway
+            from keras_attn import text
 
-        if self.normalize:
             sentences = [text.normalize_text(s) for s in sentences]
-        ids = self.src_tokenizer.tokenize(tf.constant(list(sentences), tf.string)).to_list()
-        return [[self.src_tokens[i] for i in row[: self.max_len - 1]] for row in ids]
+        return self.src_tokenizer.tokenize(list(sentences))
+
+    def tokenize_target(self, texts):
+        """Target ids per text (``target_prefix``, :meth:`target_tokens`)."""
+        return self.tgt_tokenizer.tokenize(list(texts))
+
+    def detokenize(self, rows):
+        """Target id rows ``(R, T)`` -> R strings."""
+        return self.tgt_tokenizer.detokenize(np.asarray(rows).tolist())
+
+    def encode(self, sentences):
+        """Source token strings per sentence (no ``</s>``: the model appends it), cut to
+        ``max_len - 1`` tokens."""
+        return [row[: self.max_len - 1] for row in self.encode_all(sentences)]
+
+    def encode_all(self, sentences):
+        """Source token strings per sentence, not truncated."""
+        return [[self.src_tokens[i] for i in row] for row in self.tokenize(sentences)]
 
     def tokens_from_ids(self, source):
         """Token strings from our source ids ``(B, S)`` (``Translator.encode``: ``[END]``
         appended, 0 = padding)."""
         rows = np.asarray(source).tolist()
-        return [[self.src_tokens[i] for i in row if i != text.PAD_ID][:-1] for row in rows]
+        return [[self.src_tokens[i] for i in row if i != PAD_ID][:-1] for row in rows]
 
     def options(self, **options):
         """:class:`~keras_attn.decoding.options.DecodingOptions` from keyword arguments, as
-        ``Translator.options`` (checked, ``length_penalty`` ``LENGTH_PENALTY`` and ``max_length``
-        ``max_len`` filled in), refusing what CTranslate2 cannot give as ours.
+        ``Translator.options`` (:func:`keras_attn.translation.pipeline.resolve`), refusing
+        what CTranslate2 cannot give as ours.
 
         Raises:
             ValueError: a bad or unknown option (``DecodingOptions``), ``sampling_topk > 1``
-                or ``return_alignments=True``.
+                or ``return_alignments=True`` (:func:`refuse`).
         """
-        opts = DecodingOptions.from_kwargs(**options)
-        if opts.sampling:
-            raise ValueError(
-                "`sampling_topk` > 1 (random sampling) is not available with CTranslate2: "
-                "its random numbers are not keras_attn's seeded hash, so a `seed` would not "
-                "give the same sample (use Translator, the SavedModel or the TFLite file). "
-                f"Received: sampling_topk={opts.sampling_topk}")
-        if opts.return_alignments:
-            raise ValueError(
-                "`return_alignments` is not available with CTranslate2: its attention "
-                "vectors are not keras_attn's word alignments. "
-                f"Received: return_alignments={opts.return_alignments}")
-        opts.validate(max_length_limit=self.max_len)
-        return opts.resolve(self.max_len, controls=self.controls)
+        return pipeline.resolve(self, options, refuse)
 
     def prefix_tokens(self, target_prefix):
         """``target_prefix`` as target token strings (our target tokenizer, as
         ``Translator`` forces it; no ``</s>``)."""
-        import tensorflow as tf
-
         if not target_prefix:
             return []
-        ids = self.tgt_tokenizer.tokenize(tf.constant([target_prefix], tf.string))
-        row = ids.to_list()[0] if hasattr(ids, "to_list") else np.asarray(ids)[0].tolist()
-        return [self.tgt_tokens[i] for i in row]
+        return [self.tgt_tokens[i] for i in self.tokenize_target([target_prefix])[0]]
 
     def decode_nbest(self, tokens, opts, prefix=(), ct2_options=None):
         """``translate_batch`` on source token strings (:meth:`encode`) with options from
@@ -208,105 +264,71 @@ class CTranslate2Translator:
         ``Translator.translate_ids`` (``[END]`` included, then 0)."""
         ids, _ = self.translate_tokens(self.tokens_from_ids(source), beam_size, alpha,
                                        ct2_options)
-        return _pad(ids)
+        return pipeline.pad(ids)
 
     def translate_nbest(self, texts, batch_size=128, **options):
-        """Translate with per-call decoding options, as ``Translator.translate_nbest``: each
-        text is split into sentences (:mod:`keras_attn.documents`), they are decoded as
-        one batch and joined back with the text's whitespace; a sentence longer than the
-        model reads is cut at a clause boundary.
-
-        Returns, per text, a list of ``num_hypotheses`` dicts ``{"translation": str,
-        "score": float, "confidence": float}``, best first (beam: summed log-probability /
-        GNMT penalty; greedy: the summed log-probability; confidence: :meth:`confidences`;
-        several sentences: scores summed, the lowest confidence, with ``"sentences"``). With
-        ``target_prefix`` every sentence's translation starts with the prefix's tokens and
-        their log-probabilities are not in the score.
+        """``Translator.translate_nbest``'s result for this model (the same pipeline,
+        :func:`keras_attn.translation.pipeline.translate_nbest`); the confidence is
+        :meth:`confidences`'.
 
         Raises:
             ValueError: as :meth:`options` (sampling, alignments, bad values), or a
                 ``target_prefix`` that leaves no room within ``max_length``.
         """
-        from keras_attn import document_translation
-
-        opts = self.options(**options)
-        prefix = self.prefix_tokens(opts.target_prefix)
-        opts.validate(max_length_limit=self.max_len, prefix_tokens=len(prefix))
-        docs = document_translation.translate_documents(
-            list(texts), lambda s: self._translate_sentences(s, batch_size, opts, prefix),
-            opts.num_hypotheses, cut=self.cut_long if self.split_long else None,
-            too_long=self.too_long)
-        return [[document_translation.one_sentence(h) for h in hyps] for hyps in docs]
+        return pipeline.translate_nbest(self, texts, batch_size, **options)
 
     def too_long(self, sentences):
         """Per sentence whether it has more source tokens than the model reads."""
-        return [len(t) > self.max_len - 1 for t in self.encode_all(sentences)]
+        return [n > self.max_len - 1 for n in pipeline.source_lengths(self, sentences)]
 
     def cut_long(self, sentences):
         """As ``Translator.cut_long``: Pieces for the sentences over ``max_len - 1`` tokens."""
-        from keras_attn import documents
+        return pipeline.cut_long(self, sentences)
 
-        limit = self.max_len - 1
-        count = lambda piece: len(self.encode_all([piece])[0])  # noqa: E731
-        return [documents.cut_long(s, limit, count) if len(tokens) > limit else None
-                for s, tokens in zip(sentences, self.encode_all(sentences))]
-
-    def encode_all(self, sentences):
-        """Source token strings per sentence, not truncated."""
-        import tensorflow as tf
-
-        if not sentences:
-            return []
-        if self.normalize:
-            sentences = [text.normalize_text(s) for s in sentences]
-        ids = self.src_tokenizer.tokenize(tf.constant(list(sentences), tf.string)).to_list()
-        return [[self.src_tokens[i] for i in row] for row in ids]
-
-    def _translate_sentences(self, sentences, batch_size, opts, prefix):
-        import tensorflow as tf
-
-        results = []
-        for i in range(0, len(sentences), batch_size):
-            tokens = self.encode(sentences[i: i + batch_size])
-            nbest = self.decode_nbest(tokens, opts, prefix)
-            flat = [ids for hyps in nbest for ids, _ in hyps]
-            decoded = iter(self.tgt_tokenizer.detokenize(tf.constant(_pad(flat))).numpy())
-            confidences = iter(self.confidences(
+    def decode(self, source, opts, prefix=(), confidence=True):
+        """The pipeline's step (:mod:`keras_attn.translation.pipeline`): source ids
+        ``(B, S)`` -> ``tokens`` ``(B, N, T)``, ``scores`` ``(B, N)`` and (``confidence``)
+        the confidence ``features`` ``(B, N, F)`` from ``score_batch``'s log-probabilities."""
+        tokens = self.tokens_from_ids(source)
+        nbest = self.decode_nbest(tokens, opts, [self.tgt_tokens[i] for i in prefix])
+        flat = [ids for hyps in nbest for ids, _ in hyps]
+        shape = (len(nbest), len(flat) // len(nbest), -1)
+        out = {"tokens": pipeline.pad(flat).reshape(shape),
+               "scores": [[score for _, score in hyps] for hyps in nbest]}
+        if confidence:
+            out["features"] = self._features(
                 [t for t, hyps in zip(tokens, nbest) for _ in hyps],
-                [[self.tgt_tokens[j] for j in ids if j != text.END_ID] for ids in flat]))
-            results.extend([{"translation": next(decoded).decode("utf-8", errors="replace"),
-                             "score": score, "confidence": next(confidences)}
-                            for _, score in hyps] for hyps in nbest)
-        return results
+                [[self.tgt_tokens[j] for j in ids if j != END_ID] for ids in flat]).reshape(shape)
+        return out
+
+    def _features(self, sources, targets, scored=None):
+        """``keras_attn.decoding.confidence.features`` ``(R, F)`` of each target (token
+        strings, no ``</s>``) for its source (token strings), read from ``score_batch``'s
+        log-probabilities (``scored``, if already computed)."""
+        if scored is None:
+            scored = self.translator.score_batch(sources, targets, max_input_length=0)
+        log_probs = pipeline.pad([list(r.log_probs) for r in scored], dtype=np.float32)
+        source = pipeline.pad([[self.src_ids[t] for t in row] + [END_ID] for row in sources])
+        return features(log_probs, np.array([len(r.log_probs) for r in scored], np.int32),
+                        source, ops=NumpyOps)
 
     def confidences(self, sources, targets, scored=None):
         """The confidence of each target (token strings, no ``</s>``) for its source (token
-        strings): ``score_batch``'s log-probabilities (``scored``, if already computed) read
-        as ``keras_attn.decoding.confidence.features``, then the export's calibrator."""
-        import keras
-
+        strings): :meth:`_features`, then the export's calibrator."""
         if not sources:
             return []
-        if scored is None:
-            scored = self.translator.score_batch(sources, targets, max_input_length=0)
-        log_probs = [list(r.log_probs) for r in scored]
-        padded = np.zeros((len(log_probs), max(len(p) for p in log_probs)), np.float32)
-        for b, row in enumerate(log_probs):
-            padded[b, : len(row)] = row
-        source = _pad([[self.src_ids[t] for t in row] + [text.END_ID] for row in sources])
-        x = features(padded, np.array([len(p) for p in log_probs], np.int32), source)
-        return [float(c) for c in keras.ops.convert_to_numpy(self.calibrator(x))]
+        x = self._features(sources, targets, scored)
+        return [float(c) for c in self.calibrator(x, ops=NumpyOps)]
 
     def target_tokens(self, targets):
         """Target token strings per translation (CTranslate2's vocabulary; no ``</s>``:
         ``score_batch`` appends it), cut to ``max_len - 1`` tokens as ``Translator.score``
         cuts them, and whether each was cut."""
-        import tensorflow as tf
-
         if self.normalize:
+            from keras_attn import text
+
             targets = [text.normalize_text(t) for t in targets]
-        ids = self.tgt_tokenizer.tokenize(tf.constant(list(targets), tf.string))
-        rows = ids.to_list() if hasattr(ids, "to_list") else np.asarray(ids).tolist()
+        rows = self.tokenize_target(targets)
         keep = self.max_len - 1
         return [[self.tgt_tokens[i] for i in row[:keep]] for row in rows], \
             [len(row) > keep for row in rows]
@@ -322,7 +344,7 @@ class CTranslate2Translator:
             ValueError: ``sources`` and ``targets`` of different lengths, an item that is
                 not a string, or a bad ``length_penalty``.
         """
-        sources, targets = text.string_pairs(sources, targets)
+        sources, targets = pipeline.string_pairs(sources, targets)
         alpha = self.options(length_penalty=length_penalty).length_penalty
         vocab = self.tgt_tokenizer.vocab
         out = []
@@ -348,14 +370,4 @@ class CTranslate2Translator:
         Any other option of :meth:`translate_nbest` (``length_penalty`` is ``alpha``'s name
         there) gives that method's best hypothesis, as ``Translator.translate``.
         """
-        options.setdefault("length_penalty", alpha)
-        return [hyps[0]["translation"] for hyps in
-                self.translate_nbest(sentences, batch_size, beam_size=beam_size, **options)]
-
-
-def _pad(rows):
-    """Ragged id lists -> int32 ``(B, max(1, longest))``, 0-padded."""
-    out = np.zeros((len(rows), max([len(r) for r in rows] + [1])), np.int32)
-    for b, row in enumerate(rows):
-        out[b, : len(row)] = row
-    return out
+        return pipeline.translate(self, sentences, beam_size, alpha, batch_size, **options)

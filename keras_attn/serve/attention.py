@@ -43,7 +43,6 @@ class Attention:
         self.run_dir = artefact.run_dir
         self.unavailable = self._why_not(artefact.run_dir)
         self._translator = None
-        self._tables = None
         self._lock = threading.Lock()
         # One thread: the model's calls stay off the event loop and off the engine's thread.
         self._executor = None
@@ -66,13 +65,9 @@ class Attention:
             raise RuntimeError(self.unavailable)
         with self._lock:
             if self._translator is None:
-                from keras_attn import alignment
                 from keras_attn.translator import Translator
 
-                translator = Translator.from_run_dir(self.run_dir)
-                self._tables = (alignment.word_tables(translator.src_tokenizer),
-                                alignment.word_tables(translator.tgt_tokenizer))
-                self._translator = translator
+                self._translator = Translator.from_run_dir(self.run_dir)
         return self._translator
 
     def _pool(self):
@@ -115,8 +110,9 @@ class Attention:
         weights = decoding.cross_attention(translator.model, source, target,
                                            special_tokens.START_ID)  # (1, T, S)
         weights = np.asarray(weights, dtype="float64")[0]
-        src_words = np.asarray(alignment.word_positions(source, self._tables[0]))[0]
-        tgt_words = np.asarray(alignment.word_positions(target, self._tables[1]))[0]
+        src_tables, tgt_tables = translator.word_tables
+        src_words = np.asarray(alignment.word_positions(source, src_tables))[0]
+        tgt_words = np.asarray(alignment.word_positions(target, tgt_tables))[0]
         return {
             "source_tokens": token_labels(translator.src_tokenizer, source[0]),
             "target_tokens": token_labels(translator.tgt_tokenizer, target[0]),

@@ -2,7 +2,8 @@
 
 * :class:`SavedModelEngine`: the SavedModel's ``translate`` signature, which takes every
   decoding option per request (``keras_attn.export.request``).
-* :class:`CTranslate2Engine`: ``keras_attn.export.ctranslate2.CTranslate2Translator``.
+* :class:`CTranslate2Engine`: ``keras_attn.export.ctranslate2_runtime.CTranslate2Translator``
+  (a replica that serves it imports no TensorFlow).
 
 Both answer ``translate(texts, options)`` with, per text, the list of hypotheses
 ``{"translation": str, "score": float}`` (plus ``"alignment"`` when
@@ -20,23 +21,20 @@ import dataclasses
 import re
 
 from keras_attn.decoding.options import DecodingOptions
+from keras_attn.translation import pipeline
 
 
 def check_options(artefact, options):
     """Refuse, before queueing, what the artefact cannot do (``ValueError`` naming the
     option): ``max_length`` above the export's, and for CTranslate2 sampling and alignments
-    (``CTranslate2Translator.options``'s rules). What only the SavedModel knows (its largest
-    beam) is refused by its graph."""
+    (``keras_attn.export.ctranslate2_runtime.refuse``, the rules of
+    ``CTranslate2Translator.options``). What only the SavedModel knows (its largest beam) is
+    refused by its graph."""
     options.validate(max_length_limit=artefact.max_len)
     if artefact.engine == "ctranslate2":
-        if options.sampling:
-            raise ValueError("`sampling_topk` > 1 (random sampling) is not available with the "
-                             "ctranslate2 engine (serve with --engine savedmodel). Received: "
-                             f"sampling_topk={options.sampling_topk}")
-        if options.return_alignments:
-            raise ValueError("`return_alignments` is not available with the ctranslate2 "
-                             "engine (serve with --engine savedmodel). Received: "
-                             f"return_alignments={options.return_alignments}")
+        from keras_attn.export.ctranslate2_runtime import refuse
+
+        refuse(options, engine="the ctranslate2 engine (or serve with --engine savedmodel)")
     return options
 
 
@@ -108,23 +106,13 @@ class SavedModelEngine:
             out = self._signature(text=strings, **self._inputs(options))
         except tf.errors.InvalidArgumentError as e:
             raise ValueError(_graph_message(e.message)) from None
-        translations = out["translations"].numpy()
-        scores = out["scores"].numpy()
-        alignments = out["alignments"].numpy() if options.return_alignments else None
-        confidences = out["confidences"].numpy() if "confidences" in out else None
-        results = []
-        for row in range(len(texts)):
-            hyps = []
-            for h in range(translations.shape[1]):
-                hyp = {"translation": translations[row, h].decode("utf-8", errors="replace"),
-                       "score": float(scores[row, h])}
-                if alignments is not None:
-                    hyp["alignment"] = alignments[row, h].decode("utf-8")
-                if confidences is not None:
-                    hyp["confidence"] = float(confidences[row, h])
-                hyps.append(hyp)
-            results.append(hyps)
-        return results
+        utf8 = lambda t: t.decode("utf-8", errors="replace")  # noqa: E731
+        return pipeline.hypotheses(
+            [[utf8(t) for t in row] for row in out["translations"].numpy()],
+            out["scores"].numpy(),
+            out["confidences"].numpy() if "confidences" in out else None,
+            [[utf8(a) for a in row] for row in out["alignments"].numpy()]
+            if options.return_alignments else None)
 
 
 def _graph_message(message):
@@ -148,7 +136,7 @@ class CTranslate2Engine:
     name = "ctranslate2"
 
     def __init__(self, path, threads=0):
-        from keras_attn.export.ctranslate2 import CTranslate2Translator
+        from keras_attn.export.ctranslate2_runtime import CTranslate2Translator
 
         self.path = path
         self._translator = CTranslate2Translator(path, intra_threads=int(threads or 0))

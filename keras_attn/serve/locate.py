@@ -25,8 +25,11 @@ import os
 from typing import Optional
 
 ENGINES = ("savedmodel", "ctranslate2")
-MODEL_NAME = "translator"  # keras_attn.export.saved_model.MODEL_NAME
-CT2_METADATA = "keras_attn.json"  # keras_attn.export.ctranslate2.METADATA
+# The names the exporters write (their modules import TensorFlow or CTranslate2;
+# tests/test_translation.py checks these agree with keras_attn.export.saved_model.MODEL_NAME
+# and keras_attn.export.ctranslate2_runtime.METADATA).
+MODEL_NAME = "translator"
+CT2_METADATA = "keras_attn.json"
 
 # LibreTranslate's /languages entries for each task of keras_attn.config (code, name).
 TASK_LANGUAGES = {

@@ -25,7 +25,8 @@ import html
 import html.parser
 import re
 
-from keras_attn.documents import Segments, join as join_sentences, split as split_sentences
+from keras_attn.documents import Segments, split as split_sentences
+from keras_attn.translation.pipeline import joined
 
 INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em",
                     "i", "kbd", "mark", "q", "s", "samp", "small", "span", "strong", "sub",
@@ -142,17 +143,16 @@ def _sentences(text):
 
 
 def _joined(parts, hyps):
-    """One hypothesis of a segment from hypothesis ``h`` of each of its sentences: the
-    translations joined with the segment's whitespace, the scores summed, the alignments
-    numbered over the segment's words (each sentence's after the words before it)."""
+    """One hypothesis of a segment from hypothesis ``h`` of each of its sentences
+    (:func:`keras_attn.translation.pipeline.joined`: the translations joined with the
+    segment's whitespace, the scores summed), the alignments numbered over the segment's
+    words (each sentence's after the words before it)."""
     pairs, src, tgt = [], 0, 0
     for sentence, hyp in zip(parts.sentences, hyps):
         pairs += [f"{i + src}-{j + tgt}" for i, j in _pairs(hyp.get("alignment", ""))]
         src += len(_words(sentence))
         tgt += len(_target_words(hyp["translation"]))
-    return {"translation": join_sentences([h["translation"] for h in hyps],
-                                          parts.separators),
-            "score": float(sum(h["score"] for h in hyps)), "alignment": " ".join(pairs)}
+    return {**joined(hyps, parts.separators), "alignment": " ".join(pairs)}
 
 
 def rebuild(segment, translation, alignment):

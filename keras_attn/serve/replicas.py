@@ -57,7 +57,7 @@ def _init_worker(artefact, threads):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    if os.environ["TF_CPP_MIN_LOG_LEVEL"] not in ("", "0"):
+    if artefact.engine == "savedmodel" and os.environ["TF_CPP_MIN_LOG_LEVEL"] not in ("", "0"):
         _import_quietly("tensorflow")  # its load-time C++ lines ignore the log level
     _ENGINE = engines.load_engine(artefact, threads)
     engines.warm_up(_ENGINE)

@@ -1,0 +1,258 @@
+"""One request's life, for every engine (pure Python: no TensorFlow, no Keras).
+
+text -> sentences (:mod:`keras_attn.documents`) -> batches sorted by length -> hypotheses
+with scores, confidences and alignments -> documents joined with their own whitespace, a
+sentence longer than the model reads reported (``"truncated"``) or cut at clause
+boundaries (``split_long``). ``Translator`` (Keras/TensorFlow) and ``CTranslate2Translator``
+run it; an engine supplies only what differs, token ids in and hypotheses out:
+
+* ``max_len``, ``controls`` (the repetition controls' defaults), ``split_long``,
+  ``calibrator`` (``keras_attn.decoding.confidence.Calibrator``);
+* ``options(**kw)``: :func:`resolve` plus what the engine refuses;
+* ``tokenize(texts)`` / ``tokenize_target(texts)``: per text its source ids (normalised,
+  not cut) / target ids (a ``target_prefix``); ``detokenize(rows)``: id rows -> strings;
+* ``decode(source, opts, prefix)``: source ids int32 ``(B, S)`` (``[END]`` last, 0-padded),
+  resolved options and the prefix's target ids -> numpy ``tokens`` ``(B, N, T)``,
+  ``scores`` ``(B, N)``, optional confidence ``features`` ``(B, N, F)`` and ``alignments``
+  ``(B, N)`` (Pharaoh strings, when asked).
+
+Example:
+    >>> translate_nbest(translator, ["3 March 2021. 4 July 1999"], beam_size=2)
+    [[{'translation': '2021-03-03. 1999-07-04', 'score': -0.02, 'confidence': 0.99,
+       'truncated': False, 'sentences': [...]}]]
+"""
+import numpy as np
+
+from keras_attn import documents
+from keras_attn.decoding.confidence import NumpyOps
+from keras_attn.decoding.options import DecodingOptions
+from keras_attn.special_tokens import END_ID
+
+
+def resolve(engine, options, refuse=None):
+    """:class:`DecodingOptions` from keyword arguments: ``refuse(opts)`` (what the engine
+    cannot do: raise ``ValueError``), checked against ``engine.max_len`` and with what the
+    request leaves unset filled in (``length_penalty``, ``max_length``, the repetition
+    controls: ``engine.controls``). The one place where "unset" is resolved in Python."""
+    opts = DecodingOptions.from_kwargs(**options)
+    if refuse is not None:
+        refuse(opts)
+    opts.validate(max_length_limit=engine.max_len)
+    return opts.resolve(engine.max_len, controls=engine.controls)
+
+
+def pad(rows, width=1, dtype=np.int32):
+    """Ragged lists -> ``(B, max(width, longest))`` of ``dtype`` (int32 ids), 0-padded."""
+    out = np.zeros((len(rows), max([len(r) for r in rows] + [width])), dtype)
+    for b, row in enumerate(rows):
+        out[b, : len(row)] = row
+    return out
+
+
+def source_batch(rows, max_len):
+    """Source ids as a model reads them (``data.prepare_source``): each row cut to
+    ``max_len - 1`` tokens, ``[END]`` appended, 0-padded to int32 ``(B, S)``."""
+    return pad([list(row[: max_len - 1]) + [END_ID] for row in rows])
+
+
+def string_pairs(sources, targets):
+    """``sources`` and ``targets`` as two lists of ``str`` of one length (what a scorer
+    reads: ``Translator.score``, ``CTranslate2Translator.score``).
+
+    Raises:
+        ValueError: naming the argument: one string instead of a list, an item that is not
+            a ``str``, or lists of different lengths.
+    """
+    checked = []
+    for name, values in (("sources", sources), ("targets", targets)):
+        if isinstance(values, (str, bytes)):
+            raise ValueError(f"`{name}` must be a list of strings, not one string. "
+                             f"Received: {name}={values!r}")
+        values = list(values)
+        bad = next((v for v in values if not isinstance(v, str)), None)
+        if bad is not None:
+            raise ValueError(f"`{name}` must hold strings. Received: an item {bad!r} of type "
+                             f"{type(bad).__name__}")
+        checked.append(values)
+    if len(checked[0]) != len(checked[1]):
+        raise ValueError(f"`sources` and `targets` must have the same length. Received: "
+                         f"{len(checked[0])} sources and {len(checked[1])} targets")
+    return checked
+
+
+def translate_sentences(engine, sentences, batch_size, opts, prefix=(), decode=None,
+                        progress=None):
+    """Per sentence its hypotheses: ``num_hypotheses`` dicts ``{"translation", "score",
+    "confidence"}`` (``"alignment"`` when asked; no ``"confidence"`` when ``decode`` gives
+    no features).
+
+    Sentences are decoded ``batch_size`` at a time; a request of more than one batch is
+    sorted by source length first, so each batch pads little (CTranslate2's
+    ``_process_iterable`` does the same), and its results are put back in order.
+
+    Args:
+        engine: the engine (module docstring). sentences: list of str.
+        batch_size: sentences per ``decode`` call. opts: resolved ``DecodingOptions``.
+        prefix: the ``target_prefix``'s target ids, forced on every sentence.
+        decode: ``engine.decode`` unless given (``Translator.translate``'s best-only loop).
+        progress: optional ``progress(done, total)`` after each batch.
+    """
+    decode = engine.decode if decode is None else decode
+    ids = engine.tokenize(sentences) if sentences else []
+    order = list(range(len(ids)))
+    if len(ids) > batch_size:
+        order.sort(key=lambda k: len(ids[k]))
+    results = [None] * len(ids)
+    for start in range(0, len(order), batch_size):
+        rows = order[start: start + batch_size]
+        out = decode(source_batch([ids[k] for k in rows], engine.max_len), opts, list(prefix))
+        tokens = np.asarray(out["tokens"])
+        b, n = tokens.shape[:2]
+        flat = tokens.reshape(b * n, -1)
+        used = np.flatnonzero(flat.any(axis=0))  # the columns past every hypothesis: none
+        texts = engine.detokenize(flat[:, : used[-1] + 1 if used.size else 1])
+        confidences = None
+        if "features" in out:
+            features = np.asarray(out["features"], np.float32).reshape(b * n, -1)
+            confidences = np.asarray(engine.calibrator(features, ops=NumpyOps)).reshape(b, n)
+        hyps = hypotheses(np.reshape(np.array(texts, object), (b, n)), out["scores"],
+                          confidences, out.get("alignments"))
+        for k, row in zip(rows, hyps):
+            results[k] = row
+        if progress is not None:
+            progress(start + len(rows), len(order))
+    return results
+
+
+def hypotheses(translations, scores, confidences=None, alignments=None):
+    """Per row its hypotheses ``{"translation", "score"[, "confidence"][, "alignment"]}``
+    from ``(B, N)`` arrays (a SavedModel signature's outputs, an engine's n-best)."""
+    return [[{"translation": translations[r][h], "score": float(scores[r][h]),
+              **({} if confidences is None else {"confidence": float(confidences[r][h])}),
+              **({} if alignments is None else {"alignment": alignments[r][h]})}
+             for h in range(len(translations[r]))] for r in range(len(translations))]
+
+
+def translate_nbest(engine, texts, batch_size=128, decode=None, progress=None, **options):
+    """What ``translate_nbest`` returns for every engine (``Translator.translate_nbest``
+    documents it): per text ``num_hypotheses`` dicts, one-sentence texts as their
+    sentence's dict (:func:`one_sentence`). ``decode``, ``progress``: as
+    :func:`translate_sentences`'s."""
+    opts = engine.options(**options)
+    prefix = engine.tokenize_target([opts.target_prefix])[0] if opts.target_prefix else []
+    opts.validate(max_length_limit=engine.max_len, prefix_tokens=len(prefix))
+    docs = translate_documents(engine, list(texts), lambda s: translate_sentences(
+        engine, s, batch_size, opts, prefix, decode, progress), opts.num_hypotheses)
+    return [[one_sentence(h) for h in hyps] for hyps in docs]
+
+
+def translate(engine, texts, beam_size=1, alpha=None, batch_size=128, progress=None,
+              **options):
+    """The best translation of each text (every engine's ``translate``): ``alpha`` is
+    ``length_penalty`` unless that is given too; no confidence is computed."""
+    options.setdefault("length_penalty", alpha)
+    best = lambda source, opts, prefix: engine.decode(source, opts, prefix, False)  # noqa: E731
+    return [hyps[0]["translation"] for hyps in translate_nbest(
+        engine, texts, batch_size, best, progress, beam_size=beam_size, **options)]
+
+
+def source_lengths(engine, sentences):
+    """Source tokens of each sentence (before ``[END]`` and any cut)."""
+    return [len(ids) for ids in engine.tokenize(sentences)] if sentences else []
+
+
+def cut_long(engine, sentences):
+    """Per sentence a :class:`keras_attn.documents.Pieces` cut at clause boundaries when it
+    has more source tokens than the model reads (``max_len - 1`` before ``[END]``), else
+    None (:func:`keras_attn.documents.cut_long`)."""
+    limit = engine.max_len - 1
+    count = lambda piece: source_lengths(engine, [piece])[0]  # noqa: E731
+    return [documents.cut_long(s, limit, count) if n > limit else None
+            for s, n in zip(sentences, source_lengths(engine, sentences))]
+
+
+def translate_documents(engine, texts, translate, num_hypotheses=1):
+    """Translate documents with a sentence translator: split every text, decode the
+    sentences of the whole request as one batch, join each hypothesis back.
+
+    Args:
+        engine: its ``max_len`` and ``split_long``, and ``tokenize`` to count a sentence's
+            tokens: a sentence too long for the model is translated piece by piece (cut at
+            clause boundaries, :func:`cut_long`; ``"cut": True``) when ``split_long`` is
+            set, else read in part (``"truncated": True``).
+        texts: sequence of B str (sentences, paragraphs, whole files).
+        translate: ``sentences -> per sentence a list of num_hypotheses dicts`` with at
+            least ``"translation"`` and ``"score"`` (:func:`translate_sentences`).
+        num_hypotheses: hypotheses per sentence (and per document).
+
+    Returns:
+        Per text, ``num_hypotheses`` dicts: ``"translation"`` (hypothesis ``h`` of every
+        sentence, joined with the input's whitespace), ``"score"`` (the sentences' scores
+        summed), ``"confidence"`` (the lowest of the sentences', when the sentence
+        translator gives one), ``"truncated"`` (a sentence was read only in part),
+        ``"sentences"`` (per sentence the dict of its hypothesis ``h``, with its
+        ``"source"``). A text with no sentence translates to its own whitespace, score 0.
+
+    Example:
+        >>> docs = translate_documents(engine, ["Hi. Bye."], lambda s: [[{
+        ...     "translation": x.upper(), "score": -1.0}] for x in s])
+        >>> docs[0][0]["translation"], docs[0][0]["score"]
+        ('HI. BYE.', -2.0)
+    """
+    sentences, counts, separators = documents.split_batch(texts)
+    long = [n > engine.max_len - 1 for n in source_lengths(engine, sentences)]
+    cuts = cut_long(engine, sentences) if engine.split_long and any(long) else \
+        [None] * len(sentences)
+    units, owners, pieces = [], [], []  # what is decoded, whose sentence, its cut
+    for k, (sentence, part) in enumerate(zip(sentences, cuts)):
+        if part is not None and part.cut:
+            pieces.append(part)
+            units += part.pieces
+            owners += [k] * len(part.pieces)
+        else:
+            pieces.append(None)
+            units.append(sentence)
+            owners.append(k)
+    per_sentence = [[] for _ in sentences]
+    for k, hyps in zip(owners, translate(units) if units else []):
+        per_sentence[k].append(hyps)
+    results, start = [], 0
+    for count, seps in zip(counts, separators):
+        doc = []
+        for h in range(num_hypotheses):
+            parts = []
+            for k in range(start, start + count):
+                hyps = [unit[h] for unit in per_sentence[k]]
+                if pieces[k] is None:
+                    parts.append(dict(hyps[0], source=sentences[k], truncated=long[k]))
+                else:  # translated piece by piece: joined at the cuts
+                    parts.append({"source": sentences[k], "cut": True, "truncated": False,
+                                  **joined(hyps, pieces[k].separators)})
+            doc.append({**joined(parts, seps),
+                        "truncated": any(p["truncated"] for p in parts), "sentences": parts})
+        results.append(doc)
+        start += count
+    return results
+
+
+def joined(hyps, separators):
+    """Hypotheses of consecutive pieces as one: translations joined with ``separators``,
+    scores summed, the lowest confidence (1.0 for none; left out when a piece has none)."""
+    out = {"translation": documents.join([p["translation"] for p in hyps], separators),
+           "score": float(sum(p["score"] for p in hyps))}
+    if all("confidence" in h for h in hyps):
+        out["confidence"] = float(min((h["confidence"] for h in hyps), default=1.0))
+    return out
+
+
+def one_sentence(hyp):
+    """A document hypothesis of :func:`translate_documents` as its one sentence's dict when
+    it has exactly one sentence (that sentence's keys, such as ``"alignment"``, at the top;
+    no ``"sentences"``), the translation with the text's whitespace; else unchanged."""
+    if len(hyp["sentences"]) != 1:
+        return hyp
+    (only,) = hyp["sentences"]
+    return {**{k: v for k, v in only.items() if k != "source"},
+            "translation": hyp["translation"], "score": hyp["score"],
+            **({"confidence": hyp["confidence"]} if "confidence" in hyp else {}),
+            "truncated": hyp["truncated"]}

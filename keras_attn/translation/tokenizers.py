@@ -1,0 +1,136 @@
+"""The in-graph tokenizers' ids and texts in plain Python (no TensorFlow), for an engine
+that runs without it (CTranslate2); ``tests/test_translation.py`` holds them equal.
+
+* :class:`PieceTokenizer`: a SentencePiece model through the ``sentencepiece`` library (the
+  pieces of ``keras_attn.subword.SentencePieceTokenizer``'s tensorflow-text ops, and its
+  detokenizer's rules);
+* :class:`CharTokenizer`: a character vocabulary, as ``keras_attn.text.Tokenizer`` reads
+  one (a text with an unknown character is a single ``[UNK]``).
+
+Both have ``vocab``, ``char_level``, ``tokenize(texts)`` (per text its ids, no
+``[START]``/``[END]``) and ``detokenize(rows)`` (stops at the first ``[END]``, drops
+``[PAD]`` and ``[START]``). A WordPiece vocabulary has no Python twin (:func:`load`: None).
+
+Example:
+    >>> tok = load("runs/fra/src.model")
+    >>> tok.detokenize(tok.tokenize(["Merci !"]))
+    ['Merci !']
+"""
+from keras_attn.special_tokens import END_ID, PAD_ID, START_ID, UNK, UNK_ID
+from keras_attn.vocab import SUFFIX, load_vocab
+
+SPACE = "\u2581"  # how SentencePiece writes a space inside a piece
+RESERVED = 4  # [PAD], [UNK], [START], [END]
+
+
+def _words(pieces):
+    """Join detokenized pieces as FastWordpiece does: a ``##`` piece is glued to the word
+    before it, words are joined with one space."""
+    words = []
+    for piece in pieces:
+        if piece.startswith(SUFFIX) and words:
+            words[-1] += piece[len(SUFFIX):]
+        else:
+            words.append(piece)
+    return " ".join(words)
+
+
+def _kept(row, vocab_size):
+    """``(id, previous id)`` of a row up to its first ``[END]``, ids outside the vocabulary
+    read as ``[UNK]``, ``[PAD]`` and ``[START]`` dropped."""
+    previous = None
+    for i in row:
+        i = int(i) if 0 <= int(i) < vocab_size else UNK_ID
+        if i == END_ID:
+            return
+        if i not in (PAD_ID, START_ID):
+            yield i, previous
+        previous = i
+
+
+class PieceTokenizer:
+    """A SentencePiece model (bytes) through the ``sentencepiece`` library.
+
+    Args:
+        model: the serialized model (``keras_attn.subword.learn_sentencepiece``'s), whose
+            pad/unk/bos/eos ids are 0/1/2/3.
+    """
+
+    char_level = False
+
+    def __init__(self, model):
+        import sentencepiece as spm
+
+        self._processor = spm.SentencePieceProcessor(model_proto=bytes(model))
+        self.vocab = [self._processor.id_to_piece(i)
+                      for i in range(self._processor.get_piece_size())]
+        self._space_id = self.vocab.index(SPACE) if SPACE in self.vocab else -1
+
+    def tokenize(self, texts):
+        return self._processor.encode(list(texts))
+
+    def _form(self, i, word_start):
+        """A piece as FastWordpiece reads it: ``▁w`` the word ``w``, another piece a
+        ``##`` suffix, or a word where a word starts (first, or after a lone ``▁``)."""
+        if i < RESERVED:
+            return UNK
+        piece = self.vocab[i]
+        if piece.startswith(SPACE):
+            return piece[len(SPACE):]
+        return piece if word_start else SUFFIX + piece
+
+    def detokenize(self, rows):
+        out = []
+        for row in rows:
+            pieces = [self._form(i, not n or prev == self._space_id)
+                      for n, (i, prev) in enumerate(
+                          (i, p) for i, p in _kept(row, len(self.vocab))
+                          if i != self._space_id)]
+            out.append(_words(pieces))
+        return out
+
+
+class CharTokenizer:
+    """A character vocabulary (``[PAD]``..``[END]``, every character ``c``, then ``##c``).
+
+    Args:
+        vocab: the token list (``keras_attn.vocab.load_vocab`` of a ``*_vocab.txt``).
+    """
+
+    char_level = True
+
+    def __init__(self, vocab):
+        self.vocab = list(vocab)
+        index = {t: i for i, t in enumerate(self.vocab)}
+        self._ids = {t[len(SUFFIX):]: i for t, i in index.items()
+                     if t.startswith(SUFFIX) and len(t) > len(SUFFIX)}
+
+    def tokenize(self, texts):
+        out = []
+        for text in texts:
+            ids = [self._ids.get(c) for c in text]
+            out.append([UNK_ID] if None in ids else ids)
+        return out
+
+    def detokenize(self, rows):
+        out = []
+        for row in rows:
+            pieces = []
+            for n, (i, _) in enumerate(_kept(row, len(self.vocab))):
+                token = self.vocab[i]
+                if i >= RESERVED:  # the first character a word, the others suffixes
+                    token = token[len(SUFFIX):] if token.startswith(SUFFIX) else token
+                    token = token if not n else SUFFIX + token
+                pieces.append(token)
+            out.append(_words(pieces))
+        return out
+
+
+def load(path):
+    """The Python tokenizer of a tokenizer file (a SentencePiece ``.model``, or a
+    character vocabulary), or None for a WordPiece vocabulary."""
+    if path.endswith(".model"):
+        with open(path, "rb") as f:
+            return PieceTokenizer(f.read())
+    vocab = load_vocab(path)
+    return CharTokenizer(vocab) if " " in vocab else None
