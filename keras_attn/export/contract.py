@@ -22,20 +22,9 @@ import json
 import os
 import re
 
-# Every options signature of the SavedModel and of the TFLite text file, oldest first, with
-# the option inputs (besides ``text``) it shipped with. Never edit a line: a new option of
-# keras_attn.decoding.options gets a new signature here, holding every option.
-OPTION_SIGNATURES = {
-    "translate": ("beam_size", "num_hypotheses", "length_penalty", "max_length",
-                  "target_prefix", "sampling_topk", "sampling_topp", "sampling_temperature",
-                  "seed", "return_alignments"),
-    "translate_v2": ("beam_size", "num_hypotheses", "length_penalty", "max_length",
-                     "target_prefix", "sampling_topk", "sampling_topp",
-                     "sampling_temperature", "seed", "return_alignments",
-                     "repetition_penalty", "no_repeat_ngram_size", "max_length_factor"),
-}
-# The signature that takes every option (what the package's own engines call).
-LATEST_OPTIONS_SIGNATURE = list(OPTION_SIGNATURES)[-1]
+from keras_attn.export.option_sets import (LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES,
+                                            newest_options_signature)
+
 SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "signatures.json")
 # Artefacts of an export folder (``keras-attn export --export-dir DIR``) and where they lie.
 ARTEFACTS = {"saved_model": os.path.join("saved_model", "translator", "1"),
@@ -43,21 +32,6 @@ ARTEFACTS = {"saved_model": os.path.join("saved_model", "translator", "1"),
              "tflite_text_int8": os.path.join("tflite", "text_int8.tflite"),
              "tflite_builtin_float32": os.path.join("tflite", "builtin_float32"),
              "tflite_builtin_int8": os.path.join("tflite", "builtin_int8")}
-
-
-def newest_options_signature(available):
-    """The newest of :data:`OPTION_SIGNATURES` among the signature names ``available``
-    (an older export has only the older ones).
-
-    Raises:
-        ValueError: none of them (an artefact exported without the options signature).
-    """
-    for name in reversed(list(OPTION_SIGNATURES)):
-        if name in available:
-            return name
-    raise ValueError(f"the artefact has no options signature (one of "
-                     f"{list(OPTION_SIGNATURES)}); its signatures are {sorted(available)}: "
-                     "export it again with `keras-attn export`")
 
 
 def artefact_signatures(export_dir):

@@ -29,7 +29,7 @@ from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control
 from keras_attn.export.base import check_beam
 from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
-from keras_attn.export.contract import LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES
+from keras_attn.export.option_sets import LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES
 from keras_attn.export.runtime import TFLITE_ENCODER_SIGNATURE, TFLITE_STEP_SIGNATURE
 from keras_attn.layers.kv_cache import HeadsFirstCache
 

@@ -1,7 +1,7 @@
 """Decoding options per request inside a served graph (TensorFlow-only): the options
 signatures of the SavedModel and of the TFLite text file.
 
-Each signature of :data:`keras_attn.export.contract.OPTION_SIGNATURES` takes ``text`` and
+Each signature of :data:`keras_attn.export.option_sets.OPTION_SIGNATURES` takes ``text`` and
 the option set it shipped with, frozen (docs/serving_contract.md): ``translate`` the ten
 options it first had, ``translate_v2`` every option of ``keras_attn.decoding.options``
 (API.md, "Decoding options per request"). The newest is the graph below; an older one
@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from keras_attn import alignment, decoding, text
 from keras_attn.decoding.options import CONTROLS, OPTIONS
-from keras_attn.export.contract import LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES
+from keras_attn.export.option_sets import LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES
 
 # Every option of keras_attn.decoding.options and its dtype in the signature.
 OPTION_SPECS = {name: tf.as_dtype(opt.dtype) for name, opt in OPTIONS.items()}
@@ -41,7 +41,7 @@ TRANSLATE_SIGNATURE = "translate"  # the first options signature (frozen, as all
 
 def input_signature(batch_size=None, signature=LATEST_OPTIONS_SIGNATURE):
     """``tf.TensorSpec`` s of an options signature: ``text (B,)`` then its options as
-    scalars, in :data:`~keras_attn.export.contract.OPTION_SIGNATURES` order, but
+    scalars, in :data:`~keras_attn.export.option_sets.OPTION_SIGNATURES` order, but
     ``target_prefix``: strings ``(P,)``, none, one for every sentence, or one per sentence
     (``P = B``)."""
     return [tf.TensorSpec([batch_size], tf.string, name="text")] + [

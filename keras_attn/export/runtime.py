@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from keras_attn.export.contract import LATEST_OPTIONS_SIGNATURE, newest_options_signature
+from keras_attn.export.option_sets import LATEST_OPTIONS_SIGNATURE, newest_options_signature
 from keras_attn.special_tokens import END_ID, START_ID
 
 TFLITE_TEXT_SIGNATURE = "serving_default"

@@ -79,7 +79,7 @@ class SavedModelEngine:
         self._tf = tf
         self.path = path
         self._loaded = tf.saved_model.load(path)
-        from keras_attn.export.contract import newest_options_signature
+        from keras_attn.export.option_sets import newest_options_signature
 
         try:
             name = newest_options_signature(self._loaded.signatures)

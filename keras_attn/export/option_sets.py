@@ -1,0 +1,41 @@
+"""The options signatures of the SavedModel and of the TFLite text file, each frozen with
+the option set it shipped with (the rule: :mod:`keras_attn.export.contract`,
+docs/serving_contract.md). Imports nothing of the package: the exporters, the runtime and the
+server read it.
+
+Example:
+    >>> OPTION_SIGNATURES["translate"][:2]
+    ('beam_size', 'num_hypotheses')
+    >>> newest_options_signature(["serving_default", "translate"])
+    'translate'
+"""
+
+# Every options signature of the SavedModel and of the TFLite text file, oldest first, with
+# the option inputs (besides ``text``) it shipped with. Never edit a line: a new option of
+# keras_attn.decoding.options gets a new signature here, holding every option.
+OPTION_SIGNATURES = {
+    "translate": ("beam_size", "num_hypotheses", "length_penalty", "max_length",
+                  "target_prefix", "sampling_topk", "sampling_topp", "sampling_temperature",
+                  "seed", "return_alignments"),
+    "translate_v2": ("beam_size", "num_hypotheses", "length_penalty", "max_length",
+                     "target_prefix", "sampling_topk", "sampling_topp",
+                     "sampling_temperature", "seed", "return_alignments",
+                     "repetition_penalty", "no_repeat_ngram_size", "max_length_factor"),
+}
+# The signature that takes every option (what the package's own engines call).
+LATEST_OPTIONS_SIGNATURE = list(OPTION_SIGNATURES)[-1]
+
+
+def newest_options_signature(available):
+    """The newest of :data:`OPTION_SIGNATURES` among the signature names ``available``
+    (an older export has only the older ones).
+
+    Raises:
+        ValueError: none of them (an artefact exported without the options signature).
+    """
+    for name in reversed(list(OPTION_SIGNATURES)):
+        if name in available:
+            return name
+    raise ValueError(f"the artefact has no options signature (one of "
+                     f"{list(OPTION_SIGNATURES)}); its signatures are {sorted(available)}: "
+                     "export it again with `keras-attn export`")
