@@ -17,7 +17,7 @@ import tensorflow as tf
 from keras_attn import (alignment, data, decoding, document_translation, documents, fastpath,
                         models, runs, subword, text)
 from keras_attn.config import TrainConfig
-from keras_attn.decoding import repetition
+from keras_attn.decoding import processors
 from keras_attn.decoding.confidence import Calibrator, features, hypothesis_features
 from keras_attn.decoding.options import (CONTROLS, LENGTH_PENALTY, OPTIONS, DecodingOptions,
                                          control_defaults)
@@ -154,14 +154,14 @@ class Translator:
         """A ``tf.function`` per shape of the computation (beam, n-best, sampling or not,
         prefix or not, which repetition controls are on); the other options are tensors
         (:data:`TENSOR_OPTIONS`), so changing them does not retrace."""
-        on = tuple(name for name in CONTROLS if repetition.active(name, getattr(opts, name)))
+        on = tuple(name for name in CONTROLS if processors.active(name, getattr(opts, name)))
         key = ("options", opts.beam_size if not opts.sampling else 0, opts.num_hypotheses,
                opts.sampling, with_prefix, opts.return_alignments, on)
         if key not in self._decoders:
             def fn(source, prefix, *values):
                 values = dict(zip(TENSOR_OPTIONS, values))
                 # A control that is off stays a Python value: no op in the loop.
-                values.update({name: repetition.OFF[name] for name in CONTROLS
+                values.update({name: processors.OFF[name] for name in CONTROLS
                                if name not in on})
                 graph_opts = types.SimpleNamespace(
                     beam_size=opts.beam_size, num_hypotheses=opts.num_hypotheses,

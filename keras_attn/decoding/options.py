@@ -25,7 +25,7 @@ import numbers
 from typing import Any, Callable, Optional
 
 LENGTH_PENALTY = 0.6  # GNMT alpha (Wu et al. 2016) when a request or export names none
-# The repetition controls' defaults (keras_attn.decoding.repetition) by the kind of target
+# The repetition controls' defaults (keras_attn.decoding.processors) by the kind of target
 # vocabulary, chosen by measurement (docs/benchmarks/repetition.md): on subwords, a penalty
 # of 1.2 on repeated tokens, no repeated 4-gram and at most 3 target tokens per source token
 # remove every loop on held-out text and odd inputs for -0.08 BLEU; on characters (the dates
