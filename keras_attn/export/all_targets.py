@@ -163,8 +163,8 @@ def check_agreement(samples, exporters, normalize):
             verdicts[key] = f"unchecked: {share:.0%} (no float32 {exporter.target} file beside it)"
         elif verdicts[twin] == "passed":
             verdicts[key] = (f"passed: the float32 {exporter.target} file agrees on every "
-                             f"sample; {share:.0%} is the {exporter.quantization} "
-                             "quantisation's")
+                             f"sample, what this one does otherwise is the "
+                             f"{exporter.quantization} quantisation's")
         else:
             verdicts[key] = f"unchecked: {share:.0%} (its float32 twin {twin} failed)"
     return verdicts
