@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from keras_attn import alignment, decoding, fastpath, models, runs, subword, text
 from keras_attn.config import TrainConfig
-from keras_attn.decoding import repetition
+from keras_attn.decoding import processors
 from keras_attn.decoding.confidence import Calibrator, features, hypothesis_features
 from keras_attn.decoding.options import (CONTROLS, LENGTH_PENALTY, NAMES, OPTIONS,
                                          DecodingOptions, control_defaults)
@@ -147,7 +147,7 @@ class Translator:
         prefix or not, which repetition controls are on, the confidence's pass or not);
         the other options are tensors (:data:`TENSOR_OPTIONS`), so changing them does not
         retrace."""
-        on = tuple(name for name in CONTROLS if repetition.active(name, getattr(opts, name)))
+        on = tuple(name for name in CONTROLS if processors.active(name, getattr(opts, name)))
         key = ("options", opts.beam_size if not opts.sampling else 0, opts.num_hypotheses,
                opts.sampling, with_prefix, opts.return_alignments, on, confidence)
         if key not in self._decoders:
@@ -157,7 +157,7 @@ class Translator:
                 graph_opts = DecodingOptions.holding(
                     {**{name: getattr(opts, name) for name in NAMES},
                      **dict(zip(TENSOR_OPTIONS, values)),
-                     **{name: repetition.OFF[name] for name in CONTROLS if name not in on}},
+                     **{name: processors.OFF[name] for name in CONTROLS if name not in on}},
                     opts.sampling)
                 encoded = decoding.encode(self.model, source)  # search and confidence
                 out = decoding.decode(self.model, source, graph_opts, self.max_len,

@@ -1,14 +1,15 @@
-"""keras_attn.decoding.repetition: CTranslate2's repetition_penalty and no_repeat_ngram_size and
-Marian's max-length factor, against references written here in numpy / plain Python, then in
-the decoding loops (plain and compacted, greedy, beam and sampling)."""
+"""keras_attn.decoding.processors: the banned ids, CTranslate2's repetition_penalty and
+no_repeat_ngram_size, the forced prefix and Marian's max-length factor, against references
+written here in numpy / plain Python, then in the decoding loops (plain and compacted, greedy,
+beam and sampling)."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_attn import decoding, fastpath, models
-from keras_attn.decoding import repetition
+from keras_attn.decoding import processors
 from keras_attn.decoding.options import DecodingOptions
-from keras_attn.decoding.step import NEG
+from keras_attn.decoding.processors import NEG, StepState
 
 START, END = 2, 3
 
@@ -20,7 +21,7 @@ def test_repetition_penalty_follows_ctranslate2():
     logits = rng.normal(size=(3, 10)).astype("float32")
     history = np.array([[4, 5, 4, 0], [7, 0, 0, 0], [9, 1, 6, 8]], "int32")
     length = 3  # position 3 is not written yet (row 2's 8 does not count)
-    out = np.asarray(repetition.penalize_repeats(logits, history, length, 1.5))
+    out = np.asarray(processors.RepetitionPenalty(1.5)(logits, StepState(length, history)))
     expected = logits.copy()
     for row, ids in enumerate(history[:, :length]):
         for i in set(ids.tolist()) - {0}:
@@ -44,7 +45,7 @@ def test_no_repeat_ngram_bans_exactly_the_completing_ids(n):
     history = rng.integers(4, 8, size=(16, 12)).astype("int32")  # few ids: many repeats
     for length in (0, 1, 3, 7, 12):
         logits = np.zeros((16, 10), "float32")
-        out = np.asarray(repetition.ban_repeated_ngrams(logits, history, length, n))
+        out = np.asarray(processors.NoRepeatNgram(n)(logits, StepState(length, history)))
         for row in range(16):
             banned = set(np.flatnonzero(out[row] <= NEG / 2).tolist())
             assert banned == reference_banned(history[row], length, n), (row, length)
@@ -52,9 +53,9 @@ def test_no_repeat_ngram_bans_exactly_the_completing_ids(n):
 
 def test_row_limits_follow_the_source_length():
     source = np.array([[5, 6, 7, 3], [5, 3, 0, 0], [3, 0, 0, 0]], "int32")
-    np.testing.assert_array_equal(repetition.row_limits(source, 1.5, 5), [5, 3, 2])
-    np.testing.assert_array_equal(repetition.row_limits(source, 0.0, 5), [5, 5, 5])
-    np.testing.assert_array_equal(repetition.row_limits(source, 0.1, 50), [1, 1, 1])
+    np.testing.assert_array_equal(processors.row_limits(source, 1.5, 5), [5, 3, 2])
+    np.testing.assert_array_equal(processors.row_limits(source, 0.0, 5), [5, 5, 5])
+    np.testing.assert_array_equal(processors.row_limits(source, 0.1, 50), [1, 1, 1])
 
 
 def looping_model():

@@ -14,17 +14,20 @@ module            holds
                   :class:`RandomSampler`); forcing a target prefix
 ``compacted``     TensorFlow only: the loop that drops the rows that ended
 ``step``          the step the loops drive (:class:`DecodingStep`: the decoder's own cached
-                  call, the banned ids), the encoder's output, the source checks
+                  call), the encoder's output, the source checks
+``processors``    the one ordered list every step's logits go through (the banned ids, the
+                  repetition controls, the forced prefix), the rows' length limits, the
+                  GNMT length penalty
 ``rng``           the counter-based random numbers of sampling (the same bits everywhere)
 ``options``       :class:`DecodingOptions`, every per-request option, checked
-``repetition``    the repetition controls every step's logits go through
 ``confidence``    a hypothesis's features (its tokens' log-probabilities, lengths, source)
                   and the :class:`Calibrator` that makes them a probability of acceptable
 ================  ===========================================================================
 
 A new decoding feature goes where its job is: a way of choosing tokens is a ``Sampler``
-subclass (or a change to ``select``), something every step's logits go through belongs to
-``step``, a new per-request value is one field of ``options``. The kernels a step runs are
+subclass (or a change to ``select``), something every step's logits go through is one
+processor in ``processors`` (every loop and artefact runs the list) plus its field of
+``options``. The kernels a step runs are
 chosen by the layers from the cache's layout (:mod:`keras_attn.layers.kv_cache`) and the
 kernel policy (:mod:`keras_attn.fastpath`), never here.
 
@@ -44,10 +47,12 @@ from keras_attn import lazy
 _NAMES = {
     "confidence": ("Calibrator", "hypothesis_features"),
     "options": ("DecodingOptions",),
+    "processors": ("LogitsProcessorList", "StepState", "length_penalty", "log_probs",
+                   "processors_for"),
     "rng": ("uniform",),
     "samplers": ("BeamSampler", "GreedySampler", "RandomSampler", "Sampler", "take_beams"),
     "search": ("KINDS", "beam_decode_fixed", "beam_search", "cross_attention", "decode",
-               "greedy_decode_fixed", "greedy_search", "length_penalty", "score"),
-    "step": ("DecodingStep", "encode", "log_probs", "step_functions"),
+               "greedy_decode_fixed", "greedy_search", "score"),
+    "step": ("DecodingStep", "encode", "step_functions"),
 }
 __getattr__, __dir__, __all__ = lazy.attach(__name__, _NAMES)

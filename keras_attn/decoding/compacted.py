@@ -10,10 +10,10 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_attn.decoding.step import force_prefix
+from keras_attn.decoding.processors import StepState
 
 
-def compacted_loop(sampler, steps, batch, limit, prefix, controls):
+def compacted_loop(sampler, steps, batch, limit, processors, row_limit):
     """``sampler``'s loop over the unfinished rows only.
 
     The state (the whole cache, the source's projections too), the last tokens, the
@@ -26,8 +26,9 @@ def compacted_loop(sampler, steps, batch, limit, prefix, controls):
         sampler: a :class:`~keras_attn.decoding.samplers.Sampler` that does not reorder
             rows. steps: its :class:`~keras_attn.decoding.step.DecodingStep`.
         batch: sentences B (``B * sampler.beams`` rows). limit: int32 scalar, the most
-            tokens. prefix: int32 ``(B, P)`` forced target ids, or None.
-        controls: the call's :class:`~keras_attn.decoding.samplers.Controls`.
+            tokens. processors: the call's
+            :class:`~keras_attn.decoding.processors.LogitsProcessorList`. row_limit: int32
+            ``(B * K,)`` each row's most tokens, or None.
 
     Returns: the dict of :meth:`Sampler.__call__` (without ``attention``).
     """
@@ -51,17 +52,14 @@ def compacted_loop(sampler, steps, batch, limit, prefix, controls):
 
     def body(i, token, state, rows, scores, tokens, out):
         logits, state, _ = steps.step(token, state, i)
-        if controls.on_history:
-            logits = controls.apply(logits, tokens, i)
+        logits = processors(logits, StepState(i, tokens, rows))
         logits = ops.expand_dims(logits, 1)  # (N, 1, V): one hypothesis per row here
-        if prefix is not None:
-            logits = force_prefix(logits, prefix, i, ops.floor_divide(rows, k))
         token, _, scores = sampler.select(logits, ops.expand_dims(scores, 1), None, i, rows)
         token, scores = token[:, 0], scores[:, 0]
         tokens = ops.concatenate([tokens, ops.expand_dims(token, 1)], axis=1)
         going = ops.not_equal(token, sampler.end_id)
-        if controls.row_limit is not None:  # each row's own length limit
-            going = ops.logical_and(going, i + 1 < ops.take(controls.row_limit, rows))
+        if row_limit is not None:  # each row's own length limit
+            going = ops.logical_and(going, i + 1 < ops.take(row_limit, rows))
 
         def drop_ended():
             ended, keep = (tf.reshape(tf.where(m), (-1,)) for m in (~going, going))

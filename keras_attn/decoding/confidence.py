@@ -49,8 +49,8 @@ class NumpyOps:
         staticmethod(np.expand_dims)
     maximum, less, equal, not_equal, where = (staticmethod(f) for f in (
         np.maximum, np.less, np.equal, np.not_equal, np.where))
-    sum, min, stack, log, exp = (staticmethod(f) for f in (np.sum, np.min, np.stack, np.log,
-                                                           np.exp))
+    sum, min, stack, log, exp, power = (staticmethod(f) for f in (
+        np.sum, np.min, np.stack, np.log, np.exp, np.power))
     @staticmethod
     def sigmoid(x):
         with np.errstate(over="ignore"):  # exp(-x) = inf for a very negative x: 1 / inf = 0

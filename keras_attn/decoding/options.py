@@ -25,7 +25,7 @@ import numbers
 from typing import Any, Callable, Optional
 
 LENGTH_PENALTY = 0.6  # GNMT alpha (Wu et al. 2016) when a request or export names none
-# The repetition controls' defaults (keras_attn.decoding.repetition) by the kind of target
+# The repetition controls' defaults (keras_attn.decoding.processors) by the kind of target
 # vocabulary, chosen by measurement (docs/benchmarks/repetition.md): on subwords, a penalty
 # of 1.2 on repeated tokens, no repeated 4-gram and at most 3 target tokens per source token
 # remove every loop on held-out text and odd inputs for -0.08 BLEU; on characters (the dates
@@ -253,3 +253,21 @@ def docs_table():
         rows.append(f"| `{opt.name}` | {opt.dtype}, {default} | {opt.help} | "
                     f"{'`' + opt.ct2 + '`' if opt.ct2 else '—'} |")
     return "\n".join(rows)
+
+
+def length_penalty(lengths, alpha, ops=None):
+    """GNMT length penalty ``((5 + n) / 6) ** alpha`` (Wu et al. 2016), float32: beam search
+    ranks by ``log_prob / length_penalty``, every engine alike.
+
+    Args:
+        lengths: int, ``(B,)`` or ``(B, N)`` output lengths (``[END]`` counted).
+        alpha: float, the ``length_penalty`` option.
+        ops: ``keras.ops`` (the default, imported on first use: this module is read
+            without Keras) or ``keras_attn.decoding.confidence.NumpyOps`` for numpy.
+    Example:
+        >>> float(length_penalty(1, 0.6))
+        1.0
+    """
+    if ops is None:
+        from keras import ops
+    return ops.power((5.0 + ops.cast(lengths, "float32")) / 6.0, alpha)

@@ -22,9 +22,10 @@ References: D2L 10.8 (beam search); keras-hub's ``Sampler``.
 import keras
 from keras import ops
 
-from keras_attn.decoding import repetition
+from keras_attn.decoding.processors import (NEG, StepState, length_limits,
+                                            processors_for)
 from keras_attn.decoding.rng import uniform
-from keras_attn.decoding.step import NEG, check_source, encode, force_prefix, step_functions
+from keras_attn.decoding.step import check_source, encode, step_functions
 
 _POSITION_MAJOR = ("tokens", "attention")  # the loop's buffers written one position a step
 
@@ -87,9 +88,10 @@ class Sampler:
         tokens' log-probabilities are 0 in the scores (they count in the lengths).
         ``encoded``: :func:`encode` ``(model, source)``, if already computed.
         ``options``: the request's ``DecodingOptions`` (or an object with the same
-        attributes, tensors allowed), for its repetition controls
-        (:mod:`keras_attn.decoding.repetition`: ``repetition_penalty``,
-        ``no_repeat_ngram_size``, ``max_length_factor``); None: none."""
+        attributes, tensors allowed), for the processors every step's logits go through
+        and the rows' length limits (:mod:`keras_attn.decoding.processors`:
+        ``repetition_penalty``, ``no_repeat_ngram_size``, ``max_length_factor``); None:
+        the bans alone."""
         source = check_source(source)
         k, max_len = self.beams, self.max_len
         batch, src_len = ops.shape(source)[0], ops.shape(source)[1]
@@ -99,12 +101,12 @@ class Sampler:
             # Encoded once per sentence, then repeated for its K hypotheses.
             source = ops.repeat(source, k, axis=0)  # (B*K, S)
             encoded = keras.tree.map_structure(lambda t: ops.repeat(t, k, axis=0), encoded)
-        steps = step_functions(model, source, max_len, self.use_cache, self.start_id, encoded)
+        steps = step_functions(model, source, max_len, self.use_cache, encoded)
         limit = max_len if max_length is None else ops.minimum(
             ops.cast(max_length, "int32"), max_len)
-        controls = Controls(options, source, max_len)
-        if prefix is not None:
-            prefix = ops.cast(ops.convert_to_tensor(prefix), "int32")
+        processors = processors_for(options, self.start_id, steps.decoder.vocab_size, prefix, k)
+        row_limit = length_limits(options, source, max_len)
+        loop = (processors, row_limit)
         if self.compacts():
             # One row ends the loop when it ends: nothing to drop, and the plain loop's
             # step is lighter (measured: docs/benchmarks/NOTES.md).
@@ -115,15 +117,17 @@ class Sampler:
             rows = batch * k
             if isinstance(rows, int):  # a shape known when traced
                 if rows > 1:
-                    return compacted_loop(self, steps, batch, limit, prefix, controls)
+                    return compacted_loop(self, steps, batch, limit, *loop)
             else:
                 return tf.cond(
-                    rows > 1, lambda: compacted_loop(self, steps, batch, limit, prefix, controls),
-                    lambda: self._loop(steps, batch, src_len, limit, prefix, controls))
-        return self._loop(steps, batch, src_len, limit, prefix, controls)
+                    rows > 1, lambda: compacted_loop(self, steps, batch, limit, *loop),
+                    lambda: self._loop(steps, batch, src_len, limit, *loop))
+        return self._loop(steps, batch, src_len, limit, *loop)
 
-    def _loop(self, steps, batch, src_len, limit, prefix, controls):
-        """The loop over every row (a finished one goes on with padding at no cost)."""
+    def _loop(self, steps, batch, src_len, limit, processors, row_limit):
+        """The loop over every row (a finished one goes on with padding at no cost):
+        the step, its logits through ``processors``, the choice; a row ends at ``end_id``
+        or at its ``row_limit`` (int32 ``(B * K,)``, or None)."""
         k, max_len = self.beams, self.max_len
 
         def cond(i, token, state, out):
@@ -132,12 +136,11 @@ class Sampler:
         def body(i, token, state, out):
             logits, state, align = steps.step(token, state, i, self.return_attention)
             finished = out["finished"]
-            if controls.on_history:  # the hypotheses' tokens so far, rows first
+            history = None
+            if processors.reads_history:  # the hypotheses' tokens so far, rows first
                 history = ops.reshape(ops.transpose(out["tokens"], (1, 2, 0)), (-1, max_len))
-                logits = controls.apply(logits, history, i)
+            logits = processors(logits, StepState(i, history))
             logits = ops.reshape(logits, (batch, k, logits.shape[-1] or -1))  # V kept static
-            if prefix is not None:  # force the prefix's token where the row has one
-                logits = force_prefix(logits, prefix, i)
             next_token, beam, scores = self.select(logits, out["scores"], finished, i)
             out = dict(out, scores=scores)
             if beam is not None:  # reorder everything that belongs to a hypothesis
@@ -154,8 +157,8 @@ class Sampler:
                 align = ops.reshape(ops.cast(align, "float32"), (1, batch, k, -1))
                 out["attention"] = ops.scatter_update(out["attention"], at, align)
             out["finished"] = ops.logical_or(finished, ops.equal(next_token, self.end_id))
-            if controls.row_limit is not None:  # each row's own length limit
-                reached = out["lengths"] >= ops.reshape(controls.row_limit, (batch, k))
+            if row_limit is not None:  # each row's own length limit
+                reached = out["lengths"] >= ops.reshape(row_limit, (batch, k))
                 out["finished"] = ops.logical_or(out["finished"], reached)
             return i + 1, ops.reshape(next_token, (-1,)), state, out
 
@@ -184,36 +187,6 @@ class Sampler:
         from keras_attn import fastpath
 
         return fastpath.current().growing_cache()
-
-
-class Controls:
-    """The repetition controls of one call (:mod:`keras_attn.decoding.repetition`), read
-    from ``options``; what is off (a Python value that switches it off, or no options) adds
-    no op to the loop.
-
-    Args:
-        options: the request's options, or None. source: int32 ``(N, S)``, one row per
-            hypothesis. max_len: the buffers' length.
-    """
-
-    def __init__(self, options, source, max_len):
-        read = {name: getattr(options, name, None) for name in repetition.OFF}
-        self.penalty = read["repetition_penalty"]
-        self.ngram = read["no_repeat_ngram_size"]
-        use = {name: repetition.active(name, value) for name, value in read.items()}
-        self.use_penalty, self.use_ngram = use["repetition_penalty"], use["no_repeat_ngram_size"]
-        self.on_history = self.use_penalty or self.use_ngram
-        self.row_limit = (repetition.row_limits(source, read["max_length_factor"], max_len)
-                          if use["max_length_factor"] else None)
-
-    def apply(self, logits, history, length):
-        """``logits`` ``(N, V)`` with the controls that read ``history`` ``(N, T)`` (its
-        first ``length`` positions written) applied."""
-        if self.use_penalty:
-            logits = repetition.penalize_repeats(logits, history, length, self.penalty)
-        if self.use_ngram:
-            logits = repetition.ban_repeated_ngrams(logits, history, length, self.ngram)
-        return logits
 
 
 class GreedySampler(Sampler):

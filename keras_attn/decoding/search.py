@@ -12,16 +12,12 @@ import keras
 from keras import ops
 
 from keras_attn.decoding.options import LENGTH_PENALTY
+from keras_attn.decoding.processors import length_penalty, log_probs
 from keras_attn.decoding.samplers import BeamSampler, GreedySampler, RandomSampler, take_beams
-from keras_attn.decoding.step import check_source, encode, log_probs
+from keras_attn.decoding.step import check_source, encode
 from keras_attn.special_tokens import END_ID, START_ID
 
 KINDS = ("greedy", "beam", "sample")  # how :func:`decode` chooses the next tokens
-
-
-def length_penalty(lengths, alpha):
-    """GNMT length penalty ``((5 + n) / 6) ** alpha``."""
-    return ops.power((5.0 + ops.cast(lengths, "float32")) / 6.0, alpha)
 
 
 def _trim(tokens, lengths):
@@ -201,7 +197,7 @@ def score(model, source, target, start_id=START_ID, end_id=END_ID, alpha=LENGTH_
 
     One teacher-forced pass of the decoder (as in training, and as :func:`cross_attention`)
     reads each target row after ``start_id``; every token's log-probability is taken under
-    the bans of decoding (padding and ``start_id``, :func:`~keras_attn.decoding.step.log_probs`),
+    the bans of decoding (padding and ``start_id``, :func:`~keras_attn.decoding.processors.log_probs`),
     so a hypothesis that :func:`greedy_search` or :func:`beam_search` produced gets back the
     log-probabilities its search summed.
 

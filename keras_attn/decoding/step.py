@@ -11,30 +11,22 @@ when the cache is made) and the layers choose the kernels of a one-position step
 (heads-first caches, one ``BatchMatMulV3`` per projection, no op that oneDNN rewrites:
 :mod:`keras_attn.tf_step`); the step is the same decoder call everywhere
 (docs/benchmarks/NOTES.md, "Decoding step"). :class:`DecodingStep` is the one driver of it:
-the samplers' loops, and the TFLite builtin target's exported step, call it.
+the samplers' loops, and the TFLite builtin target's exported step, call it; the logits it
+returns then go through the loop's processors (:mod:`keras_attn.decoding.processors`).
 """
 import keras
 from keras import ops
 
 from keras_attn import ops as attn_ops
 
-NEG = attn_ops.large_negative("float32")  # the logit of a banned token
-
-
-def log_probs(logits, start_id):
-    """float32 log-probabilities ``(..., V)`` with padding (0) and ``start_id`` forbidden."""
-    logits = ops.cast(logits, "float32")
-    ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
-    banned = ops.logical_or(ops.equal(ids, 0), ops.equal(ids, start_id))
-    return ops.log_softmax(ops.where(banned, NEG, logits), axis=-1)
-
 
 class DecodingStep:
     """``init() -> state`` and ``step(token, state, index) -> (logits, state, alignment)``
     for a model of :mod:`keras_attn.models`, with or without the cache (the reference).
 
-    ``logits`` are float32 ``(B, V)`` with padding (0) and ``start_id`` at the fill value
-    (:func:`log_probs` normalises them). The state is what a step rewrites (the
+    ``logits`` are the decoder's, float32 ``(B, V)``: what every step's logits go through
+    (the banned ids, the repetition controls) is the loops' list of processors
+    (:mod:`keras_attn.decoding.processors`). The state is what a step rewrites (the
     self-attention cache, the GRU states, or the prefix); the rest of the cache (the source
     projected once, its mask) is read from here: the loop passes it through unchanged and
     a beam reorder does not copy it.
@@ -48,13 +40,13 @@ class DecodingStep:
     Args:
         model: a model of :mod:`keras_attn.models`. source: int ``(B, S)`` token ids, or
             None for :meth:`use_constants`. max_len: the longest output. use_cache: the
-            cached step (else the reference). start_id: banned besides padding.
+            cached step (else the reference).
         encoded: the encoder's output for ``source`` (:func:`encode`), or None.
     """
 
     _STATE_KEYS = ("self", "states")  # the entries of a decoder's cache that steps rewrite
 
-    def __init__(self, model, source, max_len, use_cache, start_id, encoded):
+    def __init__(self, model, source, max_len, use_cache, encoded):
         self.encoder = model.get_layer("encoder")
         self.decoder = model.get_layer("decoder")
         table = getattr(self.decoder, "max_len", None)
@@ -64,8 +56,6 @@ class DecodingStep:
                 f"{table}). Received: max_len={max_len}")
         self.source, self.max_len, self.use_cache = source, max_len, use_cache
         self._encoded = encoded  # the encoder's output for `source`
-        ids = ops.arange(self.decoder.vocab_size, dtype="int32")
-        self.banned = ops.logical_or(ops.equal(ids, 0), ops.equal(ids, start_id))
 
     def init(self, carry_constants=False):
         """The first state. ``carry_constants``: the state holds the whole cache (the
@@ -99,11 +89,10 @@ class DecodingStep:
 
     def step(self, token, state, index, alignment=False):
         """``(logits (B, V) float32, new state, alignment (B, S) or None)`` for ``token``
-        int32 ``(B,)`` at position ``index``; padding (0) and ``start_id`` banned."""
+        int32 ``(B,)`` at position ``index``."""
         with keras.StatelessScope(self.weights):
             logits, state, align = self._step(token, state, index, alignment)
-        logits = ops.where(self.banned, NEG, ops.cast(logits, "float32"))
-        return logits, state, align
+        return ops.cast(logits, "float32"), state, align
 
     def _step(self, token, state, index, alignment):
         if self.use_cache:
@@ -121,7 +110,7 @@ class DecodingStep:
         return ops.take(logits, index, axis=1), state, align
 
 
-def step_functions(model, source, max_len, use_cache, start_id, encoded):
+def step_functions(model, source, max_len, use_cache, encoded):
     """The decoding step of ``model`` for a loop of one's own: ``init() -> state`` and
     ``step(token, state, index, alignment=False) -> (logits, state, alignment)`` (the
     decoder's own call; what every :class:`Sampler` drives).
@@ -129,15 +118,15 @@ def step_functions(model, source, max_len, use_cache, start_id, encoded):
     Args:
         model: a model of :mod:`keras_attn.models`. source: int ``(B, S)`` token ids.
         max_len: the longest output. use_cache: the cached step (else the reference,
-            which re-runs the decoder on the prefix). start_id: the token banned from the
-            logits besides padding. encoded: :func:`encode`'s output for ``source``.
+            which re-runs the decoder on the prefix). encoded: :func:`encode`'s output
+            for ``source``.
 
     Example:
-        >>> steps = step_functions(model, source, 8, True, 2, encode(model, source))
+        >>> steps = step_functions(model, source, 8, True, encode(model, source))
         >>> state = steps.init()
         >>> logits, state, _ = steps.step(ops.full((B,), 2, "int32"), state, 0)
     """
-    return DecodingStep(model, source, max_len, use_cache, start_id, encoded)
+    return DecodingStep(model, source, max_len, use_cache, encoded)
 
 
 def encode(model, source):
@@ -154,19 +143,3 @@ def check_source(source):
     if len(source.shape) != 2:
         raise ValueError(f"`source` must have shape (B, S). Received: shape={tuple(source.shape)}")
     return ops.cast(source, "int32")
-
-
-def force_prefix(logits, prefix, index, sentences=None):
-    """``logits`` ``(N, K, V)`` with every id but ``prefix``'s token at step ``index``
-    banned, in the rows whose prefix ``(B, P)`` still has one (0: none left).
-    ``sentences``: each row's sentence, int32 ``(N,)`` (default: row ``b`` is sentence
-    ``b``)."""
-    prefix_len = ops.shape(prefix)[1]
-    at = ops.minimum(index, prefix_len - 1)
-    forced = ops.where(index < prefix_len, ops.take(prefix, at, axis=1), 0)  # (B,)
-    if sentences is not None:
-        forced = ops.take(forced, sentences)
-    forced = forced[:, None, None]
-    ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
-    keep = ops.equal(ids[None, None, :], forced)
-    return ops.where(ops.logical_or(forced == 0, keep), logits, NEG)

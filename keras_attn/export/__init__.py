@@ -53,7 +53,7 @@ _NAMES = {
     "request": ("OPTION_SPECS", "RequestDecoder", "TRANSLATE_SIGNATURE"),
     "contract": ("LATEST_OPTIONS_SIGNATURE", "OPTION_SIGNATURES", "artefact_signatures",
                  "breaking_changes"),
-    "all_targets": ("compare_samples", "export_run"),
+    "all_targets": ("ExportCheckError", "check_agreement", "compare_samples", "export_run"),
     "runtime": ("TFLITE_ENCODER_SIGNATURE", "TFLITE_OPTIONS_SIGNATURE",
                 "TFLITE_SCORE_SIGNATURE", "TFLITE_STEP_SIGNATURE", "TFLITE_TEXT_SIGNATURE",
                 "option_inputs", "run_tflite_builtin", "run_tflite_options",

@@ -15,6 +15,13 @@ text target on the raw strings (what an app passes; ``serving_default`` gets the
 strings), a builtin target on the ids of ``Translator.encode`` (``translate_ids`` gets the
 same ids). ``samples.agreement_with_saved_model`` is the share of equal outputs and
 ``samples.agreement_measured_on`` says which; ``warnings`` gathers every artefact's.
+
+The comparison is a check (:func:`check_agreement`): every artefact runs the same step, the
+same processors and the same choice, so a float32 file that does not give the SavedModel's
+output on every sample fails the export (:class:`ExportCheckError`, after the report is
+written). A quantised file (int8, float16) is converted from the same traced functions as
+its float32 twin, only its weights quantised: when the twin agrees on every sample, what the
+quantised file does differently is the quantisation's, and its share is reported.
 """
 import json
 import os
@@ -27,6 +34,10 @@ from keras_attn.export.tflite import TFLiteBuiltinExporter, TFLiteTextExporter
 
 MEASURED_ON = {"translation": "raw text: the file vs serving_default",
                "ids": "Translator.encode ids: the loop vs translate_ids"}
+
+
+class ExportCheckError(RuntimeError):
+    """An exported artefact does not decode as the SavedModel (:func:`check_agreement`)."""
 
 
 def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1,
@@ -101,15 +112,62 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
     report["warnings"] = [f"{key}: {w}" for key, rep in
                           [("saved_model", report["saved_model"]), *report["tflite"].items()]
                           for w in rep.get("warnings", [])]
+    check = report["samples"]["check"] = check_agreement(report["samples"], tflite,
+                                                          translator.normalize)
     n = len(report["samples"]["sources"])
     for key, agree in report["samples"]["agreement_with_saved_model"].items():
         log(f"  {key}: {agree:.0%} of {n} sample translations equal the SavedModel's "
-            f"({report['samples']['agreement_measured_on'][key]})")
+            f"({report['samples']['agreement_measured_on'][key]}): {check[key]}")
     for warning in report["warnings"]:
         log(f"  warning: {warning}")
     runs.write_json(os.path.join(export_dir, "export_report.json"), report)
+    failed = {key: verdict for key, verdict in check.items() if verdict.startswith("FAILED")}
+    if failed:
+        raise ExportCheckError(
+            "exported artefacts decode differently from the SavedModel: " + "; ".join(
+                f"{key} {verdict}" for key, verdict in failed.items())
+            + f" (the translations: {os.path.join(export_dir, 'export_report.json')})")
     _log_serving(report, saved_base, log)
     return report
+
+
+def check_agreement(samples, exporters, normalize):
+    """``{artefact key: verdict}`` for :func:`compare_samples`' ``samples``: ``"passed"``,
+    ``"FAILED: ..."``, or why a share is not a failure.
+
+    Every float32 file must give the SavedModel's output on every sample. A quantised file
+    passes when its float32 twin (the same target, converted from the same traced
+    functions) does, its differences being the quantisation's; without a twin its share is
+    reported unchecked. A text file of a model that expects normalised input (``normalize``:
+    the file cannot normalise) gets the raw text, so its share measures the normalisation
+    the app skipped, not the decoding: reported, unchecked.
+    """
+    agreement = samples["agreement_with_saved_model"]
+    by_key = {e.key: e for e in exporters}
+    verdicts = {}
+    for key, share in agreement.items():
+        exporter = by_key[key]
+        if exporter.agreement_on == "translation" and normalize:
+            verdicts[key] = ("unchecked: the file expects normalised input and got the raw "
+                             "text")
+        elif exporter.quantization == "float32":
+            verdicts[key] = ("passed" if share == 1.0 else
+                             f"FAILED: {share:.0%} of the samples equal the SavedModel's, "
+                             "a float32 file must give all of them")
+    for key, share in agreement.items():
+        exporter = by_key[key]
+        if key in verdicts:
+            continue
+        twin = f"{exporter.target}_float32"
+        if twin not in verdicts:
+            verdicts[key] = f"unchecked: {share:.0%} (no float32 {exporter.target} file beside it)"
+        elif verdicts[twin] == "passed":
+            verdicts[key] = (f"passed: the float32 {exporter.target} file agrees on every "
+                             f"sample, what this one does otherwise is the "
+                             f"{exporter.quantization} quantisation's")
+        else:
+            verdicts[key] = f"unchecked: {share:.0%} (its float32 twin {twin} failed)"
+    return verdicts
 
 
 def compare_samples(translator, saved, report, exporters, sources):

@@ -6,7 +6,8 @@
 log-probabilities out); the SavedModel and the TFLite text target are made from it.
 :class:`BuiltinModule` is the encoder and one decoder step with fixed shapes, for the
 TFLite builtin target (the application runs the loop: ``keras_attn.export.runtime``; the
-step, the banned ids and the greedy choice are :mod:`keras_attn.decoding`'s, inside the file).
+step, the processors every loop runs and the greedy choice are :mod:`keras_attn.decoding`'s,
+inside the file).
 
 Kernel policy (:mod:`keras_attn.fastpath`, :func:`forward_only`): every serving graph is
 traced without the fast paths' hand-written gradients (it only runs forward); the
@@ -25,7 +26,8 @@ import tensorflow as tf
 
 from keras_attn import fastpath, text
 from keras_attn.decoding.confidence import Calibrator
-from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
+from keras_attn.decoding.options import (CONTROL_DEFAULTS, LENGTH_PENALTY, DecodingOptions,
+                                         control_defaults)
 from keras_attn.export.base import check_beam
 from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
@@ -338,23 +340,37 @@ class BuiltinModule(tf.Module):
     ``encode``: ``source`` int32 ``(1, max_len)`` -> ``encoder_output``, ``source_mask``
     float32 ``(1, max_len)``, per layer ``cross_k_<i>``/``cross_v_<i>`` heads-first
     ``(1, H, max_len, d_h)`` (``kv_shape``), ``source_length`` and ``unknown`` float32
-    ``(1,)`` (the confidence's source statistics). ``step``: ``token`` int32 ``(1, 1)``,
-    ``index`` int32 ``()``, ``score`` float32 ``(1,)`` (the sum of log-probabilities so
-    far), ``lowest`` and ``unsure`` float32 ``(1,)`` (the least token log-probability so
-    far, 0 at first, and how many tokens were below probability 1/2), ``source_length``,
-    ``unknown``, ``source_mask``, ``cross_k_<i>``, ``cross_v_<i>``, ``cache_k_<i>``,
-    ``cache_v_<i>`` -> ``next_token`` int32 ``(1,)``, ``score``, ``lowest``, ``unsure``
-    float32 ``(1,)``, ``confidence`` float32 ``(1,)`` (of the output if it ended with this
-    token: :func:`keras_attn.decoding.confidence.features_from` and the run's calibrator),
-    ``logits`` float32 ``(1, V)`` (padding and ``[START]`` banned) and the updated
+    ``(1,)`` (the confidence's source statistics), ``length_limit`` int32 ``(1,)`` (the most
+    tokens under ``max_length_factor``: :func:`keras_attn.decoding.processors.row_limits`).
+    ``step``: ``token`` int32 ``(1, 1)``, ``index`` int32 ``()``, ``score`` float32 ``(1,)``
+    (the sum of log-probabilities so far), ``lowest`` and ``unsure`` float32 ``(1,)`` (the
+    least token log-probability so far, 0 at first, and how many tokens were below
+    probability 1/2), ``history`` int32 ``(1, max_len)`` (the tokens so far, 0 at first:
+    what the repetition controls read), ``source_length``, ``unknown``, ``length_limit``,
+    ``source_mask``, ``cross_k_<i>``, ``cross_v_<i>``, ``cache_k_<i>``, ``cache_v_<i>`` ->
+    ``next_token`` int32 ``(1,)``, ``finished`` bool ``(1,)`` (``[END]``, or the length
+    limit reached), ``score``, ``lowest``, ``unsure`` float32 ``(1,)``, ``history`` with
+    ``next_token`` written at ``index``, ``confidence`` float32 ``(1,)`` (of the output if
+    it ended with this token: :func:`keras_attn.decoding.confidence.features_from` and the
+    run's calibrator), ``logits`` float32 ``(1, V)`` (after the processors) and the updated
     ``cache_k_<i>``, ``cache_v_<i>``.
 
-    The step is :class:`keras_attn.decoding.DecodingStep` (the decoder's cached call and its
-    bans) followed by :class:`keras_attn.decoding.GreedySampler`'s choice: the app only
-    feeds ``next_token`` and ``score`` back until ``[END]`` (``keras_attn.export.runtime``).
+    The step is :class:`keras_attn.decoding.DecodingStep` (the decoder's cached call), the
+    list of processors every loop runs (:func:`keras_attn.decoding.processors_for`: the
+    bans and the repetition controls at ``controls``, the export's defaults) and
+    :class:`keras_attn.decoding.GreedySampler`'s choice: the app only feeds ``next_token``,
+    ``score``, ``lowest``, ``unsure``, ``history`` and the caches back until ``finished``
+    (``keras_attn.export.runtime``).
+
+    Args:
+        model: a Transformer of :mod:`keras_attn.models`. max_len: the buffers' length.
+        calibrator: the run's :class:`~keras_attn.decoding.confidence.Calibrator` (None:
+            uncalibrated). controls: ``repetition_penalty``, ``no_repeat_ngram_size`` and
+            ``max_length_factor`` (:func:`keras_attn.decoding.options.control_defaults`;
+            None: off).
     """
 
-    def __init__(self, model, max_len, calibrator=None):
+    def __init__(self, model, max_len, calibrator=None, controls=None):
         super().__init__(name="translator_builtin")
         from keras_attn.models import model_kind
 
@@ -364,6 +380,7 @@ class BuiltinModule(tf.Module):
         self._keras = _Untracked(model)
         self._calibrator = _Untracked(calibrator or Calibrator.uncalibrated())
         self.max_len = max_len
+        self.controls = dict(CONTROL_DEFAULTS["character"] if controls is None else controls)
         self.num_layers = self.decoder.num_layers
         k, _ = self.decoder.blks[0].attention1.init_cache(1, max_len, layout=HeadsFirstCache)
         self.kv_shape = tuple(k.shape)
@@ -378,8 +395,10 @@ class BuiltinModule(tf.Module):
             tf.TensorSpec((1,), tf.float32, name="score"),
             tf.TensorSpec((1,), tf.float32, name="lowest"),
             tf.TensorSpec((1,), tf.float32, name="unsure"),
+            tf.TensorSpec((1, max_len), tf.int32, name="history"),
             tf.TensorSpec((1,), tf.float32, name="source_length"),
             tf.TensorSpec((1,), tf.float32, name="unknown"),
+            tf.TensorSpec((1,), tf.int32, name="length_limit"),
             tf.TensorSpec((1, max_len), tf.float32, name="source_mask"), *kv])
 
     def tflite_functions(self):
@@ -394,6 +413,7 @@ class BuiltinModule(tf.Module):
         return {"max_len": self.max_len, "start_id": text.START_ID, "end_id": text.END_ID,
                 "pad_id": text.PAD_ID, "num_layers": self.num_layers,
                 "confidence": {"calibrated": self._calibrator.value.calibrated},
+                "controls": self.controls,
                 "kv_shape": list(self.kv_shape),
                 "encoder": {"file": "encoder.tflite", "signature": TFLITE_ENCODER_SIGNATURE},
                 "decoder_step": {"file": "decoder_step.tflite",
@@ -413,38 +433,51 @@ class BuiltinModule(tf.Module):
 
     def _encode(self, source):
         from keras_attn.decoding.confidence import source_statistics
+        from keras_attn.decoding.processors import row_limits
 
         enc = self.encoder(source, training=False)
         cache = self.decoder.init_cache(enc, source, self.max_len, layout=HeadsFirstCache)
         source_length, unknown = source_statistics(source)
         out = {"encoder_output": enc,
                "source_mask": tf.cast(cache["source_mask"], tf.float32),
-               "source_length": source_length, "unknown": unknown}
+               "source_length": source_length, "unknown": unknown,
+               "length_limit": row_limits(source, self.controls["max_length_factor"],
+                                          self.max_len)}
         for i, (k, v) in enumerate(cache["cross"]):
             out[f"cross_k_{i}"], out[f"cross_v_{i}"] = k, v
         return out
 
-    def _step(self, token, index, score, lowest, unsure, source_length, unknown, source_mask,
-              *kv):
+    def _step(self, token, index, score, lowest, unsure, history, source_length, unknown,
+              length_limit, source_mask, *kv):
         from keras_attn import decoding
+        from keras_attn import ops as attn_ops
         from keras_attn.decoding.confidence import UNSURE, features_from
+        from keras_attn.decoding.processors import StepState, processors_for
 
         n = self.num_layers
-        step = decoding.DecodingStep(self.model, None, self.max_len, True, text.START_ID, None)
+        step = decoding.DecodingStep(self.model, None, self.max_len, True, None)
         step.use_constants({"cross": tuple(HeadsFirstCache(kv[i], kv[n + i]) for i in range(n)),
                             "source_mask": tf.not_equal(source_mask, 0.0)})  # (1, S)
         state = {"self": tuple(HeadsFirstCache(kv[2 * n + i], kv[3 * n + i]) for i in range(n))}
-        logits, state, _ = step.step(token[:, 0], state, index)  # (1, V), banned ids filled
+        logits, state, _ = step.step(token[:, 0], state, index)  # (1, V)
+        # The list every loop runs, with the export's defaults (Translator's).
+        options = DecodingOptions().resolve(self.max_len, controls=self.controls)
+        processors = processors_for(options, text.START_ID, self.decoder.vocab_size)
+        logits = processors(logits, StepState(index, history))
         greedy = decoding.GreedySampler(self.max_len, text.START_ID, text.END_ID)
         next_token, _, new_score = greedy.select(logits[:, None, :], score[:, None], None)
         new_score = new_score[:, 0]
+        history = attn_ops.slice_update(history, (0, index), next_token)  # (1, max_len)
+        finished = tf.logical_or(tf.equal(next_token[:, 0], text.END_ID),
+                                 index + 1 >= length_limit)
         token_log_prob = new_score - score
         lowest = tf.minimum(lowest, token_log_prob)
         unsure = unsure + tf.cast(token_log_prob < UNSURE, tf.float32)
         confidence = self._calibrator.value(features_from(
             new_score, lowest, unsure, tf.fill([1], index + 1), source_length, unknown))
-        out = {"next_token": next_token[:, 0], "score": new_score, "lowest": lowest,
-               "unsure": unsure, "confidence": confidence, "logits": logits}
+        out = {"next_token": next_token[:, 0], "finished": finished, "score": new_score,
+               "lowest": lowest, "unsure": unsure, "history": history,
+               "confidence": confidence, "logits": logits}
         for i, (k, v) in enumerate(state["self"]):
             out[f"cache_k_{i}"], out[f"cache_v_{i}"] = k, v
         return out

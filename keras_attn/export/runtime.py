@@ -3,13 +3,13 @@
 Imports neither Keras nor TensorFlow (``tensorflow_text`` is imported by
 :func:`text_interpreter` alone, for its TFLite kernels): :func:`run_tflite_builtin` is the
 loop an app on a phone runs over the builtin target, with ``ai_edge_litert`` and numpy (the
-step file chooses each token and sums its log-probability itself:
-``keras_attn.export.modules.BuiltinModule``); :func:`run_tflite_text` calls the one-file
-text target (strings in, strings out). The text file takes one sentence per string (it
-runs no regex op, so it cannot split documents; its ``translate_sentences`` signature says
-so, and every signature returns ``needs_split``, True for a string that may not be one
-sentence): :func:`split_for_tflite` before it and :func:`join_from_tflite` after give the
-SavedModel's answer for any text.
+step file applies the processors, chooses each token, sums its log-probability and says when
+the output ends itself: ``keras_attn.export.modules.BuiltinModule``); :func:`run_tflite_text`
+calls the one-file text target (strings in, strings out). The text file takes one sentence
+per string (it runs no regex op, so it cannot split documents; its ``translate_sentences``
+signature says so, and every signature returns ``needs_split``, True for a string that may
+not be one sentence): :func:`split_for_tflite` before it and :func:`join_from_tflite` after
+give the SavedModel's answer for any text.
 
 Example:
     >>> out = run_tflite_text("exported/tflite/text_float32.tflite", ["3 March 2021"])
@@ -250,7 +250,8 @@ def _builtin_paths(paths):
 
 def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=None):
     """The loop over the builtin target (what an app does), one row at a time: encode, then
-    call the step with the token and score it returned until ``end_id`` or ``max_len``.
+    call the step with what it returned (the token, the score, the tokens so far, the
+    caches) until it says ``finished`` or ``max_len`` tokens are written.
 
     Args:
         paths: the builtin folder, or ``(encoder_path, decoder_step_path)``.
@@ -263,10 +264,12 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
     Returns:
         dict of numpy arrays: ``tokens`` int32 ``(B, max_len)`` (0 after ``end_id``),
         ``lengths`` int32 ``(B,)``, ``log_prob`` float32 ``(B,)``; the same conventions as
-        ``keras_attn.decoding.greedy_decode_fixed``, whose step and choice the file runs;
-        and ``confidence`` float32 ``(B,)``, the last step's (the step file keeps the
-        confidence's running statistics: ``lowest``, ``unsure``; files exported before it
-        have none, and no ``confidence`` is returned).
+        ``keras_attn.decoding.greedy_decode_fixed``, whose step, processors and choice the
+        file runs (the export's default options); and ``confidence`` float32 ``(B,)``, the
+        last step's. Files exported before the step kept a state of its own run too (a
+        step without a ``history`` input decodes without the repetition controls and ends
+        at ``end_id``; one without ``lowest`` returns no ``confidence``): the loop feeds
+        back whichever of them the step file has.
 
     Example:
         >>> out = run_tflite_builtin("export/tflite/builtin_float32", tr.encode(["3 May 1999"]))
@@ -282,11 +285,13 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
     step = Interpreter(model_path=step_path).get_signature_runner(TFLITE_STEP_SIGNATURE)
     width = int(encoder.get_input_details()["source"]["shape"][1])
     step_inputs = step.get_input_details()
-    cache_names = sorted(n for n in step_inputs if n.startswith("cache_"))
+    # What the step rewrites and gets back at the next call: the caches, and in newer files
+    # the confidence's running statistics and the tokens so far. Each starts at zero.
+    fed_back = sorted(n for n in step_inputs
+                      if n.startswith("cache_") or n in ("lowest", "unsure", "history"))
     # The caches hold as many positions as the encoder's source (BuiltinModule: max_len
     # both), whatever their layout ((1, L, H, d_h), or heads-first (1, H, L, d_h)).
-    buffer_len = width
-    max_len = buffer_len if max_len is None else min(int(max_len), buffer_len)
+    max_len = width if max_len is None else min(int(max_len), width)
     source_ids = np.asarray(source_ids, dtype=np.int32).reshape(len(source_ids), -1)
     batch = source_ids.shape[0]
     tokens = np.zeros((batch, max_len), np.int32)
@@ -299,23 +304,20 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
         n = min(width, source_ids.shape[1])
         row[0, :n] = source_ids[b, :n]
         enc = encoder(source=row)
-        consts = {k: v for k, v in enc.items() if k in step_inputs and k not in cache_names}
-        cache = {n: np.zeros(step_inputs[n]["shape"], np.float32) for n in cache_names}
+        consts = {k: v for k, v in enc.items() if k in step_inputs and k not in fed_back}
+        state = {k: np.zeros(step_inputs[k]["shape"], step_inputs[k]["dtype"])
+                 for k in fed_back}
         token, score = np.array([[start_id]], np.int32), np.zeros((1,), np.float32)
-        # The confidence's running statistics: the least log-probability, tokens below 1/2.
-        running = ({"lowest": np.zeros((1,), np.float32), "unsure": np.zeros((1,), np.float32)}
-                   if with_confidence else {})
         for i in range(max_len):
-            out = step(token=token, index=np.array(i, np.int32), score=score, **running,
-                       **consts, **cache)
-            cache = {n: out[n] for n in cache_names}
-            running = {k: out[k] for k in running}
+            out = step(token=token, index=np.array(i, np.int32), score=score, **state,
+                       **consts)
+            state = {k: out[k] for k in fed_back}
             token, score = out["next_token"].reshape(1, 1), out["score"]
             if with_confidence:
                 confidences[b] = out["confidence"][0]
             tokens[b, i] = token[0, 0]
             lengths[b] = i + 1
-            if token[0, 0] == end_id:
+            if out["finished"][0] if "finished" in out else token[0, 0] == end_id:
                 break
         log_probs[b] = score[0]
     result = {"tokens": tokens, "lengths": lengths, "log_prob": log_probs}

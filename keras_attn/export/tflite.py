@@ -22,7 +22,9 @@
   ``encoder.tflite`` (signature ``encode``) and ``decoder_step.tflite`` (``decode_step``)
   from :class:`~keras_attn.export.modules.BuiltinModule`, builtin ops only (checked), fixed
   shapes, batch 1, plus ``metadata.json`` and the tokenizer files; the app runs the greedy
-  loop (``keras_attn.export.runtime.run_tflite_builtin`` is the reference).
+  loop (``keras_attn.export.runtime.run_tflite_builtin`` is the reference), feeding back the
+  step's state (the caches, the tokens so far that the repetition controls read), until the
+  step says ``finished``.
 
 Quantization: ``float32``; ``float16`` (float16 weights, dequantized at load); ``int8``
 (dynamic-range: int8 weights, float activations).
@@ -33,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn import runs
-from keras_attn.decoding.options import LENGTH_PENALTY
+from keras_attn.decoding.options import LENGTH_PENALTY, control_defaults
 from keras_attn.export import runtime
 from keras_attn.export.base import (QUANTIZATIONS, Exporter, as_parts, check_alpha,
                                     check_beam, check_choice, decoding_info, tokenizer_files,
@@ -323,7 +325,8 @@ class TFLiteBuiltinExporter(TFLiteExporter):
         return None
 
     def write(self, parts, path):
-        module = BuiltinModule(parts.model, parts.max_len, parts.calibrator)
+        module = BuiltinModule(parts.model, parts.max_len, parts.calibrator,
+                               control_defaults(parts.tgt_tokenizer))
         files, ops, signatures = {}, {}, {}
         for name, (key, fn) in module.tflite_functions().items():
             content, ops[name] = self.convert(fn, module, f"builtin {name}.tflite")

@@ -1,0 +1,249 @@
+"""What every step's logits go through before a sampler chooses: one ordered list.
+
+Each processor is a small callable ``(logits, state) -> logits`` on float32 logits
+``(N, V)`` (one row per hypothesis) and a :class:`StepState` (the step's index, the
+hypotheses' tokens so far, their rows in the batch); :func:`processors_for` makes the
+ordered :class:`LogitsProcessorList` of one call from its options, and every loop runs it:
+the samplers' loop (:mod:`keras_attn.decoding.samplers`), the loop that drops ended rows
+(:mod:`keras_attn.decoding.compacted`), and the TFLite builtin target's step file
+(``keras_attn.export.modules.BuiltinModule``, whose runtime feeds the tokens so far back).
+In order: the banned ids (padding, ``[START]``), CTranslate2's ``repetition_penalty`` and
+``no_repeat_ngram_size``, the forced target prefix. Marian's ``--max-length-factor`` is the
+list's stop rule (:func:`length_limits`): a row that reaches its limit ends.
+
+Written with ``keras.ops`` (every backend, XLA, TFLite builtins). The option values may be
+tensors (per-request inputs of a served graph); a Python value that switches a control off
+leaves its processor out of the list, and its ops out of the graph.
+
+A new processor is one class here registered with :func:`from_option` (its option's name
+and the value that switches it off) and one field of
+:class:`keras_attn.decoding.options.DecodingOptions`.
+
+Example:
+    >>> procs = processors_for(options, start_id=2, vocab_size=V)
+    >>> logits = procs(logits, StepState(index, history))
+
+References: Hugging Face ``LogitsProcessorList``; Keskar et al. 2019 (CTRL), section 4.1
+(the repetition penalty); Paulus et al. 2018 (no repeated trigrams); Marian's
+``--max-length-factor``; Wu et al. 2016 (the GNMT length penalty).
+"""
+from keras import ops
+
+from keras_attn import ops as attn_ops
+from keras_attn.decoding.options import length_penalty  # noqa: F401  (decoding.length_penalty)
+from keras_attn.special_tokens import PAD_ID
+
+NEG = attn_ops.large_negative("float32")  # the logit of a banned token
+MAX_NGRAM = 8  # the largest no_repeat_ngram_size (the n-gram match is unrolled this far)
+# Each option's value that switches its processor (or the length limit) off.
+OFF = {"max_length_factor": 0.0}
+
+
+class StepState:
+    """What the processors read at one step.
+
+    Args:
+        index: int32 scalar, the position the next token goes at (= tokens written so far).
+        history: int32 ``(N, T)``, each hypothesis's tokens so far (its first ``index``
+            positions written; 0 = none), or None when no processor reads it.
+        rows: int32 ``(N,)``, the hypotheses' rows in the whole batch (``B * K`` rows, the K
+            hypotheses of a sentence together); None: ``0 .. N - 1``.
+    """
+
+    def __init__(self, index, history=None, rows=None):
+        self.index, self.history, self.rows = index, history, rows
+
+
+class LogitsProcessorList(list):
+    """Processors applied in order: ``procs(logits, state) -> logits``."""
+
+    def __call__(self, logits, state):
+        for processor in self:
+            logits = processor(logits, state)
+        return logits
+
+    @property
+    def reads_history(self):
+        """Whether a processor reads :attr:`StepState.history` (the loop then builds it)."""
+        return any(getattr(p, "reads_history", False) for p in self)
+
+
+_BY_OPTION = []  # (option name, class), in the order they apply
+
+
+def from_option(name, off):
+    """Register a processor made from option ``name`` (``cls(value)``) by
+    :func:`processors_for`, after those registered before it; ``off``: the value that
+    leaves it out (:data:`OFF`)."""
+    def register(cls):
+        OFF[name] = off
+        _BY_OPTION.append((name, cls))
+        return cls
+    return register
+
+
+def active(name, value):
+    """False when ``value`` of option ``name`` is None or a Python number that switches it
+    off (:data:`OFF`: its ops are then left out); True for a tensor (a served request
+    decides at run time)."""
+    return value is not None and not (isinstance(value, (int, float)) and value == OFF[name])
+
+
+class BanIds:
+    """Ids never generated (padding and ``[START]``) get the fill value.
+
+    Args:
+        ids: the banned ids. vocab_size: V (the mask is made once, outside any loop).
+    """
+
+    def __init__(self, ids, vocab_size):
+        vocab = ops.arange(vocab_size, dtype="int32")
+        banned = ops.zeros((vocab_size,), "bool")
+        for i in ids:
+            banned = ops.logical_or(banned, ops.equal(vocab, i))
+        self.banned = banned
+
+    def __call__(self, logits, state=None):
+        return ops.where(self.banned, NEG, ops.cast(logits, "float32"))
+
+
+def _seen(history, length, vocab):
+    """bool ``(N, V)``: the ids among each row's first ``length`` tokens of ``history``
+    ``(N, T)`` (padding excluded)."""
+    rows, width = ops.shape(history)[0], ops.shape(history)[1]
+    valid = ops.logical_and(ops.arange(width)[None, :] < length, ops.not_equal(history, 0))
+    row_ids = ops.broadcast_to(ops.arange(rows, dtype="int32")[:, None], ops.shape(history))
+    index = ops.stack([ops.reshape(row_ids, (-1,)), ops.reshape(history, (-1,))], axis=1)
+    counts = ops.scatter(index, ops.reshape(ops.cast(valid, "float32"), (-1,)), (rows, vocab))
+    return counts > 0
+
+
+@from_option("repetition_penalty", off=1.0)
+class RepetitionPenalty:
+    """CTranslate2's ``repetition_penalty``: the logit of every id already among a row's
+    tokens is divided by ``penalty`` when positive and multiplied by it when negative
+    (``penalty > 1`` makes a repeat less likely; 1 changes nothing).
+
+    Args:
+        penalty: float32 scalar > 0 (a tensor is fine).
+    """
+
+    reads_history = True
+
+    def __init__(self, penalty):
+        self.penalty = penalty
+
+    def __call__(self, logits, state):
+        penalty = ops.cast(self.penalty, "float32")
+        seen = _seen(state.history, state.index, ops.shape(logits)[-1])
+        penalized = ops.where(logits < 0, logits * penalty, logits / penalty)
+        return ops.where(seen, penalized, logits)
+
+
+@from_option("no_repeat_ngram_size", off=0)
+class NoRepeatNgram:
+    """CTranslate2's ``no_repeat_ngram_size``: the ids that would complete an n-gram already
+    among a row's tokens are banned (at the fill value). ``n = 1`` bans every id seen
+    before (as CTranslate2 and Hugging Face); 0 bans nothing.
+
+    Args:
+        n: int32 scalar in ``[0, MAX_NGRAM]`` (a tensor is fine).
+    """
+
+    reads_history = True
+
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self, logits, state):
+        n, history, length = ops.cast(self.n, "int32"), state.history, state.index
+        rows, width = ops.shape(history)[0], ops.shape(history)[1]
+        vocab = ops.shape(logits)[-1]
+        padded = ops.pad(history, [[0, 0], [0, MAX_NGRAM]])  # room for the shifted windows
+        starts = ops.arange(width, dtype="int32")  # j: a candidate n-gram starts here
+        # The (n-1)-gram the next token would complete: positions length-n+1 .. length-1.
+        match = ops.ones((rows, width), "bool")
+        for m in range(MAX_NGRAM - 1):
+            at = ops.maximum(length - n + 1 + m, 0)
+            suffix = ops.take(padded, ops.minimum(at, width + MAX_NGRAM - 1), axis=1)  # (N,)
+            equal = ops.equal(padded[:, m:m + width], suffix[:, None])
+            match = ops.logical_and(match, ops.logical_or(equal, m >= n - 1))
+        match = ops.logical_and(match, starts[None, :] <= length - n)  # the n-gram is complete
+        match = ops.logical_and(match, n >= 1)
+        # The token that followed each matching (n-1)-gram is banned.
+        follow = ops.minimum(starts + n - 1, width + MAX_NGRAM - 1)
+        nxt = ops.take(padded, follow, axis=1)  # (N, width)
+        row_ids = ops.broadcast_to(ops.arange(rows, dtype="int32")[:, None], (rows, width))
+        index = ops.stack([ops.reshape(row_ids, (-1,)), ops.reshape(nxt, (-1,))], axis=1)
+        hits = ops.scatter(index, ops.reshape(ops.cast(match, "float32"), (-1,)),
+                           (rows, vocab))
+        return ops.where(hits > 0, NEG, logits)
+
+
+class ForcePrefix:
+    """Every id but the prefix's token at this step is banned, in the rows whose sentence's
+    prefix still has one.
+
+    Args:
+        prefix: int32 ``(B, P)`` target ids per sentence (0: none left for that row).
+        beams: hypotheses per sentence K (row ``r`` belongs to sentence ``r // K``; an
+            int32 tensor is fine).
+    """
+
+    def __init__(self, prefix, beams=1):
+        self.prefix, self.beams = ops.cast(ops.convert_to_tensor(prefix), "int32"), beams
+
+    def __call__(self, logits, state):
+        prefix, index = self.prefix, state.index
+        prefix_len = ops.shape(prefix)[1]
+        at = ops.minimum(index, prefix_len - 1)
+        forced = ops.where(index < prefix_len, ops.take(prefix, at, axis=1), 0)  # (B,)
+        rows = (ops.arange(ops.shape(logits)[0], dtype="int32") if state.rows is None
+                else state.rows)
+        forced = ops.take(forced, ops.floor_divide(rows, self.beams))[:, None]  # (N, 1)
+        keep = ops.equal(ops.arange(ops.shape(logits)[-1], dtype="int32")[None, :], forced)
+        return ops.where(ops.logical_or(forced == 0, keep), logits, NEG)
+
+
+def processors_for(options, start_id, vocab_size, prefix=None, beams=1):
+    """The ordered :class:`LogitsProcessorList` of one call.
+
+    Args:
+        options: the request's ``DecodingOptions`` (or an object with its attributes,
+            tensors allowed), or None (the bans alone).
+        start_id: banned besides padding. vocab_size: V.
+        prefix: optional int32 ``(B, P)`` target ids forced first (0: none left).
+        beams: hypotheses per sentence (the rows of a prefix's sentence).
+    """
+    procs = LogitsProcessorList([BanIds((PAD_ID, start_id), vocab_size)])
+    for name, cls in _BY_OPTION:
+        value = getattr(options, name, None)
+        if active(name, value):
+            procs.append(cls(value))
+    if prefix is not None:
+        procs.append(ForcePrefix(prefix, beams))
+    return procs
+
+
+def row_limits(source, factor, max_len):
+    """int32 ``(N,)``: the most tokens each row may generate under Marian's
+    ``--max-length-factor``: ``ceil(factor * source tokens)`` (``[END]`` included, padding
+    not), at least 1; ``max_len`` where ``factor`` is 0 (off)."""
+    factor = ops.cast(factor, "float32")
+    src_len = ops.sum(ops.cast(ops.not_equal(source, 0), "float32"), axis=1)
+    limit = ops.maximum(ops.cast(ops.ceil(factor * src_len), "int32"), 1)
+    return ops.where(factor > 0, ops.minimum(limit, max_len), max_len)
+
+
+def length_limits(options, source, max_len):
+    """The list's stop rule: :func:`row_limits` ``(N,)`` of ``source`` ``(N, S)`` (one row
+    per hypothesis) under ``options.max_length_factor``, or None when it is off."""
+    factor = getattr(options, "max_length_factor", None)
+    return row_limits(source, factor, max_len) if active("max_length_factor", factor) else None
+
+
+def log_probs(logits, start_id):
+    """float32 log-probabilities ``(..., V)`` with padding and ``start_id`` banned (what a
+    teacher-forced pass scores: the bans of decoding, none of the repetition controls)."""
+    banned = BanIds((PAD_ID, start_id), logits.shape[-1])
+    return ops.log_softmax(banned(logits), axis=-1)
