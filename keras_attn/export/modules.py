@@ -32,7 +32,8 @@ from keras_attn.export.base import check_beam
 from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
 from keras_attn.export.option_sets import LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES
-from keras_attn.export.runtime import TFLITE_ENCODER_SIGNATURE, TFLITE_STEP_SIGNATURE
+from keras_attn.export.runtime import (TFLITE_ENCODER_SIGNATURE, TFLITE_FROZEN_STEP_SIGNATURE,
+                                       TFLITE_STEP_SIGNATURE)
 from keras_attn.layers.kv_cache import HeadsFirstCache
 
 SERVING_SIGNATURE = "serving_default"
@@ -389,23 +390,29 @@ class BuiltinModule(tf.Module):
         kv = [tf.TensorSpec(self.kv_shape, tf.float32, name=f"{kind}_{i}")
               for kind in ("cross_k", "cross_v", "cache_k", "cache_v")
               for i in range(self.num_layers)]
+        head = [tf.TensorSpec((1, 1), tf.int32, name="token"),
+                tf.TensorSpec((), tf.int32, name="index"),
+                tf.TensorSpec((1,), tf.float32, name="score"),
+                tf.TensorSpec((1,), tf.float32, name="lowest"),
+                tf.TensorSpec((1,), tf.float32, name="unsure")]
+        tail = [tf.TensorSpec((1,), tf.float32, name="source_length"),
+                tf.TensorSpec((1,), tf.float32, name="unknown")]
+        mask = tf.TensorSpec((1, max_len), tf.float32, name="source_mask")
         self.step = tf.function(forward_only(self._step, False), input_signature=[
-            tf.TensorSpec((1, 1), tf.int32, name="token"),
-            tf.TensorSpec((), tf.int32, name="index"),
-            tf.TensorSpec((1,), tf.float32, name="score"),
-            tf.TensorSpec((1,), tf.float32, name="lowest"),
-            tf.TensorSpec((1,), tf.float32, name="unsure"),
-            tf.TensorSpec((1, max_len), tf.int32, name="history"),
-            tf.TensorSpec((1,), tf.float32, name="source_length"),
-            tf.TensorSpec((1,), tf.float32, name="unknown"),
-            tf.TensorSpec((1,), tf.int32, name="length_limit"),
-            tf.TensorSpec((1, max_len), tf.float32, name="source_mask"), *kv])
+            *head, tf.TensorSpec((1, max_len), tf.int32, name="history"), *tail,
+            tf.TensorSpec((1,), tf.int32, name="length_limit"), mask, *kv])
+        # The step's first shipped inputs, frozen (keras_attn.export.contract): an app's loop
+        # written against them keeps running, without the repetition controls as then.
+        self.step_frozen = tf.function(forward_only(self._step_without_controls, False),
+                                       input_signature=[*head, *tail, mask, *kv])
 
     def tflite_functions(self):
         """``{file name: (signature key, concrete function)}`` (variables tracked)."""
+        steps = {TFLITE_FROZEN_STEP_SIGNATURE: self.step_frozen.get_concrete_function(),
+                 TFLITE_STEP_SIGNATURE: self.step.get_concrete_function()}
         functions = {"encoder": (TFLITE_ENCODER_SIGNATURE, self.encode.get_concrete_function()),
-                     "decoder_step": (TFLITE_STEP_SIGNATURE, self.step.get_concrete_function())}
-        track_variables(self, [fn for _, fn in functions.values()])
+                     "decoder_step": (None, steps)}
+        track_variables(self, [self.encode.get_concrete_function(), *steps.values()])
         return functions
 
     def metadata(self):
@@ -447,8 +454,19 @@ class BuiltinModule(tf.Module):
             out[f"cross_k_{i}"], out[f"cross_v_{i}"] = k, v
         return out
 
+    def _step_without_controls(self, token, index, score, lowest, unsure, source_length,
+                               unknown, source_mask, *kv):
+        """:meth:`_step` with the repetition controls off and no length limit but
+        ``max_len`` (the first shipped step's inputs and behaviour); no ``history`` out."""
+        out = self._step(token, index, score, lowest, unsure,
+                         tf.zeros((1, self.max_len), tf.int32), source_length, unknown,
+                         tf.fill([1], self.max_len), source_mask, *kv,
+                         controls=CONTROL_DEFAULTS["character"])
+        del out["history"]
+        return out
+
     def _step(self, token, index, score, lowest, unsure, history, source_length, unknown,
-              length_limit, source_mask, *kv):
+              length_limit, source_mask, *kv, controls=None):
         from keras_attn import decoding
         from keras_attn import ops as attn_ops
         from keras_attn.decoding.confidence import UNSURE, features_from
@@ -461,7 +479,7 @@ class BuiltinModule(tf.Module):
         state = {"self": tuple(HeadsFirstCache(kv[2 * n + i], kv[3 * n + i]) for i in range(n))}
         logits, state, _ = step.step(token[:, 0], state, index)  # (1, V)
         # The list every loop runs, with the export's defaults (Translator's).
-        options = DecodingOptions().resolve(self.max_len, controls=self.controls)
+        options = DecodingOptions().resolve(self.max_len, controls=controls or self.controls)
         processors = processors_for(options, text.START_ID, self.decoder.vocab_size)
         logits = processors(logits, StepState(index, history))
         greedy = decoding.GreedySampler(self.max_len, text.START_ID, text.END_ID)

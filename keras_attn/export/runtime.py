@@ -32,7 +32,10 @@ TFLITE_SENTENCES_SIGNATURE = "translate_sentences"
 TFLITE_OPTIONS_SIGNATURE = LATEST_OPTIONS_SIGNATURE
 TFLITE_SCORE_SIGNATURE = "score"  # keras_attn.export.modules.SCORE_SIGNATURE
 TFLITE_ENCODER_SIGNATURE = "encode"
-TFLITE_STEP_SIGNATURE = "decode_step"
+# The builtin step file's signatures: decode_step as first shipped (frozen: no repetition
+# controls), decode_step_v2 the step with the tokens so far (every processor).
+TFLITE_FROZEN_STEP_SIGNATURE = "decode_step"
+TFLITE_STEP_SIGNATURE = "decode_step_v2"
 BUILTIN_FILES = ("encoder.tflite", "decoder_step.tflite")
 BUILTIN_METADATA = "metadata.json"
 
@@ -282,7 +285,10 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
     end_id = meta.get("end_id", END_ID) if end_id is None else end_id
     encoder = Interpreter(model_path=encoder_path).get_signature_runner(
         TFLITE_ENCODER_SIGNATURE)
-    step = Interpreter(model_path=step_path).get_signature_runner(TFLITE_STEP_SIGNATURE)
+    step_file = Interpreter(model_path=step_path)
+    step = step_file.get_signature_runner(
+        TFLITE_STEP_SIGNATURE if TFLITE_STEP_SIGNATURE in step_file.get_signature_list()
+        else TFLITE_FROZEN_STEP_SIGNATURE)  # a file exported before the controls
     width = int(encoder.get_input_details()["source"]["shape"][1])
     step_inputs = step.get_input_details()
     # What the step rewrites and gets back at the next call: the caches, and in newer files

@@ -330,8 +330,11 @@ class TFLiteBuiltinExporter(TFLiteExporter):
         files, ops, signatures = {}, {}, {}
         for name, (key, fn) in module.tflite_functions().items():
             content, ops[name] = self.convert(fn, module, f"builtin {name}.tflite")
-            files[f"{name}.tflite"] = _rename_signature(content, key)
-            signatures[key] = _signature(files[f"{name}.tflite"])
+            if key is not None:  # one signature (a dict of them is named by convert)
+                content = _rename_signature(content, key)
+            files[f"{name}.tflite"] = content
+            for each in (fn if key is None else {key: fn}):
+                signatures[each] = _signature(content, each)
         tokenizers = tokenizer_files(parts)
         meta = dict(module.metadata(), tgt_vocab_size=parts.tgt_tokenizer.vocab_size,
                     normalize_input=bool(parts.normalize),
