@@ -29,8 +29,8 @@ except ImportError as e:  # an optional extra
 
 from keras_attn import runs
 from keras_attn.decoding.confidence import Calibrator, NumpyOps, features
-from keras_attn.decoding.options import (LENGTH_PENALTY, DecodingOptions, control_defaults,
-                                         length_penalty)
+from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
+from keras_attn.decoding.options import length_penalty as gnmt_penalty  # (an argument's name)
 from keras_attn.special_tokens import END, END_ID, PAD, PAD_ID, START, UNK
 from keras_attn.translation import pipeline, tokenizers
 
@@ -242,8 +242,8 @@ class CTranslate2Translator:
             hyps = [[self.tgt_ids[t] for t in h] for h in result.hypotheses]
             scores = [float(s) for s in result.scores]
             if rerank:
-                penalties = np.asarray(length_penalty(np.array([len(h) for h in hyps]),
-                                                      opts.length_penalty, ops=NumpyOps))
+                penalties = np.asarray(gnmt_penalty(np.array([len(h) for h in hyps]),
+                                                    opts.length_penalty, ops=NumpyOps))
                 scores = [s / float(p) for s, p in zip(scores, penalties)]
             order = sorted(range(len(hyps)), key=lambda j: -scores[j])  # stable: first of equals
             out.append([(hyps[j], scores[j]) for j in order[: opts.num_hypotheses]])
@@ -362,7 +362,7 @@ class CTranslate2Translator:
                 total = float(np.sum(np.asarray(log_probs, np.float32)))
                 out.append({"tokens": [vocab[t] for t in ids], "token_ids": ids,
                             "token_log_probs": log_probs, "log_prob": total,
-                            "score": total / float(length_penalty(len(ids), alpha, ops=NumpyOps)),
+                            "score": total / float(gnmt_penalty(len(ids), alpha, ops=NumpyOps)),
                             "confidence": confidence, "truncated": cut})
         return out
 
