@@ -226,15 +226,23 @@ def test_typing_translates_after_a_pause_as_plain_text(driver, server, translato
 
 def test_a_paragraph_is_one_request_and_the_server_splits_it(driver, server, translator):
     """Several sentences on several lines: one /translate with the whole text, answered as
-    the Translator translates the whole text (each sentence on its own, lines kept)."""
+    the Translator translates the whole text (each sentence on its own, lines kept); the
+    translation pane is busy while it waits."""
     open_page(driver, server)
     before = translations_asked(driver)
+    driver.execute_script(  # the loading state: the translation pane's aria-busy over time
+        "window.ariaBusySeen = []; new MutationObserver(() => window.ariaBusySeen.push(document"
+        ".getElementById('translation').getAttribute('aria-busy')))"
+        ".observe(document.getElementById('translation'), {attributes: true,"
+        " attributeFilter: ['aria-busy']});")
     set_text(driver, PARAGRAPH)
     expected = translator.translate([PARAGRAPH])[0]
     lines = expected.split("\n")
     assert len(lines) == 2 and lines[1] == translator.translate(["5 June 2001"])[0]
     shown_translation(driver, expected)
     assert translations_asked(driver) - before == 1
+    wait_for(driver, lambda d: d.execute_script("return window.ariaBusySeen") == ["true", "false"],
+             "the pane busy while translating, then not")
 
 
 def test_a_file_round_trip(driver, server, translator, tmp_path):
@@ -510,6 +518,9 @@ def emulate(driver, width, height, mobile=False, dark=False):
                     reason="KERAS_ATTN_SCREENSHOTS=FOLDER saves the page's screenshots")
 def test_screenshots(driver, server):
     """The page at desktop and phone widths, light and dark, and its inspection view."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
     folder = os.environ["KERAS_ATTN_SCREENSHOTS"]
     os.makedirs(folder, exist_ok=True)
     text = "3 March 2021. 14 July 1789.\nFriday, 5 June 2001"
@@ -529,9 +540,6 @@ def test_screenshots(driver, server):
         inspect_on_page(driver, server, SENTENCE)
         wait_for(driver, lambda d: [e for e in d.find_elements("id", "heatmap-0")
                                     if e.is_displayed()], "the heatmap")
-        from selenium.webdriver.common.action_chains import ActionChains
-        from selenium.webdriver.common.by import By
-
         span = driver.find_elements(By.CSS_SELECTOR, "#output span[data-side=source]")[1]
         height = driver.execute_script("return document.documentElement.scrollHeight")
         emulate(driver, 1280, height)
