@@ -9,10 +9,11 @@ Other runs (the README's ``-m "not slow"``) skip them, as does a machine without
 ``KERAS_ATTN_REQUIRE_BROWSER=1`` turns that skip into a failure, so that a pass that
 installed them cannot go green without running them.
 
-``KERAS_ATTN_SCREENSHOT=docs/serve_page.png`` also saves the page, as the first test
-leaves it (a translation, a word hovered, the heatmap), to that file: how the README's
-screenshot is made.
+``KERAS_ATTN_SCREENSHOTS=docs/figures`` also saves the page at desktop (1280x800) and phone
+(390x844) widths, light and dark, and its inspection view, into that folder
+(``serve_page_*.png``): how docs/serving.md's screenshots are made.
 """
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -33,6 +34,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPORTED = os.path.join(ROOT, "exported")
 REQUIRED = os.environ.get("KERAS_ATTN_REQUIRE_BROWSER", "") == "1"
 SENTENCE = "3 March 2021"
+PARAGRAPH = "3 March 2021. 4 May 1999.\n5 June 2001"
+KEY = "page-test-key"
 
 
 # --- the browser -----------------------------------------------------------------------------
@@ -72,7 +75,7 @@ def driver(request):
     options = webdriver.ChromeOptions()
     options.binary_location = os.environ.get("KERAS_ATTN_CHROMIUM") or shutil.which("chromium")
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                 "--window-size=1100,1000", "--force-device-scale-factor=1"):
+                 "--window-size=1280,900", "--force-device-scale-factor=1"):
         options.add_argument(flag)
     service = Service(os.environ.get("KERAS_ATTN_CHROMEDRIVER") or shutil.which("chromedriver"))
     browser = webdriver.Chrome(options=options, service=service)
@@ -95,20 +98,20 @@ def wait_for(driver, condition, what, seconds=30):
 
 
 # --- the servers -----------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """``keras-attn serve exported`` in a process of its own, as a user starts it."""
+@contextlib.contextmanager
+def serving(log_dir, *flags):
+    """``keras-attn serve exported FLAGS`` in a process of its own, as a user starts it."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
+    log_path = log_dir / "serve.log"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "keras_attn.cli", "serve", EXPORTED,
-                                 "--port", str(port), "--replicas", "1", "--threads", "1"],
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+                                 "--port", str(port), "--replicas", "1", "--threads", "1",
+                                 *flags], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + guards.timeout(20)
+        deadline = time.monotonic() + guards.timeout(40)
         while True:
             assert proc.poll() is None, log_path.read_text()
             try:
@@ -130,6 +133,12 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with serving(tmp_path_factory.mktemp("serve")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
 def translator():
     from keras_attn.translator import Translator
 
@@ -137,30 +146,217 @@ def translator():
 
 
 # --- the page --------------------------------------------------------------------------------
-def translate_on_page(driver, url, text):
-    """Open the page, type ``text``, press Translate; wait for the n-best list."""
+def open_page(driver, url):
+    """Load the page; wait until it has read /languages, /frontend/settings and /health."""
+    driver.get(url + "/")
+    wait_for(driver, lambda d: "Model:" in d.find_element("id", "about").text,
+             "the page to read its settings")
+
+
+def translations_asked(driver):
+    """How many POST /translate the page has sent since it was loaded."""
+    return driver.execute_script(
+        "return performance.getEntriesByType('resource')"
+        ".filter(e => new URL(e.name).pathname.endsWith('/translate')).length")
+
+
+def set_text(driver, text):
+    """The source pane's text, as one paste (one input event)."""
+    driver.execute_script(
+        "const t = document.getElementById('text'); t.value = arguments[0];"
+        "t.dispatchEvent(new Event('input'));", text)
+
+
+def shown_translation(driver, expected, what="the translation"):
+    wait_for(driver, lambda d: d.find_element("id", "translation").text == expected,
+             f"{what} {expected!r} (shown: {driver.find_element('id', 'translation').text!r})")
+
+
+def inspect_on_page(driver, url, text):
+    """Open the page and its inspection view, paste ``text``; wait for the n-best list."""
     from selenium.webdriver.common.by import By
 
-    driver.get(url + "/")
-    wait_for(driver, lambda d: "Model:" in d.find_element(By.ID, "about").text,
-             "the page to read /languages and /health")
-    box = driver.find_element(By.ID, "text")
-    box.clear()
-    box.send_keys(text)
-    driver.find_element(By.ID, "go").click()
+    open_page(driver, url)
+    driver.find_element(By.ID, "inspect-toggle").click()
+    set_text(driver, text)
     wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#output tr.hypothesis"),
-             "the translation")
+             "the n-best list")
 
 
 def page_option(driver, name):
     return int(driver.find_element("id", name).get_attribute("value"))
 
 
-def test_the_page_translates_aligns_and_draws_the_heatmap(driver, server, translator):
+def active_id(driver):
+    return driver.execute_script("return document.activeElement && document.activeElement.id")
+
+
+def tab_to(driver, found, what, presses=40):
+    """Press Tab until ``found(active element)``; that element."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    for _ in range(presses):
+        ActionChains(driver).send_keys(Keys.TAB).perform()
+        element = driver.switch_to.active_element
+        if found(element):
+            return element
+    raise AssertionError(f"Tab never reached {what}")
+
+
+# --- plain translation -------------------------------------------------------------------------
+def test_typing_translates_after_a_pause_as_plain_text(driver, server, translator):
+    """Typed key by key, the text is translated once the typing stops (not once a key); the
+    first translation is plain text: no n-best list, no scores."""
+    from selenium.webdriver.common.by import By
+
+    open_page(driver, server)
+    assert driver.find_element(By.ID, "inspect-panel").is_displayed() is False
+    driver.find_element(By.ID, "text").send_keys(SENTENCE)
+    shown_translation(driver, translator.translate([SENTENCE])[0])
+    # A request a key would be len(SENTENCE) of them; debounced, one (two if the typing
+    # paused for the page's delay on a loaded machine).
+    assert 1 <= translations_asked(driver) <= 3 < len(SENTENCE)
+    assert driver.find_elements(By.CSS_SELECTOR, "#output tr.hypothesis") == []
+    assert driver.find_element(By.ID, "counter").text == f"{len(SENTENCE)} characters"
+    assert driver.find_element(By.ID, "translation").get_attribute("aria-live") == "polite"
+    assert driver.find_element(By.ID, "translation").get_attribute("aria-busy") == "false"
+    assert driver.find_element(By.ID, "error").text == ""
+
+
+def test_a_paragraph_is_one_request_and_the_server_splits_it(driver, server, translator):
+    """Several sentences on several lines: one /translate with the whole text, answered as
+    the Translator translates the whole text (each sentence on its own, lines kept); the
+    translation pane is busy while it waits."""
+    open_page(driver, server)
+    before = translations_asked(driver)
+    driver.execute_script(  # the loading state: the translation pane's aria-busy over time
+        "window.ariaBusySeen = []; new MutationObserver(() => window.ariaBusySeen.push(document"
+        ".getElementById('translation').getAttribute('aria-busy')))"
+        ".observe(document.getElementById('translation'), {attributes: true,"
+        " attributeFilter: ['aria-busy']});")
+    set_text(driver, PARAGRAPH)
+    expected = translator.translate([PARAGRAPH])[0]
+    lines = expected.split("\n")
+    assert len(lines) == 2 and lines[1] == translator.translate(["5 June 2001"])[0]
+    shown_translation(driver, expected)
+    assert translations_asked(driver) - before == 1
+    wait_for(driver, lambda d: d.execute_script("return window.ariaBusySeen") == ["true", "false"],
+             "the pane busy while translating, then not")
+
+
+def test_a_file_round_trip(driver, server, translator, tmp_path):
+    """The file tab: a .txt uploaded to /translate_file; the download link holds each line's
+    translation."""
+    from selenium.webdriver.common.by import By
+
+    source = ["3 March 2021", "", "14 July 1789"]
+    path = tmp_path / "dates.txt"
+    path.write_text("\n".join(source) + "\n", encoding="utf-8")
+    open_page(driver, server)
+    driver.find_element(By.ID, "tab-files").click()
+    assert driver.find_element(By.ID, "files-panel").is_displayed()
+    assert not driver.find_element(By.ID, "text-panel").is_displayed()
+    driver.find_element(By.ID, "file").send_keys(str(path))
+    driver.find_element(By.ID, "translate-file").click()
+    link = wait_for(driver, lambda d: [e for e in d.find_elements(By.ID, "download")
+                                       if e.is_displayed()], "the download link")[0]
+    assert link.get_attribute("download") == "dates.txt"
+    response = httpx.get(link.get_attribute("href"), timeout=guards.timeout(30))
+    assert response.status_code == 200
+    translated = translator.translate([source[0], source[2]])
+    assert response.text == "\n".join([translated[0], "", translated[1]]) + "\n"
+
+
+def test_an_api_key_and_the_character_limit(driver, tmp_path):
+    """A server that needs a key (--api-keys --req-limit 0): without one the page shows the
+    server's error; with the key typed in the field (kept across a reload) the translation.
+    The counter counts against --char-limit, and a text over it is not sent."""
+    from selenium.webdriver.common.by import By
+
+    from keras_attn.serve.store import KeyStore
+
+    db = str(tmp_path / "keys.db")
+    KeyStore(db).add(-1, KEY)
+    with serving(tmp_path, "--api-keys", "--api-keys-db-path", db, "--req-limit", "0",
+                 "--char-limit", "20") as url:
+        open_page(driver, url)
+        driver.execute_script("localStorage.removeItem('keras-attn.api_key')")
+        open_page(driver, url)
+        set_text(driver, SENTENCE)
+        wait_for(driver, lambda d: "API key" in d.find_element(By.ID, "error").text,
+                 "the error of a request without a key")
+        assert driver.find_element(By.ID, "translation").text == ""
+        assert driver.find_element(By.ID, "counter").text == f"{len(SENTENCE)} / 20"
+        driver.find_element(By.ID, "api_key").send_keys(KEY)
+        expected = httpx.post(url + "/translate", json={
+            "q": SENTENCE, "source": "dates", "target": "iso", "api_key": KEY},
+            timeout=guards.timeout(30)).json()["translatedText"]
+        shown_translation(driver, expected, "the translation with the key")
+        assert driver.find_element(By.ID, "error").text == ""
+        # The key stays in localStorage: a reload translates with it.
+        open_page(driver, url)
+        assert driver.find_element(By.ID, "api_key").get_attribute("value") == KEY
+        set_text(driver, SENTENCE)
+        shown_translation(driver, expected, "the translation after a reload")
+        # Over the limit: the counter says so and no request goes out.
+        before = translations_asked(driver)
+        set_text(driver, SENTENCE + " and more words")
+        wait_for(driver, lambda d: "limit of 20" in d.find_element(By.ID, "error").text,
+                 "the character-limit error")
+        assert "over" in driver.find_element(By.ID, "counter").get_attribute("class").split()
+        assert translations_asked(driver) == before
+
+
+def test_keyboard_only(driver, server, translator):
+    """Tab and Enter alone: type, translate, copy, open the inspection view, and focus a
+    word to light the words aligned with it. Each focused control shows a focus ring."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    open_page(driver, server)
+    driver.execute_script("document.activeElement.blur(); window.focus()")
+    enter = lambda: ActionChains(driver).send_keys(Keys.ENTER).perform()  # noqa: E731
+
+    def by_id(name):
+        return lambda element: element.get_attribute("id") == name
+
+    tab_to(driver, by_id("text"), "the source pane")
+    ActionChains(driver).send_keys(SENTENCE).perform()
+    go = tab_to(driver, by_id("go"), "Translate")
+    assert go.value_of_css_property("outline-style") != "none"
+    enter()
+    shown_translation(driver, translator.translate([SENTENCE])[0])
+    tab_to(driver, by_id("copy"), "Copy")
+    enter()
+    wait_for(driver, lambda d: "Copied" in d.find_element(By.ID, "status").text, "Copied")
+    toggle = tab_to(driver, by_id("inspect-toggle"), "the inspection toggle")
+    enter()
+    assert toggle.get_attribute("aria-pressed") == "true"
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#output tr.hypothesis"),
+             "the n-best list")
+    expected = translator.translate_nbest([SENTENCE], beam_size=page_option(driver, "beam_size"),
+                                          num_hypotheses=page_option(driver, "num_hypotheses"),
+                                          return_alignments=True)[0][0]
+    word = 1  # "March"
+    aligned = sorted({j for i, j in (map(int, p.split("-"))
+                                     for p in expected["alignment"].split()) if i == word})
+    first = driver.find_elements(By.CSS_SELECTOR, "#output tr.hypothesis")[0]
+    span = first.find_elements(By.CSS_SELECTOR, "span[data-side=source]")[word]
+    tab_to(driver, lambda e: e == span, "the word 'March'")
+    assert "hl" in span.get_attribute("class").split()
+    lit = [int(s.get_attribute("data-index"))
+           for s in first.find_elements(By.CSS_SELECTOR, "span[data-side=target].hl")]
+    assert lit == aligned
+
+
+# --- the inspection view -----------------------------------------------------------------------
+def test_the_inspection_view_scores_aligns_and_draws_the_heatmap(driver, server, translator):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
-    translate_on_page(driver, server, SENTENCE)
+    inspect_on_page(driver, server, SENTENCE)
     beam, n = page_option(driver, "beam_size"), page_option(driver, "num_hypotheses")
     expected = translator.translate_nbest([SENTENCE], beam_size=beam, num_hypotheses=n,
                                           return_alignments=True)[0]
@@ -173,7 +369,7 @@ def test_the_page_translates_aligns_and_draws_the_heatmap(driver, server, transl
         assert float(cells[1].text) == pytest.approx(hyp["score"], abs=1e-3)
         targets = row.find_elements(By.CSS_SELECTOR, "span[data-side=target]")
         assert " ".join(s.text for s in targets) == hyp["translation"]
-    # A confidence bar only where the answer carries one (the committed export has none).
+    # A confidence bar only where the answer carries one.
     answer = httpx.post(server + "/translate", json={
         "q": SENTENCE, "source": "dates", "target": "iso", "beam_size": beam,
         "num_hypotheses": n, "return_scores": True}, timeout=guards.timeout(30)).json()
@@ -209,17 +405,25 @@ def test_the_page_translates_aligns_and_draws_the_heatmap(driver, server, transl
     assert driver.find_elements(By.CSS_SELECTOR, "#output span.hl[data-side=source]") == [span]
     columns = section.find_elements(By.CSS_SELECTOR, "th.src.hl")
     assert columns and {c.get_attribute("data-word") for c in columns} == {str(word)}
-    if os.environ.get("KERAS_ATTN_SCREENSHOT"):
-        save_screenshot(driver, os.environ["KERAS_ATTN_SCREENSHOT"])
 
 
-def save_screenshot(driver, path):
-    """The page's whole height, at the window's width, as a PNG."""
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    width = driver.get_window_size()["width"]
-    driver.set_window_size(width, height + 120)  # the window's frame is not the viewport
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    assert driver.save_screenshot(path), f"could not write {path}"
+def test_a_long_heatmap_scrolls_inside_its_box_on_a_phone(driver, server):
+    """At a phone's width the heatmap of a long sentence scrolls in its own box; the page
+    itself does not scroll sideways."""
+    long = "Wednesday, 3 March 2021, in the afternoon"
+    try:
+        emulate(driver, 390, 844, mobile=True)
+        inspect_on_page(driver, server, long)
+        section = wait_for(driver, lambda d: [e for e in d.find_elements("id", "heatmap-0")
+                                              if e.is_displayed()], "the heatmap")[0]
+        inner, outer = driver.execute_script(
+            "const s = arguments[0]; return [s.scrollWidth, s.clientWidth]", section)
+        assert inner > outer, "the heatmap fits: the sentence is too short to test scrolling"
+        page, view = driver.execute_script("const e = document.documentElement;"
+                                           "return [e.scrollWidth, e.clientWidth]")
+        assert page <= view
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 class Confident:
@@ -250,7 +454,7 @@ def test_confidence_shading_and_no_heatmap_without_a_keras_model(driver):
     artefact = dataclasses.replace(locate(EXPORTED), run_dir=None)
     app = create_app(artefact, InProcessReplicas(Confident(load_engine(artefact, threads=1))))
     with running(app) as url:
-        translate_on_page(driver, url, SENTENCE)
+        inspect_on_page(driver, url, SENTENCE)
         rows = driver.find_elements(By.CSS_SELECTOR, "#output tr.hypothesis")
         assert len(rows) == page_option(driver, "num_hypotheses") > 1
         for h, row in enumerate(rows):
@@ -266,3 +470,81 @@ def test_confidence_shading_and_no_heatmap_without_a_keras_model(driver):
         assert alpha[0] > alpha[-1] > 0
         assert not driver.find_element(By.ID, "heatmap-0").is_displayed()
         assert driver.find_element(By.ID, "error").text == ""
+
+
+def test_sampling_options_follow_what_the_engine_can_do(driver):
+    """Temperature and seed are offered only with sampling (top-k > 1) on an engine that
+    samples; an engine that cannot (/frontend/settings' ``sampling``, ``alignments``: the
+    CTranslate2 engine's) gets none of the three, nor alignments."""
+    from selenium.webdriver.common.by import By
+
+    from keras_attn.serve.app import create_app
+    from keras_attn.serve.engines import load_engine
+    from keras_attn.serve.locate import locate
+    from keras_attn.serve.replicas import InProcessReplicas
+
+    artefact = locate(EXPORTED)
+    engine = load_engine(artefact, threads=1)
+    enabled = lambda name: driver.find_element(By.ID, name).is_enabled()  # noqa: E731
+    with running(create_app(artefact, InProcessReplicas(engine))) as url:
+        open_page(driver, url)
+        driver.find_element(By.ID, "inspect-toggle").click()
+        assert enabled("sampling_topk") and enabled("alignments")
+        assert not enabled("sampling_temperature") and not enabled("seed")
+        topk = driver.find_element(By.ID, "sampling_topk")
+        topk.clear()
+        topk.send_keys("5")
+        assert enabled("sampling_temperature") and enabled("seed")
+    as_ctranslate2 = dataclasses.replace(artefact, engine="ctranslate2", run_dir=None)
+    with running(create_app(as_ctranslate2, InProcessReplicas(engine))) as url:
+        settings = httpx.get(url + "/frontend/settings").json()
+        assert settings["sampling"] is False and settings["alignments"] is False
+        open_page(driver, url)
+        driver.find_element(By.ID, "inspect-toggle").click()
+        for name in ("sampling_topk", "sampling_temperature", "seed", "alignments"):
+            assert not enabled(name), name
+        assert "ctranslate2" in driver.find_element(By.ID, "sampling-note").text
+
+
+# --- screenshots -------------------------------------------------------------------------------
+def emulate(driver, width, height, mobile=False, dark=False):
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile})
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [
+        {"name": "prefers-color-scheme", "value": "dark" if dark else "light"}]})
+
+
+@pytest.mark.skipif(not os.environ.get("KERAS_ATTN_SCREENSHOTS"),
+                    reason="KERAS_ATTN_SCREENSHOTS=FOLDER saves the page's screenshots")
+def test_screenshots(driver, server):
+    """The page at desktop and phone widths, light and dark, and its inspection view."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    folder = os.environ["KERAS_ATTN_SCREENSHOTS"]
+    os.makedirs(folder, exist_ok=True)
+    text = "3 March 2021. 14 July 1789.\nFriday, 5 June 2001"
+    try:
+        for name, width, height, mobile in (("desktop", 1280, 800, False),
+                                            ("phone", 390, 844, True)):
+            for dark in (False, True):
+                emulate(driver, width, height, mobile, dark)
+                open_page(driver, server)
+                driver.execute_script("localStorage.clear()")
+                set_text(driver, text)
+                wait_for(driver, lambda d: d.find_element("id", "translation").text,
+                         "the translation")
+                path = os.path.join(folder, f"serve_page_{name}{'_dark' if dark else ''}.png")
+                assert driver.save_screenshot(path), path
+        emulate(driver, 1280, 1000)
+        inspect_on_page(driver, server, SENTENCE)
+        wait_for(driver, lambda d: [e for e in d.find_elements("id", "heatmap-0")
+                                    if e.is_displayed()], "the heatmap")
+        span = driver.find_elements(By.CSS_SELECTOR, "#output span[data-side=source]")[1]
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        emulate(driver, 1280, height)
+        ActionChains(driver).move_to_element(span).perform()
+        assert driver.save_screenshot(os.path.join(folder, "serve_page_inspect.png"))
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})

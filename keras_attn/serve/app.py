@@ -10,11 +10,11 @@ Routes (declared once in :mod:`keras_attn.serve.spec`, which ``GET /spec`` descr
   sends requests), ``GET /health`` (``{"status": "ok", ...}``).
 * ours: ``GET /metrics`` (:mod:`keras_attn.serve.metrics`), ``POST /attention`` (``q`` and
   optionally its ``translation``: the cross-attention matrix,
-  :mod:`keras_attn.serve.attention`), and ``GET /``: a web page (``static/index.html``: paste
-  text, choose the decoding options, read the translation and the n-best list with scores,
-  shaded by each hypothesis's ``confidence`` when the artefact gives one; hovering a word
-  highlights the words it is aligned with; the cross-attention heatmap of each sentence
-  when ``/health`` says ``"attention": true``) that calls the API as any client.
+  :mod:`keras_attn.serve.attention`), and ``GET /``: a web page (``static/index.html``: a
+  source and a translation pane translating as one types, a file tab, an API-key field;
+  its inspection view shows each paragraph's n-best list with scores and ``confidence``,
+  the words aligned with a hovered or focused word, and the cross-attention heatmap when
+  ``/health`` says ``"attention": true``) that calls the API as any client.
 
 With ``url_prefix`` every route is under it (``/lt/translate``) and ``/`` redirects there.
 Every error is LibreTranslate's ``{"error": "..."}``:
@@ -415,6 +415,8 @@ def create_app(artefact, replicas, settings=None):
             "suggestions": settings.suggestions is not None,
             "filesTranslation": not settings.disable_files_translation,
             "supportedFilesFormat": formats,
+            # ours: what the engine can do, so that the page offers only that
+            "sampling": artefact.engine != "ctranslate2", "alignments": alignments,
             "language": {"source": source,
                          "target": dict(zip(("code", "name"), artefact.target))}})
 

@@ -116,6 +116,7 @@ ENDPOINTS = (
                  "apiKeys": {"type": "boolean"}, "keyRequired": {"type": "boolean"},
                  "suggestions": {"type": "boolean"}, "filesTranslation": {"type": "boolean"},
                  "supportedFilesFormat": {"type": "array", "items": {"type": "string"}},
+                 "sampling": {"type": "boolean"}, "alignments": {"type": "boolean"},
                  "language": {"type": "object", "properties": {"source": LANGUAGE,
                                                                "target": LANGUAGE}}}}),
     Endpoint("/attention", "POST", "attention", "Cross-attention of a translation (the "
