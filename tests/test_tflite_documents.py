@@ -18,6 +18,7 @@ import tensorflow as tf
 from keras_attn import documents
 from keras_attn.decoding.options import DecodingOptions
 from keras_attn.export import runtime
+from keras_attn.export.option_sets import LATEST_OPTIONS_SIGNATURE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "exported", "README.md")
@@ -124,15 +125,16 @@ def test_sentencepiece_tflite_gives_the_saved_models_text_for_documents(tiny_sen
     run_dir = tiny_sentencepiece["run_dir"]
     export_dir = os.path.join(run_dir, "export")
     path = check_text_file(export_dir, ENGLISH_TEXTS)
-    # (The builtin files' loop is checked on the dates run: its step has no repetition
-    # controls yet, which this run's SavedModel applies, so it differs sentence by sentence.)
-    # The `translate` signature flags alike, and split/joined (run_tflite_options) gives
-    # the SavedModel's `translate` answer.
+    # (The builtin files' loop is checked on the dates run.) The newest options signature,
+    # which takes every option, flags alike, and split/joined (run_tflite_options) gives
+    # the SavedModel's answer to the same signature.
     options = runtime.option_inputs(DecodingOptions())
-    runner = runtime.text_interpreter(model_path=path).get_signature_runner("translate")
+    runner = runtime.text_interpreter(model_path=path).get_signature_runner(
+        LATEST_OPTIONS_SIGNATURE)
     flags = runner(text=runtime.text_array(ENGLISH_TEXTS), **options)["needs_split"]
     assert flags.tolist() == [True, True, True, False, True, False]
-    want = saved_model(export_dir).signatures["translate"](text=tf.constant(ENGLISH_TEXTS), **{
-        k: tf.constant(v) for k, v in options.items()})["translations"].numpy()
+    want = saved_model(export_dir).signatures[LATEST_OPTIONS_SIGNATURE](
+        text=tf.constant(ENGLISH_TEXTS),
+        **{k: tf.constant(v) for k, v in options.items()})["translations"].numpy()
     got = runtime.run_tflite_options(path, ENGLISH_TEXTS)["translations"]
     assert got.tolist() == want.tolist()
