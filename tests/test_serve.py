@@ -466,10 +466,11 @@ def test_the_web_page_is_served_and_calls_the_api(server):
     assert response.headers["content-type"].startswith("text/html")
     page = response.text
     # The page speaks the same API as every client (relative URLs, so a proxy prefix works).
-    for call in ('fetch("languages")', 'fetch("health")', 'fetch("translate"',
-                 'fetch("attention"'):
+    # (the browser pass, tests/test_browser.py, drives these calls in Chromium).
+    for call in ('"languages", "frontend/settings", "health"', 'post("translate"',
+                 'post("attention"', 'fetch("translate_file"'):
         assert call in page
-    assert "hyp.confidence" in page  # a hypothesis's confidence, shaded when the answer has one
+    assert "confidenceCell(" in page  # a hypothesis's confidence, drawn when the answer has one
     for option in ("beam_size", "num_hypotheses", "sampling_topk", "seed", "target_prefix",
                    "return_alignments"):
         assert option in page
