@@ -234,7 +234,7 @@ class Translator:
                                  for row in out["codes"]]
         return out
 
-    def translate_nbest(self, texts, batch_size=128, **options):
+    def translate_nbest(self, texts, batch_size=128, confidence=True, **options):
         """Translate with per-call decoding options (API.md, "Decoding options per request").
 
         Each text may hold any number of sentences and paragraphs: it is split into
@@ -255,12 +255,15 @@ class Translator:
         log-probabilities are not in the score. With ``return_alignments=True`` each
         sentence's dict (a one-sentence text's own) also has ``"alignment"``: Pharaoh
         ``i-j`` pairs (source word ``i``, target word ``j``; :mod:`keras_attn.alignment`).
+        ``confidence=False`` skips the confidence's teacher-forced pass: no
+        ``"confidence"`` key, the same hypotheses.
 
         Example:
             >>> tr.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
             [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
         """
-        return pipeline.translate_nbest(self, texts, batch_size, **options)
+        return pipeline.translate_nbest(self, texts, batch_size, confidence=confidence,
+                                        **options)
 
     def translate(self, texts, beam_size=1, alpha=LENGTH_PENALTY, batch_size=128, progress=None,
                   **options):

@@ -433,8 +433,8 @@ class Confident:
     def __init__(self, engine):
         self.engine = engine
 
-    def translate(self, texts, options):
-        results = self.engine.translate(texts, options)
+    def translate(self, texts, options, confidence=True):
+        results = self.engine.translate(texts, options, confidence)
         for hyps in results:
             for h, hyp in enumerate(hyps):
                 hyp["confidence"] = 1.0 / (h + 1)

@@ -64,11 +64,11 @@ class GatedEngine:
         self.gate = threading.Event()
         self.calls = []
 
-    def translate(self, texts, options):
+    def translate(self, texts, options, confidence=True):
         self.calls.append((list(texts), options))
         if not self.gate.wait(guards.timeout(30)):
             raise RuntimeError("the test never opened the gate")
-        return self.engine.translate(texts, options)
+        return self.engine.translate(texts, options, confidence)
 
 
 @contextlib.contextmanager
@@ -288,7 +288,7 @@ class RecordingEngine:
         self.gate = threading.Event()
         self.batches = []
 
-    def translate(self, texts, options):
+    def translate(self, texts, options, confidence=True):
         if not self.batches:
             self.gate.wait(guards.timeout(30))
         self.batches.append((list(texts), options))

@@ -414,10 +414,25 @@ class CountingEngine:
     def __init__(self, engine):
         self.engine = engine
         self.texts = []
+        self.confidence = []
 
-    def translate(self, texts, options):
+    def translate(self, texts, options, confidence=True):
         self.texts += list(texts)
-        return self.engine.translate(texts, options)
+        self.confidence.append(confidence)
+        return self.engine.translate(texts, options, confidence)
+
+
+def test_confidences_are_computed_only_for_answers_that_show_them(artefact, engine):  # noqa: F811
+    """A plain LibreTranslate request asks the engine for no confidence (CTranslate2 would
+    run one more pass for it); ``return_scores`` asks, and each hypothesis has one."""
+    counting = CountingEngine(engine)
+    app = create_app(artefact, InProcessReplicas(counting),
+                     Settings(timeout=guards.timeout(30)))
+    with running(app) as url:
+        assert post(url, json={**BODY, "q": DATES[0]}).status_code == 200
+        scored = post(url, json={**BODY, "q": DATES[1], "return_scores": True}).json()
+    assert counting.confidence == [False, True]
+    assert all("confidence" in h for h in scored["hypotheses"])
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["memory", "redis"])

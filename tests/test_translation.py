@@ -216,3 +216,66 @@ def test_batches_sorted_by_length_give_the_same_hypotheses(batch_size):
         -float(sum(row[: Echo.max_len - 1]) + 3) for row in ids]  # + [END]
     if batch_size == 2:  # sorted: widths 1+1, 2+1, 7+1 ([END] included)
         assert [shape for shape in engine.calls] == [(2, 2), (2, 3), (2, 8)]
+
+
+def test_a_request_tokenizes_each_sentence_once():
+    """translate_documents tokenizes the request's sentences once (their lengths decide
+    truncation, the same ids are decoded); a cut sentence's pieces are tokenized then."""
+    from keras_attn.translation import pipeline
+
+    class Counting:
+        max_len, split_long = 8, False
+
+        def __init__(self):
+            self.tokenized = []
+
+        def tokenize(self, sentences):
+            self.tokenized += list(sentences)
+            return [[4 + len(w) for w in s.split()] for s in sentences]
+
+        def decode(self, source, opts, prefix):
+            return {"tokens": source[:, None, :], "scores": np.zeros((len(source), 1))}
+
+        def detokenize(self, rows):
+            return [" ".join(str(i) for i in row if i > 3) for row in rows]
+
+    engine = Counting()
+    texts = ["A bb. Ccc dddd.", "e", "f gg hhh iiii jjjjj k l m n o."]
+    docs = pipeline.translate_documents(engine, texts, lambda s, ids: pipeline.translate_sentences(
+        engine, s, 128, None, ids=ids))
+    assert sorted(engine.tokenized) == sorted(
+        ["A bb.", "Ccc dddd.", "e", "f gg hhh iiii jjjjj k l m n o."])
+    assert [d[0]["truncated"] for d in docs] == [False, False, True]
+
+
+def test_ctranslate2_without_confidence_skips_score_batch(ct2_dates):
+    """confidence=False: the same hypotheses and scores, no "confidence" and no
+    score_batch call (the confidence's forced-decoding pass)."""
+    from keras_attn.export.ctranslate2_runtime import CTranslate2Translator
+
+    ct2 = CTranslate2Translator(ct2_dates["path"])
+    texts = ["3 March 2021. 4 July 1999", "12/25/2000"]
+    with_confidence = ct2.translate_nbest(texts, beam_size=2, num_hypotheses=2)
+
+    class NoScoring:  # the ctranslate2.Translator, but score_batch fails the test
+        def __init__(self, inner):
+            self.inner = inner
+
+        def translate_batch(self, *args, **kwargs):
+            return self.inner.translate_batch(*args, **kwargs)
+
+        def score_batch(self, *args, **kwargs):
+            raise AssertionError("score_batch called without a confidence asked")
+
+    ct2.translator = NoScoring(ct2.translator)
+    without = ct2.translate_nbest(texts, beam_size=2, num_hypotheses=2, confidence=False)
+
+    def strip(hyp):
+        hyp = {k: v for k, v in hyp.items() if k != "confidence"}
+        if "sentences" in hyp:
+            hyp["sentences"] = [strip(h) for h in hyp["sentences"]]
+        return hyp
+
+    assert all("confidence" in h for hyps in with_confidence for h in hyps)
+    assert not any("confidence" in h for hyps in without for h in hyps)
+    assert without == [[strip(h) for h in hyps] for hyps in with_confidence]

@@ -52,9 +52,11 @@ def add_parser(sub):
                         "core) (default: 1 with several replicas, 0 with one)")
     p.add_argument("--max-batch", type=int, default=32,
                    help="most sentences decoded together (default: %(default)s)")
-    p.add_argument("--batch-wait-ms", type=float, default=5.0,
+    p.add_argument("--batch-wait-ms", type=float, default=0.0,
                    help="longest wait of a request for others to join its batch, in "
-                        "milliseconds (default: %(default)s)")
+                        "milliseconds; 0: a free replica takes what is waiting at once "
+                        "(requests that arrive while it decodes form the next batch) "
+                        "(default: %(default)s)")
     p.add_argument("--queue-size", type=int, default=256,
                    help="most requests waiting; more are answered 503 with Retry-After "
                         "(default: %(default)s)")

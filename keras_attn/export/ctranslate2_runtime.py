@@ -268,16 +268,17 @@ class CTranslate2Translator:
                                        ct2_options)
         return pipeline.pad(ids)
 
-    def translate_nbest(self, texts, batch_size=128, **options):
+    def translate_nbest(self, texts, batch_size=128, confidence=True, **options):
         """``Translator.translate_nbest``'s result for this model (the same pipeline,
         :func:`keras_attn.translation.pipeline.translate_nbest`); the confidence is
-        :meth:`confidences`'.
+        :meth:`confidences`' (``confidence=False``: not computed, no ``score_batch`` call).
 
         Raises:
             ValueError: as :meth:`options` (sampling, alignments, bad values), or a
                 ``target_prefix`` that leaves no room within ``max_length``.
         """
-        return pipeline.translate_nbest(self, texts, batch_size, **options)
+        return pipeline.translate_nbest(self, texts, batch_size, confidence=confidence,
+                                        **options)
 
     def too_long(self, sentences):
         """Per sentence whether it has more source tokens than the model reads."""

@@ -110,7 +110,7 @@ class Settings:
     """
 
     max_batch: int = 32
-    batch_wait_ms: float = 5.0
+    batch_wait_ms: float = 0.0
     queue_size: int = 256
     timeout: float = 30.0
     max_body_bytes: int = 1_000_000
@@ -287,7 +287,10 @@ def create_app(artefact, replicas, settings=None):
         if req.format == "html":
             return await markup.translate_html(batcher, req, settings.timeout,
                                                alignments=alignments)
-        return await batcher.submit(req.texts, req.options, settings.timeout)
+        # Confidences only when the answer shows them (``hypotheses``): on CTranslate2 they
+        # are one more pass over every hypothesis.
+        return await batcher.submit(req.texts, req.options, settings.timeout,
+                                    confidence=req.hypotheses)
 
     async def translate(request):
         fields, form, _ = await read_fields(request)
@@ -323,7 +326,8 @@ def create_app(artefact, replicas, settings=None):
                 raise api.bad_request(f"{code} is not supported")
 
         async def as_text(texts):
-            results = await batcher.submit(texts, DecodingOptions(), settings.timeout)
+            results = await batcher.submit(texts, DecodingOptions(), settings.timeout,
+                                           confidence=False)
             return [hyps[0]["translation"] for hyps in results]
 
         async def as_html(fragments):
@@ -374,7 +378,8 @@ def create_app(artefact, replicas, settings=None):
             raise api.ApiError(501, f"Cannot compute attention: {heatmaps.unavailable}")
         text, translation = api.parse_attention_fields(fields, languages)
         if translation is None:  # the engine's greedy translation, as /translate gives it
-            results = await batcher.submit([text], DecodingOptions(), settings.timeout)
+            results = await batcher.submit([text], DecodingOptions(), settings.timeout,
+                                           confidence=False)
             translation = results[0][0]["translation"]
         out = await asyncio.wait_for(asyncio.wrap_future(heatmaps.submit(text, translation)),
                                      settings.timeout)

@@ -1,20 +1,21 @@
 """Requests of concurrent clients decoded together (what TF Serving's ``--enable_batching``
 does with ``max_batch_size`` and ``batch_timeout_micros``).
 
-A request (one text or several, with its ``DecodingOptions``) waits in the group of its
-options: requests with different options cannot share one call of the engine. When a
-replica is free, the group whose oldest request came first is taken: once it holds
-``max_batch`` texts, or ``wait_ms`` after its oldest request arrived, up to ``max_batch``
-texts of it (whole requests; a request longer than that goes alone) are sent to the
-replica as one batch. While every replica is busy, requests pile up and later batches are
-fuller: the batch grows with the load.
+A request (one text or several, with its ``DecodingOptions`` and whether its answer
+carries confidences) waits in the group of both: requests that differ in them cannot share
+one call of the engine. When a replica is free, the group whose oldest request came first
+is taken: once it holds ``max_batch`` texts, or ``wait_ms`` after its oldest request
+arrived (default 0: at once), up to ``max_batch`` texts of it (whole requests; a request
+longer than that goes alone) are sent to the replica as one batch. While every replica is
+busy, requests pile up and the next batch takes them: the batch grows with the load, and a
+lone request waits for nothing.
 
 Limits: at most ``queue_size`` requests wait (:class:`QueueFull` beyond: the server answers
 503 with ``Retry-After``); a request that is not answered within its ``timeout`` raises
 ``asyncio.TimeoutError`` (504) and, if it was still waiting, is never decoded.
 
 Example:
-    >>> batcher = Batcher(InProcessReplicas(engine), max_batch=32, wait_ms=5)
+    >>> batcher = Batcher(InProcessReplicas(engine), max_batch=32, wait_ms=0)
     >>> batcher.start()                                    # inside the running event loop
     >>> await batcher.submit(["3 March 2021"], DecodingOptions(), timeout=30)
     [[{'translation': '2021-03-03', 'score': -0.83}]]
@@ -58,7 +59,7 @@ class Batcher:
         queue_size: most requests waiting; more raise :class:`QueueFull`.
     """
 
-    def __init__(self, replicas, max_batch=32, wait_ms=5.0, queue_size=256):
+    def __init__(self, replicas, max_batch=32, wait_ms=0.0, queue_size=256):
         self.replicas = replicas
         self.max_batch = _check_int("max_batch", max_batch, 1)
         if isinstance(wait_ms, bool) or not isinstance(wait_ms, (int, float)) or wait_ms < 0:
@@ -66,7 +67,7 @@ class Batcher:
                              f"batch_wait_ms={wait_ms!r}")
         self.wait = wait_ms / 1000.0
         self.queue_size = _check_int("queue_size", queue_size, 1)
-        self._groups = collections.OrderedDict()  # options -> deque of _Request
+        self._groups = collections.OrderedDict()  # (options, confidence) -> deque of _Request
         self._waiting = 0
         self._in_flight = 0
         self._arrived = None  # asyncio.Event: a request came
@@ -110,9 +111,10 @@ class Batcher:
         batches = self._waiting / max(self.replicas.size, 1)
         return max(1, int(batches * self._seconds_per_batch + 0.999))
 
-    async def submit(self, texts, options, timeout=None):
+    async def submit(self, texts, options, timeout=None, confidence=True):
         """Translate ``texts`` (a list of strings) with ``options`` together with other
-        clients' requests; per text, its hypotheses (the engine's answer).
+        clients' requests; per text, its hypotheses (the engine's answer, with confidences
+        when ``confidence``).
 
         Raises:
             QueueFull: ``queue_size`` requests are waiting already.
@@ -122,7 +124,8 @@ class Batcher:
         if self._waiting >= self.queue_size:
             raise QueueFull(self.queue_size, self.retry_after())
         future = asyncio.get_running_loop().create_future()
-        self._groups.setdefault(options, collections.deque()).append(
+        key = (options, bool(confidence))
+        self._groups.setdefault(key, collections.deque()).append(
             _Request(list(texts), options, future, time.monotonic()))
         self._waiting += 1
         self._arrived.set()
@@ -130,11 +133,11 @@ class Batcher:
             return await asyncio.wait_for(future, timeout)
         finally:
             if future.cancelled() or not future.done():
-                self._drop(options, future)
+                self._drop(key, future)
 
-    def _drop(self, options, future):
+    def _drop(self, key, future):
         """Take a request that timed out out of its group (if it is still waiting)."""
-        group = self._groups.get(options)
+        group = self._groups.get(key)
         if not group:
             return
         for request in list(group):
@@ -142,7 +145,7 @@ class Batcher:
                 group.remove(request)
                 self._waiting -= 1
         if not group:
-            del self._groups[options]
+            del self._groups[key]
 
     # --- the replicas' side ---------------------------------------------------------------
     async def _dispatch(self):
@@ -151,21 +154,21 @@ class Batcher:
             while not self._groups:
                 self._arrived.clear()
                 await self._arrived.wait()
-            options = min(self._groups, key=lambda k: self._groups[k][0].arrived)
-            await self._wait_for_batch(options)
-            requests = self._take(options)
+            key = min(self._groups, key=lambda k: self._groups[k][0].arrived)
+            await self._wait_for_batch(key)
+            requests = self._take(key)
             if not requests:
                 self._free.release()
                 continue
-            task = asyncio.get_running_loop().create_task(self._run(options, requests))
+            task = asyncio.get_running_loop().create_task(self._run(key, requests))
             self._batch_tasks.add(task)
             task.add_done_callback(self._batch_tasks.discard)
 
-    async def _wait_for_batch(self, options):
+    async def _wait_for_batch(self, key):
         """Until the group holds ``max_batch`` texts or its oldest request waited
         ``wait_ms`` (or the group is gone: every request timed out)."""
         while True:
-            group = self._groups.get(options)
+            group = self._groups.get(key)
             if not group or sum(len(r.texts) for r in group) >= self.max_batch:
                 return
             left = group[0].arrived + self.wait - time.monotonic()
@@ -177,9 +180,9 @@ class Batcher:
             except asyncio.TimeoutError:
                 return
 
-    def _take(self, options):
+    def _take(self, key):
         """Whole requests of the group, up to ``max_batch`` texts (at least one request)."""
-        group = self._groups.get(options)
+        group = self._groups.get(key)
         taken, count = [], 0
         while group and (not taken or count + len(group[0].texts) <= self.max_batch):
             request = group.popleft()
@@ -189,15 +192,15 @@ class Batcher:
             taken.append(request)
             count += len(request.texts)
         if group is not None and not group:
-            del self._groups[options]
+            del self._groups[key]
         return taken
 
-    async def _run(self, options, requests):
+    async def _run(self, key, requests):
         texts = [t for r in requests for t in r.texts]
         self._in_flight += 1
         started = time.monotonic()
         try:
-            results = await self.replicas.translate(texts, options)
+            results = await self.replicas.translate(texts, *key)
         except Exception as e:  # noqa: BLE001  (every request of the batch gets it)
             for r in requests:
                 if not r.future.done():

@@ -5,9 +5,11 @@
 * :class:`CTranslate2Engine`: ``keras_attn.export.ctranslate2_runtime.CTranslate2Translator``
   (a replica that serves it imports no TensorFlow).
 
-Both answer ``translate(texts, options)`` with, per text, the list of hypotheses
-``{"translation": str, "score": float}`` (plus ``"alignment"`` when
-``options.return_alignments``, ``"confidence"`` when the artefact gives one), best first:
+Both answer ``translate(texts, options, confidence=True)`` with, per text, the list of
+hypotheses ``{"translation": str, "score": float}`` (plus ``"alignment"`` when
+``options.return_alignments``, ``"confidence"`` when asked and the artefact gives one: the
+SavedModel's graph always computes it, CTranslate2 skips its ``score_batch`` pass when not
+asked), best first:
 the shape of ``Translator.translate_nbest``. Bad options raise ``ValueError`` naming the
 option (the SavedModel's ``InvalidArgument`` is turned into one), which the HTTP layer
 answers with 400.
@@ -96,8 +98,9 @@ class SavedModelEngine:
         return {name: self._tf.constant(value, self._dtypes[name])
                 for name, value in runtime.option_inputs(options, self._dtypes).items()}
 
-    def translate(self, texts, options):
-        """Per text, its hypotheses (module docstring). ``options``: ``DecodingOptions``."""
+    def translate(self, texts, options, confidence=True):
+        """Per text, its hypotheses (module docstring). ``options``: ``DecodingOptions``;
+        ``confidence``: keep the graph's confidences in the answer."""
         tf = self._tf
         if not texts:
             return []
@@ -110,7 +113,7 @@ class SavedModelEngine:
         return pipeline.hypotheses(
             [[utf8(t) for t in row] for row in out["translations"].numpy()],
             out["scores"].numpy(),
-            out["confidences"].numpy() if "confidences" in out else None,
+            out["confidences"].numpy() if confidence and "confidences" in out else None,
             [[utf8(a) for a in row] for row in out["alignments"].numpy()]
             if options.return_alignments else None)
 
@@ -141,12 +144,12 @@ class CTranslate2Engine:
         self.path = path
         self._translator = CTranslate2Translator(path, intra_threads=int(threads or 0))
 
-    def translate(self, texts, options):
+    def translate(self, texts, options, confidence=True):
         if not texts:
             return []
         kwargs = {k: v for k, v in dataclasses.asdict(options).items() if v is not None}
         return self._translator.translate_nbest(list(texts), batch_size=max(len(texts), 1),
-                                                **kwargs)
+                                                confidence=confidence, **kwargs)
 
 
 ENGINE_CLASSES = {"savedmodel": SavedModelEngine, "ctranslate2": CTranslate2Engine}

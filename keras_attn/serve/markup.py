@@ -253,7 +253,8 @@ async def translate_html(batcher, request, timeout, alignments=True):
     segments = [s for d in documents for s in d if isinstance(s, Segment) and s.text.strip()]
     splits = [_sentences(s.text.strip()) for s in segments]
     sentences = [t for parts in splits for t in parts.sentences]
-    results = await batcher.submit(sentences, options, timeout) if sentences else []
+    results = await batcher.submit(sentences, options, timeout, confidence=request.hypotheses) \
+        if sentences else []
     by_segment, at = {}, 0
     for segment, parts in zip(segments, splits):
         by_segment[id(segment)] = (parts, results[at: at + len(parts.sentences)])

@@ -7,7 +7,7 @@
   thread each keep both cores busy, where one engine's two threads fight over them.
 
 Both have ``size`` (batches decoded at once; the batcher dispatches at most that many, so
-a batch always finds a free replica) and ``async translate(texts, options)``.
+a batch always finds a free replica) and ``async translate(texts, options, confidence)``.
 
 Example:
     >>> replicas = ProcessReplicas(locate("exported"), size=2, threads=1)
@@ -31,7 +31,7 @@ class InProcessReplicas:
 
     Args:
         engine: a loaded engine (``keras_attn.serve.engines``), or anything with
-            ``translate(texts, options)``.
+            ``translate(texts, options, confidence)``.
     """
 
     size = 1
@@ -40,9 +40,10 @@ class InProcessReplicas:
         self.engine = engine
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
 
-    async def translate(self, texts, options):
+    async def translate(self, texts, options, confidence=True):
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.engine.translate, texts, options)
+        return await loop.run_in_executor(self._executor, self.engine.translate, texts, options,
+                                          confidence)
 
     def close(self):
         self._executor.shutdown(wait=True)
@@ -86,8 +87,8 @@ def _import_quietly(name):
         os.close(devnull)
 
 
-def _translate(texts, options):
-    return _ENGINE.translate(texts, options)
+def _translate(texts, options, confidence):
+    return _ENGINE.translate(texts, options, confidence)
 
 
 def _ready(pause):
@@ -121,9 +122,9 @@ class ProcessReplicas:
             pids.update(f.result() for f in futures)
         return sorted(pids)
 
-    async def translate(self, texts, options):
+    async def translate(self, texts, options, confidence=True):
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, _translate, texts, options)
+        return await loop.run_in_executor(self._pool, _translate, texts, options, confidence)
 
     def close(self):
         self._pool.shutdown(wait=True, cancel_futures=True)

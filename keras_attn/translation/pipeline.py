@@ -81,7 +81,7 @@ def string_pairs(sources, targets):
 
 
 def translate_sentences(engine, sentences, batch_size, opts, prefix=(), decode=None,
-                        progress=None):
+                        progress=None, ids=None):
     """Per sentence its hypotheses: ``num_hypotheses`` dicts ``{"translation", "score",
     "confidence"}`` (``"alignment"`` when asked; no ``"confidence"`` when ``decode`` gives
     no features).
@@ -96,9 +96,13 @@ def translate_sentences(engine, sentences, batch_size, opts, prefix=(), decode=N
         prefix: the ``target_prefix``'s target ids, forced on every sentence.
         decode: ``engine.decode`` unless given (``Translator.translate``'s best-only loop).
         progress: optional ``progress(done, total)`` after each batch.
+        ids: per sentence its source ids when already tokenized (None where not).
     """
     decode = engine.decode if decode is None else decode
-    ids = engine.tokenize(sentences) if sentences else []
+    ids = list(ids) if ids is not None else [None] * len(sentences)
+    todo = [k for k, row in enumerate(ids) if row is None]
+    for k, row in zip(todo, engine.tokenize([sentences[k] for k in todo]) if todo else []):
+        ids[k] = row
     order = list(range(len(ids)))
     if len(ids) > batch_size:
         order.sort(key=lambda k: len(ids[k]))
@@ -133,16 +137,20 @@ def hypotheses(translations, scores, confidences=None, alignments=None):
              for h in range(len(translations[r]))] for r in range(len(translations))]
 
 
-def translate_nbest(engine, texts, batch_size=128, decode=None, progress=None, **options):
+def translate_nbest(engine, texts, batch_size=128, decode=None, progress=None,
+                    confidence=True, **options):
     """What ``translate_nbest`` returns for every engine (``Translator.translate_nbest``
     documents it): per text ``num_hypotheses`` dicts, one-sentence texts as their
     sentence's dict (:func:`one_sentence`). ``decode``, ``progress``: as
-    :func:`translate_sentences`'s."""
+    :func:`translate_sentences`'s; ``confidence=False`` skips the confidence's pass (the
+    hypotheses have no ``"confidence"``)."""
     opts = engine.options(**options)
     prefix = engine.tokenize_target([opts.target_prefix])[0] if opts.target_prefix else []
     opts.validate(max_length_limit=engine.max_len, prefix_tokens=len(prefix))
-    docs = translate_documents(engine, list(texts), lambda s: translate_sentences(
-        engine, s, batch_size, opts, prefix, decode, progress), opts.num_hypotheses)
+    if decode is None and not confidence:
+        decode = lambda source, o, p: engine.decode(source, o, p, False)  # noqa: E731
+    docs = translate_documents(engine, list(texts), lambda s, ids=None: translate_sentences(
+        engine, s, batch_size, opts, prefix, decode, progress, ids), opts.num_hypotheses)
     return [[one_sentence(h) for h in hyps] for hyps in docs]
 
 
@@ -151,9 +159,8 @@ def translate(engine, texts, beam_size=1, alpha=None, batch_size=128, progress=N
     """The best translation of each text (every engine's ``translate``): ``alpha`` is
     ``length_penalty`` unless that is given too; no confidence is computed."""
     options.setdefault("length_penalty", alpha)
-    best = lambda source, opts, prefix: engine.decode(source, opts, prefix, False)  # noqa: E731
     return [hyps[0]["translation"] for hyps in translate_nbest(
-        engine, texts, batch_size, best, progress, beam_size=beam_size, **options)]
+        engine, texts, batch_size, None, progress, False, beam_size=beam_size, **options)]
 
 
 def source_lengths(engine, sentences):
@@ -181,8 +188,9 @@ def translate_documents(engine, texts, translate, num_hypotheses=1):
             clause boundaries, :func:`cut_long`; ``"cut": True``) when ``split_long`` is
             set, else read in part (``"truncated": True``).
         texts: sequence of B str (sentences, paragraphs, whole files).
-        translate: ``sentences -> per sentence a list of num_hypotheses dicts`` with at
-            least ``"translation"`` and ``"score"`` (:func:`translate_sentences`).
+        translate: ``(sentences, ids) -> per sentence a list of num_hypotheses dicts``
+            with at least ``"translation"`` and ``"score"`` (:func:`translate_sentences`);
+            ``ids``: per sentence its source ids, None for a piece of a cut sentence.
         num_hypotheses: hypotheses per sentence (and per document).
 
     Returns:
@@ -194,27 +202,30 @@ def translate_documents(engine, texts, translate, num_hypotheses=1):
         ``"source"``). A text with no sentence translates to its own whitespace, score 0.
 
     Example:
-        >>> docs = translate_documents(engine, ["Hi. Bye."], lambda s: [[{
+        >>> docs = translate_documents(engine, ["Hi. Bye."], lambda s, ids: [[{
         ...     "translation": x.upper(), "score": -1.0}] for x in s])
         >>> docs[0][0]["translation"], docs[0][0]["score"]
         ('HI. BYE.', -2.0)
     """
     sentences, counts, separators = documents.split_batch(texts)
-    long = [n > engine.max_len - 1 for n in source_lengths(engine, sentences)]
+    ids = engine.tokenize(sentences) if sentences else []  # once for the whole request
+    long = [len(row) > engine.max_len - 1 for row in ids]
     cuts = cut_long(engine, sentences) if engine.split_long and any(long) else \
         [None] * len(sentences)
-    units, owners, pieces = [], [], []  # what is decoded, whose sentence, its cut
+    units, unit_ids, owners, pieces = [], [], [], []  # what is decoded, whose sentence, its cut
     for k, (sentence, part) in enumerate(zip(sentences, cuts)):
         if part is not None and part.cut:
             pieces.append(part)
             units += part.pieces
+            unit_ids += [None] * len(part.pieces)
             owners += [k] * len(part.pieces)
         else:
             pieces.append(None)
             units.append(sentence)
+            unit_ids.append(ids[k])
             owners.append(k)
     per_sentence = [[] for _ in sentences]
-    for k, hyps in zip(owners, translate(units) if units else []):
+    for k, hyps in zip(owners, translate(units, unit_ids) if units else []):
         per_sentence[k].append(hyps)
     results, start = [], 0
     for count, seps in zip(counts, separators):
