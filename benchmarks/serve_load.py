@@ -1,33 +1,37 @@
-"""Load test of ``keras-attn serve``: throughput and latency against concurrent clients.
+"""``keras-attn serve`` under load, beside LibreTranslate serving the same weights.
 
-For each engine (SavedModel, CTranslate2) and each layout of the CPU (one replica with
-every core's threads, one replica with one thread, one replica per core with one thread
-each), a real server is started (``python -m keras_attn.cli serve``, its own process), and
-N closed-loop clients (1, 2, 4, 8, 16, 32) each send one held-out sentence per request,
-the next as soon as the answer comes, for ``--duration`` seconds. Measured: answered
-requests and target tokens a second, p50/p99 latency, failed requests, the mean batch the
-server formed (``GET /health``), the server's memory (RSS of the process and its replicas)
-over time; and the engine's own offline throughput at batch 32 in the same layout (the
-replicas fed batches of 32 back to back, no HTTP), for the ratio.
+Each server is started in its own process and loaded by ``wrk`` (Debian's package: a C load
+generator that costs the 2 cores almost nothing), keep-alive connections each sending one
+held-out sentence a request as JSON (``{"q", "source", "target"}``), the next as soon as the
+answer comes: ``--warmup`` seconds at 16 connections, then ``--duration`` seconds at each
+``--clients`` count. Measured per point: answered requests a second, p50/p90/p99 latency (wrk's
+own), failed requests (non-2xx, socket errors), and the server's resident memory (its process
+and children, sampled every second; the largest). The servers:
 
-The load generator is an asyncio ``httpx`` client, not locust: locust runs its users on
-gevent (it monkey-patches the process) and spends far more CPU per request; on a 2-core
-machine the generator shares the cores with the server, so the lightest client measures
-the server best. The clients are spread over processes of 8 (one process driving 32
-connections was itself the bottleneck: its mean batch fell to 3). Target tokens are counted after the runs with the run's target
-tokenizer (``[END]`` included, as the engines' own benchmark counts them).
+* ``libretranslate``: LibreTranslate 1.9 (Argos Translate on CTranslate2) serving our
+  CTranslate2 export as an Argos package, greedy (``ARGOS_BEAM_SIZE=1``), started by the
+  anchor script given with ``--anchor`` in the Python given with ``--anchor-python`` (its own
+  virtual environment: ``pip install libretranslate``);
+* ``ctranslate2`` and ``savedmodel``: ``keras-attn serve --engine ...`` with its defaults.
+
+A server may carry options: ``ctranslate2:threads=1``, ``savedmodel:replicas=2``,
+``ctranslate2:batch_wait_ms=5`` (``keras-attn serve`` flags), ``libretranslate:threads=2``.
+Every server runs once per repeat, the repeats interleaved (``--repeats``), so that the ratios
+are taken side by side; the report gives each figure's median and range over the repeats. The
+engines' own offline throughput (batches of 32 back to back, no HTTP) and single-sentence
+latency are measured in the same run, with the threads the server uses.
 
 Usage:
-    python -m benchmarks.serve_load exported --duration 5 --name serve_load
-    python -m benchmarks.serve_load /work/runs/fra30 --name serve_load_fra30
+    python -m benchmarks.serve_load RUN_DIR --data DEV_FILE \\
+        --anchor ANCHOR.py --anchor-python LT_VENV/bin/python --repeats 3
 
-Writes ``NAME.json`` and ``NAME.md`` into ``--out-dir`` (default: a new
-``benchmarks/results/<date>-NAME/`` folder).
+Writes ``serve_load.json`` and ``serve_load.md`` into ``--out-dir`` (default: a new
+``benchmarks/results/<date>-serve_load/`` folder).
 """
 import argparse
-import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -36,51 +40,48 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 from benchmarks.results import fresh_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LAYOUTS = {"1x2": (1, 2), "1x1": (1, 1), "2x1": (2, 1)}  # replicas x intra-op threads
-CLIENTS_PER_GENERATOR = 8
+DEFAULT_SERVERS = ["libretranslate", "ctranslate2", "savedmodel"]
+
+# wrk's script: the bodies of a file in turn, and the result as one JSON line at the end.
+WRK_SCRIPT = """
+local bodies = {}
+for line in io.lines("%(bodies)s") do bodies[#bodies + 1] = line end
+local i = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  i = i + 1
+  return wrk.format(nil, nil, nil, bodies[(i %% #bodies) + 1])
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('WRK_JSON {"requests": %%d, "duration_us": %%d, "connect": %%d, ' ..
+    '"read": %%d, "write": %%d, "status": %%d, "timeout": %%d, "p50_us": %%d, "p90_us": %%d, ' ..
+    '"p99_us": %%d, "mean_us": %%.1f}\\n', summary.requests, summary.duration, e.connect,
+    e.read, e.write, e.status, e.timeout, latency:percentile(50), latency:percentile(90),
+    latency:percentile(99), latency.mean))
+end
+"""
 
 
 # --- inputs -------------------------------------------------------------------------------
-def held_out(run_dir, count, data_root=None):
-    """``count`` held-out source sentences of a run: the dates test split, or the English
-    side of the Tatoeba dev file (one sentence each, in file order)."""
-    config = json.load(open(os.path.join(run_dir, "config.json")))
-    if config["task"] == "dates":
-        from keras_attn import data
+def held_out(data, count):
+    """Up to ``count`` distinct one-sentence English inputs of a Tatoeba file (English TAB
+    French lines), in file order."""
+    from keras_attn import documents
 
-        splits = data.dates_splits(config["num_train"], config["num_valid"],
-                                   config["num_test"], seed=config["seed"])
-        return [s for s, _ in splits["test"]][:count]
-    candidates = [os.path.join(p, "dev.txt") for p in
-                  (data_root, config["data"], os.path.join("/work/shared/data", "fra-eng"))
-                  if p]
-    path = next(p for p in candidates if os.path.exists(p))
     seen, out = set(), []
-    for line in open(path, encoding="utf-8"):
+    for line in open(data, encoding="utf-8"):
         english = line.split("\t")[0].strip()
-        if english and english not in seen:
+        if english and english not in seen and len(documents.split(english).sentences) == 1:
             seen.add(english)
             out.append(english)
     return out[:count]
-
-
-def target_tokens(run_dir, translations):
-    """Target tokens of each translation (the run's target tokenizer, ``[END]`` included)."""
-    import tensorflow as tf
-
-    from keras_attn import subword
-
-    _, tgt = subword.run_tokenizers(run_dir)
-    if not translations:
-        return []
-    ids = tgt.tokenize(tf.constant(translations, tf.string))
-    lengths = ids.row_lengths().numpy() if hasattr(ids, "row_lengths") else \
-        [len(r) for r in ids.numpy()]
-    return [int(n) + 1 for n in lengths]
 
 
 def machine():
@@ -93,7 +94,7 @@ def machine():
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
-# --- the server -----------------------------------------------------------------------------
+# --- the servers ----------------------------------------------------------------------------
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -143,35 +144,58 @@ class MemorySampler(threading.Thread):
         self.join()
 
 
-class Server:
-    """``python -m keras_attn.cli serve`` in its own process (context manager)."""
+def parse_spec(spec):
+    """``"name:key=value,key=value"`` -> ``(name, {key: value})``."""
+    name, _, rest = spec.partition(":")
+    if name not in DEFAULT_SERVERS:
+        raise ValueError(f"unknown server {name!r} (one of {DEFAULT_SERVERS})")
+    options = dict(item.split("=", 1) for item in rest.split(",") if item)
+    return name, options
 
-    def __init__(self, path, engine, replicas, threads, max_batch, wait_ms, log,
-                 memory_every=1.0):
+
+class Server:
+    """A server in its own process (context manager): ``url``, ``languages``, ``pid``."""
+
+    def __init__(self, spec, paths, args, memory_every=1.0):
+        self.spec = spec
+        self.name, self.options = parse_spec(spec)
         self.port = free_port()
-        self.memory_every = memory_every
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        self.args = [sys.executable, "-m", "keras_attn.cli", "serve", path, "--engine", engine,
-                     "--port", str(self.port), "--replicas", str(replicas), "--threads",
-                     str(threads), "--max-batch", str(max_batch), "--batch-wait-ms",
-                     str(wait_ms), "--queue-size", "4096", "--timeout", "600"]
+        self.memory_every = memory_every
+        env = dict(os.environ)
+        if self.name == "libretranslate":
+            if not (args.anchor and args.anchor_python):
+                raise ValueError("the libretranslate server needs --anchor and --anchor-python")
+            self.workdir = tempfile.mkdtemp(prefix="lt_anchor_")
+            env["ARGOS_BEAM_SIZE"] = "1"  # greedy, as ours by default
+            self.args = [args.anchor_python, args.anchor, "serve", paths["ctranslate2"],
+                         "--port", str(self.port), "--workdir", self.workdir,
+                         "--threads", self.options.get("threads", "2")]
+        else:
+            self.workdir = None
+            self.args = [sys.executable, "-m", "keras_attn.cli", "serve", paths[self.name],
+                         "--engine", self.name, "--port", str(self.port), "--queue-size",
+                         "4096", "--timeout", "600", "--char-limit", "-1"]
+            for key, value in self.options.items():
+                self.args += ["--" + key.replace("_", "-"), value]
+        self.env = env
 
     def __enter__(self):
-        import httpx
-
         self.logfile = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(self.args, cwd=ROOT, stdout=self.logfile,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, env=self.env)
         started = time.monotonic()
         while True:
             if self.proc.poll() is not None:
                 self.logfile.seek(0)
-                raise RuntimeError("the server ended:\n" + self.logfile.read().decode()[-3000:])
+                raise RuntimeError(f"{self.spec} ended:\n" +
+                                   self.logfile.read().decode()[-3000:])
             try:
-                httpx.get(self.url + "/health", timeout=2).raise_for_status()
+                self.languages = json_get(self.url + "/languages")
                 break
-            except httpx.HTTPError:
+            except OSError:
+                if time.monotonic() - started > 600:
+                    raise
                 time.sleep(0.5)
         self.startup_s = time.monotonic() - started
         self.memory = MemorySampler(self.proc.pid, self.memory_every)
@@ -185,310 +209,264 @@ class Server:
             self.proc.wait(60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
         self.logfile.close()
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
-
-def health(url):
-    import httpx
-
-    return httpx.get(url + "/health", timeout=10).json()
-
-
-# --- load -----------------------------------------------------------------------------------
-async def closed_loop(url, body, sentences, clients, duration):
-    """``clients`` clients, each sending one sentence per request back to back for
-    ``duration`` seconds; per answered request ``(latency_s, translation)``, the failures,
-    and the seconds from the first request to the last answer."""
-    import httpx
-
-    next_index = [0]
-    answered, failed = [], []
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(limits=limits, timeout=600) as client:
-        start = time.monotonic()
-        end = start + duration
-
-        async def one_client():
-            while time.monotonic() < end:
-                sentence = sentences[next_index[0] % len(sentences)]
-                next_index[0] += 1
-                sent = time.monotonic()
-                try:
-                    response = await client.post(url + "/translate", json={"q": sentence, **body})
-                except httpx.HTTPError as e:
-                    failed.append(repr(e))
-                    continue
-                if response.status_code != 200:
-                    failed.append(f"{response.status_code} {response.text[:200]}")
-                    continue
-                answered.append((time.monotonic() - sent, response.json()["translatedText"]))
-
-        await asyncio.gather(*[one_client() for _ in range(clients)])
-        elapsed = time.monotonic() - start
-    return answered, failed, elapsed
-
-
-def percentile(values, q):
-    values = sorted(values)
-    if not values:
-        return None
-    k = (len(values) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
-
-
-def _generate(argv):
-    """A generator process: ``--generate URL BODY_JSON SENTENCES_JSON CLIENTS DURATION``;
-    prints its answers as JSON."""
-    url, body, sentences_file, clients, duration = argv
-    sentences = json.load(open(sentences_file, encoding="utf-8"))
-    answered, failed, elapsed = asyncio.run(closed_loop(url, json.loads(body), sentences,
-                                                        int(clients), float(duration)))
-    print(json.dumps({"answered": answered, "failed": failed, "elapsed": elapsed}))
-
-
-def measure_clients(server, body, sentences_file, clients, duration):
-    """``clients`` closed-loop clients spread over processes of at most
-    :data:`CLIENTS_PER_GENERATOR` each (one asyncio httpx process with 32 connections
-    became the bottleneck: 183 requests/s against 455 from four processes of 8, same server)."""
-    before = health(server.url)
-    sizes = [CLIENTS_PER_GENERATOR] * (clients // CLIENTS_PER_GENERATOR)
-    if clients % CLIENTS_PER_GENERATOR:
-        sizes.append(clients % CLIENTS_PER_GENERATOR)
-    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.serve_load", "--generate",
-                               server.url, json.dumps(body), sentences_file, str(n),
-                               str(duration)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-             for n in sizes]
-    outs = [json.loads(p.communicate()[0]) for p in procs]
-    after = health(server.url)
-    answered = [tuple(a) for o in outs for a in o["answered"]]
-    failed = [f for o in outs for f in o["failed"]]
-    elapsed = max(o["elapsed"] for o in outs)
-    batches = after["batches"] - before["batches"]
-    latencies = [lat for lat, _ in answered]
-    return {"clients": clients, "generators": len(sizes), "seconds": round(elapsed, 3),
-            "answered": len(answered), "failed": len(failed), "failures": failed[:5],
-            "requests_per_s": round(len(answered) / elapsed, 2),
-            "p50_ms": round(1000 * percentile(latencies, 0.5), 1) if latencies else None,
-            "p99_ms": round(1000 * percentile(latencies, 0.99), 1) if latencies else None,
-            "mean_batch": round((after["texts"] - before["texts"]) / batches, 2) if batches
-            else None, "translations": [t for _, t in answered]}
-
-
-async def _offline(replicas, sentences, batch, duration):
-    from keras_attn.decoding.options import DecodingOptions
-
-    options = DecodingOptions()
-    out, cursor = [], [0]
-    end = time.monotonic() + duration
-
-    async def feed():
-        while time.monotonic() < end:
-            i = cursor[0]
-            cursor[0] += batch
-            texts = [sentences[(i + j) % len(sentences)] for j in range(batch)]
-            results = await replicas.translate(texts, options)
-            out.extend(hyps[0]["translation"] for hyps in results)
-
-    start = time.monotonic()
-    await asyncio.gather(*[feed() for _ in range(replicas.size)])
-    return out, time.monotonic() - start
-
-
-def offline(artefact, replicas, threads, sentences, duration, batch=32):
-    """The engine's own throughput in a layout: ``replicas`` worker processes, each fed
-    batches of ``batch`` back to back (no HTTP, no batcher)."""
-    from keras_attn.serve.replicas import ProcessReplicas
-
-    pool = ProcessReplicas(artefact, replicas, threads)
-    try:
-        pool.start()
-        asyncio.run(_offline(pool, sentences, batch, 1.0))  # warm-up
-        translations, elapsed = asyncio.run(_offline(pool, sentences, batch, duration))
-    finally:
-        pool.close()
-    return translations, elapsed
-
-
-# --- the whole run --------------------------------------------------------------------------
-def ctranslate2_dir(path, log):
-    """The CTranslate2 model of ``path``, exported into a temporary folder if it has none."""
-    from keras_attn.serve.locate import locate
-
-    try:
-        return locate(path, "ctranslate2").path
-    except FileNotFoundError:
-        pass
-    from keras_attn.export.ctranslate2 import export_ctranslate2
-
-    run_dir = locate(path).run_dir
-    target = os.path.join(tempfile.mkdtemp(prefix="serve_load_"), "ctranslate2")
-    log(f"exporting {run_dir} for CTranslate2 into {target}")
-    export_ctranslate2(run_dir, target, log=lambda *a: None)
-    return target
-
-
-def run(args, log=print):
-    from keras_attn.serve.locate import locate
-
-    info = machine()
-    artefact = locate(args.path)
-    run_dir = artefact.run_dir
-    sentences = held_out(run_dir, args.sentences)
-    sentences_file = os.path.join(tempfile.mkdtemp(prefix="serve_load_"), "sentences.json")
-    with open(sentences_file, "w", encoding="utf-8") as f:
-        json.dump(sentences, f)
-    log(f"{len(sentences)} held-out sentences of {run_dir}; {info}")
-    paths = {"savedmodel": args.path}
-    if "ctranslate2" in args.engines:
-        paths["ctranslate2"] = ctranslate2_dir(args.path, log)
-    results = {"machine": info, "path": os.path.abspath(args.path), "run_dir": run_dir,
-               "duration_s": args.duration, "max_batch": args.max_batch,
-               "batch_wait_ms": args.batch_wait_ms, "sentences": len(sentences),
-               "generator": "asyncio httpx closed loop", "runs": []}
-    for engine in args.engines:
-        engine_artefact = locate(paths[engine], engine)
-        for layout in args.layouts:
-            replicas, threads = LAYOUTS[layout]
-            row = {"engine": engine, "layout": layout, "replicas": replicas,
-                   "threads": threads}
-            log(f"{engine} {layout}: offline batch {args.max_batch}")
-            texts, elapsed = offline(engine_artefact, replicas, threads, sentences,
-                                     args.duration, args.max_batch)
-            row["offline"] = {"seconds": round(elapsed, 3), "translations": texts}
-            with Server(paths[engine], engine, replicas, threads, args.max_batch,
-                        args.batch_wait_ms, log) as server:
-                row["startup_s"] = round(server.startup_s, 1)
-                languages = json_get(server.url + "/languages")
-                body = {"source": languages[0]["code"], "target": languages[0]["targets"][0]}
-                measure_clients(server, body, sentences_file, 2, 2.0)  # warm-up
-                row["load"] = []
-                for clients in args.clients:
-                    m = measure_clients(server, body, sentences_file, clients, args.duration)
-                    log(f"  {clients:>2} clients: {m['requests_per_s']} req/s, p50 "
-                        f"{m['p50_ms']} ms, p99 {m['p99_ms']} ms, batch {m['mean_batch']}, "
-                        f"{m['failed']} failed")
-                    row["load"].append(m)
-                if args.soak:
-                    log(f"  soak: {args.soak_clients} clients for {args.soak} s")
-                    row["soak"] = measure_clients(server, body, sentences_file,
-                                                  args.soak_clients, args.soak)
-                row["memory_mb"] = [(t, round(b / 2**20, 1)) for t, b in server.memory.samples]
-            results["runs"].append(row)
-    count_tokens(results, run_dir)
-    return results
+    def body(self, sentence):
+        """One request's JSON body for this server's language pair."""
+        source = self.languages[0]
+        return json.dumps({"q": sentence, "source": source["code"],
+                           "target": source["targets"][0]}, ensure_ascii=False)
 
 
 def json_get(url):
-    import httpx
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
 
-    return httpx.get(url, timeout=10).json()
+
+# --- load -----------------------------------------------------------------------------------
+def wrk_load(url, bodies_file, clients, duration):
+    """``wrk`` with ``clients`` keep-alive connections (one thread) on ``POST url/translate``
+    for ``duration`` seconds: requests/s, latency percentiles (ms), failures."""
+    script = tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False)
+    script.write(WRK_SCRIPT % {"bodies": bodies_file})
+    script.close()
+    try:
+        done = subprocess.run(
+            ["wrk", "-t1", f"-c{clients}", f"-d{duration:g}s", "--timeout", "60s", "-s",
+             script.name, url + "/translate"], capture_output=True, text=True, check=True)
+    finally:
+        os.unlink(script.name)
+    line = next(l for l in done.stdout.splitlines() if l.startswith("WRK_JSON "))
+    raw = json.loads(line[len("WRK_JSON "):])
+    seconds = raw["duration_us"] / 1e6
+    failed = raw["connect"] + raw["read"] + raw["write"] + raw["status"] + raw["timeout"]
+    return {"clients": clients, "seconds": round(seconds, 2), "requests": raw["requests"],
+            "failed": failed, "requests_per_s": round((raw["requests"] - raw["status"])
+                                                      / seconds, 1),
+            **{k.replace("_us", "_ms"): round(raw[k] / 1000, 2)
+               for k in ("p50_us", "p90_us", "p99_us", "mean_us")}}
 
 
-def count_tokens(results, run_dir):
-    """Target tokens a second everywhere (after the runs: the tokenizer needs CPU)."""
-    for row in results["runs"]:
-        for m in row["load"] + ([row["soak"]] if "soak" in row else []):
-            m["target_tokens_per_s"] = round(
-                sum(target_tokens(run_dir, m.pop("translations"))) / m["seconds"], 1)
-        off = row["offline"]
-        off["target_tokens_per_s"] = round(
-            sum(target_tokens(run_dir, off.pop("translations"))) / off["seconds"], 1)
-        at16 = next((m for m in row["load"] if m["clients"] == 16), None)
-        if at16:
-            row["clients16_over_offline"] = round(
-                at16["target_tokens_per_s"] / off["target_tokens_per_s"], 3)
-        peak = max(row["load"], key=lambda m: m["target_tokens_per_s"])
-        row["peak_tokens_per_s"] = peak["target_tokens_per_s"]
-        half = [m for m in row["load"]
-                if m["target_tokens_per_s"] <= peak["target_tokens_per_s"] / 2]
-        # "half the peak load": the largest client count whose throughput is at most half the
-        # peak (closed loop: the load is the client count).
-        if half:
-            h = max(half, key=lambda m: m["clients"])
-            row["p99_over_p50_at_half_peak"] = {"clients": h["clients"],
-                                                "ratio": round(h["p99_ms"] / h["p50_ms"], 2)}
+def write_bodies(server, sentences):
+    """A file of one JSON body a line for ``server`` (wrk's script reads it)."""
+    f = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8")
+    for sentence in sentences:
+        f.write(server.body(sentence) + "\n")
+    f.close()
+    return f.name
+
+
+def measure_server(spec, paths, sentences, args, log):
+    """One server: started, warmed up, loaded at each client count, stopped."""
+    with Server(spec, paths, args) as server:
+        bodies = write_bodies(server, sentences)
+        try:
+            wrk_load(server.url, bodies, 16, args.warmup)
+            points = []
+            for clients in args.clients:
+                m = wrk_load(server.url, bodies, clients, args.duration)
+                log(f"  {spec:<28} {clients:>2} clients: {m['requests_per_s']:>7} req/s, "
+                    f"p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms, {m['failed']} failed")
+                points.append(m)
+        finally:
+            os.unlink(bodies)
+        samples = [b for _, b in server.memory.samples]
+        return {"server": spec, "startup_s": round(server.startup_s, 1), "points": points,
+                "rss_mb_max": round(max(samples) / 2**20, 1) if samples else None,
+                "rss_mb_end": round(samples[-1] / 2**20, 1) if samples else None}
+
+
+# --- the engines on their own ---------------------------------------------------------------
+def offline(engine, path, threads, sentences_file, duration):
+    """The engine alone in a fresh process (``--offline``): sentences/s at batch 32, and the
+    median milliseconds of one sentence, with ``threads`` intra-op threads."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.serve_load", "--offline", engine,
+                           path, str(threads), sentences_file, str(duration)], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _offline(engine_name, path, threads, sentences_file, duration):
+    from keras_attn.decoding.options import DecodingOptions
+    from keras_attn.serve import engines
+
+    sentences = json.load(open(sentences_file, encoding="utf-8"))
+    engine = engines.ENGINE_CLASSES[engine_name](path, int(threads))
+    options = DecodingOptions()
+    engine.translate(sentences[:32], options, False)  # warm-up
+    count, start, i = 0, time.monotonic(), 0
+    while time.monotonic() - start < float(duration):
+        batch = [sentences[(i + j) % len(sentences)] for j in range(32)]
+        i += 32
+        engine.translate(batch, options, False)
+        count += len(batch)
+    batch32 = count / (time.monotonic() - start)
+    one = []
+    for sentence in sentences[:200]:
+        t0 = time.perf_counter()
+        engine.translate([sentence], options, False)
+        one.append(time.perf_counter() - t0)
+    print(json.dumps({"engine": engine_name, "threads": int(threads),
+                      "batch32_sentences_per_s": round(batch32, 1),
+                      "batch1_median_ms": round(1000 * statistics.median(one), 2)}))
+
+
+# --- the whole run --------------------------------------------------------------------------
+def engine_paths(path, log):
+    """The SavedModel export and the CTranslate2 model of ``path`` (exported into a
+    temporary folder when the run has none)."""
+    from keras_attn.serve.locate import locate
+
+    paths = {"savedmodel": locate(path, "savedmodel").path}
+    try:
+        paths["ctranslate2"] = locate(path, "ctranslate2").path
+    except FileNotFoundError:
+        from keras_attn.export.ctranslate2 import export_ctranslate2
+
+        run_dir = locate(path).run_dir
+        target = os.path.join(tempfile.mkdtemp(prefix="serve_load_"), "ctranslate2")
+        log(f"exporting {run_dir} for CTranslate2 into {target}")
+        export_ctranslate2(run_dir, target, log=lambda *a: None)
+        paths["ctranslate2"] = target
+    return paths
+
+
+def server_threads(spec):
+    """The intra-op threads the server's engine runs with (its ``--threads``, else the
+    default of ``keras-attn serve`` with one replica: 0, the engine's)."""
+    name, options = parse_spec(spec)
+    return int(options.get("threads", 0))
+
+
+def run(args, log=print):
+    info = machine()
+    sentences = held_out(args.data, args.sentences)
+    sentences_file = os.path.join(tempfile.mkdtemp(prefix="serve_load_"), "sentences.json")
+    with open(sentences_file, "w", encoding="utf-8") as f:
+        json.dump(sentences, f)
+    paths = engine_paths(args.path, log)
+    log(f"{len(sentences)} held-out one-sentence inputs of {args.data}; {info}")
+    results = {"machine": info, "path": os.path.abspath(args.path), "paths": paths,
+               "data": os.path.abspath(args.data), "sentences": len(sentences),
+               "duration_s": args.duration, "warmup_s": args.warmup, "clients": args.clients,
+               "generator": "wrk -t1 (keep-alive connections, one sentence a request)",
+               "servers": args.servers, "repeats": []}
+    for repeat in range(args.repeats):
+        log(f"repeat {repeat + 1}/{args.repeats}")
+        rows = [measure_server(spec, paths, sentences, args, log) for spec in args.servers]
+        engines = {}
+        for spec in args.servers:
+            name, _ = parse_spec(spec)
+            key = (name, server_threads(spec))
+            if name != "libretranslate" and key not in engines:
+                engines[key] = offline(name, paths[name], key[1], sentences_file,
+                                       args.offline_duration)
+                log(f"  offline {name} threads {key[1]}: {engines[key]}")
+        results["repeats"].append({"servers": rows, "offline": list(engines.values())})
+    results["summary"] = summary(results)
+    return results
+
+
+# --- the report -----------------------------------------------------------------------------
+def spread(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": round(statistics.median(values), 2), "min": round(min(values), 2),
+            "max": round(max(values), 2)}
+
+
+def point(row, clients):
+    return next((p for p in row["points"] if p["clients"] == clients), None)
+
+
+def summary(results):
+    """Per server and client count the median and range over the repeats; per repeat the
+    ratios to LibreTranslate's figures (when it ran), then their median and range."""
+    out = {"servers": {}, "ratios": {}, "offline": {}}
+    for spec in results["servers"]:
+        rows = [next(r for r in rep["servers"] if r["server"] == spec)
+                for rep in results["repeats"]]
+        entry = {"rss_mb_max": spread([r["rss_mb_max"] for r in rows])}
+        for clients in results["clients"]:
+            pts = [point(r, clients) for r in rows]
+            entry[str(clients)] = {k: spread([p[k] for p in pts if p]) for k in
+                                   ("requests_per_s", "p50_ms", "p99_ms", "failed")}
+        out["servers"][spec] = entry
+    anchor = next((s for s in results["servers"] if s.startswith("libretranslate")), None)
+    for spec in results["servers"]:
+        if anchor is None or spec == anchor:
+            continue
+        ratios = {}
+        for clients in results["clients"]:
+            for key in ("requests_per_s", "p50_ms"):
+                values = []
+                for rep in results["repeats"]:
+                    ours = point(next(r for r in rep["servers"] if r["server"] == spec), clients)
+                    theirs = point(next(r for r in rep["servers"] if r["server"] == anchor),
+                                   clients)
+                    if ours and theirs and theirs[key]:
+                        values.append(ours[key] / theirs[key])
+                ratios[f"{key}_{clients}"] = spread(values)
+        values = [next(r for r in rep["servers"] if r["server"] == spec)["rss_mb_max"] /
+                  next(r for r in rep["servers"] if r["server"] == anchor)["rss_mb_max"]
+                  for rep in results["repeats"]]
+        ratios["rss"] = spread(values)
+        out["ratios"][spec] = ratios
+    for rep in results["repeats"]:
+        for off in rep["offline"]:
+            key = f"{off['engine']} threads {off['threads']}"
+            out["offline"].setdefault(key, []).append(off)
+    out["offline"] = {k: {"batch32_sentences_per_s": spread(
+        [o["batch32_sentences_per_s"] for o in v]), "batch1_median_ms": spread(
+        [o["batch1_median_ms"] for o in v])} for k, v in out["offline"].items()}
+    return out
+
+
+def fmt(s, digits=1):
+    if s is None:
+        return "n/a"
+    if s["min"] == s["max"]:
+        return f"{s['median']:.{digits}f}"
+    return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
 
 
 def markdown(results):
-    m = results["machine"]
-    lines = [f"# `keras-attn serve` under load: {os.path.basename(results['path'])}", "",
+    m, s = results["machine"], results["summary"]
+    lines = [f"# `keras-attn serve` under load beside LibreTranslate: "
+             f"{os.path.basename(results['path'].rstrip('/'))}", "",
              f"CPU: {m['cpu']}, {m['cores']} cores; load average at start "
-             f"{m['load_average_at_start']}. {results['sentences']} held-out sentences, one "
-             f"per request; closed-loop clients ({results['generator']}, 8 clients per "
-             "generator process, on the same 2 cores as the server), "
-             f"{results['duration_s']} s per point; server `--max-batch "
-             f"{results['max_batch']} --batch-wait-ms {results['batch_wait_ms']}`. Layout: "
-             "replicas x intra-op threads. Target tokens include `[END]`.", "",
-             "| engine | layout | clients | req/s | target tok/s | p50 ms | p99 ms | mean batch "
-             "| failed |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for row in results["runs"]:
-        for r in row["load"]:
-            lines.append(f"| {row['engine']} | {row['layout']} | {r['clients']} | "
-                         f"{r['requests_per_s']} | {r['target_tokens_per_s']} | {r['p50_ms']} | "
-                         f"{r['p99_ms']} | {r['mean_batch']} | {r['failed']} |")
-    lines += ["", "| engine | layout | offline batch-32 tok/s | 16 clients / offline | peak "
-              "tok/s | p99/p50 at half peak (clients) | memory MB start → end (max) |",
-              "| --- | --- | ---: | ---: | ---: | --- | --- |"]
-    for row in results["runs"]:
-        mem = [b for _, b in row["memory_mb"]]
-        half = row.get("p99_over_p50_at_half_peak")
-        half_text = f"{half['ratio']} ({half['clients']})" if half else "n/a"
-        mem_text = f"{mem[0]} → {mem[-1]} ({max(mem)})" if mem else ""
-        lines.append(
-            f"| {row['engine']} | {row['layout']} | {row['offline']['target_tokens_per_s']} | "
-            f"{row.get('clients16_over_offline')} | {row['peak_tokens_per_s']} | "
-            f"{half_text} | {mem_text} |")
-    by = {(r["engine"], r["layout"]): r for r in results["runs"]}
-    notes = []
-    for engine in ("savedmodel", "ctranslate2"):
-        if (engine, "2x1") in by and (engine, "1x1") in by:
-            two, one = by[(engine, "2x1")], by[(engine, "1x1")]
-            notes.append(f"{engine}: peak on 2 cores (2x1) / 1 core (1x1) = "
-                         f"{two['peak_tokens_per_s'] / one['peak_tokens_per_s']:.2f}")
-    for layout in LAYOUTS:
-        if ("savedmodel", layout) in by and ("ctranslate2", layout) in by:
-            a = next((r for r in by[("savedmodel", layout)]["load"] if r["clients"] == 16), None)
-            b = next((r for r in by[("ctranslate2", layout)]["load"] if r["clients"] == 16), None)
-            if a and b:
-                notes.append(f"{layout}, 16 clients: SavedModel / CTranslate2 = "
-                             f"{a['target_tokens_per_s'] / b['target_tokens_per_s']:.2f}")
-    for row in results["runs"]:
-        if "soak" in row:
-            s = row["soak"]
-            notes.append(f"soak {row['engine']} {row['layout']}: {s['clients']} clients for "
-                         f"{s['seconds']:.0f} s, {s['target_tokens_per_s']} tok/s, "
-                         f"{s['failed']} failed")
-    if notes:
-        lines += [""] + [f"- {n}" for n in notes]
+             f"{m['load_average_at_start']}. {results['sentences']} held-out one-sentence "
+             f"inputs, one a request; {results['generator']}; {results['warmup_s']} s warm-up, "
+             f"{results['duration_s']} s a point; {len(results['repeats'])} repeats, "
+             "interleaved: median (min–max).", "",
+             "| server | clients | req/s | p50 ms | p99 ms | failed | RSS MB (max) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for spec, entry in s["servers"].items():
+        for clients in results["clients"]:
+            e = entry[str(clients)]
+            lines.append(f"| {spec} | {clients} | {fmt(e['requests_per_s'])} | "
+                         f"{fmt(e['p50_ms'], 2)} | {fmt(e['p99_ms'], 1)} | "
+                         f"{fmt(e['failed'], 0)} | {fmt(entry['rss_mb_max'], 0)} |")
+    if s["ratios"]:
+        heads = [f"{k.replace('requests_per_s', 'req/s').replace('p50_ms', 'p50')} clients"
+                 for k in next(iter(s["ratios"].values())) if k != "rss"]
+        lines += ["", "Ratios to LibreTranslate, per repeat (median, range):", "",
+                  "| server | " + " | ".join(heads) + " | RSS |",
+                  "| --- |" + " ---: |" * (len(heads) + 1)]
+        for spec, ratios in s["ratios"].items():
+            lines.append(f"| {spec} | " + " | ".join(fmt(v, 2) for v in ratios.values()) + " |")
+    if s["offline"]:
+        lines += ["", "The engines alone (no HTTP), as the servers run them:", "",
+                  "| engine | batch 32 sentences/s | one sentence, median ms |",
+                  "| --- | ---: | ---: |"]
+        for key, off in s["offline"].items():
+            lines.append(f"| {key} | {fmt(off['batch32_sentences_per_s'])} | "
+                         f"{fmt(off['batch1_median_ms'], 2)} |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["--generate"]:
-        return _generate(argv[1:]) or 0
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("path", help="a run or export directory (as keras-attn serve takes)")
-    p.add_argument("--engines", nargs="+", default=["savedmodel", "ctranslate2"],
-                   choices=["savedmodel", "ctranslate2"])
-    p.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS))
-    p.add_argument("--clients", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32])
-    p.add_argument("--duration", type=float, default=5.0, help="seconds per point")
-    p.add_argument("--sentences", type=int, default=512)
-    p.add_argument("--max-batch", type=int, default=32)
-    p.add_argument("--batch-wait-ms", type=float, default=5.0)
-    p.add_argument("--soak", type=float, default=0.0,
-                   help="seconds of extra load at the end of each server's run (memory)")
-    p.add_argument("--soak-clients", type=int, default=16)
-    p.add_argument("--name", default="serve_load")
-    p.add_argument("--out-dir", default="",
-                   help="folder for NAME.json and NAME.md (default: a new "
-                        "benchmarks/results/ folder)")
-    args = p.parse_args(argv)
-    results = run(args, log=lambda m: print(m, flush=True))
-    write_results(results, markdown, args.out_dir or fresh_dir(args.name), args.name)
-    return 0
 
 
 def write_results(results, markdown, out_dir, name):
@@ -500,6 +478,38 @@ def write_results(results, markdown, out_dir, name):
     with open(os.path.join(out_dir, name + ".md"), "w") as f:
         f.write(text)
     print(text)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--offline"]:
+        return _offline(*argv[1:]) or 0
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("path", help="a run or export directory (as keras-attn serve takes)")
+    p.add_argument("--data", required=True, help="a Tatoeba file (English TAB French lines)")
+    p.add_argument("--servers", nargs="+", default=DEFAULT_SERVERS,
+                   help="servers, each NAME[:flag=value,...] (module docstring)")
+    p.add_argument("--anchor", default=os.environ.get("KERAS_ATTN_LT_ANCHOR", ""),
+                   help="the LibreTranslate anchor script (default: $KERAS_ATTN_LT_ANCHOR)")
+    p.add_argument("--anchor-python", default=os.environ.get("KERAS_ATTN_LT_PYTHON", ""),
+                   help="the Python of LibreTranslate's venv (default: $KERAS_ATTN_LT_PYTHON)")
+    p.add_argument("--clients", nargs="+", type=int, default=[1, 16])
+    p.add_argument("--duration", type=float, default=30.0, help="seconds a point")
+    p.add_argument("--warmup", type=float, default=10.0, help="seconds at 16 clients first")
+    p.add_argument("--offline-duration", type=float, default=10.0)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--sentences", type=int, default=1000)
+    p.add_argument("--name", default="serve_load")
+    p.add_argument("--out-dir", default="", help="folder for NAME.json and NAME.md "
+                                                 "(default: a new benchmarks/results/ folder)")
+    args = p.parse_args(argv)
+    if shutil.which("wrk") is None:
+        p.error("wrk is not installed (Debian: apt-get install wrk)")
+    for spec in args.servers:
+        parse_spec(spec)
+    results = run(args, log=lambda m: print(m, flush=True))
+    write_results(results, markdown, args.out_dir or fresh_dir(args.name), args.name)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,34 +1,31 @@
 """Memory soak of ``keras-attn serve``: N clients for a long run, the server's RSS sampled.
 
 A real server is started (``python -m keras_attn.cli serve PATH``, its own process, as
-:mod:`benchmarks.serve_load` starts it: SavedModel, ``--replicas R --threads T``), warmed
-up with 2 clients for 2 s, then ``--clients`` closed-loop clients (asyncio ``httpx``, 8 per
-generator process: :func:`benchmarks.serve_load.measure_clients`) send one held-out
-sentence per request for ``--duration`` seconds. The RSS of the server's process tree is
-read every ``--every`` seconds from its start. Reported: RSS at the start (the server
-answering ``/health``), after the warm-up (the first sample ``--warmup`` seconds into the
-load), at the end, the maximum, and the least-squares slope in MB per minute of the
-samples after the warm-up (a leak shows as a steady slope); requests served and failed,
-requests and target tokens a second, p50/p99 latency, the mean batch.
+:mod:`benchmarks.serve_load` starts it: ``--engine E --replicas R --threads T``), warmed up
+with 16 connections for 10 s, then ``wrk`` with ``--clients`` keep-alive connections sends
+one held-out sentence a request for ``--duration`` seconds
+(:func:`benchmarks.serve_load.wrk_load`). The RSS of the server's process tree is read
+every ``--every`` seconds from its start. Reported: RSS at the start (the server answering),
+after the warm-up (the first sample ``--warmup`` seconds into the load), at the end, the
+maximum, and the least-squares slope in MB per minute of the samples after the warm-up (a
+leak shows as a steady slope); requests served and failed, requests a second, p50/p99
+latency.
 
 Usage:
-    python -m benchmarks.serve_soak exported --duration 600 --clients 16 --every 10 \\
-        --name serve_soak_dates_10min
+    python -m benchmarks.serve_soak exported --data DEV_FILE --duration 600 --clients 16 \
+        --every 10 --name serve_soak_dates_10min
 
 Writes ``NAME.json`` and ``NAME.md`` into ``--out-dir`` (default: a new
 ``benchmarks/results/<date>-NAME/`` folder).
 """
 import argparse
-import json
 import os
 import sys
-import tempfile
 import time
+import types
 
 from benchmarks import serve_load
 from benchmarks.results import fresh_dir
-
-ROOT = serve_load.ROOT
 
 
 def slope_per_minute(samples):
@@ -43,30 +40,22 @@ def slope_per_minute(samples):
 
 
 def run(args, log=print):
-    from keras_attn.serve.locate import locate
-
     info = serve_load.machine()
-    artefact = locate(args.path)
-    sentences = serve_load.held_out(artefact.run_dir, args.sentences)
-    sentences_file = os.path.join(tempfile.mkdtemp(prefix="serve_soak_"), "sentences.json")
-    with open(sentences_file, "w", encoding="utf-8") as f:
-        json.dump(sentences, f)
-    log(f"{len(sentences)} held-out sentences of {artefact.run_dir}; {info}")
-    with serve_load.Server(args.path, "savedmodel", args.replicas, args.threads,
-                           args.max_batch, args.batch_wait_ms, log,
-                           memory_every=args.every) as server:
-        languages = serve_load.json_get(server.url + "/languages")
-        body = {"source": languages[0]["code"], "target": languages[0]["targets"][0]}
-        serve_load.measure_clients(server, body, sentences_file, 2, 2.0)  # warm-up
+    sentences = serve_load.held_out(args.data, args.sentences)
+    paths = serve_load.engine_paths(args.path, log)
+    log(f"{len(sentences)} held-out sentences of {args.data}; {info}")
+    spec = f"{args.engine}:replicas={args.replicas},threads={args.threads}"
+    server_args = types.SimpleNamespace(anchor="", anchor_python="")
+    with serve_load.Server(spec, paths, server_args, memory_every=args.every) as server:
+        bodies = serve_load.write_bodies(server, sentences)
+        serve_load.wrk_load(server.url, bodies, 16, 10)  # warm-up
         load_start = time.monotonic() - server.memory._start
         log(f"soak: {args.clients} clients for {args.duration} s (RSS every {args.every} s)")
-        soak = serve_load.measure_clients(server, body, sentences_file, args.clients,
-                                          args.duration)
+        soak = serve_load.wrk_load(server.url, bodies, args.clients, args.duration)
         load_end = time.monotonic() - server.memory._start
         startup_s = round(server.startup_s, 1)
+        os.unlink(bodies)
     samples = [(t, round(b / 2**20, 1)) for t, b in server.memory.samples]
-    tokens = serve_load.target_tokens(artefact.run_dir, soak.pop("translations"))
-    soak["target_tokens_per_s"] = round(sum(tokens) / soak["seconds"], 1)
     during = [(t, m) for t, m in samples if load_start <= t <= load_end]
     after_warmup = [(t, m) for t, m in during if t >= load_start + args.warmup]
     mb = [m for _, m in samples]
@@ -81,11 +70,10 @@ def run(args, log=print):
         "growth_after_warmup_mb": round(after_warmup[-1][1] - after_warmup[0][1], 1)
         if after_warmup else None,
     }
-    return {"machine": info, "path": os.path.abspath(args.path), "run_dir": artefact.run_dir,
-            "engine": "savedmodel", "replicas": args.replicas, "threads": args.threads,
-            "max_batch": args.max_batch, "batch_wait_ms": args.batch_wait_ms,
-            "sentences": len(sentences), "clients": args.clients, "duration_s": args.duration,
-            "every_s": args.every, "warmup_s": args.warmup, "startup_s": startup_s,
+    return {"machine": info, "path": os.path.abspath(args.path), "engine": args.engine,
+            "replicas": args.replicas, "threads": args.threads, "sentences": len(sentences),
+            "clients": args.clients, "duration_s": args.duration, "every_s": args.every,
+            "warmup_s": args.warmup, "startup_s": startup_s,
             "load_window_s": [load_start, load_end], "soak": soak, "memory": memory,
             "memory_mb": samples}
 
@@ -96,10 +84,9 @@ def markdown(r):
         f"# `keras-attn serve` memory soak: {os.path.basename(r['path'])}, "
         f"{r['duration_s'] / 60:g} minutes", "",
         f"CPU: {m['cpu']}, {m['cores']} cores; load average at start "
-        f"{m['load_average_at_start']}. SavedModel, `--replicas {r['replicas']} --threads "
-        f"{r['threads']} --max-batch {r['max_batch']} --batch-wait-ms {r['batch_wait_ms']}`; "
-        f"{r['clients']} closed-loop clients ({s['generators']} generator processes on the "
-        f"same cores) for {s['seconds']:.0f} s after a 2 s warm-up with 2 clients, "
+        f"{m['load_average_at_start']}. `--engine {r['engine']} --replicas {r['replicas']} "
+        f"--threads {r['threads']}`; wrk with {r['clients']} keep-alive connections for "
+        f"{s['seconds']:.0f} s after a 10 s warm-up with 16, "
         f"{r['sentences']} held-out sentences, one per request. RSS of the server's process "
         f"tree every {r['every_s']:g} s from its start; \"after warm-up\": the first sample "
         f"{r['warmup_s']:g} s into the load; the slope: least squares over the samples after "
@@ -109,10 +96,10 @@ def markdown(r):
         f"| {mem['start_mb']} MB | {mem['after_warmup_mb']} MB | {mem['end_mb']} MB | "
         f"{mem['max_mb']} MB | {mem['slope_mb_per_min_after_warmup']} MB/min | "
         f"{mem['growth_after_warmup_mb']} MB |", "",
-        "| requests served | failed | req/s | target tok/s | p50 ms | p99 ms | mean batch |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        f"| {s['answered']} | {s['failed']} | {s['requests_per_s']} | "
-        f"{s['target_tokens_per_s']} | {s['p50_ms']} | {s['p99_ms']} | {s['mean_batch']} |",
+        "| requests | failed | req/s | p50 ms | p99 ms |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+        f"| {s['requests']} | {s['failed']} | {s['requests_per_s']} | {s['p50_ms']} | "
+        f"{s['p99_ms']} |",
         "", "RSS (MB) at each minute of the load (the first sample from then on):", ""]
     start, end = r["load_window_s"]
     columns = []
@@ -124,35 +111,28 @@ def markdown(r):
     lines += ["| minute | " + " | ".join(c for c, _ in columns) + " |",
               "| --- | " + " | ".join("---:" for _ in columns) + " |",
               "| RSS | " + " | ".join(v for _, v in columns) + " |"]
-    if s["failures"]:
-        lines += ["", "Failures (first 5): " + "; ".join(s["failures"])]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("path", help="a run or export directory (as keras-attn serve takes)")
+    p.add_argument("--data", required=True, help="a Tatoeba file (English TAB French lines)")
+    p.add_argument("--engine", default="savedmodel", choices=["savedmodel", "ctranslate2"])
     p.add_argument("--duration", type=float, default=600.0, help="seconds of load")
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--every", type=float, default=10.0, help="seconds between RSS samples")
     p.add_argument("--warmup", type=float, default=60.0,
                    help="seconds of load before the slope is measured")
     p.add_argument("--replicas", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--sentences", type=int, default=512)
-    p.add_argument("--max-batch", type=int, default=32)
-    p.add_argument("--batch-wait-ms", type=float, default=5.0)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--sentences", type=int, default=1000)
     p.add_argument("--name", default="serve_soak")
-    p.add_argument("--render", default="",
-                   help="only write NAME.md again from this JSON of an earlier run")
     p.add_argument("--out-dir", default="",
                    help="folder for NAME.json and NAME.md (default: a new "
                         "benchmarks/results/ folder)")
     args = p.parse_args(argv)
-    if args.render:
-        results = json.load(open(args.render))
-    else:
-        results = run(args, log=lambda m: print(m, flush=True))
+    results = run(args, log=lambda m: print(m, flush=True))
     serve_load.write_results(results, markdown, args.out_dir or fresh_dir(args.name),
                              args.name)
     return 0

@@ -435,6 +435,28 @@ def test_confidences_are_computed_only_for_answers_that_show_them(artefact, engi
     assert all("confidence" in h for h in scored["hypotheses"])
 
 
+def test_translate_answers_say_where_their_time_went(artefact, engine):  # noqa: F811
+    """``Server-Timing``: the request's read, queue and engine milliseconds within its
+    total (a cached answer: read and cache); the engine's share is the batch's own time."""
+    app = create_app(artefact, InProcessReplicas(engine),
+                     Settings(timeout=guards.timeout(30), translation_cache=("all",)))
+
+    def timing(response):
+        assert response.status_code == 200, response.text
+        parts = [p.strip().split(";dur=") for p in
+                 response.headers["server-timing"].split(",")]
+        return {name: float(value) for name, value in parts}
+
+    with running(app) as url:
+        first = timing(post(url, json={**BODY, "q": DATES[2]}))
+        again = timing(post(url, json={**BODY, "q": DATES[2]}))
+    assert list(first) == ["read", "queue", "engine", "total"]
+    assert all(v >= 0 for v in first.values())
+    assert first["read"] + first["queue"] + first["engine"] <= first["total"] + 0.01  # rounding
+    assert first["engine"] > 0
+    assert list(again) == ["read", "cache", "total"]
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["memory", "redis"])
 def test_the_translation_cache_answers_a_repeated_request(artefact, engine,  # noqa: F811
                                                           request, shared):

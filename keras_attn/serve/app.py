@@ -53,6 +53,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import urllib.parse
 from typing import Optional
 
@@ -153,6 +154,17 @@ async def _read_body(request, limit):
             raise too_large
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def server_timing(timing, started):
+    """A ``Server-Timing`` header (W3C; browsers' developer tools show it) of a
+    ``POST /translate``: ``read`` (body, fields, key and limits), ``queue`` (waiting for a
+    replica), ``engine`` (the batch's decoding), ``cache`` (a cached answer's lookup) and
+    ``total`` (the handler's, up to the answer; its JSON rendering not counted), in
+    milliseconds."""
+    timing = dict(timing, total=time.perf_counter() - started)
+    return {"Server-Timing": ", ".join(f"{name};dur={1000 * seconds:.3f}"
+                                       for name, seconds in timing.items())}
 
 
 class _DrainUnread:
@@ -278,8 +290,9 @@ def create_app(artefact, replicas, settings=None):
         access_check(fields, client_address(request))
         return fields, form
 
-    async def translate_request(req):
-        """Per text of a checked ``TranslateRequest``, its hypotheses."""
+    async def translate_request(req, timing=None):
+        """Per text of a checked ``TranslateRequest``, its hypotheses (``timing``: as
+        ``Batcher.submit``'s)."""
         try:
             engines.check_options(artefact, req.options)
         except ValueError as e:
@@ -290,23 +303,26 @@ def create_app(artefact, replicas, settings=None):
         # Confidences only when the answer shows them (``hypotheses``): on CTranslate2 they
         # are one more pass over every hypothesis.
         return await batcher.submit(req.texts, req.options, settings.timeout,
-                                    confidence=req.hypotheses)
+                                    confidence=req.hypotheses, timing=timing)
 
     async def translate(request):
+        started = time.perf_counter()
         fields, form, _ = await read_fields(request)
         char_limit = access_check(fields, client_address(request))
         req = api.parse_fields(fields, languages, form)
         api.check_limits(req, char_limit, settings.batch_limit, settings.alternatives_limit)
+        timing = {"read": time.perf_counter() - started}
         cached = cache.applies(req)
         if cached:
             key = cache.key(req)
             answer = cache.get(key)
             if answer is not None:
-                return JSONResponse(answer)
-        answer = api.answer(req, await translate_request(req), artefact.source[0])
+                timing["cache"] = time.perf_counter() - started - timing["read"]
+                return JSONResponse(answer, headers=server_timing(timing, started))
+        answer = api.answer(req, await translate_request(req, timing), artefact.source[0])
         if cached:
             cache.put(key, answer)
-        return JSONResponse(answer)
+        return JSONResponse(answer, headers=server_timing(timing, started))
 
     async def translate_file(request):
         fields, _, uploads = await read_fields(request)

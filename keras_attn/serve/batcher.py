@@ -24,6 +24,7 @@ import asyncio
 import collections
 import dataclasses
 import time
+from typing import Optional
 
 
 class QueueFull(Exception):
@@ -41,6 +42,7 @@ class _Request:
     options: object
     future: asyncio.Future
     arrived: float
+    timing: Optional[dict] = None
 
 
 def _check_int(name, value, low):
@@ -111,10 +113,11 @@ class Batcher:
         batches = self._waiting / max(self.replicas.size, 1)
         return max(1, int(batches * self._seconds_per_batch + 0.999))
 
-    async def submit(self, texts, options, timeout=None, confidence=True):
+    async def submit(self, texts, options, timeout=None, confidence=True, timing=None):
         """Translate ``texts`` (a list of strings) with ``options`` together with other
         clients' requests; per text, its hypotheses (the engine's answer, with confidences
-        when ``confidence``).
+        when ``confidence``). ``timing``: a dict that receives the seconds the request
+        waited (``"queue"``) and its batch took (``"engine"``).
 
         Raises:
             QueueFull: ``queue_size`` requests are waiting already.
@@ -126,7 +129,7 @@ class Batcher:
         future = asyncio.get_running_loop().create_future()
         key = (options, bool(confidence))
         self._groups.setdefault(key, collections.deque()).append(
-            _Request(list(texts), options, future, time.monotonic()))
+            _Request(list(texts), options, future, time.monotonic(), timing))
         self._waiting += 1
         self._arrived.set()
         try:
@@ -214,6 +217,9 @@ class Batcher:
         finally:
             self._in_flight -= 1
             elapsed = time.monotonic() - started
+            for r in requests:
+                if r.timing is not None:
+                    r.timing.update(queue=started - r.arrived, engine=elapsed)
             self._seconds_per_batch = 0.8 * self._seconds_per_batch + 0.2 * elapsed
             self.stats["batches"] += 1
             self.stats["texts"] += len(texts)
