@@ -1,0 +1,85 @@
+"""benchmarks/serve_load.py: the figures it reports are the ones it measured.
+
+The summary's ratios are taken per repeat (side by side) and then summarised; ``wrk``'s count
+of answered requests agrees with the server's own count. The second test needs Debian's
+``wrk`` (CI's slow pass installs it; ``KERAS_ATTN_REQUIRE_WRK=1`` fails instead of skipping).
+"""
+import os
+import shutil
+import types
+
+import pytest
+
+import run_fixtures
+from benchmarks import serve_load
+
+
+def _row(server, rps1, p50_1, rps16, rss):
+    return {"server": server, "rss_mb_max": rss, "points": [
+        {"clients": 1, "requests_per_s": rps1, "p50_ms": p50_1, "p99_ms": 2 * p50_1,
+         "failed": 0},
+        {"clients": 16, "requests_per_s": rps16, "p50_ms": 10.0, "p99_ms": 20.0, "failed": 0}]}
+
+
+def test_summary_takes_ratios_per_repeat_then_their_spread():
+    results = {"servers": ["libretranslate", "ctranslate2"], "clients": [1, 16], "repeats": [
+        {"servers": [_row("libretranslate", 100.0, 5.0, 200.0, 200.0),
+                     _row("ctranslate2", 150.0, 4.0, 500.0, 100.0)],
+         "offline": [{"engine": "ctranslate2", "threads": 0, "batch32_sentences_per_s": 600.0,
+                      "batch1_median_ms": 2.0}]},
+        {"servers": [_row("libretranslate", 50.0, 10.0, 100.0, 220.0),
+                     _row("ctranslate2", 100.0, 6.0, 300.0, 110.0)],
+         "offline": [{"engine": "ctranslate2", "threads": 0, "batch32_sentences_per_s": 500.0,
+                      "batch1_median_ms": 3.0}]}]}
+    s = serve_load.summary(results)
+    # Per repeat 1.5 and 2.0 (not the ratio of the medians, 125 / 75 = 1.67).
+    assert s["ratios"]["ctranslate2"]["requests_per_s_1"] == {
+        "median": 1.75, "min": 1.5, "max": 2.0}
+    assert s["ratios"]["ctranslate2"]["p50_ms_1"] == {"median": 0.7, "min": 0.6, "max": 0.8}
+    assert s["ratios"]["ctranslate2"]["requests_per_s_16"]["min"] == 2.5
+    assert s["ratios"]["ctranslate2"]["rss"]["median"] == 0.5
+    assert s["servers"]["libretranslate"]["1"]["requests_per_s"] == {
+        "median": 75.0, "min": 50.0, "max": 100.0}
+    assert s["offline"]["ctranslate2 threads 0"]["batch32_sentences_per_s"]["median"] == 550.0
+    table = serve_load.markdown({"machine": {"cpu": "x", "cores": 2,
+                                             "load_average_at_start": [0, 0, 0]},
+                                 "path": "run", "sentences": 3, "generator": "wrk",
+                                 "warmup_s": 1, "duration_s": 2, **results, "summary": s})
+    assert "| ctranslate2 | 1 | 125.0 (100.0–150.0) |" in table
+
+
+def test_unknown_server_is_refused():
+    with pytest.raises(ValueError, match="unknown server 'tgi'"):
+        serve_load.parse_spec("tgi:threads=1")
+    assert serve_load.parse_spec("ctranslate2:threads=1,batch_wait_ms=5") == (
+        "ctranslate2", {"threads": "1", "batch_wait_ms": "5"})
+
+
+@pytest.mark.slow
+def test_wrk_counts_what_the_server_answered(tmp_path):
+    if shutil.which("wrk") is None:
+        if os.environ.get("KERAS_ATTN_REQUIRE_WRK") == "1":
+            pytest.fail("wrk is not installed (apt-get install wrk) and KERAS_ATTN_REQUIRE_WRK=1")
+        pytest.skip("wrk is not installed (Debian: apt-get install wrk)")
+    pytest.importorskip("ctranslate2")
+    from keras_attn.export import ctranslate2 as ct2_export
+    from keras_attn.translator import Translator
+
+    path = str(tmp_path / "ct2")
+    ct2_export.CTranslate2Exporter().export(Translator.from_run_dir(run_fixtures.TINY_DATES_RUN),
+                                            path, samples=["3 March 2021"])
+    args = types.SimpleNamespace(anchor="", anchor_python="")
+    dates = ["3 March 2021", "July 4, 1999", "12/25/2000", "1 Jan 1970"]
+    with serve_load.Server("ctranslate2:threads=1", {"ctranslate2": path}, args) as server:
+        bodies = serve_load.write_bodies(server, dates)
+        try:
+            before = serve_load.json_get(server.url + "/health")["requests"]
+            m = serve_load.wrk_load(server.url, bodies, clients=4, duration=2)
+            after = serve_load.json_get(server.url + "/health")["requests"]
+        finally:
+            os.unlink(bodies)
+    assert m["failed"] == 0 and m["requests"] > 0
+    # wrk stops with up to one request a connection in flight, which the server answers.
+    assert m["requests"] <= after - before <= m["requests"] + 4
+    assert 0 < m["p50_ms"] <= m["p90_ms"] <= m["p99_ms"]
+    assert m["requests_per_s"] == pytest.approx(m["requests"] / m["seconds"], rel=0.01)
