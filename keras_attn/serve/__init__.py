@@ -16,6 +16,8 @@ Modules, one job each:
 * :mod:`.store`: API keys and suggestions in SQLite (state several servers share).
 * :mod:`.cache`: ``--translation-cache``, in this process or in Redis.
 * :mod:`.api`: LibreTranslate's ``/translate`` fields and answer.
+* :mod:`.http`: bodies within a limit, JSON and form fields, JSON errors, ``Server-Timing``,
+  the middlewares.
 * :mod:`.files`: ``/translate_file``: .txt, .html, .docx, .odt with their formatting.
 * :mod:`.detect`: ``/detect``, by langid.
 * :mod:`.metrics`: ``/metrics``, Prometheus's text format.

@@ -29,9 +29,10 @@ status   when
          with ``--disable-files-translation``
 404      no such route, or no such file to download
 405      a route asked with another method (``Allow`` says which)
-413      a body over ``--max-body-bytes`` (read and dropped up to :data:`DRAIN_BYTES`, then
-         the connection is closed, so that the client reads the answer: every error
-         answer drains the body so, :class:`_DrainUnread`)
+413      a body over ``--max-body-bytes`` (read and dropped up to
+         :data:`~keras_attn.serve.http.DRAIN_BYTES`, then the connection is closed, so that
+         the client reads the answer: every error answer drains the body so,
+         :class:`~keras_attn.serve.http.DrainUnread`)
 429      a client over ``--req-limit`` (or its key's limit) requests a minute
 500      the engine failed
 501      ``POST /attention`` where no Keras model is behind the artefact (the message says why)
@@ -49,25 +50,22 @@ Example:
 import asyncio
 import contextlib
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
 import time
-import urllib.parse
 from typing import Optional
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 
 from keras_attn import __version__
 from keras_attn.decoding.options import DecodingOptions
-from keras_attn.serve import api, detect, engines, files, markup, spec, store
+from keras_attn.serve import api, detect, engines, files, http, markup, spec, store
 from keras_attn.serve.cache import TranslationCache
 from keras_attn.serve.attention import Attention
 from keras_attn.serve.batcher import Batcher, QueueFull
@@ -77,7 +75,6 @@ from keras_attn.serve.metrics import Metrics
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 PAGE = os.path.join(STATIC, "index.html")
 DOCS_PAGE = os.path.join(STATIC, "docs.html")
-DRAIN_BYTES = 64 * 2 ** 20  # an oversized body is read (and dropped) up to this, then closed
 
 
 @dataclasses.dataclass
@@ -135,104 +132,6 @@ class Settings:
     translation_cache: tuple = ()
 
 
-def _error(status, message, headers=None):
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-
-async def _read_body(request, limit):
-    """The body, or 413 past ``limit`` bytes (by ``Content-Length``, or while reading; what
-    is left unread is dropped by :class:`_DrainUnread` before the answer goes out)."""
-    length = request.headers.get("content-length", "")
-    too_large = api.ApiError(413, f"Request body too large: the limit is {limit} bytes",
-                             {"Connection": "close"})
-    if length.isdigit() and int(length) > limit:
-        raise too_large
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def server_timing(timing, started):
-    """A ``Server-Timing`` header (W3C; browsers' developer tools show it) of a
-    ``POST /translate``: ``read`` (body, fields, key and limits), ``queue`` (waiting for a
-    replica), ``engine`` (the batch's decoding), ``cache`` (a cached answer's lookup) and
-    ``total`` (the handler's, up to the answer; its JSON rendering not counted), in
-    milliseconds."""
-    timing = dict(timing, total=time.perf_counter() - started)
-    return {"Server-Timing": ", ".join(f"{name};dur={1000 * seconds:.3f}"
-                                       for name, seconds in timing.items())}
-
-
-class _DrainUnread:
-    """ASGI middleware: before an error answer (4xx, 5xx) goes out, the rest of the request
-    body the route did not read is read and dropped, up to :data:`DRAIN_BYTES`.
-
-    A client writes its whole body before it reads the answer: a server that answers and
-    closes with the body still coming resets the connection under it, and the client sees
-    a reset instead of the 413 (or 405, 404). A body declared longer than ``DRAIN_BYTES``
-    is not read: the answer goes out and the connection is closed."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        length = dict(scope["headers"]).get(b"content-length", b"")
-        done = [length.isdigit() and int(length) > DRAIN_BYTES]  # closed without reading
-
-        async def tracked():
-            message = await receive()
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                done[0] = True
-            return message
-
-        async def drained(message):
-            if message["type"] == "http.response.start" and message["status"] >= 400:
-                size = 0
-                while not done[0] and size <= DRAIN_BYTES:
-                    size += len((await tracked()).get("body", b""))
-            await send(message)
-
-        await self.app(scope, tracked, drained)
-
-
-async def _fields(request, body, max_part_size):
-    """``(fields, form, uploads)`` of a body: a JSON object, or a form's fields (with the
-    query's) and its files (``{name: UploadFile}``)."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type == "application/json" or content_type.endswith("+json"):
-        try:
-            fields = json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise api.bad_request(f"Invalid request: the body is not valid JSON ({e})") from None
-        if not isinstance(fields, dict):
-            raise api.bad_request("Invalid JSON format: the body must be a JSON object")
-        return fields, False, {}
-    fields, uploads = dict(request.query_params), {}
-    if content_type == "multipart/form-data":
-        async def receive():
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        try:
-            form = await Request(request.scope, receive).form(max_part_size=max_part_size)
-        except HTTPException as e:  # python-multipart's refusal of a malformed body
-            raise api.bad_request(f"Invalid request: {e.detail}") from None
-        fields.update({k: v for k, v in form.items() if isinstance(v, str)})
-        uploads = {k: v for k, v in form.items() if not isinstance(v, str)}
-    elif body:
-        try:
-            fields.update(urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True,
-                                                 strict_parsing=False))
-        except UnicodeDecodeError as e:
-            raise api.bad_request(f"Invalid request: the form body is not UTF-8 ({e})") from None
-    return fields, True, uploads
-
-
 def create_app(artefact, replicas, settings=None):
     """The Starlette app serving ``artefact`` with ``replicas``.
 
@@ -281,8 +180,8 @@ def create_app(artefact, replicas, settings=None):
         return settings.char_limit if own is None else own
 
     async def read_fields(request):
-        body = await _read_body(request, settings.max_body_bytes)
-        return await _fields(request, body, max(settings.max_body_bytes, 1024 * 1024))
+        body = await http.read_body(request, settings.max_body_bytes)
+        return await http.fields(request, body, max(settings.max_body_bytes, 1024 * 1024))
 
     async def checked_fields(request):
         """The request's fields, within the body limit, from a client that may ask."""
@@ -318,11 +217,11 @@ def create_app(artefact, replicas, settings=None):
             answer = cache.get(key)
             if answer is not None:
                 timing["cache"] = time.perf_counter() - started - timing["read"]
-                return JSONResponse(answer, headers=server_timing(timing, started))
+                return JSONResponse(answer, headers=http.server_timing(timing, started))
         answer = api.answer(req, await translate_request(req, timing), artefact.source[0])
         if cached:
             cache.put(key, answer)
-        return JSONResponse(answer, headers=server_timing(timing, started))
+        return JSONResponse(answer, headers=http.server_timing(timing, started))
 
     async def translate_file(request):
         fields, _, uploads = await read_fields(request)
@@ -407,15 +306,15 @@ def create_app(artefact, replicas, settings=None):
             try:
                 return await handler(request)
             except api.ApiError as e:
-                return _error(e.status, e.message, e.headers)
+                return http.error(e.status, e.message, e.headers)
             except QueueFull as e:
-                return _error(503, f"Server busy: {e}", {"Retry-After": str(e.retry_after)})
+                return http.error(503, f"Server busy: {e}", {"Retry-After": str(e.retry_after)})
             except asyncio.TimeoutError:
-                return _error(504, f"Translation timed out after {settings.timeout:g} s")
+                return http.error(504, f"Translation timed out after {settings.timeout:g} s")
             except ValueError as e:  # the engine refused the options
-                return _error(400, f"Invalid request: {e}")
+                return http.error(400, f"Invalid request: {e}")
             except Exception as e:  # noqa: BLE001  (LibreTranslate's 500)
-                return _error(500, f"Cannot translate text: {e}")
+                return http.error(500, f"Cannot translate text: {e}")
 
         return guarded
 
@@ -467,10 +366,10 @@ def create_app(artefact, replicas, settings=None):
         return Response(metrics.text(), media_type=metrics.content_type)
 
     async def not_found_or_not_allowed(request, exc):
-        return _error(exc.status_code, exc.detail, getattr(exc, "headers", None))
+        return http.error(exc.status_code, exc.detail, getattr(exc, "headers", None))
 
     async def server_error(request, exc):
-        return _error(500, f"Internal error: {exc}")
+        return http.error(500, f"Internal error: {exc}")
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -512,17 +411,6 @@ def create_app(artefact, replicas, settings=None):
     app.state.attention = heatmaps
     app.state.metrics = metrics
     app.state.downloads = downloads
-    app.add_middleware(_Counted, metrics=metrics, routes=routes, prefix=prefix)
-    app.add_middleware(_DrainUnread)
+    app.add_middleware(http.Counted, metrics=metrics, routes=routes, prefix=prefix)
+    app.add_middleware(http.DrainUnread)
     return app
-
-
-class _Counted:
-    """ASGI middleware: every request counted by :class:`~keras_attn.serve.metrics.Metrics`
-    under its route (the path past ``prefix`` matched against ``routes``)."""
-
-    def __init__(self, app, metrics, routes, prefix):
-        self.counted = metrics.middleware(app, routes, prefix)
-
-    async def __call__(self, scope, receive, send):
-        await self.counted(scope, receive, send)

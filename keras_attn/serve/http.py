@@ -1,0 +1,127 @@
+"""The HTTP plumbing of :mod:`keras_attn.serve.app`: bodies read within a limit, fields of
+JSON and form bodies, LibreTranslate's JSON errors, the ``Server-Timing`` header, and two
+ASGI middlewares (an error answer drains the unread body; every request counted).
+
+Example:
+    >>> fields, form, uploads = await fields(request, await read_body(request, 10**6), 10**6)
+"""
+import json
+import time
+import urllib.parse
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from keras_attn.serve import api
+
+DRAIN_BYTES = 64 * 2 ** 20  # an oversized body is read (and dropped) up to this, then closed
+
+
+def error(status, message, headers=None):
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+async def read_body(request, limit):
+    """The body, or 413 past ``limit`` bytes (by ``Content-Length``, or while reading; what
+    is left unread is dropped by :class:`DrainUnread` before the answer goes out)."""
+    length = request.headers.get("content-length", "")
+    too_large = api.ApiError(413, f"Request body too large: the limit is {limit} bytes",
+                             {"Connection": "close"})
+    if length.isdigit() and int(length) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def server_timing(timing, started):
+    """A ``Server-Timing`` header (W3C; browsers' developer tools show it) of a
+    ``POST /translate``: ``read`` (body, fields, key and limits), ``queue`` (waiting for a
+    replica), ``engine`` (the batch's decoding), ``cache`` (a cached answer's lookup) and
+    ``total`` (the handler's, up to the answer; its JSON rendering not counted), in
+    milliseconds."""
+    timing = dict(timing, total=time.perf_counter() - started)
+    return {"Server-Timing": ", ".join(f"{name};dur={1000 * seconds:.3f}"
+                                       for name, seconds in timing.items())}
+
+
+class DrainUnread:
+    """ASGI middleware: before an error answer (4xx, 5xx) goes out, the rest of the request
+    body the route did not read is read and dropped, up to :data:`DRAIN_BYTES`.
+
+    A client writes its whole body before it reads the answer: a server that answers and
+    closes with the body still coming resets the connection under it, and the client sees
+    a reset instead of the 413 (or 405, 404). A body declared longer than ``DRAIN_BYTES``
+    is not read: the answer goes out and the connection is closed."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        done = [length.isdigit() and int(length) > DRAIN_BYTES]  # closed without reading
+
+        async def tracked():
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                done[0] = True
+            return message
+
+        async def drained(message):
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                size = 0
+                while not done[0] and size <= DRAIN_BYTES:
+                    size += len((await tracked()).get("body", b""))
+            await send(message)
+
+        await self.app(scope, tracked, drained)
+
+
+async def fields(request, body, max_part_size):
+    """``(fields, form, uploads)`` of a body: a JSON object, or a form's fields (with the
+    query's) and its files (``{name: UploadFile}``)."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "application/json" or content_type.endswith("+json"):
+        try:
+            fields = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise api.bad_request(f"Invalid request: the body is not valid JSON ({e})") from None
+        if not isinstance(fields, dict):
+            raise api.bad_request("Invalid JSON format: the body must be a JSON object")
+        return fields, False, {}
+    fields, uploads = dict(request.query_params), {}
+    if content_type == "multipart/form-data":
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        try:
+            form = await Request(request.scope, receive).form(max_part_size=max_part_size)
+        except HTTPException as e:  # python-multipart's refusal of a malformed body
+            raise api.bad_request(f"Invalid request: {e.detail}") from None
+        fields.update({k: v for k, v in form.items() if isinstance(v, str)})
+        uploads = {k: v for k, v in form.items() if not isinstance(v, str)}
+    elif body:
+        try:
+            fields.update(urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True,
+                                                 strict_parsing=False))
+        except UnicodeDecodeError as e:
+            raise api.bad_request(f"Invalid request: the form body is not UTF-8 ({e})") from None
+    return fields, True, uploads
+
+
+class Counted:
+    """ASGI middleware: every request counted by :class:`~keras_attn.serve.metrics.Metrics`
+    under its route (the path past ``prefix`` matched against ``routes``)."""
+
+    def __init__(self, app, metrics, routes, prefix):
+        self.counted = metrics.middleware(app, routes, prefix)
+
+    async def __call__(self, scope, receive, send):
+        await self.counted(scope, receive, send)
