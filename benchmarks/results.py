@@ -5,6 +5,7 @@ benchmark never overwrites the figures committed under ``docs/benchmarks/``; pas
 command's output option to write elsewhere.
 """
 import datetime
+import json
 import os
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -23,3 +24,30 @@ def fresh_dir(name, root=ROOT):
         except FileExistsError:
             n += 1
             path = f"{base}-{n}"
+
+
+def add_output_args(parser, name):
+    """``--name`` (default ``name``) and ``--out-dir`` (default: :func:`fresh_dir`)."""
+    parser.add_argument("--name", default=name)
+    parser.add_argument("--out-dir", default="", help="folder for NAME.json and NAME.md "
+                                                      "(default: a new benchmarks/results/ "
+                                                      "folder)")
+
+
+def run_and_write(args, run, markdown):
+    """``run(args, log=print)``, then its results written by :func:`write_results` into
+    ``args.out_dir`` or a fresh folder named after ``args.name``."""
+    results = run(args, log=lambda m: print(m, flush=True))
+    write_results(results, markdown, args.out_dir or fresh_dir(args.name), args.name)
+    return 0
+
+
+def write_results(results, markdown, out_dir, name):
+    """``out_dir/NAME.json`` and ``NAME.md`` (``markdown(results)``), and the table printed."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, name + ".json"), "w") as f:
+        json.dump(results, f, indent=1)
+    text = markdown(results)
+    with open(os.path.join(out_dir, name + ".md"), "w") as f:
+        f.write(text)
+    print(text)

@@ -42,7 +42,7 @@ import threading
 import time
 import urllib.request
 
-from benchmarks.results import fresh_dir
+from benchmarks.results import add_output_args, run_and_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SERVERS = ["libretranslate", "ctranslate2", "savedmodel"]
@@ -469,17 +469,6 @@ def markdown(results):
     return "\n".join(lines) + "\n"
 
 
-def write_results(results, markdown, out_dir, name):
-    """``out_dir/NAME.json`` and ``NAME.md`` (``markdown(results)``), and the table printed."""
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, name + ".json"), "w") as f:
-        json.dump(results, f, indent=1)
-    text = markdown(results)
-    with open(os.path.join(out_dir, name + ".md"), "w") as f:
-        f.write(text)
-    print(text)
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--offline"]:
@@ -499,17 +488,13 @@ def main(argv=None):
     p.add_argument("--offline-duration", type=float, default=10.0)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sentences", type=int, default=1000)
-    p.add_argument("--name", default="serve_load")
-    p.add_argument("--out-dir", default="", help="folder for NAME.json and NAME.md "
-                                                 "(default: a new benchmarks/results/ folder)")
+    add_output_args(p, "serve_load")
     args = p.parse_args(argv)
     if shutil.which("wrk") is None:
         p.error("wrk is not installed (Debian: apt-get install wrk)")
     for spec in args.servers:
         parse_spec(spec)
-    results = run(args, log=lambda m: print(m, flush=True))
-    write_results(results, markdown, args.out_dir or fresh_dir(args.name), args.name)
-    return 0
+    return run_and_write(args, run, markdown)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import time
 import types
 
 from benchmarks import serve_load
-from benchmarks.results import fresh_dir
+from benchmarks.results import add_output_args, run_and_write
 
 
 def client_timings(server, sentences, fields):
@@ -162,14 +162,8 @@ def main(argv=None):
     p.add_argument("--server-options", default="",
                    help="keras-attn serve flags as flag=value,... (threads=1)")
     p.add_argument("--requests", type=int, default=500)
-    p.add_argument("--name", default="serve_profile")
-    p.add_argument("--out-dir", default="", help="folder for NAME.json and NAME.md "
-                                                 "(default: a new benchmarks/results/ folder)")
-    args = p.parse_args(argv)
-    results = run(args, log=lambda m: print(m, flush=True))
-    serve_load.write_results(results, markdown, args.out_dir or fresh_dir(args.name),
-                             args.name)
-    return 0
+    add_output_args(p, "serve_profile")
+    return run_and_write(p.parse_args(argv), run, markdown)
 
 
 if __name__ == "__main__":

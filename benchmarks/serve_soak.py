@@ -25,7 +25,7 @@ import time
 import types
 
 from benchmarks import serve_load
-from benchmarks.results import fresh_dir
+from benchmarks.results import add_output_args, run_and_write
 
 
 def slope_per_minute(samples):
@@ -127,15 +127,8 @@ def main(argv=None):
     p.add_argument("--replicas", type=int, default=1)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--sentences", type=int, default=1000)
-    p.add_argument("--name", default="serve_soak")
-    p.add_argument("--out-dir", default="",
-                   help="folder for NAME.json and NAME.md (default: a new "
-                        "benchmarks/results/ folder)")
-    args = p.parse_args(argv)
-    results = run(args, log=lambda m: print(m, flush=True))
-    serve_load.write_results(results, markdown, args.out_dir or fresh_dir(args.name),
-                             args.name)
-    return 0
+    add_output_args(p, "serve_soak")
+    return run_and_write(p.parse_args(argv), run, markdown)
 
 
 if __name__ == "__main__":
