@@ -100,8 +100,9 @@ def artefacts(translator, export_dir, ct2_dir):
     """``(name, loader or the reason it is skipped)`` for every artefact of the export; a
     loader returns ``batch -> translations``."""
     from keras_attn.export import option_sets, runtime, saved_model
+    from keras_attn.export.contract import ARTEFACTS
 
-    saved = os.path.join(export_dir, "saved_model", "translator", "1")
+    saved = os.path.join(export_dir, ARTEFACTS["saved_model"])
     signatures = (saved_model.saved_model_signatures(saved) if os.path.isdir(saved) else {})
     for name in ("serving_default", *option_sets.OPTION_SIGNATURES):
         key = f"saved_model/{name}"
@@ -114,11 +115,11 @@ def artefacts(translator, export_dir, ct2_dir):
         else:
             yield key, lambda name=name: _options_signature(saved, name)
     for q in QUANTIZATIONS:
-        path = os.path.join(export_dir, "tflite", f"text_{q}.tflite")
+        path = os.path.join(export_dir, ARTEFACTS[f"tflite_text_{q}"])
         yield f"tflite/text_{q}", (
             (lambda path=path: text_file(path)) if os.path.isfile(path) else f"no {path}")
     for q in QUANTIZATIONS:
-        folder = os.path.join(export_dir, "tflite", f"builtin_{q}")
+        folder = os.path.join(export_dir, ARTEFACTS[f"tflite_builtin_{q}"])
         present = all(os.path.isfile(os.path.join(folder, f)) for f in runtime.BUILTIN_FILES)
         yield f"tflite/builtin_{q}", (
             (lambda folder=folder: builtin_files(translator, folder)) if present
