@@ -42,9 +42,11 @@ def main(argv=None):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 (a SentencePiece SavedModel's ops)
 
+    from benchmarks.artefact_agreement import builtin_files, compare, text_file, utf8
     from keras_attn import documents
     from keras_attn.export import runtime
-    from scripts.device_agreement import read_sources
+    from keras_attn.translator import Translator
+    from scripts.device_agreement import batched, read_sources
 
     export_dir = args.export_dir or os.path.join(args.run_dir, "export")
     serve = tf.saved_model.load(os.path.join(export_dir, "saved_model", "translator", "1")
@@ -52,47 +54,27 @@ def main(argv=None):
     texts = read_sources(args.data)[: args.limit or None]
     several = [len(documents.split(t).sentences) != 1 for t in texts]
 
-    def batched(fn):
-        out = []
-        for i in range(0, len(texts), args.batch_size):
-            out.extend(t.decode("utf-8", "replace") if isinstance(t, bytes) else t
-                       for t in fn(texts[i: i + args.batch_size]))
-        return out
-
     t0 = time.time()
-    reference = batched(lambda b: serve(text=tf.constant(b))["translation"].numpy())
+    reference = batched(lambda b: utf8(serve(text=tf.constant(b))["translation"].numpy()),
+                        texts, args.batch_size)
     report = {"run_dir": args.run_dir, "export_dir": export_dir, "data": args.data,
               "inputs": len(texts), "inputs_not_one_sentence": sum(several),
               "machine": platform.processor() or platform.machine(),
               "saved_model_seconds": round(time.time() - t0, 2), "files": {}}
 
-    def agreement(got, seconds):
-        differ = [i for i, (a, b) in enumerate(zip(reference, got)) if a != b]
-        return {"identical": len(texts) - len(differ),
-                "identical_fraction": round(1 - len(differ) / max(len(texts), 1), 4),
-                "seconds": round(seconds, 2),
-                "differences": [{"source": texts[i][:200], "saved_model": reference[i][:200],
-                                 "tflite": got[i][:200]} for i in differ[:20]]}
+    def measured(fn):
+        """``fn``'s agreement with the SavedModel (20 differences kept), and its answers."""
+        t0 = time.time()
+        got = batched(lambda batch: utf8(fn(batch)), texts, args.batch_size)
+        return compare(texts, reference, got, time.time() - t0, 20,
+                       ("saved_model", "tflite")), got
 
     for name in sorted(os.listdir(os.path.join(export_dir, "tflite"))):
         if not (name.startswith("text_") and name.endswith(".tflite")):
             continue
         path = os.path.join(export_dir, "tflite", name)
-        interpreter = runtime.text_interpreter(model_path=path)
-        signatures = interpreter.get_signature_list()
-        key = runtime.TFLITE_SENTENCES_SIGNATURE
-        sentences_runner = (interpreter.get_signature_runner(key) if key in signatures
-                            else None)
-        direct_runner = interpreter.get_signature_runner(runtime.TFLITE_TEXT_SIGNATURE)
-
-        def documented(batch):
-            sentences, counts, separators = runtime.split_for_tflite(batch)
-            if sentences_runner is None:  # a file exported before translate_sentences
-                out = runtime.run_tflite_text(path, sentences, split=False)
-            else:
-                out = sentences_runner(sentences=sentences)
-            return runtime.join_from_tflite(out["translation"], counts, separators)
-
+        direct_runner = runtime.text_interpreter(model_path=path).get_signature_runner(
+            runtime.TFLITE_TEXT_SIGNATURE)
         flags = []
 
         def direct(batch):
@@ -100,11 +82,8 @@ def main(argv=None):
             flags.extend(out.get("needs_split", [False] * len(batch)))
             return out["translation"]
 
-        t0 = time.time()
-        entry = {"documented": agreement(batched(documented), time.time() - t0)}
-        t0 = time.time()
-        got = batched(direct)
-        entry["direct"] = agreement(got, time.time() - t0)
+        entry = {"documented": measured(text_file(path))[0]}
+        entry["direct"], got = measured(direct)
         differ = [a != b for a, b in zip(reference, got)]
         entry["direct"].update(
             has_needs_split="needs_split" in direct_runner.get_output_details(),
@@ -117,40 +96,17 @@ def main(argv=None):
               f"direct {entry['direct']['identical']}/{len(texts)}, flagged "
               f"{entry['direct']['flagged']}, silent losses {entry['direct']['silent']}",
               flush=True)
-    if args.builtin:
-        report["files"]["builtin_float32"] = builtin(args, export_dir, texts, batched,
-                                                     agreement)
+    if args.builtin:  # the builtin files' loop on every sentence, joined back
+        entry = measured(builtin_files(Translator.from_run_dir(args.run_dir),
+                                       os.path.join(export_dir, "tflite", "builtin_float32")))[0]
+        report["files"]["builtin_float32"] = entry
+        print(f"builtin_float32: {entry['identical']}/{len(texts)}", flush=True)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2, ensure_ascii=False)
             f.write("\n")
     return 0
-
-
-def builtin(args, export_dir, texts, batched, agreement):
-    """The builtin files' loop on every sentence, joined back."""
-    import tensorflow as tf
-
-    from keras_attn.export import runtime
-    from keras_attn.translator import Translator
-
-    translator = Translator.from_run_dir(args.run_dir)
-    folder = os.path.join(export_dir, "tflite", "builtin_float32")
-
-    def run(batch):
-        sentences, counts, separators = runtime.split_for_tflite(batch)
-        if len(sentences) == 0:
-            return runtime.join_from_tflite(sentences, counts, separators)
-        ids = translator.encode([s.decode("utf-8") for s in sentences]).numpy()
-        tokens = runtime.run_tflite_builtin(folder, ids)["tokens"]
-        words = translator.tgt_tokenizer.detokenize(tf.constant(tokens)).numpy()
-        return runtime.join_from_tflite(words, counts, separators)
-
-    t0 = time.time()
-    entry = agreement(batched(run), time.time() - t0)
-    print(f"builtin_float32: {entry['identical']}/{len(texts)}", flush=True)
-    return entry
 
 
 if __name__ == "__main__":

@@ -199,6 +199,22 @@ def test_bad_requests_are_400_naming_the_field(server, kwargs, field):
     good(server)
 
 
+@pytest.mark.slow  # loads the SavedModel a second time (~15 s)
+def test_the_savedmodel_engine_calls_the_signature_it_is_given(artefact, engine):
+    """An older options signature answers as the newest where its options are unset, and
+    refuses an option it lacks (so it is the one called); an unknown name is refused."""
+    from keras_attn.serve.engines import SavedModelEngine
+
+    older = SavedModelEngine(artefact.path, signature="translate")
+    options = DecodingOptions(max_length=12)
+    assert older.translate(DATES, options) == engine.translate(DATES, options)
+    with pytest.raises(ValueError, match="`repetition_penalty` is not an input"):
+        older.translate(DATES[:1], DecodingOptions(repetition_penalty=1.5))
+    engine.translate(DATES[:1], DecodingOptions(repetition_penalty=1.5))  # the newest has it
+    with pytest.raises(ValueError, match="no 'translate_v9' signature"):
+        SavedModelEngine(artefact.path, signature="translate_v9")
+
+
 def test_a_body_over_the_limit_is_413(artefact, engine):
     with served(artefact, engine, max_body_bytes=200) as (url, _):
         response = post(url, json={"q": "3 March 2021 " * 40, **BODY})

@@ -62,11 +62,13 @@ class SavedModelEngine:
         path: the SavedModel version folder (``.../saved_model/translator/1``).
         threads: TensorFlow intra-op threads (0: TensorFlow's default, every core); set
             before the first TensorFlow op of the process, or ignored.
+        signature: the options signature to call (``keras_attn.export.option_sets``; an
+            older one gets the options it lacks unset); default: the newest it has.
     """
 
     name = "savedmodel"
 
-    def __init__(self, path, threads=0):
+    def __init__(self, path, threads=0, signature=None):
         import absl.logging
         import tensorflow as tf
 
@@ -84,7 +86,10 @@ class SavedModelEngine:
         from keras_attn.export.option_sets import newest_options_signature
 
         try:
-            name = newest_options_signature(self._loaded.signatures)
+            name = signature or newest_options_signature(self._loaded.signatures)
+            if name not in self._loaded.signatures:
+                raise ValueError(f"it has no {name!r} signature; its signatures are "
+                                 f"{sorted(self._loaded.signatures)}")
         except ValueError as e:
             raise ValueError(f"the SavedModel at {path!r}: {e}") from None
         self._signature = self._loaded.signatures[name]
@@ -138,7 +143,7 @@ class CTranslate2Engine:
 
     name = "ctranslate2"
 
-    def __init__(self, path, threads=0):
+    def __init__(self, path, threads=0, signature=None):
         from keras_attn.export.ctranslate2_runtime import CTranslate2Translator
 
         self.path = path
