@@ -215,10 +215,12 @@ class Server:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def body(self, sentence):
-        """One request's JSON body for this server's language pair."""
+        """One request's JSON body for this server's language pair (LibreTranslate lists a
+        language among its own targets: that pair copies the text)."""
         source = self.languages[0]
-        return json.dumps({"q": sentence, "source": source["code"],
-                           "target": source["targets"][0]}, ensure_ascii=False)
+        target = next(t for t in source["targets"] if t != source["code"])
+        return json.dumps({"q": sentence, "source": source["code"], "target": target},
+                          ensure_ascii=False)
 
 
 def json_get(url):
