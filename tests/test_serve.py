@@ -612,3 +612,13 @@ def test_format_html_keeps_the_markup_and_translates_the_text(server, translator
     assert f"<b>{expected[0]}</b>" in out
     assert f"<li>{expected[1]}</li>" in out and f">{expected[2]}</a>" in out
     assert body["translatedText"][1] == expected[3]
+
+
+def test_default_threads_leave_a_core_to_the_http_process():
+    from keras_attn.serve.server import default_threads
+
+    assert default_threads("savedmodel", 1, cores=2) == 1
+    assert default_threads("savedmodel", 1, cores=8) == 7
+    assert default_threads("savedmodel", 1, cores=1) == 1
+    assert default_threads("ctranslate2", 1, cores=2) == 0  # CTranslate2's own default
+    assert default_threads("savedmodel", 2, cores=2) == default_threads("ctranslate2", 3) == 1

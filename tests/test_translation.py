@@ -248,6 +248,40 @@ def test_a_request_tokenizes_each_sentence_once():
     assert [d[0]["truncated"] for d in docs] == [False, False, True]
 
 
+@pytest.mark.parametrize("factor", [0.5, 3.0])
+def test_ctranslate2_greedy_length_limits_in_one_call(ct2_dates, factor):
+    """max_length_factor gives each sentence its own limit: greedy decodes the batch once at
+    the longest and again only the rows that ran past theirs; the hypotheses and scores are
+    those of each sentence decoded alone."""
+    from keras_attn.export.ctranslate2_runtime import CTranslate2Translator
+
+    ct2 = CTranslate2Translator(ct2_dates["path"])
+    texts = ["3 March 2021", "July 4, 1999", "12/25/2000", "1 Jan 1970", "Sunday 9 May 04"]
+    alone = [ct2.translate_nbest([t], max_length_factor=factor, confidence=False)[0]
+             for t in texts]
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.calls = inner, []
+
+        def translate_batch(self, source, *args, **kwargs):
+            self.calls.append(len(source))
+            return self.inner.translate_batch(source, *args, **kwargs)
+
+    ct2.translator = Counting(ct2.translator)
+    together = ct2.translate_nbest(texts, max_length_factor=factor, confidence=False)
+    assert [h[0]["translation"] for h in together] == [h[0]["translation"] for h in alone]
+    np.testing.assert_allclose([h[0]["score"] for h in together],
+                               [h[0]["score"] for h in alone], rtol=1e-5, atol=1e-5)
+    assert ct2.translator.calls[0] == len(texts)
+    limits = [max(1, int(np.ceil(factor * (len(t) + 1)))) for t in ct2.encode(texts)]
+    if factor == 3.0:  # every date ends within three times its length: one call
+        assert ct2.translator.calls == [len(texts)]
+    else:  # cut short: the rows that ran past their limit again, one call per limit
+        assert 1 < len(ct2.translator.calls) <= 1 + len(set(limits))
+        assert sum(ct2.translator.calls[1:]) <= len(texts)
+
+
 def test_ctranslate2_without_confidence_skips_score_batch(ct2_dates):
     """confidence=False: the same hypotheses and scores, no "confidence" and no
     score_batch call (the confidence's forced-decoding pass)."""

@@ -49,7 +49,8 @@ def add_parser(sub):
                         "(default: %(default)s, the fastest measured on 2 cores)")
     p.add_argument("--threads", type=int, default=None,
                    help="intra-op threads of each replica; 0 = the engine's default (every "
-                        "core) (default: 1 with several replicas, 0 with one)")
+                        "core) (default: 1 with several replicas; with one, 0 for "
+                        "ctranslate2 and every core but one for the SavedModel)")
     p.add_argument("--max-batch", type=int, default=32,
                    help="most sentences decoded together (default: %(default)s)")
     p.add_argument("--batch-wait-ms", type=float, default=0.0,

@@ -222,13 +222,20 @@ class CTranslate2Translator:
         kwargs.update(ct2_options or {})
         rerank = opts.beam_size > 1 and "length_penalty" not in (ct2_options or {})
         target_prefix = [list(prefix)] * len(tokens) if prefix else None
-        if opts.max_length_factor > 0:  # Marian's limit per sentence: one call per limit
+        if opts.max_length_factor > 0:  # Marian's limit per sentence
             limits = [min(kwargs["max_decoding_length"],
                           max(1, math.ceil(opts.max_length_factor * (len(t) + 1))))
                       for t in tokens]  # + 1: the </s> the model appends, as ours counts
-            results = [None] * len(tokens)
-            for limit in sorted(set(limits)):
-                rows = [i for i, n in enumerate(limits) if n == limit]
+            results, over = [None] * len(tokens), range(len(tokens))
+            if opts.beam_size == 1 and "beam_size" not in (ct2_options or {}):
+                # Greedy rows decode independently: one call at the longest limit gives
+                # each row its own result unless it ran past its own limit (a hypothesis
+                # no longer than its limit is what that limit gives).
+                results = self.translator.translate_batch(
+                    tokens, target_prefix, **dict(kwargs, max_decoding_length=max(limits)))
+                over = [i for i, r in enumerate(results) if len(r.hypotheses[0]) > limits[i]]
+            for limit in sorted({limits[i] for i in over}):  # one call per limit
+                rows = [i for i in over if limits[i] == limit]
                 group = self.translator.translate_batch(
                     [tokens[i] for i in rows],
                     [target_prefix[i] for i in rows] if target_prefix else None,

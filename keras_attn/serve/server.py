@@ -21,12 +21,23 @@ def default_replicas():
         return max(os.cpu_count() or 1, 1)
 
 
+def default_threads(engine, replicas, cores=None):
+    """Intra-op threads of each replica when none are given: 1 with several replicas; with
+    one, CTranslate2's own default (0) and for the SavedModel every core but one, which
+    the HTTP process needs (on 2 cores TensorFlow with both cores' threads answered slower
+    at 1 and 16 clients than with one: docs/benchmarks.md)."""
+    if replicas > 1:
+        return 1
+    if engine == "ctranslate2":
+        return 0
+    return max(1, (cores or default_replicas()) - 1)
+
+
 def make_replicas(artefact, replicas, threads=None, log=print):
     """``InProcessReplicas`` for one replica, ``ProcessReplicas`` for more, started.
 
     Args:
-        threads: intra-op threads of each replica (None: 1 with several replicas, the
-            engine's default, every core, with one).
+        threads: intra-op threads of each replica (None: :func:`default_threads`).
     """
     from keras_attn.serve import engines
     from keras_attn.serve.replicas import InProcessReplicas, ProcessReplicas
@@ -34,7 +45,7 @@ def make_replicas(artefact, replicas, threads=None, log=print):
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise ValueError(f"`replicas` must be an integer >= 1. Received: replicas={replicas!r}")
     if threads is None:
-        threads = 1 if replicas > 1 else 0
+        threads = default_threads(artefact.engine, replicas)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
         raise ValueError(f"`threads` must be an integer >= 0 (0: every core). "
                          f"Received: threads={threads!r}")
