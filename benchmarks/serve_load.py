@@ -337,10 +337,14 @@ def engine_paths(path, log):
 
 
 def server_threads(spec):
-    """The intra-op threads the server's engine runs with (its ``--threads``, else the
-    default of ``keras-attn serve`` with one replica: 0, the engine's)."""
+    """The intra-op threads the server's engine runs with (its ``--threads``, else
+    ``keras-attn serve``'s default, :func:`keras_attn.serve.server.default_threads`)."""
+    from keras_attn.serve.server import default_threads
+
     name, options = parse_spec(spec)
-    return int(options.get("threads", 0))
+    if "threads" in options:
+        return int(options["threads"])
+    return default_threads(name, int(options.get("replicas", 1)))
 
 
 def run(args, log=print):

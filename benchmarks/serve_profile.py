@@ -65,8 +65,10 @@ class Timed:
                 time.perf_counter() - started
 
 
-def engine_stages(engine_name, path, threads, sentences, confidence):
-    """Per sentence the engine's milliseconds by stage (module docstring), in this process."""
+def engine_stages(engine_name, path, threads, sentences):
+    """Per case (``plain``: no confidence, ``return_scores``: with it) and sentence the
+    engine's milliseconds by stage (module docstring), in this process, one engine for both
+    (a second engine's threads would compete with the first's)."""
     from keras_attn.decoding.options import DecodingOptions
     from keras_attn.serve import engines
 
@@ -84,17 +86,20 @@ def engine_stages(engine_name, path, threads, sentences, confidence):
     else:
         engine._signature = Timed(engine._signature, "graph (signature call)", totals)
     options = DecodingOptions()
-    for sentence in sentences[:20]:  # warm-up
-        engine.translate([sentence], options, confidence)
-    rows = []
-    for sentence in sentences:
-        totals.clear()
-        started = time.perf_counter()
-        engine.translate([sentence], options, confidence)
-        total = time.perf_counter() - started
-        rows.append({"engine total": 1000 * total, **{k: 1000 * v for k, v in totals.items()},
-                     "pipeline (Python)": 1000 * (total - sum(totals.values()))})
-    return rows
+    cases = {}
+    for case, confidence in (("plain", False), ("return_scores", True)):
+        for sentence in sentences[:20]:  # warm-up
+            engine.translate([sentence], options, confidence)
+        rows = cases[case] = []
+        for sentence in sentences:
+            totals.clear()
+            started = time.perf_counter()
+            engine.translate([sentence], options, confidence)
+            total = time.perf_counter() - started
+            rows.append({"engine total": 1000 * total,
+                         **{k: 1000 * v for k, v in totals.items()},
+                         "pipeline (Python)": 1000 * (total - sum(totals.values()))})
+    return cases
 
 
 def medians(rows):
@@ -115,8 +120,8 @@ def run(args, log=print):
         client_timings(server, sentences[:50], {})  # warm-up
         for case, fields in (("plain", {}), ("return_scores", {"return_scores": True})):
             results["cases"][case] = {"http": medians(client_timings(server, sentences, fields))}
-    for case, confidence in (("plain", False), ("return_scores", True)):
-        rows = engine_stages(args.engine, paths[args.engine], threads, sentences, confidence)
+    for case, rows in engine_stages(args.engine, paths[args.engine], threads,
+                                    sentences).items():
         results["cases"][case]["engine"] = medians(rows)
         log(f"{case}: {results['cases'][case]}")
     return results
