@@ -15,7 +15,8 @@ and children, sampled every second; the largest). The servers:
 * ``ctranslate2`` and ``savedmodel``: ``keras-attn serve --engine ...`` with its defaults.
 
 A server may carry options: ``ctranslate2:threads=1``, ``savedmodel:replicas=2``,
-``ctranslate2:batch_wait_ms=5`` (``keras-attn serve`` flags), ``libretranslate:threads=2``.
+``ctranslate2:batch_wait_ms=5`` (``keras-attn serve`` flags; ``flag=`` with no value: a
+flag alone), ``libretranslate:threads=2``.
 Every server runs once per repeat, the repeats interleaved (``--repeats``), so that the ratios
 are taken side by side; the report gives each figure's median and range over the repeats. The
 engines' own offline throughput (batches of 32 back to back, no HTTP) and single-sentence
@@ -176,8 +177,8 @@ class Server:
             self.args = [sys.executable, "-m", "keras_attn.cli", "serve", paths[self.name],
                          "--engine", self.name, "--port", str(self.port), "--queue-size",
                          "4096", "--timeout", "600", "--char-limit", "-1"]
-            for key, value in self.options.items():
-                self.args += ["--" + key.replace("_", "-"), value]
+            for key, value in self.options.items():  # no_xla= (no value): a bare flag
+                self.args += ["--" + key.replace("_", "-")] + ([value] if value else [])
         self.env = env
 
     def __enter__(self):
