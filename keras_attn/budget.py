@@ -33,10 +33,10 @@ EPOCH_STEPS = 250
 # validation passes), model.keras and the translator's first trace ("fixed"); per test
 # sentence decoded for the metrics; per validation sentence of the calibrator (its
 # hypothesis, its confidence features, its chrF, and half as many random sources); the
-# SavedModel with its check; the TFLite text and builtin files of one quantization with
-# theirs.
-COSTS = {"fixed": 12.0, "test": 0.008, "valid": 0.02, "saved_model": 25.0,
-         "float32": 20.0, "int8": 20.0}
+# SavedModel with its check (its three options signatures: 52 s); the TFLite text and
+# builtin files of one quantization with theirs (the text file's four signatures: 120 s).
+COSTS = {"fixed": 12.0, "test": 0.008, "valid": 0.02, "saved_model": 55.0,
+         "float32": 140.0, "int8": 140.0}
 QUANTIZATIONS = ("float32", "int8")
 # The estimate times this is the reserve: the same work took 1.3-1.5 times as long beside
 # other work (a budgeted run before the work was sized: 181 s for about 133 s of estimate).
@@ -54,20 +54,22 @@ class Work:
     Args:
         test: test sentences decoded for the metrics. valid: validation sentences the
             confidence's calibrator is fitted on. quantizations: the TFLite variants exported
-            beside the SavedModel (``()``: no export). fixed: choosing the weights,
-            model.keras and the translator's first trace still to do.
+            beside the SavedModel (``()``: none). fixed: choosing the weights,
+            model.keras and the translator's first trace still to do. saved_model: the
+            SavedModel is exported (implied by any quantization).
     """
 
     test: int
     valid: int
     quantizations: tuple = ()
     fixed: bool = True
+    saved_model: bool = False
 
     def seconds(self, costs=None):
         """The estimated seconds (:data:`COSTS`, a quiet machine)."""
         costs = costs or COSTS
-        export = (costs["saved_model"] + sum(costs[q] for q in self.quantizations)
-                  if self.quantizations else 0.0)
+        export = ((costs["saved_model"] if self.quantizations or self.saved_model else 0.0)
+                  + sum(costs[q] for q in self.quantizations))
         return (costs["fixed"] * self.fixed + costs["test"] * self.test
                 + costs["valid"] * self.valid + export)
 
@@ -77,36 +79,42 @@ def plan(seconds, num_test, num_valid, export=True, fixed=True, costs=None):
 
     Everything (every test and validation sentence, the int8 and float32 TFLite files) when
     it fits; else the int8 files are left out first, then the test and validation sentences
-    are cut in the same proportion, down to :data:`MIN_SENTENCES` each. The SavedModel and
-    the float32 files of a run with export are always made, however late.
+    are cut in the same proportion, down to :data:`MIN_SENTENCES` each, then (when even
+    that does not fit) the float32 files too: ``keras-attn export RUN --overwrite`` makes
+    them later. The SavedModel of a run with export is always made, however late.
 
     Example:
-        >>> plan(60.0, 2000, 2000)   # a 5-minute budget's reserve, less its margin
-        Work(test=200, valid=200, quantizations=('float32',), fixed=True)
+        >>> plan(300.0, 2000, 2000)   # an hour's reserve, less its margin: no int8 files
+        Work(test=2000, valid=2000, quantizations=('float32',), fixed=True, saved_model=True)
+        >>> plan(78.0, 2000, 2000)    # a 5-minute budget's: the SavedModel alone
+        Work(test=200, valid=200, quantizations=(), fixed=True, saved_model=True)
     """
     quantizations = QUANTIZATIONS if export else ()
-    everything = Work(num_test, num_valid, quantizations, fixed)
+    everything = Work(num_test, num_valid, quantizations, fixed, export)
     if everything.seconds(costs) <= seconds:
         return everything
-    quantizations = quantizations[:1]
-    all_sentences = Work(num_test, num_valid, quantizations, fixed)
-    floor = Work(min(num_test, MIN_SENTENCES), min(num_valid, MIN_SENTENCES), quantizations,
-                 fixed)
+    floors = min(num_test, MIN_SENTENCES), min(num_valid, MIN_SENTENCES)
+    kept = quantizations[:1]
+    if Work(*floors, kept, fixed, export).seconds(costs) > seconds:
+        kept = ()  # not even the float32 files: the SavedModel alone
+    all_sentences = Work(num_test, num_valid, kept, fixed, export)
+    floor = Work(*floors, kept, fixed, export)
     extra = all_sentences.seconds(costs) - floor.seconds(costs)
     share = min(max((seconds - floor.seconds(costs)) / extra, 0.0), 1.0) if extra > 0 else 0.0
     return Work(floor.test + int(share * (num_test - floor.test)),
-                floor.valid + int(share * (num_valid - floor.valid)), quantizations, fixed)
+                floor.valid + int(share * (num_valid - floor.valid)), kept, fixed, export)
 
 
 def reserve_seconds(budget, export=True, num_test=2000, num_valid=2000):
     """Seconds kept back from training for the work after it (:class:`Work`).
 
-    :data:`SAFETY` times the estimated cost of all of it (the English-French recipe's 2,000
-    test and 2,000 validation sentences: 200 s with export, 102 s without), at least 5 % of
-    the budget, at most :data:`MAX_RESERVE_SHARE` of it: a short budget keeps its training
-    time and sizes the work to the reserve instead (:class:`AfterTraining`).
+    :data:`SAFETY` times the estimated cost of the work with the float32 TFLite files (the
+    int8 files when the time left allows; the English-French recipe's 2,000 test and 2,000
+    validation sentences: 263 s with export, 68 s without), at least 5 % of the budget, at
+    most :data:`MAX_RESERVE_SHARE` of it: a short budget keeps its training time and sizes
+    the work to the reserve instead (:class:`AfterTraining`).
     """
-    everything = Work(num_test, num_valid, QUANTIZATIONS if export else ())
+    everything = Work(num_test, num_valid, QUANTIZATIONS[:1] if export else (), True, export)
     return min(MAX_RESERVE_SHARE * budget, max(SAFETY * everything.seconds(), 0.05 * budget))
 
 

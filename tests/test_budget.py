@@ -228,18 +228,20 @@ def test_reserve_is_inside_the_budget():
 
 # The work after training as written out from budget.COSTS: the weights choice and
 # model.keras, per test and per validation sentence, the SavedModel, each quantization.
-def work_seconds(test, valid, quantizations, fixed=True):
+def work_seconds(test, valid, quantizations, fixed=True, saved_model=True):
     c = budget.COSTS
-    export = c["saved_model"] + sum(c[q] for q in quantizations) if quantizations else 0.0
+    export = (c["saved_model"] if saved_model or quantizations else 0.0) + sum(
+        c[q] for q in quantizations)
     return c["fixed"] * fixed + c["test"] * test + c["valid"] * valid + export
 
 
 @pytest.mark.parametrize("seconds, expected", [
     (1e6, (2000, 2000, ("float32", "int8"))),                       # everything fits
     (work_seconds(2000, 2000, ("float32",)), (2000, 2000, ("float32",))),  # int8 first
-    (0.0, (200, 200, ("float32",))),                                 # the floors
+    (work_seconds(200, 200, ("float32",)), (200, 200, ("float32",))),  # the floors
+    (0.0, (200, 200, ())),                           # then the float32 files: the SavedModel
 ])
-def test_plan_leaves_out_int8_first_then_sentences(seconds, expected):
+def test_plan_leaves_out_int8_first_then_sentences_then_float32(seconds, expected):
     work = budget.plan(seconds, 2000, 2000)
     assert (work.test, work.valid, work.quantizations) == expected
     assert work.seconds() == pytest.approx(work_seconds(*expected))
@@ -254,19 +256,21 @@ def test_plan_cuts_test_and_validation_sentences_in_proportion():
     # Fewer sentences than the floor: all of them; without export, no TFLite file.
     small = budget.plan(0.0, 50, 3000, export=False)
     assert (small.test, small.valid, small.quantizations) == (50, 200, ())
+    assert small.seconds() == pytest.approx(work_seconds(50, 200, (), saved_model=False))
     assert budget.plan(0.0, 10, 10, fixed=False).seconds() == pytest.approx(
-        work_seconds(10, 10, ("float32",), fixed=False))
+        work_seconds(10, 10, (), fixed=False))
 
 
-def test_an_hour_keeps_all_the_work_and_the_reserve_it_had():
-    """60 minutes: every sentence and file after training, the estimate times SAFETY, and
-    no more reserve than before the work was sized (200 s)."""
+def test_an_hour_keeps_every_sentence_and_the_float32_files():
+    """60 minutes: every sentence and the float32 files after training (the int8 files when
+    the time left allows), the estimate times SAFETY, under 7 minutes of the hour."""
     reserve = budget.reserve_seconds(3600.0)
-    everything = work_seconds(2000, 2000, ("float32", "int8"))
-    assert reserve == pytest.approx(budget.SAFETY * everything) and reserve <= 200.0
-    assert budget.plan(reserve, 2000, 2000) == budget.Work(2000, 2000, ("float32", "int8"))
+    work = work_seconds(2000, 2000, ("float32",))
+    assert reserve == pytest.approx(budget.SAFETY * work) and reserve <= 420.0
+    assert budget.plan(reserve, 2000, 2000) == budget.Work(2000, 2000, ("float32",), True, True)
+    assert budget.plan(1e6, 2000, 2000).quantizations == ("float32", "int8")
     assert budget.reserve_seconds(3600.0, export=False) == pytest.approx(
-        max(budget.SAFETY * work_seconds(2000, 2000, ()), 180.0))
+        max(budget.SAFETY * work_seconds(2000, 2000, (), saved_model=False), 180.0))
 
 
 STARTUP = 30.0  # seconds before the first step of the recipe (data, SentencePiece, model)
@@ -291,9 +295,10 @@ def test_five_minutes_train_60_percent_and_end_within_5_percent(slowness):
     q = after.quantizations()
     clock.t += slowness * work_seconds(0, 0, q, fixed=False)
     assert clock.t <= 1.05 * b
-    assert q == ("float32",) and after.chosen["slowness"] == pytest.approx(slowness)
+    # The SavedModel alone: a TFLite text file costs more than the reserve has left.
+    assert q == () and after.chosen["slowness"] == pytest.approx(slowness)
     assert after.chosen == {"slowness": after.chosen["slowness"], "test_sentences": n,
-                            "valid_sentences": m, "quantizations": ["float32"]}
+                            "valid_sentences": m, "quantizations": []}
 
 
 def test_after_training_plans_from_what_it_measured():
@@ -409,6 +414,21 @@ def test_cli_exports_the_quantizations_the_budget_left_time_for(tmp_path, monkey
                         lambda run_dir, **kwargs: exported.append(kwargs))
     assert cli.main(["train", "--time-budget", "5m", "--output", str(tmp_path / "run")]) == 0
     assert exported == [{"quantizations": ("float32",)}]
+
+
+def test_cli_exports_the_savedmodel_alone_when_the_budget_says_so(tmp_path, monkeypatch,
+                                                                   capsys):
+    from keras_attn import export
+
+    exported = []
+    monkeypatch.setattr(training, "train", lambda config, run_dir, **kwargs: {
+        "train_seconds": 200.0, "budget": {"after_training": {"quantizations": []}}})
+    monkeypatch.setattr(export, "export_run",
+                        lambda run_dir, **kwargs: exported.append(kwargs))
+    run = str(tmp_path / "run")
+    assert cli.main(["train", "--time-budget", "5m", "--output", run]) == 0
+    assert exported == [{"quantizations": ()}]
+    assert f"keras-attn export {run} --overwrite" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, words", [

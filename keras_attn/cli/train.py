@@ -190,11 +190,15 @@ def run(args):
         else:
             from keras_attn import export
 
-            # A budgeted run makes the TFLite quantizations its time left allows.
+            # A budgeted run makes the TFLite quantizations its time left allows (none:
+            # the SavedModel alone).
             planned = (metrics or {}).get("budget", {}).get("after_training", {})
             quantizations = planned.get("quantizations")
             export.export_run(run_dir, **({"quantizations": tuple(quantizations)}
-                                          if quantizations else {}))
+                                          if quantizations is not None else {}))
+            if quantizations is not None and len(quantizations) < 2:
+                print(f"TFLite files left out for the time budget: keras-attn export "
+                      f"{run_dir} --overwrite makes them all")
     if config.time_budget:
         from keras_attn.config import format_duration
 

@@ -53,7 +53,8 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
         run_dir: a run directory (``keras_attn.runs``).
         export_dir: output folder. version: SavedModel version. overwrite: replace
             existing artefacts. beam_size: decoding of the SavedModel and text target.
-        quantizations: TFLite variants (``"float32"``, ``"float16"``, ``"int8"``).
+        quantizations: TFLite variants (``"float32"``, ``"float16"``, ``"int8"``); ``()``:
+            the SavedModel alone.
         request_signature: give the SavedModel and the text files the ``translate``
             signature (every decoding option per request); False exports in about half the
             time, with ``serving_default`` alone.
@@ -69,9 +70,9 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
     # Every option is checked (by the exporters' constructors) before any work.
     saved = SavedModelExporter(MODEL_NAME, version, beam_size, overwrite=overwrite,
                                request_signature=request_signature)
-    if isinstance(quantizations, str) or not quantizations:
-        raise ValueError(f"`quantizations` must be a non-empty list drawn from "
-                         f"{QUANTIZATIONS}. Received: quantizations={quantizations!r}")
+    if isinstance(quantizations, str):
+        raise ValueError(f"`quantizations` must be a list drawn from {QUANTIZATIONS}. "
+                         f"Received: quantizations={quantizations!r}")
     candidates = ([TFLiteTextExporter(q, beam_size, overwrite=overwrite,
                                       request_signature=request_signature)
                    for q in quantizations]
