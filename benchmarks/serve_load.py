@@ -180,6 +180,7 @@ class Server:
             for key, value in self.options.items():  # no_xla= (no value): a bare flag
                 self.args += ["--" + key.replace("_", "-")] + ([value] if value else [])
         self.env = env
+        self.ours_fields = json.loads(getattr(args, "ours_fields", "") or "{}")
 
     def __enter__(self):
         self.logfile = tempfile.TemporaryFile()
@@ -217,11 +218,13 @@ class Server:
 
     def body(self, sentence):
         """One request's JSON body for this server's language pair (LibreTranslate lists a
-        language among its own targets: that pair copies the text)."""
+        language among its own targets: that pair copies the text), with ``--ours-fields``
+        on our servers."""
         source = self.languages[0]
         target = next(t for t in source["targets"] if t != source["code"])
-        return json.dumps({"q": sentence, "source": source["code"], "target": target},
-                          ensure_ascii=False)
+        extra = {} if self.name == "libretranslate" else self.ours_fields
+        return json.dumps({"q": sentence, "source": source["code"], "target": target,
+                           **extra}, ensure_ascii=False)
 
 
 def json_get(url):
@@ -360,6 +363,7 @@ def run(args, log=print):
                "data": os.path.abspath(args.data), "sentences": len(sentences),
                "duration_s": args.duration, "warmup_s": args.warmup, "clients": args.clients,
                "generator": "wrk -t1 (keep-alive connections, one sentence a request)",
+               "ours_fields": json.loads(args.ours_fields or "{}"),
                "servers": args.servers, "repeats": []}
     for repeat in range(args.repeats):
         log(f"repeat {repeat + 1}/{args.repeats}")
@@ -449,7 +453,9 @@ def markdown(results):
              f"{m['load_average_at_start']}. {results['sentences']} held-out one-sentence "
              f"inputs, one a request; {results['generator']}; {results['warmup_s']} s warm-up, "
              f"{results['duration_s']} s a point; {len(results['repeats'])} repeats, "
-             "interleaved: median (min–max).", "",
+             "interleaved: median (min–max)." + (
+                 f" Our servers' requests also send `{json.dumps(results['ours_fields'])}`."
+                 if results.get("ours_fields") else ""), "",
              "| server | clients | req/s | p50 ms | p99 ms | failed | RSS MB (max) |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for spec, entry in s["servers"].items():
@@ -489,6 +495,10 @@ def main(argv=None):
                    help="the LibreTranslate anchor script (default: $KERAS_ATTN_LT_ANCHOR)")
     p.add_argument("--anchor-python", default=os.environ.get("KERAS_ATTN_LT_PYTHON", ""),
                    help="the Python of LibreTranslate's venv (default: $KERAS_ATTN_LT_PYTHON)")
+    p.add_argument("--ours-fields", default="",
+                   help="JSON object of request fields for our servers only: the decoding "
+                        "LibreTranslate does, '{\"repetition_penalty\": 1, "
+                        "\"no_repeat_ngram_size\": 0, \"max_length_factor\": 0}'")
     p.add_argument("--clients", nargs="+", type=int, default=[1, 16])
     p.add_argument("--duration", type=float, default=30.0, help="seconds a point")
     p.add_argument("--warmup", type=float, default=10.0, help="seconds at 16 clients first")
