@@ -44,9 +44,10 @@ def add_parser(sub):
                         "(keras-attn export RUN --format ctranslate2) (default: %(default)s)")
     p.add_argument("--replicas", type=int, default=DEFAULT_REPLICAS,
                    help="engine copies decoding batches at once; more than 1 runs them in "
-                        "worker processes, each holding its own engine and TensorFlow: about "
-                        "1.1-1.5 GB of memory per replica (docs/benchmarks/serve_load_*.md) "
-                        "(default: %(default)s, the fastest measured on 2 cores)")
+                        "worker processes, each holding its own engine: about 1.1-1.7 GB of "
+                        "memory per SavedModel replica (TensorFlow), 0.1 GB per CTranslate2 "
+                        "replica (docs/benchmarks/serve_load_*.md) (default: %(default)s, "
+                        "the fastest measured on 2 cores)")
     p.add_argument("--threads", type=int, default=None,
                    help="intra-op threads of each replica; 0 = the engine's default (every "
                         "core) (default: 1 with several replicas; with one, 0 for "
