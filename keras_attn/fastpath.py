@@ -16,6 +16,10 @@ decoding loop may lay out its state:
   compile and that is not converted to TFLite can: off by default (fixed ``max_len``
   buffers everywhere), switched on by the graphs that can (``Translator``'s decoders, the
   SavedModel's signatures). Ignored when executing eagerly.
+- ``compiled``: the graph is compiled by XLA (``tf.function(jit_compile=True)``): every
+  tensor's shape must be known when it is traced, so nothing is sliced to a length computed
+  at run time (the confidence pass reads the whole ``max_len`` buffer). Implies fixed
+  shapes (``dynamic_shapes`` is ignored). Default: off.
 - ``attention_chunks``: cut large attention scores into chunks that stay in the CPU's
   cache (:func:`keras_attn.tf_attention.attention_chunks`); None: when TensorFlow sees no
   GPU (asked once per process).
@@ -50,17 +54,19 @@ class KernelPolicy:
         fast_paths: the TensorFlow fast paths (on TensorFlow only).
         dynamic_shapes: a decoding loop may carry tensors whose shape changes (a plain
             TensorFlow graph: not eager, not XLA, not TFLite).
+        compiled: the graph is compiled by XLA (every shape known when traced).
         attention_chunks: chunk large attention scores (None: when no GPU is visible).
         custom_gradients: the hand-written gradients of the fast paths (off: forward only).
     """
 
     fast_paths: bool = True
     dynamic_shapes: bool = False
+    compiled: bool = False
     attention_chunks: Optional[bool] = None
     custom_gradients: bool = True
 
     def __post_init__(self):
-        for name in ("fast_paths", "dynamic_shapes", "custom_gradients"):
+        for name in ("fast_paths", "dynamic_shapes", "compiled", "custom_gradients"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False. "
                                  f"Received: {name}={getattr(self, name)!r}")
@@ -78,8 +84,9 @@ class KernelPolicy:
 
     def growing_cache(self):
         """Whether a self-attention cache made now grows by a position per step: fast
-        paths, ``dynamic_shapes``, and a function being traced (TensorFlow only)."""
-        if not (self.dynamic_shapes and self.fast()):
+        paths, ``dynamic_shapes`` (not ``compiled``), and a function being traced
+        (TensorFlow only)."""
+        if not (self.dynamic_shapes and not self.compiled and self.fast()):
             return False
         import tensorflow as tf
 
