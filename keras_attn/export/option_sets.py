@@ -31,6 +31,9 @@ LATEST_OPTIONS_SIGNATURE = list(OPTION_SIGNATURES)[-1]
 # by XLA (a server runs it with XLA JIT on: TF Serving's --xla_cpu_compilation_enabled).
 COMPILED_SUFFIX = "_xla"
 COMPILED_SIGNATURES = {LATEST_OPTIONS_SIGNATURE + COMPILED_SUFFIX: LATEST_OPTIONS_SIGNATURE}
+# The numbers of sentences their compiled decoding runs (XLA compiles once per shape): a
+# request's sentences are padded to the next one; more than the last run in chunks of it.
+COMPILED_BUCKETS = (1, 2, 4, 8, 16, 32)
 
 
 def newest_options_signature(available):

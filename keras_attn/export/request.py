@@ -32,14 +32,12 @@ import tensorflow as tf
 
 from keras_attn import alignment, decoding, fastpath, text
 from keras_attn.decoding.options import CONTROLS, OPTIONS
-from keras_attn.export.option_sets import LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES
+from keras_attn.export.option_sets import (COMPILED_BUCKETS, LATEST_OPTIONS_SIGNATURE,
+                                            OPTION_SIGNATURES)
 
 # Every option of keras_attn.decoding.options and its dtype in the signature.
 OPTION_SPECS = {name: tf.as_dtype(opt.dtype) for name, opt in OPTIONS.items()}
 TRANSLATE_SIGNATURE = "translate"  # the first options signature (frozen, as all are)
-# The batch sizes the compiled decoding runs (XLA compiles once per shape): a request's
-# sentences are padded to the next one; more than the last run in chunks of the last.
-COMPILED_BUCKETS = (1, 2, 4, 8, 16, 32)
 
 
 def input_signature(batch_size=None, signature=LATEST_OPTIONS_SIGNATURE):
