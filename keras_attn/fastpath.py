@@ -16,16 +16,16 @@ decoding loop may lay out its state:
   compile and that is not converted to TFLite can: off by default (fixed ``max_len``
   buffers everywhere), switched on by the graphs that can (``Translator``'s decoders, the
   SavedModel's signatures). Ignored when executing eagerly.
-- ``compiled``: the graph is compiled by XLA (``tf.function(jit_compile=True)``): every
-  tensor's shape must be known when it is traced, so nothing is sliced to a length computed
-  at run time (the confidence pass reads the whole ``max_len`` buffer). Implies fixed
-  shapes (``dynamic_shapes`` is ignored). Default: off.
 - ``attention_chunks``: cut large attention scores into chunks that stay in the CPU's
   cache (:func:`keras_attn.tf_attention.attention_chunks`); None: when TensorFlow sees no
   GPU (asked once per process).
 - ``custom_gradients``: the fast paths' hand-written gradients (``tf.custom_gradient``).
   A graph that only ever runs forward (the exported ones) is traced without them: the same
   values, and a SavedModel that loads without gradient functions it would not use.
+- ``compiled``: the graph is compiled by XLA (``tf.function(jit_compile=True)``): no
+  tensor's shape may depend on a value computed in it, so nothing is sliced to such a length
+  (the confidence pass reads the whole ``max_len`` buffer). Implies fixed shapes
+  (``dynamic_shapes`` is ignored). Default: off.
 
 The policy is read when a function is traced: set it before building or calling a model.
 It is a context variable (per thread and per asyncio task), so a server tracing two
@@ -54,16 +54,16 @@ class KernelPolicy:
         fast_paths: the TensorFlow fast paths (on TensorFlow only).
         dynamic_shapes: a decoding loop may carry tensors whose shape changes (a plain
             TensorFlow graph: not eager, not XLA, not TFLite).
-        compiled: the graph is compiled by XLA (every shape known when traced).
         attention_chunks: chunk large attention scores (None: when no GPU is visible).
         custom_gradients: the hand-written gradients of the fast paths (off: forward only).
+        compiled: the graph is compiled by XLA (no shape computed from a value in it).
     """
 
     fast_paths: bool = True
     dynamic_shapes: bool = False
-    compiled: bool = False
     attention_chunks: Optional[bool] = None
     custom_gradients: bool = True
+    compiled: bool = False
 
     def __post_init__(self):
         for name in ("fast_paths", "dynamic_shapes", "compiled", "custom_gradients"):
