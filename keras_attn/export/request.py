@@ -22,10 +22,11 @@ Two values stand for the export's own: ``max_length`` 0 (its ``max_len``) and a 
 
 The SavedModel's compiled twins (``translate_v2_xla``,
 :data:`~keras_attn.export.option_sets.COMPILED_SIGNATURES`) take and give what the signature
-they twin does: a greedy request decodes in one XLA cluster (:meth:`RequestDecoder.
-translate_compiled`: the text ops outside, the sentences padded to a bucket of
-:data:`~keras_attn.export.option_sets.COMPILED_BUCKETS` rows and ``max_len`` columns, so XLA
-compiles a few shapes); beam search and sampling call the twinned signature's function.
+they twin does: a greedy request decodes in one XLA cluster
+(:meth:`RequestDecoder.translate_compiled`: the text ops outside, the sentences padded to a
+bucket of :data:`~keras_attn.export.option_sets.COMPILED_BUCKETS` rows and ``max_len``
+columns, so XLA compiles a few shapes); beam search and sampling call the twinned
+signature's function.
 
 Outputs: ``translations`` string ``(B, N)``, ``scores`` float32 ``(B, N)``, ``confidences``
 float32 ``(B, N)`` (``keras_attn.decoding.confidence``: one more teacher-forced pass, the
