@@ -9,6 +9,7 @@ Usage (``benchmarks.serve`` writes the spec and reads the result):
 
 The spec: ``engine`` (``saved_model_translate_ids``, ``saved_model_serving_default``,
 ``saved_model_translate`` (the options signature, every option at its default),
+``saved_model_translate_xla`` (its XLA-compiled twin, alike),
 ``tflite_text_float32``/``_int8``, ``ctranslate2_float32``/``_int8``), ``path`` (the
 artefact), ``signature`` (of the SavedModel or the TFLite file), ``inputs`` (a JSON file with
 ``source_ids``, ``sentences``, ``tflite_sentences`` and ``ct2_tokens``), ``batches``, ``repeats``, ``warmup``, ``threads``, ``clock``,
@@ -48,12 +49,15 @@ def _saved_model(spec, inputs):
             rows = rows[:, : max(int((rows != 0).sum(axis=1).max()), 1)]
             tokens = signature(source=tf.constant(rows))["tokens"].numpy()
             return [[int(t) for t in row if t != 0] for row in tokens.tolist()]
-    elif spec["engine"] == "saved_model_translate":  # every option at its default
+    elif spec["engine"] in ("saved_model_translate", "saved_model_translate_xla"):
+        # every option at its default
         from keras_attn.decoding.options import DecodingOptions
         from keras_attn.export.runtime import option_inputs
 
         sentences = inputs["sentences"]
-        options = {k: tf.constant(v) for k, v in option_inputs(DecodingOptions()).items()}
+        dtypes = {k: s.dtype for k, s in signature.structured_input_signature[1].items()}
+        options = {k: tf.constant(v, dtypes[k])
+                   for k, v in option_inputs(DecodingOptions(), dtypes).items()}
 
         def run(lo, hi):
             out = signature(text=tf.constant(sentences[lo:hi]), **options)["translations"]

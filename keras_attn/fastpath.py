@@ -22,6 +22,10 @@ decoding loop may lay out its state:
 - ``custom_gradients``: the fast paths' hand-written gradients (``tf.custom_gradient``).
   A graph that only ever runs forward (the exported ones) is traced without them: the same
   values, and a SavedModel that loads without gradient functions it would not use.
+- ``compiled``: the graph is compiled by XLA (``tf.function(jit_compile=True)``): no
+  tensor's shape may depend on a value computed in it, so nothing is sliced to such a length
+  (the confidence pass reads the whole ``max_len`` buffer). Implies fixed shapes
+  (``dynamic_shapes`` is ignored). Default: off.
 
 The policy is read when a function is traced: set it before building or calling a model.
 It is a context variable (per thread and per asyncio task), so a server tracing two
@@ -52,15 +56,17 @@ class KernelPolicy:
             TensorFlow graph: not eager, not XLA, not TFLite).
         attention_chunks: chunk large attention scores (None: when no GPU is visible).
         custom_gradients: the hand-written gradients of the fast paths (off: forward only).
+        compiled: the graph is compiled by XLA (no shape computed from a value in it).
     """
 
     fast_paths: bool = True
     dynamic_shapes: bool = False
     attention_chunks: Optional[bool] = None
     custom_gradients: bool = True
+    compiled: bool = False
 
     def __post_init__(self):
-        for name in ("fast_paths", "dynamic_shapes", "custom_gradients"):
+        for name in ("fast_paths", "dynamic_shapes", "compiled", "custom_gradients"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False. "
                                  f"Received: {name}={getattr(self, name)!r}")
@@ -78,8 +84,9 @@ class KernelPolicy:
 
     def growing_cache(self):
         """Whether a self-attention cache made now grows by a position per step: fast
-        paths, ``dynamic_shapes``, and a function being traced (TensorFlow only)."""
-        if not (self.dynamic_shapes and self.fast()):
+        paths, ``dynamic_shapes`` (not ``compiled``), and a function being traced
+        (TensorFlow only)."""
+        if not (self.dynamic_shapes and not self.compiled and self.fast()):
             return False
         import tensorflow as tf
 

@@ -148,6 +148,13 @@ def transformer_terms(d, ffn, heads, num_layers, src_len, tgt_len, norm_first=Fa
     return encoder + decoder
 
 
+def log_prob_terms(logit_terms, vocab, steps):
+    """Roundings of a sequence's log-probability (``terms`` of :func:`tolerance`): each
+    step's logits, a log-softmax over ``vocab`` (max, exp, sum, log, subtract), the sum
+    over ``steps``."""
+    return logit_terms + vocab + 4 + steps
+
+
 def gru_terms(steps, in_size, d, num_layers):
     """A GRU stack of width ``d`` over ``steps``: per step the input matmul (``in_size``
     for the first layer, ``d`` above), the recurrent one (``d``) and 6 gate steps; the

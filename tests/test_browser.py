@@ -107,9 +107,11 @@ def serving(log_dir, *flags):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     with open(log_path, "w") as log:
+        # --no-xla: the page is tested, not the compiled signature (no warm-up to wait for).
         proc = subprocess.Popen([sys.executable, "-m", "keras_attn.cli", "serve", EXPORTED,
                                  "--port", str(port), "--replicas", "1", "--threads", "1",
-                                 *flags], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+                                 "--no-xla", *flags], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + guards.timeout(40)
         while True:
@@ -452,7 +454,9 @@ def test_confidence_shading_and_no_heatmap_without_a_keras_model(driver):
     from keras_attn.serve.replicas import InProcessReplicas
 
     artefact = dataclasses.replace(locate(EXPORTED), run_dir=None)
-    app = create_app(artefact, InProcessReplicas(Confident(load_engine(artefact, threads=1))))
+    # xla=False: the page is tested; the compiled signature would compile at first use.
+    engine = load_engine(artefact, threads=1, xla=False)
+    app = create_app(artefact, InProcessReplicas(Confident(engine)))
     with running(app) as url:
         inspect_on_page(driver, url, SENTENCE)
         rows = driver.find_elements(By.CSS_SELECTOR, "#output tr.hypothesis")
@@ -484,7 +488,7 @@ def test_sampling_options_follow_what_the_engine_can_do(driver):
     from keras_attn.serve.replicas import InProcessReplicas
 
     artefact = locate(EXPORTED)
-    engine = load_engine(artefact, threads=1)
+    engine = load_engine(artefact, threads=1, xla=False)  # as above
     enabled = lambda name: driver.find_element(By.ID, name).is_enabled()  # noqa: E731
     with running(create_app(artefact, InProcessReplicas(engine))) as url:
         open_page(driver, url)

@@ -30,13 +30,6 @@ SOURCE = np.array([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0], [11, 12, 13, 1
                   "int32")
 
 
-def log_prob_terms(logit_terms, vocab, steps):
-    """Roundings of a sequence's log-probability (``terms`` of lc.tolerance): each step's
-    logits, a log-softmax over ``vocab`` (max, exp, sum, log, subtract), the sum over
-    ``steps``."""
-    return logit_terms + vocab + 4 + steps
-
-
 def model_log_prob_terms(model, steps):
     """``log_prob_terms`` of the ``model`` fixture's models over SOURCE (the pre-norm
     Transformer's count: its final LayerNorms are the post-norm one's and two more)."""
@@ -45,7 +38,7 @@ def model_log_prob_terms(model, steps):
     else:
         logit_terms = lc.transformer_terms(32, 64, 4, 2, SOURCE.shape[1], steps,
                                            norm_first=True)
-    return log_prob_terms(logit_terms, 30, steps)
+    return lc.log_prob_terms(logit_terms, 30, steps)
 
 
 def _check_rows(tokens):
@@ -74,7 +67,8 @@ def test_cached_equals_naive_on_a_model_that_stops():
     for key in ("tokens", "lengths"):
         np.testing.assert_array_equal(out[key], ref[key])
     logit_terms = lc.transformer_terms(16, 32, 2, 1, SOURCE.shape[1], 16)
-    lc.assert_close(out["log_prob"], ref["log_prob"], terms=log_prob_terms(logit_terms, 12, 16))
+    lc.assert_close(out["log_prob"], ref["log_prob"],
+                    terms=lc.log_prob_terms(logit_terms, 12, 16))
 
 
 def test_beam_size_one_equals_greedy(model):
@@ -163,7 +157,8 @@ def test_finished_rows_leave_the_loop(model, kind):
     for out in (graph, plain):
         for key in ("tokens", "lengths"):
             np.testing.assert_array_equal(out[key], eager[key])
-        lc.assert_close(out["log_prob"], eager["log_prob"], terms=model_log_prob_terms(model, 12))
+        lc.assert_close(out["log_prob"], eager["log_prob"],
+                        terms=model_log_prob_terms(model, 12))
     ended = eager["lengths"][eager["lengths"] < 12]
     assert len(set(ended.tolist())) >= 2, eager["lengths"]  # rows left at different steps
     assert (eager["tokens"][:, :, 0][prefix[:, 0] > 0] == prefix[prefix[:, 0] > 0, :1]).all()

@@ -76,6 +76,29 @@ def test_growing_cache_only_in_a_traced_graph_with_dynamic_shapes():
         assert traced() is GrowingCache
     with fastpath.using(fast_paths=False, dynamic_shapes=True):
         assert traced() is KVCache
+    with fastpath.using(dynamic_shapes=True, compiled=True):  # XLA: fixed shapes
+        assert traced() is HeadsFirstCache
+    with pytest.raises(ValueError, match="compiled"):
+        fastpath.KernelPolicy(compiled=1)
+
+
+def test_compiled_confidence_pass_reads_the_whole_buffer_alike():
+    """Under ``compiled`` (XLA) the confidence pass is not cut to the longest hypothesis:
+    the same features, the padding positions adding nothing (causal, masked)."""
+    from keras_attn import models
+    from keras_attn.decoding.confidence import hypothesis_features
+
+    tf.keras.utils.set_random_seed(0)
+    model = models.transformer_seq2seq(12, 12, 16, 32, 2, 1, dropout=0.0, max_len=16)
+    source = tf.constant([[5, 6, 7, 3, 0], [4, 3, 0, 0, 0]])
+    tokens = tf.constant([[5, 3] + [0] * 10, [6, 7, 8, 3] + [0] * 8])  # (B, max_len 12)
+    cut = hypothesis_features(model, source, tokens, 2, 3)
+    with fastpath.using(compiled=True):
+        whole = tf.function(lambda s, t: hypothesis_features(model, s, t, 2, 3),
+                            jit_compile=True)(source, tokens)
+    # The features hold summed log-probabilities over at most 12 tokens of a 1-layer model.
+    terms = lc.log_prob_terms(lc.transformer_terms(16, 32, 2, 1, 5, 12), 12, 12)
+    lc.assert_close(whole, cut, terms=terms)
 
 
 @pytest.mark.parametrize("chunks, gpu, expected", [(None, False, 64), (None, True, 1),

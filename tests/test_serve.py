@@ -44,9 +44,12 @@ def artefact():
 
 @pytest.fixture(scope="module")
 def engine(artefact):
+    """The SavedModel engine on the plain options signature: these tests check the HTTP
+    layer, and each batch shape of the compiled one would compile first (its answers are
+    translate_v2's: tests/test_compiled_signature.py)."""
     from keras_attn.serve.engines import load_engine
 
-    return load_engine(artefact)
+    return load_engine(artefact, xla=False)
 
 
 @pytest.fixture(scope="module")
@@ -376,9 +379,10 @@ def test_sigterm_answers_the_request_in_flight_then_exits(tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(tmp_path / "serve.log", "w")
+    # --no-xla: no warm-up of the compiled signature's shapes (not what is tested here).
     proc = subprocess.Popen([sys.executable, "-m", "keras_attn.cli", "serve", EXPORTED,
-                             "--port", str(port), "--replicas", "1", "--threads", "1"],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                             "--port", str(port), "--replicas", "1", "--threads", "1",
+                             "--no-xla"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         def up():
             assert proc.poll() is None, (tmp_path / "serve.log").read_text()
@@ -462,7 +466,7 @@ def test_replicas_end_with_their_parent():
     a parent killed outright must not leave them behind."""
     code = ("import time\nfrom keras_attn.serve.locate import locate\n"
             "from keras_attn.serve.replicas import ProcessReplicas\n"
-            f"pool = ProcessReplicas(locate({EXPORTED!r}), 2, 1)\n"
+            f"pool = ProcessReplicas(locate({EXPORTED!r}), 2, 1, xla=False)\n"
             "print(pool.start(), flush=True)\ntime.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)

@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from keras_attn import fastpath
 from keras_attn.special_tokens import PAD_ID, UNK_ID
 
 # What a calibrator reads, per hypothesis (n target tokens with [END], s source tokens
@@ -260,10 +261,12 @@ def hypothesis_features(model, source, tokens, start_id, end_id, encoded=None):
     tokens = ops.cast(tokens, "int32")
     if encoded is None:
         encoded = encode(model, source)
-    # The pass reads only as far as the longest hypothesis (searches return max_len buffers).
-    longest = ops.max(ops.concatenate([ops.sum(ops.cast(ops.not_equal(tokens, 0), "int32"),
-                                               axis=1), ops.ones((1,), "int32")], axis=0))
-    tokens = tokens[:, :longest]
+    if not fastpath.current().compiled:  # XLA needs the width known when traced
+        # The pass reads only as far as the longest hypothesis (searches return max_len
+        # buffers).
+        longest = ops.max(ops.concatenate([ops.sum(ops.cast(ops.not_equal(tokens, 0), "int32"),
+                                                   axis=1), ops.ones((1,), "int32")], axis=0))
+        tokens = tokens[:, :longest]
     n = ops.shape(tokens)[0] // ops.maximum(ops.shape(source)[0], 1)  # 0 rows: n = 0
     source, encoded = repeat_rows(source, encoded, n)
     out = score(model, source, tokens, start_id, end_id, 0.0, encoded)

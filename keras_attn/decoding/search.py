@@ -181,7 +181,8 @@ def cross_attention(model, source, tokens, start_id, encoded=None):
     tokens = ops.cast(tokens, "int32")
     if encoded is None:
         encoded = encode(model, source)
-    source, encoded = repeat_rows(source, encoded, ops.shape(tokens)[0] // ops.shape(source)[0])
+    n = ops.shape(tokens)[0] // ops.maximum(ops.shape(source)[0], 1)  # 0 rows: n = 0
+    source, encoded = repeat_rows(source, encoded, n)
     start = ops.full((ops.shape(tokens)[0], 1), start_id, "int32")
     target_in = ops.concatenate([start, tokens[:, :-1]], axis=1)
     encoded = tuple(encoded) if isinstance(encoded, (tuple, list)) else (encoded,)

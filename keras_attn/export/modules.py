@@ -31,7 +31,8 @@ from keras_attn.decoding.options import (CONTROL_DEFAULTS, LENGTH_PENALTY, Decod
 from keras_attn.export.base import check_beam
 from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
-from keras_attn.export.option_sets import LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES
+from keras_attn.export.option_sets import (COMPILED_SIGNATURES, LATEST_OPTIONS_SIGNATURE,
+                                            OPTION_SIGNATURES)
 from keras_attn.export.runtime import (TFLITE_ENCODER_SIGNATURE, TFLITE_FROZEN_STEP_SIGNATURE,
                                        TFLITE_STEP_SIGNATURE)
 from keras_attn.layers.kv_cache import HeadsFirstCache
@@ -145,6 +146,25 @@ class TranslatorModule(tf.Module):
                 body = request.signature_function(latest, name)
             self.requests[name] = tf.function(
                 body, input_signature=request.input_signature(batch_size, name))
+        # A SavedModel's compiled twins (``translate_v2_xla``): greedy decoding in one XLA
+        # cluster, beam search and sampling by the signature they twin (its function).
+        for name, twin in COMPILED_SIGNATURES.items() if self.requests and not for_tflite else ():
+            self.requests[name] = tf.function(forward_only(request.signature_function(
+                self._compiled_body(twin), twin, name), dynamic),
+                input_signature=request.input_signature(batch_size, twin))
+
+    def _compiled_body(self, twin):
+        """``(text, **options) ->`` the compiled twin of options signature ``twin``
+        (``RequestDecoder.translate_compiled``, falling back on ``self.requests[twin]``)."""
+        plain, names = self.requests[twin], OPTION_SIGNATURES[twin]
+
+        def fallback(strings, **options):
+            return plain(strings, *(options[name] for name in names))
+
+        def body(strings, **options):
+            return self._request.value.translate_compiled(fallback, strings, **options)
+
+        return body
 
     @property
     def model(self):

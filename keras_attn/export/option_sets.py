@@ -8,6 +8,8 @@ Example:
     ('beam_size', 'num_hypotheses')
     >>> newest_options_signature(["serving_default", "translate"])
     'translate'
+    >>> compiled_signature("translate_v2", ["translate_v2", "translate_v2_xla"])
+    'translate_v2_xla'
 """
 
 # Every options signature of the SavedModel and of the TFLite text file, oldest first, with
@@ -24,6 +26,14 @@ OPTION_SIGNATURES = {
 }
 # The signature that takes every option (what the package's own engines call).
 LATEST_OPTIONS_SIGNATURE = list(OPTION_SIGNATURES)[-1]
+# The SavedModel's XLA-compiled options signatures (keras_attn.export.request): each has
+# the inputs and outputs of the signature it is named after, its greedy decoding compiled
+# by XLA (a server runs it with XLA JIT on: TF Serving's --xla_cpu_compilation_enabled).
+COMPILED_SUFFIX = "_xla"
+COMPILED_SIGNATURES = {LATEST_OPTIONS_SIGNATURE + COMPILED_SUFFIX: LATEST_OPTIONS_SIGNATURE}
+# The numbers of sentences their compiled decoding runs (XLA compiles once per shape): a
+# request's sentences are padded to the next one; more than the last run in chunks of it.
+COMPILED_BUCKETS = (1, 2, 4, 8, 16, 32)
 
 
 def newest_options_signature(available):
@@ -39,3 +49,11 @@ def newest_options_signature(available):
     raise ValueError(f"the artefact has no options signature (one of "
                      f"{list(OPTION_SIGNATURES)}); its signatures are {sorted(available)}: "
                      "export it again with `keras-attn export`")
+
+
+def compiled_signature(name, available):
+    """The XLA-compiled twin of options signature ``name`` (:data:`COMPILED_SIGNATURES`)
+    among the signature names ``available``, or None (an export without it, or a TFLite
+    file)."""
+    twin = name + COMPILED_SUFFIX
+    return twin if COMPILED_SIGNATURES.get(twin) == name and twin in available else None

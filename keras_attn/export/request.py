@@ -20,6 +20,14 @@ teacher-forced pass of the decoder over the hypotheses (``decoding.cross_attenti
 Two values stand for the export's own: ``max_length`` 0 (its ``max_len``) and a negative
 ``length_penalty`` (its ``alpha``); a signature has no optional inputs.
 
+The SavedModel's compiled twins (``translate_v2_xla``,
+:data:`~keras_attn.export.option_sets.COMPILED_SIGNATURES`) take and give what the signature
+they twin does: a greedy request decodes in one XLA cluster
+(:meth:`RequestDecoder.translate_compiled`: the text ops outside, the sentences padded to a
+bucket of :data:`~keras_attn.export.option_sets.COMPILED_BUCKETS` rows and ``max_len``
+columns, so XLA compiles a few shapes); beam search and sampling call the twinned
+signature's function.
+
 Outputs: ``translations`` string ``(B, N)``, ``scores`` float32 ``(B, N)``, ``confidences``
 float32 ``(B, N)`` (``keras_attn.decoding.confidence``: one more teacher-forced pass, the
 calibrator in the graph), ``alignments`` string ``(B, N)`` (Pharaoh ``i-j`` pairs,
@@ -30,9 +38,10 @@ import types
 
 import tensorflow as tf
 
-from keras_attn import alignment, decoding, text
+from keras_attn import alignment, decoding, fastpath, text
 from keras_attn.decoding.options import CONTROLS, OPTIONS
-from keras_attn.export.option_sets import LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES
+from keras_attn.export.option_sets import (COMPILED_BUCKETS, LATEST_OPTIONS_SIGNATURE,
+                                            OPTION_SIGNATURES)
 
 # Every option of keras_attn.decoding.options and its dtype in the signature.
 OPTION_SPECS = {name: tf.as_dtype(opt.dtype) for name, opt in OPTIONS.items()}
@@ -58,11 +67,12 @@ def unset_value(name):
     return tf.constant([] if opt.dtype == "string" else value, OPTION_SPECS[name])
 
 
-def signature_function(translate, signature):
+def signature_function(translate, signature, name=None):
     """The Python function of the options signature ``signature``: ``(text, *its options)``
     -> ``translate(text, **every option)``, the options it lacks at :func:`unset_value`.
     Its option arguments default to :func:`unset_value` too, so a SavedModel saved with the
-    ``tf.function`` of it records them as the SignatureDef's ``defaults``."""
+    ``tf.function`` of it records them as the SignatureDef's ``defaults``. ``name``: the
+    function's (default ``signature``; the compiled twin's own)."""
     names = OPTION_SIGNATURES[signature]
 
     def call(text_input, *options):
@@ -74,7 +84,7 @@ def signature_function(translate, signature):
     call.__signature__ = inspect.Signature(
         [inspect.Parameter("text", kind)]
         + [inspect.Parameter(name, kind, default=unset_value(name)) for name in names])
-    call.__name__ = signature
+    call.__name__ = name or signature
     return call
 
 
@@ -146,8 +156,26 @@ class RequestDecoder:
                 unknown_token=text.PAD, no_pretokenization=True, support_detokenization=True)
         else:
             self._pair_table = tf.constant(pairs, tf.string)
+            # The greedy search of the compiled signatures (:meth:`translate_compiled`):
+            # one XLA cluster, traced once; XLA compiles it for each bucket's shape.
+            options = {name: tf.TensorSpec([], OPTION_SPECS[name], name=name)
+                       for name in OPTIONS if name != "target_prefix"}
+            rows = tf.TensorSpec([None, module.max_len], tf.int32)
+            self._compiled_greedy = tf.function(
+                fastpath.under(self._greedy_search, dynamic_shapes=False, compiled=True,
+                               custom_gradients=False),
+                input_signature=[rows, rows, options], jit_compile=True)
 
-    def translate(self, strings, **options):
+    def translate_compiled(self, fallback, strings, **options):
+        """The compiled signatures' body: a greedy request (``beam_size`` and
+        ``sampling_topk`` at most 1) is :meth:`translate` with its decoding XLA-compiled
+        (:meth:`_compiled_search`); beam search and sampling run ``fallback`` (the
+        ``tf.function`` of the signature it twins: its graph, not compiled)."""
+        search = tf.logical_or(options["beam_size"] > 1, options["sampling_topk"] > 1)
+        return tf.cond(search, lambda: fallback(strings, **options),
+                       lambda: self.translate(strings, compiled=True, **options))
+
+    def translate(self, strings, compiled=False, **options):
         """The ``translate`` signature's body (module docstring). In a SavedModel each text
         is split into sentences in the graph (:mod:`keras_attn.export.documents`), every
         sentence of the request decoded as one batch, and hypothesis ``j`` of a text is
@@ -155,7 +183,8 @@ class RequestDecoder:
         score their sum, its confidence their lowest, its alignments theirs joined by
         `` | ``, truncated if any was);
         a TFLite file translates sentences (``keras_attn.export.runtime`` splits) and
-        returns ``needs_split`` (:func:`keras_attn.export.documents.needs_split_tensor`)."""
+        returns ``needs_split`` (:func:`keras_attn.export.documents.needs_split_tensor`).
+        ``compiled``: greedy decoding only, XLA-compiled (:meth:`translate_compiled`)."""
         from keras_attn.export import documents
 
         if self.module.for_tflite:  # True where a text may not be one sentence: split first
@@ -165,7 +194,7 @@ class RequestDecoder:
         sentences, separators = documents.split_tensor(strings)
         owner = tf.cast(sentences.value_rowids(), tf.int32)
         out = self.translate_sentences(sentences.flat_values, owner, tf.shape(strings)[0],
-                                       **options)
+                                       compiled, **options)
         splits = sentences.row_splits
         return {"translations": documents.join_nbest(out["translations"], splits, separators),
                 "scores": tf.reduce_sum(tf.RaggedTensor.from_row_splits(
@@ -176,10 +205,10 @@ class RequestDecoder:
                 "truncated": tf.reduce_any(tf.RaggedTensor.from_row_splits(
                     out["truncated"], splits), axis=1)}
 
-    def translate_sentences(self, strings, owner=None, texts=None, **options):
+    def translate_sentences(self, strings, owner=None, texts=None, compiled=False, **options):
         """Decode sentences ``(S,)``; ``owner`` int32 ``(S,)`` the text each belongs to
         (default: its own) and ``texts`` how many texts there are, for the prefixes (none,
-        one for every text, or one per text)."""
+        one for every text, or one per text); ``compiled`` as :meth:`translate`'s."""
         m = self.module
         batch = tf.shape(strings)[0] if texts is None else texts
         source, truncated = m.encode_text(strings)
@@ -216,25 +245,16 @@ class RequestDecoder:
             value = getattr(o, name)
             setattr(o, name, tf.where(tf.equal(value, OPTIONS[name].unset),
                                       tf.cast(m.controls[name], value.dtype), value))
-        sampling = o.sampling_topk > 1
-        beam = tf.logical_and(tf.logical_not(sampling), o.beam_size > 1)
-
-        encoded = decoding.encode(m.model, source)  # once, for every branch
-
-        def branch(kind):
-            return lambda: self._decode(source, encoded, prefix, o, kind)
-
-        tokens, scores = tf.cond(sampling, branch("sample"), lambda: tf.cond(
-            beam, branch("beam"), branch("greedy")))
-        codes = tf.cond(o.return_alignments, lambda: self._alignments(source, encoded, tokens),
-                        lambda: tf.zeros_like(tokens))
+        if compiled:
+            tokens, scores, codes, confidences = self._compiled_search(source, prefix, o)
+        else:
+            tokens, scores, codes, confidences = self._search(source, prefix, o)
         n = tf.shape(tokens)[1]
         flat = tf.reshape(tokens, [rows * n, m.max_len])
         if m.for_tflite:
             words = m.tgt_tokenizer.detokenize_tflite(flat)
         else:
             words = m.tgt_tokenizer.detokenize(flat)
-        confidences = tf.reshape(m.confidence(source, flat, encoded), [rows, n])
         out = {"translations": tf.reshape(words, [rows, n]), "scores": scores,
                "confidences": confidences,
                "alignments": tf.reshape(self._pharaoh(tf.reshape(codes, [rows * n, -1])),
@@ -243,6 +263,68 @@ class RequestDecoder:
         if m.for_tflite:
             out = {k: v[:tf.shape(strings)[0]] for k, v in out.items()}
         return out
+
+    def _search(self, source, prefix, o, kinds=decoding.KINDS):
+        """The search of one of ``kinds`` the options pick (``tf.cond``), the alignments
+        when asked and the confidence pass: tokens ``(B, N, max_len)``, scores ``(B, N)``,
+        pair codes ``(B, N, max_len)`` (0 unless asked) and confidences ``(B, N)``."""
+        m = self.module
+        encoded = decoding.encode(m.model, source)  # once, for every branch
+
+        def branch(kind):
+            return lambda: self._decode(source, encoded, prefix, o, kind)
+
+        if len(kinds) == 1:
+            tokens, scores = branch(kinds[0])()
+        else:
+            sampling = o.sampling_topk > 1
+            beam = tf.logical_and(tf.logical_not(sampling), o.beam_size > 1)
+            tokens, scores = tf.cond(sampling, branch("sample"), lambda: tf.cond(
+                beam, branch("beam"), branch("greedy")))
+        codes = tf.cond(o.return_alignments, lambda: self._alignments(source, encoded, tokens),
+                        lambda: tf.zeros_like(tokens))
+        shape = tf.shape(tokens)
+        flat = tf.reshape(tokens, [shape[0] * shape[1], m.max_len])
+        confidences = tf.reshape(m.confidence(source, flat, encoded), shape[:2])
+        return tokens, scores, codes, confidences
+
+    def _greedy_search(self, source, prefix, options):
+        """:meth:`_search`, greedy only, for XLA: ``source`` and ``prefix`` int32
+        ``(B, max_len)``, ``options`` the resolved options (scalars) by name."""
+        return self._search(source, prefix, types.SimpleNamespace(**options), ("greedy",))
+
+    def _compiled_search(self, source, prefix, o):
+        """:meth:`_search` of greedy decoding, XLA-compiled (``self._compiled_greedy``):
+        ``source`` and ``prefix`` padded to ``max_len`` columns (padding: the same
+        tokens), the rows to the next of :data:`COMPILED_BUCKETS` with copies of the last
+        (they end with it), more than the last bucket in chunks of it (``tf.map_fn``), so
+        XLA compiles a few shapes only."""
+        length = self.module.max_len
+        rows = tf.shape(source)[0]
+        source, prefix = (tf.pad(t, [[0, tf.maximum(1 - rows, 0)],  # no sentence: one row
+                                     [0, length - tf.shape(t)[1]]]) for t in (source, prefix))
+        options = {name: getattr(o, name) for name in OPTIONS if name != "target_prefix"}
+        largest = COMPILED_BUCKETS[-1]
+
+        def bucket(size):
+            def run():
+                chunks = (tf.maximum(rows, 1) + size - 1) // size
+                index = tf.minimum(tf.range(chunks * size), tf.maximum(rows, 1) - 1)
+                padded = [tf.reshape(tf.gather(t, index), [-1, size, length])
+                          for t in (source, prefix)]
+                if size < largest:  # one chunk
+                    out = self._compiled_greedy(padded[0][0], padded[1][0], options)
+                else:
+                    out = tf.map_fn(lambda c: self._compiled_greedy(c[0], c[1], options),
+                                    tuple(padded), fn_output_signature=(
+                                        tf.int32, tf.float32, tf.int32, tf.float32))
+                    out = [tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0)) for t in out]
+                return tuple(t[:rows] for t in out)
+            return run
+
+        which = tf.minimum(tf.reduce_sum(tf.cast(tf.constant(COMPILED_BUCKETS) < rows,
+                                                 tf.int32)), len(COMPILED_BUCKETS) - 1)
+        return tf.switch_case(which, [bucket(size) for size in COMPILED_BUCKETS])
 
     def _decode(self, source, encoded, prefix, o, kind):
         """One branch: tokens ``(B, N, max_len)`` and scores ``(B, N)``."""

@@ -14,7 +14,9 @@ signatures to ``<export_dir>/<model_name>/<version>/`` (TF Serving's layout) and
   ``lengths``, ``truncated`` ``(B,)``: forced decoding of given translations, as
   ``Translator.score`` (``score`` normalised with the export's ``alpha``).
 * ``translate`` (unless ``request_signature=False``): every decoding option per request
-  (``keras_attn.export.request``).
+  (``keras_attn.export.request``), ``translate_v2`` (the newest option set) and its twin
+  ``translate_v2_xla`` (greedy decoding compiled by XLA: TF Serving runs it only with
+  ``--xla_cpu_compilation_enabled``; the other signatures never call it).
 
 Which ops the graph needs. A character vocabulary (dates) is tokenized with core TensorFlow
 ops (``CoreCharTokenizer``): no custom op, any TensorFlow process and any TF Serving image.

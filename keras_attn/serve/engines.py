@@ -1,7 +1,9 @@
 """The two engines a replica runs: thin callers of the exported artefacts (no decoding here).
 
-* :class:`SavedModelEngine`: the SavedModel's ``translate`` signature, which takes every
-  decoding option per request (``keras_attn.export.request``).
+* :class:`SavedModelEngine`: the SavedModel's newest options signature, which takes every
+  decoding option per request (``keras_attn.export.request``), or its XLA-compiled twin
+  (``translate_v2_xla``) where the export has it, warmed up for every batch shape it
+  compiles.
 * :class:`CTranslate2Engine`: ``keras_attn.export.ctranslate2_runtime.CTranslate2Translator``
   (a replica that serves it imports no TensorFlow).
 
@@ -56,7 +58,7 @@ def set_tensorflow_threads(threads):
 
 
 class SavedModelEngine:
-    """The ``translate`` signature of an exported SavedModel.
+    """The newest options signature of an exported SavedModel, or its XLA-compiled twin.
 
     Args:
         path: the SavedModel version folder (``.../saved_model/translator/1``).
@@ -64,11 +66,17 @@ class SavedModelEngine:
             before the first TensorFlow op of the process, or ignored.
         signature: the options signature to call (``keras_attn.export.option_sets``; an
             older one gets the options it lacks unset); default: the newest it has.
+        xla: call the compiled twin (``translate_v2_xla``: greedy decoding compiled by XLA,
+            the same answers) where the export has it; False: the plain signature.
+
+    Attributes:
+        signature_name: the signature it calls. warm_sizes: the numbers of texts
+            :func:`warm_up` sends, one call each (the compiled twin's batch shapes).
     """
 
     name = "savedmodel"
 
-    def __init__(self, path, threads=0, signature=None):
+    def __init__(self, path, threads=0, signature=None, xla=True):
         import absl.logging
         import tensorflow as tf
 
@@ -83,7 +91,8 @@ class SavedModelEngine:
         self._tf = tf
         self.path = path
         self._loaded = tf.saved_model.load(path)
-        from keras_attn.export.option_sets import newest_options_signature
+        from keras_attn.export.option_sets import (COMPILED_BUCKETS, compiled_signature,
+                                                    newest_options_signature)
 
         try:
             name = signature or newest_options_signature(self._loaded.signatures)
@@ -92,7 +101,10 @@ class SavedModelEngine:
                                  f"{sorted(self._loaded.signatures)}")
         except ValueError as e:
             raise ValueError(f"the SavedModel at {path!r}: {e}") from None
-        self._signature = self._loaded.signatures[name]
+        compiled = compiled_signature(name, self._loaded.signatures) if xla else None
+        self.signature_name = compiled or name
+        self.warm_sizes = COMPILED_BUCKETS if compiled else (1,)
+        self._signature = self._loaded.signatures[self.signature_name]
         self._dtypes = {name: spec.dtype for name, spec in
                         self._signature.structured_input_signature[1].items()}
 
@@ -160,11 +172,16 @@ class CTranslate2Engine:
 ENGINE_CLASSES = {"savedmodel": SavedModelEngine, "ctranslate2": CTranslate2Engine}
 
 
-def load_engine(artefact, threads=0):
-    """The engine of a :class:`~keras_attn.serve.locate.Artefact`, loaded."""
+def load_engine(artefact, threads=0, xla=True):
+    """The engine of a :class:`~keras_attn.serve.locate.Artefact`, loaded; ``xla``: the
+    SavedModel's compiled signature where it has one (:class:`SavedModelEngine`)."""
+    if artefact.engine == "savedmodel":
+        return SavedModelEngine(artefact.path, threads, xla=xla)
     return ENGINE_CLASSES[artefact.engine](artefact.path, threads)
 
 
 def warm_up(engine):
-    """One short call, so that the first client does not wait for the graph's first run."""
-    engine.translate(["1"], DecodingOptions())
+    """Short calls, so that no client waits for the graph's first run or for a compile:
+    one per number of texts in the engine's ``warm_sizes`` (default: one call)."""
+    for size in getattr(engine, "warm_sizes", (1,)):
+        engine.translate(["1"] * size, DecodingOptions())

@@ -49,7 +49,7 @@ class InProcessReplicas:
         self._executor.shutdown(wait=True)
 
 
-def _init_worker(artefact, threads):
+def _init_worker(artefact, threads, xla=True):
     """A worker process's start: the parent's signals are left to the parent (SIGINT of a
     terminal, SIGTERM of a shutdown: the parent finishes the requests in flight, then
     closes the pool), then the engine is loaded and run once."""
@@ -60,7 +60,7 @@ def _init_worker(artefact, threads):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if artefact.engine == "savedmodel" and os.environ["TF_CPP_MIN_LOG_LEVEL"] not in ("", "0"):
         _import_quietly("tensorflow")  # its load-time C++ lines ignore the log level
-    _ENGINE = engines.load_engine(artefact, threads)
+    _ENGINE = engines.load_engine(artefact, threads, xla)
     engines.warm_up(_ENGINE)
 
 
@@ -103,15 +103,17 @@ class ProcessReplicas:
     Args:
         artefact: a :class:`~keras_attn.serve.locate.Artefact`.
         size: worker processes. threads: intra-op threads of each (0: the engine's default).
+        xla: the SavedModel's XLA-compiled signature where it has one
+            (:func:`~keras_attn.serve.engines.load_engine`).
     """
 
-    def __init__(self, artefact, size, threads=1):
+    def __init__(self, artefact, size, threads=1, xla=True):
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"`replicas` must be an integer >= 1. Received: replicas={size!r}")
         self.size = size
         self._pool = concurrent.futures.ProcessPoolExecutor(
             size, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-            initargs=(artefact, threads))
+            initargs=(artefact, threads, xla))
 
     def start(self):
         """Start every worker and wait until each has loaded its engine (a worker answers

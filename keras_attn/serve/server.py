@@ -33,11 +33,13 @@ def default_threads(engine, replicas, cores=None):
     return max(1, (cores or default_replicas()) - 1)
 
 
-def make_replicas(artefact, replicas, threads=None, log=print):
+def make_replicas(artefact, replicas, threads=None, log=print, xla=True):
     """``InProcessReplicas`` for one replica, ``ProcessReplicas`` for more, started.
 
     Args:
         threads: intra-op threads of each replica (None: :func:`default_threads`).
+        xla: the SavedModel's XLA-compiled signature where the export has it
+            (:func:`~keras_attn.serve.engines.load_engine`).
     """
     from keras_attn.serve import engines
     from keras_attn.serve.replicas import InProcessReplicas, ProcessReplicas
@@ -52,17 +54,20 @@ def make_replicas(artefact, replicas, threads=None, log=print):
     log(f"loading {artefact.engine} {artefact.path}: {replicas} replica(s), "
         f"{threads or 'default'} intra-op thread(s) each")
     if replicas == 1:
-        engine = engines.load_engine(artefact, threads)
+        engine = engines.load_engine(artefact, threads, xla)
+        if getattr(engine, "signature_name", None):
+            log(f"signature {engine.signature_name}: warming up "
+                f"{len(engine.warm_sizes)} batch shape(s)")
         engines.warm_up(engine)
         return InProcessReplicas(engine)
-    pool = ProcessReplicas(artefact, replicas, threads)
+    pool = ProcessReplicas(artefact, replicas, threads, xla)
     pids = pool.start()
     log(f"replicas ready: processes {pids}")
     return pool
 
 
 def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
-          threads=None, settings=None, graceful_s=None, log=print):
+          threads=None, settings=None, graceful_s=None, log=print, xla=True):
     """Serve ``path`` (a run or export directory) until SIGTERM / Ctrl-C.
 
     Args:
@@ -72,13 +77,14 @@ def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
         settings: :class:`~keras_attn.serve.app.Settings`.
         graceful_s: longest wait for the requests in flight at shutdown (default: the
             request timeout plus 5 s).
+        xla: the SavedModel's XLA-compiled signature where the export has it.
     """
     import uvicorn
 
     settings = settings or Settings()
     artefact = locate(path, engine)
     pool = make_replicas(artefact, default_replicas() if replicas is None else replicas,
-                         threads, log)
+                         threads, log, xla)
     app = create_app(artefact, pool, settings)
     heatmaps = app.state.attention
     if heatmaps.unavailable is None:
