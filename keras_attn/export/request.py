@@ -285,7 +285,7 @@ class RequestDecoder:
                         lambda: tf.zeros_like(tokens))
         shape = tf.shape(tokens)
         flat = tf.reshape(tokens, [shape[0] * shape[1], m.max_len])
-        confidences = tf.reshape(m.confidence(source, flat, encoded), shape[:2])
+        confidences = tf.reshape(m.confidence(source, flat, encoded), [shape[0], shape[1]])
         return tokens, scores, codes, confidences
 
     def _greedy_search(self, source, prefix, options):
