@@ -3,7 +3,8 @@
 * :class:`SavedModelEngine`: the SavedModel's newest options signature, which takes every
   decoding option per request (``keras_attn.export.request``), or its XLA-compiled twin
   (``translate_v2_xla``) where the export has it, warmed up for every batch shape it
-  compiles.
+  compiles; run as TF Serving runs it, in a session holding that signature alone
+  (``keras_attn.serve.session``).
 * :class:`CTranslate2Engine`: ``keras_attn.export.ctranslate2_runtime.CTranslate2Translator``
   (a replica that serves it imports no TensorFlow).
 
@@ -23,6 +24,8 @@ Example:
 """
 import dataclasses
 import re
+
+import numpy as np
 
 from keras_attn.decoding.options import DecodingOptions
 from keras_attn.translation import pipeline
@@ -80,8 +83,8 @@ class SavedModelEngine:
         import absl.logging
         import tensorflow as tf
 
-        # tf.saved_model.load warns about every function with a custom gradient (the
-        # masked softmax's, left out of serving files on purpose).
+        # Loading warns about every function with a custom gradient (the masked softmax's,
+        # left out of serving files on purpose) and that sessions are TF1's API.
         absl.logging.set_verbosity(absl.logging.ERROR)
         set_tensorflow_threads(threads)
         try:
@@ -90,30 +93,25 @@ class SavedModelEngine:
             pass
         self._tf = tf
         self.path = path
-        self._loaded = tf.saved_model.load(path)
         from keras_attn.export.option_sets import (COMPILED_BUCKETS, compiled_signature,
                                                     newest_options_signature)
+        from keras_attn.serve.session import (SignatureSession, read_meta_graph,
+                                              signature_names)
 
         try:
-            name = signature or newest_options_signature(self._loaded.signatures)
-            if name not in self._loaded.signatures:
+            meta_graph = read_meta_graph(path)
+            names = signature_names(meta_graph)
+            name = signature or newest_options_signature(names)
+            if name not in names:
                 raise ValueError(f"it has no {name!r} signature; its signatures are "
-                                 f"{sorted(self._loaded.signatures)}")
+                                 f"{sorted(names)}")
         except ValueError as e:
             raise ValueError(f"the SavedModel at {path!r}: {e}") from None
-        compiled = compiled_signature(name, self._loaded.signatures) if xla else None
+        compiled = compiled_signature(name, names) if xla else None
         self.signature_name = compiled or name
         self.warm_sizes = COMPILED_BUCKETS if compiled else (1,)
-        self._signature = self._loaded.signatures[self.signature_name]
-        self._dtypes = {name: spec.dtype for name, spec in
-                        self._signature.structured_input_signature[1].items()}
-
-    def _inputs(self, options):
-        """The signature's option inputs (``keras_attn.export.runtime.option_inputs``)."""
-        from keras_attn.export import runtime
-
-        return {name: self._tf.constant(value, self._dtypes[name])
-                for name, value in runtime.option_inputs(options, self._dtypes).items()}
+        self._signature = SignatureSession(path, self.signature_name, threads, meta_graph)
+        self._dtypes = self._signature.input_dtypes
 
     def translate(self, texts, options, confidence=True):
         """Per text, its hypotheses (module docstring). ``options``: ``DecodingOptions``;
@@ -121,17 +119,19 @@ class SavedModelEngine:
         tf = self._tf
         if not texts:
             return []
-        strings = tf.constant([t.encode("utf-8") for t in texts], tf.string)
+        from keras_attn.export import runtime
+
+        strings = np.array([t.encode("utf-8") for t in texts], dtype=object)
         try:
-            out = self._signature(text=strings, **self._inputs(options))
+            out = self._signature(text=strings, **runtime.option_inputs(options, self._dtypes))
         except tf.errors.InvalidArgumentError as e:
             raise ValueError(_graph_message(e.message)) from None
         utf8 = lambda t: t.decode("utf-8", errors="replace")  # noqa: E731
         return pipeline.hypotheses(
-            [[utf8(t) for t in row] for row in out["translations"].numpy()],
-            out["scores"].numpy(),
-            out["confidences"].numpy() if confidence and "confidences" in out else None,
-            [[utf8(a) for a in row] for row in out["alignments"].numpy()]
+            [[utf8(t) for t in row] for row in out["translations"]],
+            out["scores"],
+            out["confidences"] if confidence and "confidences" in out else None,
+            [[utf8(a) for a in row] for row in out["alignments"]]
             if options.return_alignments else None)
 
 
@@ -182,6 +182,22 @@ def load_engine(artefact, threads=0, xla=True):
 
 def warm_up(engine):
     """Short calls, so that no client waits for the graph's first run or for a compile:
-    one per number of texts in the engine's ``warm_sizes`` (default: one call)."""
+    one per number of texts in the engine's ``warm_sizes`` (default: one call). Then the
+    heap's free pages go back to the system: loading and compiling leave hundreds of MB
+    freed but held (glibc's ``malloc_trim``; elsewhere nothing is done)."""
     for size in getattr(engine, "warm_sizes", (1,)):
         engine.translate(["1"] * size, DecodingOptions())
+    trim_heap()
+
+
+def trim_heap():
+    """glibc's ``malloc_trim(0)``; True where it ran."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return False
+    trim(0)
+    return True
