@@ -177,7 +177,7 @@ class Server:
             self.args = [sys.executable, "-m", "keras_attn.cli", "serve", paths[self.name],
                          "--engine", self.name, "--port", str(self.port), "--queue-size",
                          "4096", "--timeout", "600", "--char-limit", "-1"]
-            for key, value in self.options.items():  # no_xla= (no value): a bare flag
+            for key, value in self.options.items():  # xla= (no value): a bare flag
                 self.args += ["--" + key.replace("_", "-")] + ([value] if value else [])
         self.env = env
         self.ours_fields = json.loads(getattr(args, "ours_fields", "") or "{}")

@@ -107,10 +107,9 @@ def serving(log_dir, *flags):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     with open(log_path, "w") as log:
-        # --no-xla: the page is tested, not the compiled signature (no warm-up to wait for).
         proc = subprocess.Popen([sys.executable, "-m", "keras_attn.cli", "serve", EXPORTED,
                                  "--port", str(port), "--replicas", "1", "--threads", "1",
-                                 "--no-xla", *flags], cwd=ROOT, env=env, stdout=log,
+                                 *flags], cwd=ROOT, env=env, stdout=log,
                                 stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + guards.timeout(40)

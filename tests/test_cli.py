@@ -318,12 +318,12 @@ def test_help_has_no_doubled_default_and_no_empty_choice(helps, sub):
 
 def test_serve_runs_one_replica_by_default_and_says_what_a_replica_costs(helps):
     """One replica was the fastest on 2 cores (docs/benchmarks/serve_load_*.md); each
-    SavedModel replica holds 1.1-1.7 GB, a CTranslate2 one 0.1 GB, which the help says."""
+    SavedModel replica holds about 1.2 GB, a CTranslate2 one 0.1 GB, which the help says."""
     from keras_attn import cli
 
     assert cli.build_parser().parse_args(["serve", "exported"]).replicas == 1
     text = " ".join(option_helps(helps["serve"]["help"])["--replicas"].split())
-    assert "1.1-1.7 GB of memory per SavedModel replica" in text
+    assert "1.2 GB of memory per SavedModel replica" in text
     assert "0.1 GB per CTranslate2 replica" in text and "(default: 1," in text
 
 

@@ -3,7 +3,7 @@
 (the same translations, alignments and truncation flags; scores and confidences within the
 float32 roundings of a search) for greedy requests, which it compiles, and for beam search
 and sampling, which it hands to ``translate_v2``'s graph; the server's engine calls it
-where the export has it, and ``--no-xla`` turns that off."""
+where the export has it and ``--xla`` asks for it (off by default)."""
 import json
 import os
 
@@ -43,7 +43,7 @@ def test_compiled_signature_names_its_twin():
     assert compiled_signature("translate", ["translate", COMPILED]) is None
 
 
-def test_serve_flag_turns_the_compiled_signature_off(monkeypatch):
+def test_serve_flag_turns_the_compiled_signature_on(monkeypatch):
     import argparse
 
     from keras_attn.cli import serve
@@ -52,9 +52,9 @@ def test_serve_flag_turns_the_compiled_signature_off(monkeypatch):
         sub = argparse.ArgumentParser().add_subparsers()
         return serve.add_parser(sub).parse_args(["exported", *argv])
 
-    assert parse().no_xla is False and parse("--no-xla").no_xla is True
-    monkeypatch.setenv("KERAS_ATTN_SERVE_NO_XLA", "1")
-    assert parse().no_xla is True
+    assert parse().xla is False and parse("--xla").xla is True
+    monkeypatch.setenv("KERAS_ATTN_SERVE_XLA", "1")
+    assert parse().xla is True
 
 
 @pytest.fixture(scope="module", params=["dates", "sentencepiece"])
@@ -143,11 +143,11 @@ def test_compiled_signature_refuses_bad_options_as_translate_v2(exported, bad, n
 
 
 @pytest.mark.slow
-def test_engine_calls_the_compiled_signature_unless_told_not_to(exported):
+def test_engine_calls_the_compiled_signature_when_told_to(exported):
     from keras_attn.serve.engines import SavedModelEngine
 
     path, texts = exported[2], exported[3]
-    compiled, plain = SavedModelEngine(path), SavedModelEngine(path, xla=False)
+    compiled, plain = SavedModelEngine(path, xla=True), SavedModelEngine(path)
     assert (compiled.signature_name, compiled.warm_sizes) == (COMPILED, COMPILED_BUCKETS)
     assert (plain.signature_name, plain.warm_sizes) == (LATEST_OPTIONS_SIGNATURE, (1,))
     for options in (DecodingOptions(), DecodingOptions(beam_size=2, num_hypotheses=2)):

@@ -379,10 +379,9 @@ def test_sigterm_answers_the_request_in_flight_then_exits(tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(tmp_path / "serve.log", "w")
-    # --no-xla: no warm-up of the compiled signature's shapes (not what is tested here).
     proc = subprocess.Popen([sys.executable, "-m", "keras_attn.cli", "serve", EXPORTED,
-                             "--port", str(port), "--replicas", "1", "--threads", "1",
-                             "--no-xla"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                             "--port", str(port), "--replicas", "1", "--threads", "1"],
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         def up():
             assert proc.poll() is None, (tmp_path / "serve.log").read_text()

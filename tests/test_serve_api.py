@@ -574,8 +574,7 @@ def test_the_command_applies_libretranslates_options(tmp_path):
     with open(tmp_path / "serve.log", "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "keras_attn.cli", "serve", EXPORTED, "--port", str(port),
-             "--replicas", "1", "--api-keys", "--api-keys-db-path", db,
-             "--no-xla"],  # no warm-up of the compiled signature: not what is tested
+             "--replicas", "1", "--api-keys", "--api-keys-db-path", db],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         def up():

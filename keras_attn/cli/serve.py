@@ -44,19 +44,20 @@ def add_parser(sub):
                         "(keras-attn export RUN --format ctranslate2) (default: %(default)s)")
     p.add_argument("--replicas", type=int, default=DEFAULT_REPLICAS,
                    help="engine copies decoding batches at once; more than 1 runs them in "
-                        "worker processes, each holding its own engine: about 1.1-1.7 GB of "
-                        "memory per SavedModel replica (TensorFlow), 0.1 GB per CTranslate2 "
-                        "replica (docs/benchmarks/serve_load_*.md) (default: %(default)s, "
+                        "worker processes, each holding its own engine: about 1.2 GB of "
+                        "memory per SavedModel replica (TensorFlow; 1.4 GB with --xla), 0.1 GB "
+                        "per CTranslate2 replica (docs/benchmarks/serve_load_*.md) (default: %(default)s, "
                         "the fastest measured on 2 cores)")
     p.add_argument("--threads", type=int, default=None,
                    help="intra-op threads of each replica; 0 = the engine's default (every "
                         "core) (default: 1 with several replicas; with one, 0 for "
                         "ctranslate2 and every core but one for the SavedModel)")
-    p.add_argument("--no-xla", action="store_true",
-                   help="call the SavedModel's plain options signature even where the "
-                        "export has its XLA-compiled twin (translate_v2_xla: greedy "
-                        "decoding compiled, the same answers, every batch shape compiled "
-                        "at start) (default: the twin where there is one)")
+    p.add_argument("--xla", action="store_true",
+                   help="call the SavedModel's XLA-compiled options signature "
+                        "(translate_v2_xla: greedy decoding compiled, the same answers, every "
+                        "batch shape compiled at start) where the export has it; faster for "
+                        "small models, slower at batch 32 for the English-French recipe's "
+                        "(docs/serving.md) (default: off, translate_v2)")
     p.add_argument("--max-batch", type=int, default=32,
                    help="most sentences decoded together (default: %(default)s)")
     p.add_argument("--batch-wait-ms", type=float, default=0.0,
@@ -91,7 +92,7 @@ ENVIRONMENT = {"host": "LT_HOST", "port": "LT_PORT", "threads": "LT_THREADS",
                "replicas": "KERAS_ATTN_SERVE_REPLICAS",
                "req_limit": "LT_REQ_LIMIT", "api_keys": "LT_API_KEYS",
                "engine": "KERAS_ATTN_SERVE_ENGINE", "max_batch": "KERAS_ATTN_SERVE_MAX_BATCH",
-               "no_xla": "KERAS_ATTN_SERVE_NO_XLA",
+               "xla": "KERAS_ATTN_SERVE_XLA",
                "batch_wait_ms": "KERAS_ATTN_SERVE_BATCH_WAIT_MS",
                "queue_size": "KERAS_ATTN_SERVE_QUEUE_SIZE",
                "timeout": "KERAS_ATTN_SERVE_TIMEOUT",
@@ -226,7 +227,7 @@ def run(args):
         translation_cache=tuple(k for k in args.translation_cache.split(",") if k.strip()))
     return serve(args.path, engine=args.engine, host=args.host, port=args.port,
                  replicas=args.replicas, threads=args.threads, settings=settings,
-                 log=lambda m: print(m, flush=True), xla=not args.no_xla)
+                 log=lambda m: print(m, flush=True), xla=args.xla)
 
 
 def manage(args):

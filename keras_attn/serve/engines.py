@@ -70,7 +70,9 @@ class SavedModelEngine:
         signature: the options signature to call (``keras_attn.export.option_sets``; an
             older one gets the options it lacks unset); default: the newest it has.
         xla: call the compiled twin (``translate_v2_xla``: greedy decoding compiled by XLA,
-            the same answers) where the export has it; False: the plain signature.
+            the same answers) where the export has it; default: the plain signature (on the
+            English-French recipe's model the twin was as fast at batch 1 and slower at
+            batch 32: docs/serving.md).
 
     Attributes:
         signature_name: the signature it calls. warm_sizes: the numbers of texts
@@ -79,7 +81,7 @@ class SavedModelEngine:
 
     name = "savedmodel"
 
-    def __init__(self, path, threads=0, signature=None, xla=True):
+    def __init__(self, path, threads=0, signature=None, xla=False):
         import absl.logging
         import tensorflow as tf
 
@@ -172,7 +174,7 @@ class CTranslate2Engine:
 ENGINE_CLASSES = {"savedmodel": SavedModelEngine, "ctranslate2": CTranslate2Engine}
 
 
-def load_engine(artefact, threads=0, xla=True):
+def load_engine(artefact, threads=0, xla=False):
     """The engine of a :class:`~keras_attn.serve.locate.Artefact`, loaded; ``xla``: the
     SavedModel's compiled signature where it has one (:class:`SavedModelEngine`)."""
     if artefact.engine == "savedmodel":

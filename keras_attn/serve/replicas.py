@@ -49,7 +49,7 @@ class InProcessReplicas:
         self._executor.shutdown(wait=True)
 
 
-def _init_worker(artefact, threads, xla=True):
+def _init_worker(artefact, threads, xla=False):
     """A worker process's start: the parent's signals are left to the parent (SIGINT of a
     terminal, SIGTERM of a shutdown: the parent finishes the requests in flight, then
     closes the pool), then the engine is loaded and run once."""
@@ -107,7 +107,7 @@ class ProcessReplicas:
             (:func:`~keras_attn.serve.engines.load_engine`).
     """
 
-    def __init__(self, artefact, size, threads=1, xla=True):
+    def __init__(self, artefact, size, threads=1, xla=False):
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"`replicas` must be an integer >= 1. Received: replicas={size!r}")
         self.size = size

@@ -33,7 +33,7 @@ def default_threads(engine, replicas, cores=None):
     return max(1, (cores or default_replicas()) - 1)
 
 
-def make_replicas(artefact, replicas, threads=None, log=print, xla=True):
+def make_replicas(artefact, replicas, threads=None, log=print, xla=False):
     """``InProcessReplicas`` for one replica, ``ProcessReplicas`` for more, started.
 
     Args:
@@ -67,7 +67,7 @@ def make_replicas(artefact, replicas, threads=None, log=print, xla=True):
 
 
 def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
-          threads=None, settings=None, graceful_s=None, log=print, xla=True):
+          threads=None, settings=None, graceful_s=None, log=print, xla=False):
     """Serve ``path`` (a run or export directory) until SIGTERM / Ctrl-C.
 
     Args:
