@@ -37,9 +37,12 @@ setup(
         "matplotlib>=3.7",
         "ai-edge-litert",
         # keras-attn serve: an ASGI app (Starlette) under uvicorn; python-multipart reads
-        # multipart form bodies.
+        # multipart form bodies. uvicorn takes httptools' HTTP parser and uvloop's event
+        # loop when they are installed (the load benchmark's figures are with them).
         "starlette",
         "uvicorn",
+        "httptools",
+        "uvloop; sys_platform != 'win32'",
         "python-multipart",
         # keras-attn serve's LibreTranslate routes: POST /detect (langid: a naive Bayes
         # language identifier with its model in the package, ~2 s to load, no download),
