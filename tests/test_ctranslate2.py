@@ -29,6 +29,8 @@ from keras_attn.export import ctranslate2_compare as ct2_compare  # noqa: E402
 from keras_attn.export import ctranslate2_runtime as ct2_runtime  # noqa: E402
 from keras_attn.layers import TransformerDecoder, TransformerEncoder  # noqa: E402
 from keras_attn.decoding.options import CONTROL_DEFAULTS  # noqa: E402
+from keras_attn.special_tokens import END_ID  # noqa: E402
+from keras_attn.translation import pipeline  # noqa: E402
 from keras_attn.translator import Translator  # noqa: E402
 
 # CTranslate2 picks its kernels from the CPU (CT2_FORCE_CPU_ISA caps them): the agreement
@@ -282,6 +284,45 @@ def test_options_greedy_equals_translator(request, name):
     assert _texts(short) == _texts(m["translator"].translate_nbest(m["sentences"],
                                                                    max_length=5))
     assert m["ct2"].translate(m["sentences"], sampling_temperature=0.5) == _texts(ours)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_greedy_confidence_from_the_search_logits_equals_score_batch(request, name,
+                                                                   monkeypatch):
+    """Greedy decoding reads the confidence's log-probabilities from the search's own
+    logits, the repetition penalty undone: the features equal those of a score_batch pass
+    (float32 log-softmax against CTranslate2's: 1e-5 of their scale), with no such pass;
+    hypotheses cut by max_length (no [END] step) are scored by score_batch."""
+    m = request.getfixturevalue(name)
+    ct2, opts = m["ct2"], m["ct2"].options(repetition_penalty=1.5)
+    source = pipeline.pad([row[: ct2.max_len - 1] + [END_ID]
+                           for row in ct2.tokenize(m["sentences"])])
+    calls = []
+    score_batch = ct2.translator.score_batch
+
+    class Spy:  # the ctranslate2.Translator's methods cannot be set on it
+        def __getattr__(self, name):
+            return getattr(translator, name)
+
+        def score_batch(self, *args, **kwargs):
+            calls.append(len(args[0]))
+            return score_batch(*args, **kwargs)
+
+    translator = ct2.translator
+    monkeypatch.setattr(ct2, "translator", Spy())
+    read = ct2.decode(source, opts, confidence=True)
+    assert calls == []
+    monkeypatch.setattr(ct2, "_search_log_probs", lambda result, penalty: None)
+    passed = ct2.decode(source, opts, confidence=True)
+    assert calls == [len(m["sentences"])]
+    np.testing.assert_array_equal(read["tokens"], passed["tokens"])
+    scale = np.abs(passed["features"]).max()
+    np.testing.assert_allclose(read["features"], passed["features"], rtol=0, atol=1e-5 * scale)
+    monkeypatch.undo()
+    calls.clear()
+    monkeypatch.setattr(ct2, "translator", Spy())
+    cut = ct2.decode(source, ct2.options(max_length=2), confidence=True)
+    assert calls == [len(m["sentences"])] and cut["features"].shape[0] == len(m["sentences"])
 
 
 # Beam 4 in the README pass; 2 and 3 (8-10 s each) in CI's slow pass.

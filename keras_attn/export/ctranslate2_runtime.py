@@ -18,6 +18,7 @@ Example:
 """
 import math
 import os
+import types
 
 import numpy as np
 
@@ -196,7 +197,7 @@ class CTranslate2Translator:
             return []
         return [self.tgt_tokens[i] for i in self.tokenize_target([target_prefix])[0]]
 
-    def decode_nbest(self, tokens, opts, prefix=(), ct2_options=None):
+    def decode_nbest(self, tokens, opts, prefix=(), ct2_options=None, log_probs=False):
         """``translate_batch`` on source token strings (:meth:`encode`) with options from
         :meth:`options`; per sentence ``[(target ids, score)]``, best first, at most
         ``opts.num_hypotheses`` (ids as ``Translator``'s: ``[END]`` included when the
@@ -212,6 +213,9 @@ class CTranslate2Translator:
             ct2_options: ``translate_batch`` arguments that override ours, with
                 CTranslate2's meanings (with its own ``length_penalty`` the hypotheses keep
                 CTranslate2's ranking and scores).
+            log_probs: greedy decoding only: each hypothesis is ``(ids, score, token
+                log-probabilities or None)``, read from the search's own logits
+                (:meth:`_search_log_probs`).
         """
         kwargs = dict(decoding_options(self.max_len, opts.beam_size), return_scores=True,
                       max_decoding_length=opts.max_length, length_penalty=0.0,
@@ -219,6 +223,8 @@ class CTranslate2Translator:
                       no_repeat_ngram_size=opts.no_repeat_ngram_size)
         if opts.beam_size > 1:
             kwargs["num_hypotheses"] = opts.beam_size  # rerank the whole beam, as ours
+        if log_probs:
+            kwargs["return_logits_vocab"] = True
         kwargs.update(ct2_options or {})
         rerank = opts.beam_size > 1 and "length_penalty" not in (ct2_options or {})
         target_prefix = [list(prefix)] * len(tokens) if prefix else None
@@ -253,8 +259,39 @@ class CTranslate2Translator:
                                                     opts.length_penalty, ops=NumpyOps))
                 scores = [s / float(p) for s, p in zip(scores, penalties)]
             order = sorted(range(len(hyps)), key=lambda j: -scores[j])  # stable: first of equals
+            if log_probs:
+                out.append([(hyps[0], scores[0],
+                             self._search_log_probs(result, opts.repetition_penalty))])
+                continue
             out.append([(hyps[j], scores[j]) for j in order[: opts.num_hypotheses]])
         return out
+
+    def _search_log_probs(self, result, penalty):
+        """The log-probabilities of a greedy hypothesis' tokens under the model alone (what
+        ``score_batch`` gives), from the search's own logits (``return_logits_vocab``), or
+        None where they cannot be had from them.
+
+        CTranslate2 returns each step's logits after its repetition penalty: the logit
+        ``x`` of a token generated before that step became ``x / penalty`` (``x *
+        penalty`` when negative), which is undone here. A step with a banned token (the
+        no-repeat n-gram ban, or ``min_decoding_length``'s: the lowest float) has lost
+        that token's logit, and a hypothesis that did not end lacks the ``[END]`` step
+        ``score_batch`` scores: None for both (the caller scores them)."""
+        hyp = result.hypotheses[0]
+        if not hyp or hyp[-1] != "</s>":
+            return None
+        logits = np.stack([np.asarray(step) for step in result.logits[0]]).astype(np.float64)
+        if logits.shape[0] != len(hyp) or (logits < -1e30).any():
+            return None
+        ids = [self.tgt_ids[t] for t in hyp]
+        if penalty != 1.0:
+            for step in range(1, len(ids)):
+                seen = np.unique(ids[:step])
+                x = logits[step, seen]
+                logits[step, seen] = np.where(x < 0, x / penalty, x * penalty)
+        top = logits.max(axis=1, keepdims=True)
+        log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+        return logits[np.arange(len(ids)), ids] - log_z
 
     def translate_tokens(self, tokens, beam_size=1, alpha=LENGTH_PENALTY, ct2_options=None):
         """Target ids per sentence (``[END]`` included when the hypothesis ended), and
@@ -300,15 +337,28 @@ class CTranslate2Translator:
         ``(B, S)`` -> ``tokens`` ``(B, N, T)``, ``scores`` ``(B, N)`` and (``confidence``)
         the confidence ``features`` ``(B, N, F)`` from ``score_batch``'s log-probabilities."""
         tokens = self.tokens_from_ids(source)
-        nbest = self.decode_nbest(tokens, opts, [self.tgt_tokens[i] for i in prefix])
-        flat = [ids for hyps in nbest for ids, _ in hyps]
+        # Greedy: the confidence's log-probabilities come from the search's own logits;
+        # otherwise (and for the rows they cannot serve) from a score_batch pass.
+        read = confidence and opts.beam_size == 1 and opts.sampling_topk <= 1 and not prefix
+        nbest = self.decode_nbest(tokens, opts, [self.tgt_tokens[i] for i in prefix],
+                                  log_probs=read)
+        flat = [hyp[0] for hyps in nbest for hyp in hyps]
         shape = (len(nbest), len(flat) // len(nbest), -1)
         out = {"tokens": pipeline.pad(flat).reshape(shape),
-               "scores": [[score for _, score in hyps] for hyps in nbest]}
+               "scores": [[hyp[1] for hyp in hyps] for hyps in nbest]}
         if confidence:
-            out["features"] = self._features(
-                [t for t, hyps in zip(tokens, nbest) for _ in hyps],
-                [[self.tgt_tokens[j] for j in ids if j != END_ID] for ids in flat]).reshape(shape)
+            sources = [t for t, hyps in zip(tokens, nbest) for _ in hyps]
+            targets = [[self.tgt_tokens[j] for j in ids if j != END_ID] for ids in flat]
+            scored = [types.SimpleNamespace(log_probs=hyp[2]) if read and hyp[2] is not None
+                      else None for hyps in nbest for hyp in hyps]
+            missing = [i for i, s in enumerate(scored) if s is None]
+            if missing:
+                passed = self.translator.score_batch([sources[i] for i in missing],
+                                                     [targets[i] for i in missing],
+                                                     max_input_length=0)
+                for i, s in zip(missing, passed):
+                    scored[i] = s
+            out["features"] = self._features(sources, targets, scored).reshape(shape)
         return out
 
     def _features(self, sources, targets, scored=None):
