@@ -280,8 +280,8 @@ class CTranslate2Translator:
         hyp = result.hypotheses[0]
         if not hyp or hyp[-1] != "</s>":
             return None
-        logits = np.stack([np.asarray(step) for step in result.logits[0]]).astype(np.float64)
-        if logits.shape[0] != len(hyp) or (logits < -1e30).any():
+        logits = np.stack([np.asarray(step) for step in result.logits[0]])  # (T, V) float32
+        if logits.shape[0] != len(hyp) or logits.min() < -1e30:
             return None
         ids = [self.tgt_ids[t] for t in hyp]
         if penalty != 1.0:
@@ -290,7 +290,8 @@ class CTranslate2Translator:
                 x = logits[step, seen]
                 logits[step, seen] = np.where(x < 0, x / penalty, x * penalty)
         top = logits.max(axis=1, keepdims=True)
-        log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+        log_z = top[:, 0].astype(np.float64) + np.log(
+            np.exp(logits - top).sum(axis=1, dtype=np.float64))
         return logits[np.arange(len(ids)), ids] - log_z
 
     def translate_tokens(self, tokens, beam_size=1, alpha=LENGTH_PENALTY, ct2_options=None):
