@@ -4,7 +4,7 @@
   decoding option per request (``keras_attn.export.request``), or its XLA-compiled twin
   (``translate_v2_xla``) where the export has it, warmed up for every batch shape it
   compiles; run as TF Serving runs it, in a session holding that signature alone
-  (``keras_attn.serve.session``).
+  (``keras_attn.serve.signature``).
 * :class:`CTranslate2Engine`: ``keras_attn.export.ctranslate2_runtime.CTranslate2Translator``
   (a replica that serves it imports no TensorFlow).
 
@@ -97,7 +97,7 @@ class SavedModelEngine:
         self.path = path
         from keras_attn.export.option_sets import (COMPILED_BUCKETS, compiled_signature,
                                                     newest_options_signature)
-        from keras_attn.serve.session import (SignatureSession, read_meta_graph,
+        from keras_attn.serve.signature import (SignatureRunner, read_meta_graph,
                                               signature_names)
 
         try:
@@ -112,7 +112,7 @@ class SavedModelEngine:
         compiled = compiled_signature(name, names) if xla else None
         self.signature_name = compiled or name
         self.warm_sizes = COMPILED_BUCKETS if compiled else (1,)
-        self._signature = SignatureSession(path, self.signature_name, threads, meta_graph)
+        self._signature = SignatureRunner(path, self.signature_name, threads, meta_graph)
         self._dtypes = self._signature.input_dtypes
 
     def translate(self, texts, options, confidence=True):

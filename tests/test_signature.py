@@ -1,4 +1,4 @@
-"""``keras_attn.serve.session``: one signature of the committed export (``exported/``) in a
+"""``keras_attn.serve.signature``: one signature of the committed export (``exported/``) in a
 session pruned to it gives what ``tf.saved_model.load``'s signature gives, and keeps only
 the functions that signature calls."""
 import os
@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from keras_attn.decoding.options import DecodingOptions
 from keras_attn.export import runtime
-from keras_attn.serve.session import SignatureSession, prune, read_meta_graph, signature_names
+from keras_attn.serve.signature import SignatureRunner, prune, read_meta_graph, signature_names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATH = os.path.join(ROOT, "exported", "saved_model", "translator", "1")
@@ -25,12 +25,12 @@ def loaded():
 
 @pytest.fixture(scope="module")
 def default_run():
-    return SignatureSession(PATH, "serving_default", threads=1)
+    return SignatureRunner(PATH, "serving_default", threads=1)
 
 
 @pytest.fixture(scope="module")
 def options_run():
-    return SignatureSession(PATH, "translate_v2")
+    return SignatureRunner(PATH, "translate_v2")
 
 
 def _same(ours, theirs):
@@ -51,7 +51,7 @@ def test_serving_default_answers_as_the_loaded_signature(loaded, default_run):
 
 
 @pytest.mark.slow  # the loaded signature's first call takes seconds; the engine built on
-# SignatureSession is checked against Translator in the README pass (test_serve)
+# SignatureRunner is checked against Translator in the README pass (test_serve)
 @pytest.mark.parametrize("options", [DecodingOptions(),
                                      DecodingOptions(beam_size=3, num_hypotheses=2),
                                      DecodingOptions(target_prefix="2021", max_length=6)])
@@ -80,7 +80,7 @@ def test_prune_keeps_only_what_the_signature_calls():
 
 def test_bad_signature_and_inputs_are_refused(tmp_path, default_run):
     with pytest.raises(ValueError, match="no 'translate_v9' signature; its signatures are"):
-        SignatureSession(PATH, "translate_v9")
+        SignatureRunner(PATH, "translate_v9")
     with pytest.raises(ValueError, match="no saved_model.pb"):
         read_meta_graph(str(tmp_path))
     with pytest.raises(TypeError, match=r"missing \['text'\], unknown \['txt'\]"):

@@ -2,13 +2,13 @@
 
 ``tf.saved_model.load`` restores every function of the export as a Python object (about 0.6
 GB of heap for the recipe's model, whichever signature is then called). The server calls
-one signature, so :class:`SignatureSession` imports only what that signature needs: the
+one signature, so :class:`SignatureRunner` imports only what that signature needs: the
 MetaGraph's nodes that its outputs, the variables' restore and the init op depend on, and
 the functions those nodes call, in one ``tf.compat.v1.Session`` (what TF Serving's C++
 loader builds). The answers are the signature's own: the same graph, the same kernels.
 
 Example:
-    >>> run = SignatureSession("exported/saved_model/translator/1", "serving_default")
+    >>> run = SignatureRunner("exported/saved_model/translator/1", "serving_default")
     >>> run(text=np.array([b"3 March 2021"], object))["translation"]
     array([b'2021-03-03'], dtype=object)
 """
@@ -87,7 +87,7 @@ def prune(meta_graph, keep):
     return meta_graph
 
 
-class SignatureSession:
+class SignatureRunner:
     """One signature of a SavedModel in a session of its own, pruned to that signature.
 
     Args:
