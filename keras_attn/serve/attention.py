@@ -77,12 +77,6 @@ class Attention:
                     1, thread_name_prefix="attention")
         return self._executor
 
-    def preload(self):
-        """Start loading the model in the background (the server's start): the first
-        request then waits less. Does nothing when no model is there."""
-        if self.unavailable is None:
-            self._pool().submit(self.load)
-
     def submit(self, text, translation):
         """:meth:`matrix` in this object's worker thread: a ``concurrent.futures.Future``."""
         return self._pool().submit(self.matrix, text, translation)

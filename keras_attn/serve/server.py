@@ -88,8 +88,10 @@ def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
     app = create_app(artefact, pool, settings)
     heatmaps = app.state.attention
     if heatmaps.unavailable is None:
-        heatmaps.preload()  # the run's Keras model, for POST /attention (in the background)
-        log(f"attention heatmaps from the Keras model of {heatmaps.run_dir}")
+        # Loaded by the first POST /attention, not here: the Keras model and its traces
+        # would add 50-80 MB to every server, most of which never draw a heatmap.
+        log(f"attention heatmaps from the Keras model of {heatmaps.run_dir} (loaded at the "
+            "first POST /attention)")
     else:
         log(f"POST /attention answers 501: {heatmaps.unavailable}")
     base = f"http://{host}:{port}{settings.url_prefix}"
