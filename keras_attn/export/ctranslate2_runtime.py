@@ -336,10 +336,11 @@ class CTranslate2Translator:
     def decode(self, source, opts, prefix=(), confidence=True):
         """The pipeline's step (:mod:`keras_attn.translation.pipeline`): source ids
         ``(B, S)`` -> ``tokens`` ``(B, N, T)``, ``scores`` ``(B, N)`` and (``confidence``)
-        the confidence ``features`` ``(B, N, F)`` from ``score_batch``'s log-probabilities."""
+        the confidence ``features`` ``(B, N, F)`` from the hypotheses' log-probabilities:
+        greedy decoding reads them from the search's own logits
+        (:meth:`_search_log_probs`), the rest (and the rows those cannot serve) from a
+        ``score_batch`` pass."""
         tokens = self.tokens_from_ids(source)
-        # Greedy: the confidence's log-probabilities come from the search's own logits;
-        # otherwise (and for the rows they cannot serve) from a score_batch pass.
         read = confidence and opts.beam_size == 1 and opts.sampling_topk <= 1 and not prefix
         nbest = self.decode_nbest(tokens, opts, [self.tgt_tokens[i] for i in prefix],
                                   log_probs=read)
