@@ -17,7 +17,7 @@ from keras_attn import alignment, decoding, fastpath, models, runs, subword, tex
 from keras_attn.config import TrainConfig
 from keras_attn.decoding import processors
 from keras_attn.decoding.confidence import Calibrator, features, hypothesis_features
-from keras_attn.decoding.options import (CONTROLS, LENGTH_PENALTY, NAMES, OPTIONS,
+from keras_attn.decoding.options import (CONTROLS, LENGTH_PENALTY, OPTIONS,
                                          DecodingOptions, control_defaults)
 from keras_attn.translation import pipeline
 
@@ -26,6 +26,8 @@ from keras_attn.translation import pipeline
 TENSOR_OPTIONS = tuple(name for name, opt in OPTIONS.items()
                        if opt.dtype in ("int32", "float32") and name not in (
                            "beam_size", "num_hypotheses"))
+# What :meth:`Translator.search` returns, in the order of its traced functions' outputs.
+SEARCH_OUTPUTS = ("tokens", "lengths", "scores", "codes", "features")
 
 
 def _traced(fn, input_signature):
@@ -143,10 +145,10 @@ class Translator:
         return pipeline.resolve(self, options)
 
     def _options_decoder(self, opts, with_prefix, confidence):
-        """A ``tf.function`` per shape of the computation (beam, n-best, sampling or not,
-        prefix or not, which repetition controls are on, the confidence's pass or not);
-        the other options are tensors (:data:`TENSOR_OPTIONS`), so changing them does not
-        retrace."""
+        """:meth:`search` as a ``tf.function``, one per shape of the computation (beam,
+        n-best, sampling or not, prefix or not, which repetition controls are on, the
+        confidence's pass or not); the other options are tensors (:data:`TENSOR_OPTIONS`),
+        so changing them does not retrace."""
         on = tuple(name for name in CONTROLS if processors.active(name, getattr(opts, name)))
         key = ("options", opts.beam_size if not opts.sampling else 0, opts.num_hypotheses,
                opts.sampling, with_prefix, opts.return_alignments, on, confidence)
@@ -154,29 +156,80 @@ class Translator:
             def fn(source, prefix, *values):
                 # The options that shape the graph as Python values, the others tensors; a
                 # control that is off stays a Python value: no op in the loop.
-                graph_opts = DecodingOptions.holding(
-                    {**{name: getattr(opts, name) for name in NAMES},
-                     **dict(zip(TENSOR_OPTIONS, values)),
-                     **{name: processors.OFF[name] for name in CONTROLS if name not in on}},
-                    opts.sampling)
-                encoded = decoding.encode(self.model, source)  # search and confidence
-                out = decoding.decode(self.model, source, graph_opts, self.max_len,
-                                      text.START_ID, text.END_ID,
-                                      prefix if with_prefix else None, encoded=encoded)
-                codes = self._alignment_codes(source, out) if opts.return_alignments \
-                    else out["lengths"]
-                if not confidence:
-                    return out["tokens"], out["lengths"], out["scores"], codes
-                shape = keras.ops.shape(out["tokens"])  # (B, N, T)
-                signals = hypothesis_features(
-                    self.model, source, keras.ops.reshape(out["tokens"], (-1, shape[2])),
-                    text.START_ID, text.END_ID, encoded)
-                return (out["tokens"], out["lengths"], out["scores"], codes,
-                        keras.ops.reshape(signals, (shape[0], shape[1], -1)))
+                graph_opts = opts.replaced(**{
+                    **dict(zip(TENSOR_OPTIONS, values)),
+                    **{name: processors.OFF[name] for name in CONTROLS if name not in on}})
+                out = self.search(source, prefix if with_prefix else None, graph_opts,
+                                  confidence)
+                return tuple(out[name] for name in SEARCH_OUTPUTS if name in out)
             spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)]
             spec += [tf.TensorSpec([], OPTIONS[name].dtype) for name in TENSOR_OPTIONS]
             self._decoders[key] = _traced(fn, spec)
         return self._decoders[key]
+
+    def search(self, source, prefix, opts, confidence=True, kinds=None):
+        """The decoding that every Keras/TensorFlow engine traces: ``Translator``'s own
+        functions (:meth:`decode_ids`: ``opts`` holds Python values where they shape the
+        graph) and the options signatures of the SavedModel and the TFLite text file
+        (``keras_attn.export.request``: every option a tensor, ``kinds`` the searches one
+        graph holds, picked per request with ``tf.cond``).
+
+        Args:
+            source: int32 ``(B, S)`` source ids. prefix: int32 ``(B, P)`` target ids
+                forced first (0: none left), or None.
+            opts: resolved :class:`DecodingOptions` (:meth:`DecodingOptions.holding` for
+                tensors; ``return_alignments`` a Python bool or a bool tensor).
+            confidence: also the confidence ``features`` (one more teacher-forced pass).
+            kinds: None: the search ``opts`` name (Python ``beam_size`` and ``sampling``);
+                else a tuple of :data:`keras_attn.decoding.KINDS`, every one traced and
+                one picked from the tensors (TensorFlow graphs only).
+
+        Returns:
+            A dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)``,
+            ``scores`` float32 ``(B, N)``, ``codes`` int32 ``(B, N, max_len)`` (alignment
+            pair codes, :func:`keras_attn.alignment.hard_alignment`; 0 unless asked) and
+            with ``confidence`` ``features`` float32 ``(B, N, F)``
+            (:func:`keras_attn.decoding.confidence.hypothesis_features`).
+        """
+        encoded = decoding.encode(self.model, source)  # once: search, alignments, confidence
+
+        def run(kind):
+            options = opts.replaced(return_alignments=False)
+            if kind == "greedy":
+                options = options.replaced(beam_size=1, num_hypotheses=1, sampling=False)
+            elif kind is not None:
+                options = options.replaced(sampling=kind == "sample")
+            out = decoding.decode(self.model, source, options, self.max_len, text.START_ID,
+                                  text.END_ID, prefix, kind=kind, encoded=encoded)
+            return out["tokens"], out["lengths"], out["scores"]
+
+        if kinds is None or len(kinds) == 1:
+            tokens, lengths, scores = run(kinds[0] if kinds else None)
+        else:
+            sampling = opts.sampling_topk > 1
+            beam = tf.logical_and(tf.logical_not(sampling), opts.beam_size > 1)
+            tokens, lengths, scores = tf.cond(sampling, lambda: run("sample"), lambda: tf.cond(
+                beam, lambda: run("beam"), lambda: run("greedy")))
+        out = {"tokens": tokens, "lengths": lengths, "scores": scores}
+        shape = keras.ops.shape(tokens)  # (B, N, T)
+        flat = keras.ops.reshape(tokens, (-1, shape[2]))
+
+        def codes():
+            attention = decoding.cross_attention(self.model, source, flat, text.START_ID,
+                                                 encoded)
+            pairs = alignment.hard_alignment(attention, keras.ops.repeat(source, shape[1], 0),
+                                             flat, *self.word_tables, self.max_len)
+            return keras.ops.reshape(pairs, shape)
+
+        if isinstance(opts.return_alignments, bool):
+            out["codes"] = codes() if opts.return_alignments else keras.ops.zeros_like(tokens)
+        else:
+            out["codes"] = tf.cond(opts.return_alignments, codes, lambda: tf.zeros_like(tokens))
+        if confidence:
+            signals = hypothesis_features(self.model, source, flat, text.START_ID, text.END_ID,
+                                          encoded)
+            out["features"] = keras.ops.reshape(signals, (shape[0], shape[1], -1))
+        return out
 
     @property
     def word_tables(self):
@@ -186,15 +239,6 @@ class Translator:
             self._word_tables = (alignment.word_tables(self.src_tokenizer),
                                  alignment.word_tables(self.tgt_tokenizer))
         return self._word_tables
-
-    def _alignment_codes(self, source, out):
-        """Pair codes ``(B, N, T)`` (:func:`keras_attn.alignment.hard_alignment`)."""
-        shape = keras.ops.shape(out["tokens"])
-        codes = alignment.hard_alignment(
-            keras.ops.reshape(out["attention"], (shape[0] * shape[1], shape[2], -1)),
-            keras.ops.repeat(source, shape[1], axis=0),
-            keras.ops.reshape(out["tokens"], (-1, shape[2])), *self.word_tables, self.max_len)
-        return keras.ops.reshape(codes, shape)
 
     def source_lengths(self, sentences):
         """Source tokens of each sentence (before ``[END]`` and truncation), one batch."""
@@ -220,9 +264,8 @@ class Translator:
         fn = self._options_decoder(opts, prefix.shape[1] > 0, confidence)
         values = [np.dtype(OPTIONS[name].dtype).type(getattr(opts, name))
                   for name in TENSOR_OPTIONS]
-        names = ("tokens", "lengths", "scores", "codes", "features")
-        return dict(zip(names, (keras.ops.convert_to_numpy(t)
-                                for t in fn(source, prefix, *values))))
+        return dict(zip(SEARCH_OUTPUTS, (keras.ops.convert_to_numpy(t)
+                                         for t in fn(source, prefix, *values))))
 
     def decode(self, source, opts, prefix=(), confidence=True):
         """The pipeline's step (:mod:`keras_attn.translation.pipeline`): :meth:`decode_ids`

@@ -175,10 +175,11 @@ class DecodingOptions:
         return self.sampling_topk > 1 if fixed is None else fixed
 
     @classmethod
-    def holding(cls, values, sampling):
-        """Options whose values may be tensors (a traced decoder's inputs): every field of
-        the dict ``values`` taken as it is, without the checks (they ran where the values
-        came in), and ``sampling`` fixed by the trace (a Python bool).
+    def holding(cls, values, sampling=None):
+        """Options whose values may be tensors (a traced decoder's or a served graph's
+        inputs): every field of the dict ``values`` taken as it is, without the checks (they
+        ran where the values came in). ``sampling``: a Python bool the trace fixes, or None
+        (:attr:`sampling` is then ``sampling_topk > 1``, a tensor where that is one).
 
         Example:
             >>> DecodingOptions.holding({**vars(opts), "seed": seed_tensor}, opts.sampling)
@@ -186,8 +187,19 @@ class DecodingOptions:
         opts = object.__new__(cls)
         for name in NAMES:
             object.__setattr__(opts, name, values[name])
-        object.__setattr__(opts, "_sampling", bool(sampling))
+        object.__setattr__(opts, "_sampling", None if sampling is None else bool(sampling))
+        object.__setattr__(opts, "_holding", True)
         return opts
+
+    def replaced(self, sampling=None, **values):
+        """These options with ``values`` replaced, unchecked (:meth:`holding`); ``sampling``
+        as there (None: this object's: fixed by the values it was checked with, or as
+        :meth:`holding` left it)."""
+        if sampling is None:
+            sampling = (self.__dict__.get("_sampling") if self.__dict__.get("_holding")
+                        else self.sampling)
+        return DecodingOptions.holding({**{n: getattr(self, n) for n in NAMES}, **values},
+                                       sampling)
 
     @classmethod
     def from_kwargs(cls, **kwargs):
@@ -201,14 +213,17 @@ class DecodingOptions:
         """These options with what they leave to the artefact filled in: ``max_length``
         (``max_length_limit``), ``length_penalty`` and the repetition controls
         (``controls``: a dict of :data:`CONTROLS`, e.g. :func:`control_defaults`; default:
-        all off)."""
+        all off). The one rule for "unset", in Python and in a served graph: a checked
+        option left unset is None; an option of :meth:`holding` that is a tensor (a
+        signature's input) is unset when it equals its :attr:`Option.unset` value."""
         controls = CONTROL_DEFAULTS["character"] if controls is None else controls
-        return dataclasses.replace(
-            self,
-            max_length=max_length_limit if self.max_length is None else self.max_length,
-            length_penalty=length_penalty if self.length_penalty is None else self.length_penalty,
-            **{name: controls[name] if getattr(self, name) is None else getattr(self, name)
-               for name in CONTROLS})
+        defaults = {"max_length": max_length_limit, "length_penalty": length_penalty,
+                    **{name: controls[name] for name in CONTROLS}}
+        values = {name: _resolved(getattr(self, name), OPTIONS[name], default)
+                  for name, default in defaults.items()}
+        if self.__dict__.get("_holding"):
+            return self.replaced(**values)
+        return dataclasses.replace(self, **values)
 
     def validate(self, max_beam_size=None, max_length_limit=None, prefix_tokens=None):
         """Check against what the artefact fixed at export; returns ``self``.
@@ -231,6 +246,18 @@ class DecodingOptions:
                 f"`target_prefix` is {prefix_tokens} target tokens, which leaves no room "
                 f"within max_length={limit}. Received: target_prefix={self.target_prefix!r}")
         return self
+
+
+def _resolved(value, opt, default):
+    """``value`` of option ``opt``, or ``default`` where it is unset: None, or a tensor
+    equal to ``opt.unset`` (resolved in the graph with ``keras.ops.where``)."""
+    if value is None:
+        return default
+    if isinstance(value, (numbers.Number, str)):
+        return value
+    from keras import ops
+
+    return ops.where(ops.equal(value, opt.unset), ops.cast(default, value.dtype), value)
 
 
 def _declared():

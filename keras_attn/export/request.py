@@ -34,12 +34,11 @@ calibrator in the graph), ``alignments`` string ``(B, N)`` (Pharaoh ``i-j`` pair
 ``keras_attn.alignment``; empty unless asked), ``truncated`` bool ``(B,)``.
 """
 import inspect
-import types
 
 import tensorflow as tf
 
 from keras_attn import alignment, decoding, fastpath, text
-from keras_attn.decoding.options import CONTROLS, OPTIONS
+from keras_attn.decoding.options import OPTIONS, DecodingOptions
 from keras_attn.export.option_sets import (COMPILED_BUCKETS, LATEST_OPTIONS_SIGNATURE,
                                             OPTION_SIGNATURES)
 
@@ -110,14 +109,14 @@ def checks(options, max_beam_size, max_len, prefix_len, for_tflite):
             ok = valid if ok is None else tf.logical_and(ok, valid)
         if ok is not None:
             rules.append((ok, f"`{name}` must be {opt.rule}"))
-    o = types.SimpleNamespace(**options)
+    o = options
     rules += [
-        (o.beam_size <= max_beam_size,
+        (o["beam_size"] <= max_beam_size,
          f"`beam_size` must be at most {max_beam_size} (the maximum fixed at export)"),
-        (o.num_hypotheses <= o.beam_size, "`num_hypotheses` must not exceed `beam_size`"),
-        (o.max_length <= max_len,
+        (o["num_hypotheses"] <= o["beam_size"], "`num_hypotheses` must not exceed `beam_size`"),
+        (o["max_length"] <= max_len,
          f"`max_length` must be at most {max_len} (the maximum fixed at export)"),
-        (prefix_len < tf.where(o.max_length > 0, o.max_length, max_len),
+        (prefix_len < tf.where(o["max_length"] > 0, o["max_length"], max_len),
          "`target_prefix` leaves no room within max_length (too many target tokens)"),
     ]
     guards = []
@@ -141,10 +140,15 @@ class RequestDecoder:
     """
 
     def __init__(self, module, parts, max_beam_size):
+        from keras_attn.translator import Translator
+
         self.module = module
         self.max_beam_size = int(max_beam_size)
-        self.src_tables = [tf.constant(t) for t in alignment.word_tables(parts.src_tokenizer)]
-        self.tgt_tables = [tf.constant(t) for t in alignment.word_tables(parts.tgt_tokenizer)]
+        # Its search (``Translator.search``) is the request's decoding, alignments and
+        # confidence features: the function ``Translator`` traces, here with every option a
+        # tensor.
+        self.translator = Translator(parts.model, parts.src_tokenizer, parts.tgt_tokenizer,
+                                     module.max_len)
         pairs = alignment.pair_strings(module.max_len)
         if module.for_tflite:
             import tensorflow_text as tf_text
@@ -237,14 +241,8 @@ class RequestDecoder:
         # The text's prefix for each sentence, or row 0 for every one (the prefix, padding).
         owner = tf.range(rows) if owner is None else owner
         prefix = tf.gather(prefix, tf.where(count == batch, owner, 0))
-        o = types.SimpleNamespace(**options)
-        # The export's values where a request leaves them: max_length 0, length_penalty < 0.
-        o.max_length = tf.where(o.max_length > 0, o.max_length, m.max_len)
-        o.length_penalty = tf.where(o.length_penalty >= 0, o.length_penalty, m.alpha)
-        for name in CONTROLS:  # the export's defaults where a request sends the unset value
-            value = getattr(o, name)
-            setattr(o, name, tf.where(tf.equal(value, OPTIONS[name].unset),
-                                      tf.cast(m.controls[name], value.dtype), value))
+        # The export's values where a request sends an option's unset value.
+        o = DecodingOptions.holding(options).resolve(m.max_len, m.alpha, m.controls)
         if compiled:
             tokens, scores, codes, confidences = self._compiled_search(source, prefix, o)
         else:
@@ -265,33 +263,22 @@ class RequestDecoder:
         return out
 
     def _search(self, source, prefix, o, kinds=decoding.KINDS):
-        """The search of one of ``kinds`` the options pick (``tf.cond``), the alignments
-        when asked and the confidence pass: tokens ``(B, N, max_len)``, scores ``(B, N)``,
-        pair codes ``(B, N, max_len)`` (0 unless asked) and confidences ``(B, N)``."""
-        m = self.module
-        encoded = decoding.encode(m.model, source)  # once, for every branch
-
-        def branch(kind):
-            return lambda: self._decode(source, encoded, prefix, o, kind)
-
-        if len(kinds) == 1:
-            tokens, scores = branch(kinds[0])()
-        else:
-            sampling = o.sampling_topk > 1
-            beam = tf.logical_and(tf.logical_not(sampling), o.beam_size > 1)
-            tokens, scores = tf.cond(sampling, branch("sample"), lambda: tf.cond(
-                beam, branch("beam"), branch("greedy")))
-        codes = tf.cond(o.return_alignments, lambda: self._alignments(source, encoded, tokens),
-                        lambda: tf.zeros_like(tokens))
-        shape = tf.shape(tokens)
-        flat = tf.reshape(tokens, [shape[0] * shape[1], m.max_len])
-        confidences = tf.reshape(m.confidence(source, flat, encoded), [shape[0], shape[1]])
-        return tokens, scores, codes, confidences
+        """:meth:`keras_attn.translator.Translator.search` over ``kinds`` (``tf.cond``),
+        the confidences calibrated: tokens ``(B, N, max_len)``, scores ``(B, N)``, pair
+        codes ``(B, N, max_len)`` (0 unless asked) and confidences ``(B, N)``."""
+        out = self.translator.search(source, prefix, o, kinds=kinds)
+        shape = tf.shape(out["tokens"])
+        features = out["features"]
+        confidences = self.module.calibrator(tf.reshape(features, [-1, tf.shape(features)[2]]))
+        return (out["tokens"], out["scores"], out["codes"],
+                tf.reshape(confidences, [shape[0], shape[1]]))
 
     def _greedy_search(self, source, prefix, options):
         """:meth:`_search`, greedy only, for XLA: ``source`` and ``prefix`` int32
         ``(B, max_len)``, ``options`` the resolved options (scalars) by name."""
-        return self._search(source, prefix, types.SimpleNamespace(**options), ("greedy",))
+        return self._search(source, prefix,
+                            DecodingOptions.holding({**options, "target_prefix": ""}),
+                            ("greedy",))
 
     def _compiled_search(self, source, prefix, o):
         """:meth:`_search` of greedy decoding, XLA-compiled (``self._compiled_greedy``):
@@ -325,32 +312,6 @@ class RequestDecoder:
         which = tf.minimum(tf.reduce_sum(tf.cast(tf.constant(COMPILED_BUCKETS) < rows,
                                                  tf.int32)), len(COMPILED_BUCKETS) - 1)
         return tf.switch_case(which, [bucket(size) for size in COMPILED_BUCKETS])
-
-    def _decode(self, source, encoded, prefix, o, kind):
-        """One branch: tokens ``(B, N, max_len)`` and scores ``(B, N)``."""
-        m = self.module
-        # The request's options as they travel to the sampler (the repetition controls too),
-        # the kind of search fixed by the branch.
-        options = types.SimpleNamespace(**{
-            **vars(o), "beam_size": 1 if kind == "greedy" else o.beam_size,
-            "num_hypotheses": 1 if kind == "greedy" else o.num_hypotheses,
-            "sampling": kind == "sample", "return_alignments": False})
-        # Traced under the module's kernel policy (modules.forward_only).
-        out = decoding.decode(m.model, source, options, m.max_len, text.START_ID, text.END_ID,
-                              prefix, kind=kind, encoded=encoded)
-        return out["tokens"], out["scores"]
-
-    def _alignments(self, source, encoded, tokens):
-        """Pair codes ``(B, N, max_len)`` of the hypotheses ``tokens`` ``(B, N, max_len)``
-        (one teacher-forced pass of the decoder, ``decoding.cross_attention``)."""
-        m = self.module
-        shape = tf.shape(tokens)
-        flat = tf.reshape(tokens, [-1, m.max_len])
-        attention = decoding.cross_attention(m.model, source, flat, text.START_ID, encoded)
-        source = tf.repeat(source, shape[1], axis=0)
-        codes = alignment.hard_alignment(attention, source, flat, self.src_tables,
-                                         self.tgt_tables, m.max_len)
-        return tf.reshape(codes, shape)
 
     def _pharaoh(self, codes):
         """Pair codes ``(N, T)`` -> Pharaoh strings ``(N,)``."""
