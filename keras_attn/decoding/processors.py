@@ -6,7 +6,7 @@ hypotheses' tokens so far, their rows in the batch); :func:`processors_for` make
 ordered :class:`LogitsProcessorList` of one call from its options, and every loop runs it:
 the samplers' loop (:mod:`keras_attn.decoding.samplers`), the loop that drops ended rows
 (:mod:`keras_attn.decoding.compacted`), and the TFLite builtin target's step file
-(``keras_attn.export.modules.BuiltinModule``, whose runtime feeds the tokens so far back).
+(``keras_attn.export.builtin.BuiltinModule``, whose runtime feeds the tokens so far back).
 In order: the banned ids (padding, ``[START]``), CTranslate2's ``repetition_penalty`` and
 ``no_repeat_ngram_size``, the forced target prefix. Marian's ``--max-length-factor`` is the
 list's stop rule (:func:`length_limits`): a row that reaches its limit ends.

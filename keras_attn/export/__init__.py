@@ -20,8 +20,9 @@ TF target, one report) -> ``saved_model``, ``tflite``, ``ctranslate2`` (the expo
 CTranslate2's runtime translator is ``ctranslate2_runtime``, the check of one against the
 other ``ctranslate2_compare``) ->
 ``modules`` (the serving ``tf.Module`` s: the model side owns the serving functions; its
-options signatures take the decoding options per request: ``request``) and
-``core_text`` (a character tokenizer from core ops) -> ``base`` (the template, ``Parts``,
+options signatures take the decoding options per request: ``request``; every decoding
+there is ``Translator.search``), ``builtin`` (the TFLite builtin target's encoder and
+decoder step) and ``core_text`` (a character tokenizer from core ops) -> ``base`` (the template, ``Parts``,
 report helpers) and ``runtime`` (the app's loop over the TFLite files; no Keras);
 ``contract`` (no TensorFlow) freezes the signatures every export keeps
 (docs/serving_contract.md).
@@ -40,7 +41,8 @@ _NAMES = {
     "base": ("Exporter", "Parts", "QUANTIZATIONS", "as_parts", "file_sizes", "publish",
              "sample_sources"),
     "core_text": ("CoreCharTokenizer",),
-    "modules": ("BuiltinModule", "IDS_SIGNATURE", "SCORE_SIGNATURE", "SERVING_SIGNATURE",
+    "builtin": ("BuiltinModule",),
+    "modules": ("IDS_SIGNATURE", "SCORE_SIGNATURE", "SERVING_SIGNATURE",
                 "TEXT_OPS",
                 "TranslatorModule", "resolve_text_ops"),
     "saved_model": ("MODEL_NAME", "SERVING_DOCKER", "SavedModelExporter",

@@ -4,10 +4,10 @@
 (``keras_attn.decoding``) as ``tf.function`` s: ``serve`` (strings in, strings out),
 ``translate_ids`` (ids in, ids out) and ``score`` (a source and a given translation in, its
 log-probabilities out); the SavedModel and the TFLite text target are made from it.
-:class:`BuiltinModule` is the encoder and one decoder step with fixed shapes, for the
-TFLite builtin target (the application runs the loop: ``keras_attn.export.runtime``; the
-step, the processors every loop runs and the greedy choice are :mod:`keras_attn.decoding`'s,
-inside the file).
+The TFLite builtin target's encoder and decoder step are :mod:`keras_attn.export.builtin`'s.
+Every decoding here is :meth:`keras_attn.translator.Translator.search`: ``serving_default``
+and ``translate_ids`` with the export's own options, the options signatures
+(:mod:`keras_attn.export.request`) with a request's.
 
 Kernel policy (:mod:`keras_attn.fastpath`, :func:`forward_only`): every serving graph is
 traced without the fast paths' hand-written gradients (it only runs forward); the
@@ -26,16 +26,12 @@ import tensorflow as tf
 
 from keras_attn import fastpath, text
 from keras_attn.decoding.confidence import Calibrator
-from keras_attn.decoding.options import (CONTROL_DEFAULTS, LENGTH_PENALTY, DecodingOptions,
-                                         control_defaults)
+from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
 from keras_attn.export.base import check_beam
 from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
 from keras_attn.export.option_sets import (COMPILED_SIGNATURES, LATEST_OPTIONS_SIGNATURE,
                                             OPTION_SIGNATURES)
-from keras_attn.export.runtime import (TFLITE_ENCODER_SIGNATURE, TFLITE_FROZEN_STEP_SIGNATURE,
-                                       TFLITE_STEP_SIGNATURE)
-from keras_attn.layers.kv_cache import HeadsFirstCache
 
 SERVING_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "translate_ids"
@@ -174,14 +170,6 @@ class TranslatorModule(tf.Module):
     def calibrator(self):
         return self._calibrator.value
 
-    def confidence(self, source, tokens, encoded=None):
-        """Confidences float32 ``(B * N,)`` of hypotheses ``tokens`` ``(B * N, T)`` of
-        ``source`` ``(B, S)``: one teacher-forced pass, the calibrator in the graph."""
-        from keras_attn.decoding.confidence import hypothesis_features
-
-        return self.calibrator(hypothesis_features(self.model, source, tokens, text.START_ID,
-                                                   text.END_ID, encoded))
-
     def track_variables(self, concrete_functions):
         """Make the variables the traced functions read part of the SavedModel."""
         track_variables(self, concrete_functions)
@@ -232,25 +220,17 @@ class TranslatorModule(tf.Module):
         source = tf.where(pos == n[:, tf.newaxis], text.END_ID, dense)
         return source, truncated
 
-    def decode(self, source, encoded=None):
-        """Source ids ``(B, S)`` -> tokens ``(B, max_len)``, lengths ``(B,)``, score ``(B,)``
-        (traced inside the module's functions, under their kernel policy). ``encoded``:
-        the encoder's output, if computed."""
-        from keras_attn import decoding
-
-        if self.beam_size == 1:
-            out = decoding.greedy_decode_fixed(self.model, source, self.max_len,
-                                               text.START_ID, text.END_ID,
-                                               options=self.default_options(), encoded=encoded)
-            return out["tokens"], out["lengths"], out["log_prob"]
-        out = decoding.beam_decode_fixed(self.model, source, self.beam_size, self.alpha,
-                                         self.max_len, text.START_ID, text.END_ID,
-                                         options=self.default_options(), encoded=encoded)
-        return out["tokens"][:, 0], out["lengths"][:, 0], out["scores"][:, 0]
-
-    def default_options(self):
-        """What ``serving_default`` decodes with: every option's default, resolved."""
-        return DecodingOptions().resolve(self.max_len, self.alpha, self.controls)
+    def decode(self, source, confidence=False):
+        """The export's own decoding of source ids ``(B, S)`` (``serving_default``'s and
+        ``translate_ids``'s: its ``beam_size`` and ``alpha``, every other option's default):
+        :meth:`keras_attn.translator.Translator.search`'s outputs for the best hypothesis,
+        ``tokens`` ``(B, max_len)``, ``lengths``, ``scores`` ``(B,)`` and with
+        ``confidence`` the ``features`` ``(B, F)`` (traced inside the module's functions,
+        under their kernel policy)."""
+        opts = DecodingOptions(beam_size=self.beam_size).resolve(self.max_len, self.alpha,
+                                                                 self.controls)
+        out = self._request.value.translator.search(source, None, opts, confidence)
+        return {name: value[:, 0] for name, value in out.items()}
 
     def _serve(self, strings):
         from keras_attn.export import documents
@@ -282,17 +262,16 @@ class TranslatorModule(tf.Module):
             # TFLite leaves the WHILE loop's outputs unallocated for an empty batch (reading
             # them fails): decode one padding row instead and return none of it.
             source = tf.pad(source, [[0, tf.maximum(1 - batch, 0)], [0, 0]])
-        from keras_attn import decoding
-
-        encoded = decoding.encode(self.model, source)  # once: the search and the confidence
-        tokens, lengths, score = self.decode(source, encoded)
-        if self.for_tflite and self.batch_size is not None:
-            # A fixed batch (a Bahdanau model): the interpreter refuses the teacher-forced
-            # GRU pass (tflite_functions), so the search's own geometric mean of the tokens'
-            # probabilities stands in, uncalibrated.
-            confidence = tf.exp(score / tf.cast(tf.maximum(lengths, 1), tf.float32))
+        # A fixed batch (a Bahdanau model in TFLite): the interpreter refuses the
+        # teacher-forced GRU pass (tflite_functions), so the search's own geometric mean of
+        # the tokens' probabilities stands in, uncalibrated.
+        geometric = self.for_tflite and self.batch_size is not None
+        out = self.decode(source, confidence=not geometric)
+        tokens, score = out["tokens"], out["scores"]
+        if geometric:
+            confidence = tf.exp(score / tf.cast(tf.maximum(out["lengths"], 1), tf.float32))
         else:
-            confidence = self.confidence(source, tokens, encoded)
+            confidence = self.calibrator(out["features"])
         if self.for_tflite:  # no regex repair (Flex); identity in character mode anyway
             translation = self.tgt_tokenizer.detokenize_tflite(tokens)
             translation, score, confidence, truncated = (
@@ -335,9 +314,10 @@ class TranslatorModule(tf.Module):
         source = tf.cast(source, tf.int32)[:, : self.max_len]
         # A source of width 0 becomes one padding column (no key: zero attention).
         source = tf.pad(source, [[0, 0], [0, tf.maximum(1 - tf.shape(source)[1], 0)]])
-        tokens, lengths, score = self.decode(source)
-        width = tf.reduce_max(tf.concat([lengths, [1]], axis=0))
-        return {"tokens": tokens[:, :width], "lengths": lengths, "score": score}
+        out = self.decode(source)
+        width = tf.reduce_max(tf.concat([out["lengths"], [1]], axis=0))
+        return {"tokens": out["tokens"][:, :width], "lengths": out["lengths"],
+                "score": out["scores"]}
 
 
 def resolve_text_ops(text_ops, parts, for_tflite=False):
@@ -353,169 +333,3 @@ def resolve_text_ops(text_ops, parts, for_tflite=False):
     if text_ops == "auto":
         return "core" if core_ok else "tftext"
     return text_ops
-
-
-class BuiltinModule(tf.Module):
-    """Encoder and one greedy decoding step with fixed shapes (batch 1) for the builtin target.
-
-    ``encode``: ``source`` int32 ``(1, max_len)`` -> ``encoder_output``, ``source_mask``
-    float32 ``(1, max_len)``, per layer ``cross_k_<i>``/``cross_v_<i>`` heads-first
-    ``(1, H, max_len, d_h)`` (``kv_shape``), ``source_length`` and ``unknown`` float32
-    ``(1,)`` (the confidence's source statistics), ``length_limit`` int32 ``(1,)`` (the most
-    tokens under ``max_length_factor``: :func:`keras_attn.decoding.processors.row_limits`).
-    ``step``: ``token`` int32 ``(1, 1)``, ``index`` int32 ``()``, ``score`` float32 ``(1,)``
-    (the sum of log-probabilities so far), ``lowest`` and ``unsure`` float32 ``(1,)`` (the
-    least token log-probability so far, 0 at first, and how many tokens were below
-    probability 1/2), ``history`` int32 ``(1, max_len)`` (the tokens so far, 0 at first:
-    what the repetition controls read), ``source_length``, ``unknown``, ``length_limit``,
-    ``source_mask``, ``cross_k_<i>``, ``cross_v_<i>``, ``cache_k_<i>``, ``cache_v_<i>`` ->
-    ``next_token`` int32 ``(1,)``, ``finished`` bool ``(1,)`` (``[END]``, or the length
-    limit reached), ``score``, ``lowest``, ``unsure`` float32 ``(1,)``, ``history`` with
-    ``next_token`` written at ``index``, ``confidence`` float32 ``(1,)`` (of the output if
-    it ended with this token: :func:`keras_attn.decoding.confidence.features_from` and the
-    run's calibrator), ``logits`` float32 ``(1, V)`` (after the processors) and the updated
-    ``cache_k_<i>``, ``cache_v_<i>``.
-
-    The step is :class:`keras_attn.decoding.DecodingStep` (the decoder's cached call), the
-    list of processors every loop runs (:func:`keras_attn.decoding.processors_for`: the
-    bans and the repetition controls at ``controls``, the export's defaults) and
-    :class:`keras_attn.decoding.GreedySampler`'s choice: the app only feeds ``next_token``,
-    ``score``, ``lowest``, ``unsure``, ``history`` and the caches back until ``finished``
-    (``keras_attn.export.runtime``).
-
-    Args:
-        model: a Transformer of :mod:`keras_attn.models`. max_len: the buffers' length.
-        calibrator: the run's :class:`~keras_attn.decoding.confidence.Calibrator` (None:
-            uncalibrated). controls: ``repetition_penalty``, ``no_repeat_ngram_size`` and
-            ``max_length_factor`` (:func:`keras_attn.decoding.options.control_defaults`;
-            None: off).
-    """
-
-    def __init__(self, model, max_len, calibrator=None, controls=None):
-        super().__init__(name="translator_builtin")
-        from keras_attn.models import model_kind
-
-        if model_kind(model) != "transformer":
-            raise ValueError("the TFLite builtin target supports Transformer models only. "
-                             f"Received: a {model_kind(model)} model")
-        self._keras = _Untracked(model)
-        self._calibrator = _Untracked(calibrator or Calibrator.uncalibrated())
-        self.max_len = max_len
-        self.controls = dict(CONTROL_DEFAULTS["character"] if controls is None else controls)
-        self.num_layers = self.decoder.num_layers
-        k, _ = self.decoder.blks[0].attention1.init_cache(1, max_len, layout=HeadsFirstCache)
-        self.kv_shape = tuple(k.shape)
-        self.encode = tf.function(forward_only(self._encode, False), input_signature=[
-            tf.TensorSpec((1, max_len), tf.int32, name="source")])
-        kv = [tf.TensorSpec(self.kv_shape, tf.float32, name=f"{kind}_{i}")
-              for kind in ("cross_k", "cross_v", "cache_k", "cache_v")
-              for i in range(self.num_layers)]
-        head = [tf.TensorSpec((1, 1), tf.int32, name="token"),
-                tf.TensorSpec((), tf.int32, name="index"),
-                tf.TensorSpec((1,), tf.float32, name="score"),
-                tf.TensorSpec((1,), tf.float32, name="lowest"),
-                tf.TensorSpec((1,), tf.float32, name="unsure")]
-        tail = [tf.TensorSpec((1,), tf.float32, name="source_length"),
-                tf.TensorSpec((1,), tf.float32, name="unknown")]
-        mask = tf.TensorSpec((1, max_len), tf.float32, name="source_mask")
-        self.step = tf.function(forward_only(self._step, False), input_signature=[
-            *head, tf.TensorSpec((1, max_len), tf.int32, name="history"), *tail,
-            tf.TensorSpec((1,), tf.int32, name="length_limit"), mask, *kv])
-        # The step's first shipped inputs, frozen (keras_attn.export.contract): an app's loop
-        # written against them keeps running, without the repetition controls as then.
-        self.step_frozen = tf.function(forward_only(self._step_without_controls, False),
-                                       input_signature=[*head, *tail, mask, *kv])
-
-    def tflite_functions(self):
-        """``{file name: (signature key, concrete function)}`` (variables tracked)."""
-        steps = {TFLITE_FROZEN_STEP_SIGNATURE: self.step_frozen.get_concrete_function(),
-                 TFLITE_STEP_SIGNATURE: self.step.get_concrete_function()}
-        functions = {"encoder": (TFLITE_ENCODER_SIGNATURE, self.encode.get_concrete_function()),
-                     "decoder_step": (None, steps)}
-        track_variables(self, [self.encode.get_concrete_function(), *steps.values()])
-        return functions
-
-    def metadata(self):
-        """What an application needs to run the loop (``metadata.json``)."""
-        return {"max_len": self.max_len, "start_id": text.START_ID, "end_id": text.END_ID,
-                "pad_id": text.PAD_ID, "num_layers": self.num_layers,
-                "confidence": {"calibrated": self._calibrator.value.calibrated},
-                "controls": self.controls,
-                "kv_shape": list(self.kv_shape),
-                "encoder": {"file": "encoder.tflite", "signature": TFLITE_ENCODER_SIGNATURE},
-                "decoder_step": {"file": "decoder_step.tflite",
-                                 "signature": TFLITE_STEP_SIGNATURE}}
-
-    @property
-    def model(self):
-        return self._keras.value
-
-    @property
-    def encoder(self):
-        return self.model.get_layer("encoder")
-
-    @property
-    def decoder(self):
-        return self.model.get_layer("decoder")
-
-    def _encode(self, source):
-        from keras_attn.decoding.confidence import source_statistics
-        from keras_attn.decoding.processors import row_limits
-
-        enc = self.encoder(source, training=False)
-        cache = self.decoder.init_cache(enc, source, self.max_len, layout=HeadsFirstCache)
-        source_length, unknown = source_statistics(source)
-        out = {"encoder_output": enc,
-               "source_mask": tf.cast(cache["source_mask"], tf.float32),
-               "source_length": source_length, "unknown": unknown,
-               "length_limit": row_limits(source, self.controls["max_length_factor"],
-                                          self.max_len)}
-        for i, (k, v) in enumerate(cache["cross"]):
-            out[f"cross_k_{i}"], out[f"cross_v_{i}"] = k, v
-        return out
-
-    def _step_without_controls(self, token, index, score, lowest, unsure, source_length,
-                               unknown, source_mask, *kv):
-        """:meth:`_step` with the repetition controls off and no length limit but
-        ``max_len`` (the first shipped step's inputs and behaviour); no ``history`` out."""
-        out = self._step(token, index, score, lowest, unsure,
-                         tf.zeros((1, self.max_len), tf.int32), source_length, unknown,
-                         tf.fill([1], self.max_len), source_mask, *kv,
-                         controls=CONTROL_DEFAULTS["character"])
-        del out["history"]
-        return out
-
-    def _step(self, token, index, score, lowest, unsure, history, source_length, unknown,
-              length_limit, source_mask, *kv, controls=None):
-        from keras_attn import decoding
-        from keras_attn import ops as attn_ops
-        from keras_attn.decoding.confidence import UNSURE, features_from
-        from keras_attn.decoding.processors import StepState, processors_for
-
-        n = self.num_layers
-        step = decoding.DecodingStep(self.model, None, self.max_len, True, None)
-        step.use_constants({"cross": tuple(HeadsFirstCache(kv[i], kv[n + i]) for i in range(n)),
-                            "source_mask": tf.not_equal(source_mask, 0.0)})  # (1, S)
-        state = {"self": tuple(HeadsFirstCache(kv[2 * n + i], kv[3 * n + i]) for i in range(n))}
-        logits, state, _ = step.step(token[:, 0], state, index)  # (1, V)
-        # The list every loop runs, with the export's defaults (Translator's).
-        options = DecodingOptions().resolve(self.max_len, controls=controls or self.controls)
-        processors = processors_for(options, text.START_ID, self.decoder.vocab_size)
-        logits = processors(logits, StepState(index, history))
-        greedy = decoding.GreedySampler(self.max_len, text.START_ID, text.END_ID)
-        next_token, _, new_score = greedy.select(logits[:, None, :], score[:, None], None)
-        new_score = new_score[:, 0]
-        history = attn_ops.slice_update(history, (0, index), next_token)  # (1, max_len)
-        finished = tf.logical_or(tf.equal(next_token[:, 0], text.END_ID),
-                                 index + 1 >= length_limit)
-        token_log_prob = new_score - score
-        lowest = tf.minimum(lowest, token_log_prob)
-        unsure = unsure + tf.cast(token_log_prob < UNSURE, tf.float32)
-        confidence = self._calibrator.value(features_from(
-            new_score, lowest, unsure, tf.fill([1], index + 1), source_length, unknown))
-        out = {"next_token": next_token[:, 0], "finished": finished, "score": new_score,
-               "lowest": lowest, "unsure": unsure, "history": history,
-               "confidence": confidence, "logits": logits}
-        for i, (k, v) in enumerate(state["self"]):
-            out[f"cache_k_{i}"], out[f"cache_v_{i}"] = k, v
-        return out

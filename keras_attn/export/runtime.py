@@ -4,7 +4,7 @@ Imports neither Keras nor TensorFlow (``tensorflow_text`` is imported by
 :func:`text_interpreter` alone, for its TFLite kernels): :func:`run_tflite_builtin` is the
 loop an app on a phone runs over the builtin target, with ``ai_edge_litert`` and numpy (the
 step file applies the processors, chooses each token, sums its log-probability and says when
-the output ends itself: ``keras_attn.export.modules.BuiltinModule``); :func:`run_tflite_text`
+the output ends itself: ``keras_attn.export.builtin.BuiltinModule``); :func:`run_tflite_text`
 calls the one-file text target (strings in, strings out). The text file takes one sentence
 per string (it runs no regex op, so it cannot split documents; its ``translate_sentences``
 signature says so, and every signature returns ``needs_split``, True for a string that may

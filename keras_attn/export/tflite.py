@@ -20,7 +20,7 @@
   (Keras's GRU loops need a static batch in TFLite).
 * :class:`TFLiteBuiltinExporter` (``tflite/builtin_<q>/``, Transformer only):
   ``encoder.tflite`` (signature ``encode``) and ``decoder_step.tflite`` (``decode_step``)
-  from :class:`~keras_attn.export.modules.BuiltinModule`, builtin ops only (checked), fixed
+  from :class:`~keras_attn.export.builtin.BuiltinModule`, builtin ops only (checked), fixed
   shapes, batch 1, plus ``metadata.json`` and the tokenizer files; the app runs the greedy
   loop (``keras_attn.export.runtime.run_tflite_builtin`` is the reference), feeding back the
   step's state (the caches, the tokens so far that the repetition controls read), until the
@@ -40,7 +40,8 @@ from keras_attn.export import runtime
 from keras_attn.export.base import (QUANTIZATIONS, Exporter, as_parts, check_alpha,
                                     check_beam, check_choice, decoding_info, tokenizer_files,
                                     write_files)
-from keras_attn.export.modules import BuiltinModule, TranslatorModule
+from keras_attn.export.builtin import BuiltinModule
+from keras_attn.export.modules import TranslatorModule
 
 TARGETS = ("builtin", "text")
 # Custom ops that tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS registers.
