@@ -193,12 +193,12 @@ class Translator:
         """
         encoded = decoding.encode(self.model, source)  # once: search, alignments, confidence
 
-        def run(kind):
-            options = opts.replaced(return_alignments=False)
+        def run(kind):  # a kind picked in the graph fixes what opts' tensors cannot
+            options = opts
             if kind == "greedy":
-                options = options.replaced(beam_size=1, num_hypotheses=1, sampling=False)
+                options = opts.replaced(beam_size=1, num_hypotheses=1, sampling=False)
             elif kind is not None:
-                options = options.replaced(sampling=kind == "sample")
+                options = opts.replaced(sampling=kind == "sample")
             out = decoding.decode(self.model, source, options, self.max_len, text.START_ID,
                                   text.END_ID, prefix, kind=kind, encoded=encoded)
             return out["tokens"], out["lengths"], out["scores"]

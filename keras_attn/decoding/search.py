@@ -127,12 +127,13 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=
     (0 = none left for that row; ``P >= 1``). ``encoded``: :func:`encode` ``(model,
     source)``, if already computed.
 
-    Returns a dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)``,
+    Returns a dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)`` and
     ``scores`` float32 ``(B, N)`` (N = ``num_hypotheses``; beam search: best first, by
-    ``log_prob / length_penalty``; greedy and sampling: the summed log-probability) and
-    with ``options.return_alignments`` ``attention`` ``(B, N, max_len, S)``.
+    ``log_prob / length_penalty``; greedy and sampling: the summed log-probability).
+    ``options.return_alignments`` is not read here: alignments are one more pass over the
+    hypotheses (:func:`cross_attention`; ``keras_attn.translator.Translator.search``).
     """
-    n, align = options.num_hypotheses, options.return_alignments
+    n = options.num_hypotheses
     if kind is None:
         kind = "sample" if options.sampling else "beam" if options.beam_size > 1 else "greedy"
     if kind not in KINDS:
@@ -142,24 +143,17 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=
             model, source, options.max_length, prefix, encoded, options)
         ranked, order = ops.top_k(
             out["log_prob"] / length_penalty(out["lengths"], options.length_penalty), k=n)
-        result = {"tokens": take_beams(out["tokens"], order),
-                  "lengths": ops.take_along_axis(out["lengths"], order, axis=1),
-                  "scores": ranked}
+        return {"tokens": take_beams(out["tokens"], order),
+                "lengths": ops.take_along_axis(out["lengths"], order, axis=1),
+                "scores": ranked}
+    if kind == "sample":
+        sampler = RandomSampler(max_len, start_id, end_id, n, options.sampling_topk,
+                                options.sampling_topp, options.sampling_temperature,
+                                options.seed)
     else:
-        if kind == "sample":
-            sampler = RandomSampler(max_len, start_id, end_id, n, options.sampling_topk,
-                                    options.sampling_topp, options.sampling_temperature,
-                                    options.seed)
-        else:
-            sampler = GreedySampler(max_len, start_id, end_id)
-        out = sampler(model, source, options.max_length, prefix, encoded, options)
-        result = {"tokens": out["tokens"], "lengths": out["lengths"], "scores": out["log_prob"]}
-    if align:
-        shape = ops.shape(result["tokens"])  # (B, N, T)
-        flat = ops.reshape(result["tokens"], (-1, shape[2]))
-        attention = cross_attention(model, source, flat, start_id, encoded)
-        result["attention"] = ops.reshape(attention, (shape[0], shape[1], shape[2], -1))
-    return result
+        sampler = GreedySampler(max_len, start_id, end_id)
+    out = sampler(model, source, options.max_length, prefix, encoded, options)
+    return {"tokens": out["tokens"], "lengths": out["lengths"], "scores": out["log_prob"]}
 
 
 def repeat_rows(source, encoded, n):
