@@ -33,7 +33,8 @@ def resolve(engine, options, refuse=None):
     """:class:`DecodingOptions` from keyword arguments: ``refuse(opts)`` (what the engine
     cannot do: raise ``ValueError``), checked against ``engine.max_len`` and with what the
     request leaves unset filled in (``length_penalty``, ``max_length``, the repetition
-    controls: ``engine.controls``). The one place where "unset" is resolved in Python."""
+    controls: ``engine.controls``) by :meth:`DecodingOptions.resolve`, the rule the served
+    graphs run too."""
     opts = DecodingOptions.from_kwargs(**options)
     if refuse is not None:
         refuse(opts)
