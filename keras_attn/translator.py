@@ -181,8 +181,9 @@ class Translator:
                 tensors; ``return_alignments`` a Python bool or a bool tensor).
             confidence: also the confidence ``features`` (one more teacher-forced pass).
             kinds: None: the search ``opts`` name (Python ``beam_size`` and ``sampling``);
-                else a tuple of :data:`keras_attn.decoding.KINDS`, every one traced and
-                one picked from the tensors (TensorFlow graphs only).
+                one kind of :data:`keras_attn.decoding.KINDS` in a tuple: that search; all
+                of them: every one traced and one picked from the tensors (TensorFlow
+                graphs only).
 
         Returns:
             A dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)``,
@@ -203,6 +204,9 @@ class Translator:
                                   text.END_ID, prefix, kind=kind, encoded=encoded)
             return out["tokens"], out["lengths"], out["scores"]
 
+        if kinds is not None and len(kinds) > 1 and set(kinds) != set(decoding.KINDS):
+            raise ValueError(f"`kinds` must be one kind or all of {decoding.KINDS}. "
+                             f"Received: kinds={kinds!r}")
         if kinds is None or len(kinds) == 1:
             tokens, lengths, scores = run(kinds[0] if kinds else None)
         else:

@@ -188,16 +188,19 @@ class DecodingOptions:
         for name in NAMES:
             object.__setattr__(opts, name, values[name])
         object.__setattr__(opts, "_sampling", None if sampling is None else bool(sampling))
-        object.__setattr__(opts, "_holding", True)
         return opts
+
+    @property
+    def _holds(self):
+        """Made by :meth:`holding` (its values unchecked, perhaps tensors)."""
+        return "_sampling" in self.__dict__
 
     def replaced(self, sampling=None, **values):
         """These options with ``values`` replaced, unchecked (:meth:`holding`); ``sampling``
         as there (None: this object's: fixed by the values it was checked with, or as
         :meth:`holding` left it)."""
         if sampling is None:
-            sampling = (self.__dict__.get("_sampling") if self.__dict__.get("_holding")
-                        else self.sampling)
+            sampling = self.__dict__["_sampling"] if self._holds else self.sampling
         return DecodingOptions.holding({**{n: getattr(self, n) for n in NAMES}, **values},
                                        sampling)
 
@@ -221,7 +224,7 @@ class DecodingOptions:
                     **{name: controls[name] for name in CONTROLS}}
         values = {name: _resolved(getattr(self, name), OPTIONS[name], default)
                   for name, default in defaults.items()}
-        if self.__dict__.get("_holding"):
+        if self._holds:
             return self.replaced(**values)
         return dataclasses.replace(self, **values)
 

@@ -18,7 +18,6 @@ Example:
 """
 import math
 import os
-import types
 
 import numpy as np
 
@@ -350,36 +349,34 @@ class CTranslate2Translator:
                "scores": [[hyp[1] for hyp in hyps] for hyps in nbest]}
         if confidence:
             sources = [t for t, hyps in zip(tokens, nbest) for _ in hyps]
-            targets = [[self.tgt_tokens[j] for j in ids if j != END_ID] for ids in flat]
-            scored = [types.SimpleNamespace(log_probs=hyp[2]) if read and hyp[2] is not None
-                      else None for hyps in nbest for hyp in hyps]
-            missing = [i for i, s in enumerate(scored) if s is None]
-            if missing:
-                passed = self.translator.score_batch([sources[i] for i in missing],
-                                                     [targets[i] for i in missing],
+            log_probs = [hyp[2] if read else None for hyps in nbest for hyp in hyps]
+            missing = [i for i, row in enumerate(log_probs) if row is None]
+            if missing:  # the rows the search's logits cannot serve: one score_batch pass
+                targets = [[self.tgt_tokens[j] for j in flat[i] if j != END_ID]
+                           for i in missing]
+                passed = self.translator.score_batch([sources[i] for i in missing], targets,
                                                      max_input_length=0)
-                for i, s in zip(missing, passed):
-                    scored[i] = s
-            out["features"] = self._features(sources, targets, scored).reshape(shape)
+                for i, result in zip(missing, passed):
+                    log_probs[i] = result.log_probs
+            out["features"] = self._features(sources, log_probs).reshape(shape)
         return out
 
-    def _features(self, sources, targets, scored=None):
-        """``keras_attn.decoding.confidence.features`` ``(R, F)`` of each target (token
-        strings, no ``</s>``) for its source (token strings), read from ``score_batch``'s
-        log-probabilities (``scored``, if already computed)."""
-        if scored is None:
-            scored = self.translator.score_batch(sources, targets, max_input_length=0)
-        log_probs = pipeline.pad([list(r.log_probs) for r in scored], dtype=np.float32)
+    def _features(self, sources, log_probs):
+        """``keras_attn.decoding.confidence.features`` ``(R, F)`` of targets for their
+        sources (token strings): ``log_probs`` per target its tokens' log-probabilities,
+        ``</s>``'s last (``score_batch``'s)."""
+        padded = pipeline.pad([list(row) for row in log_probs], dtype=np.float32)
         source = pipeline.pad([[self.src_ids[t] for t in row] + [END_ID] for row in sources])
-        return features(log_probs, np.array([len(r.log_probs) for r in scored], np.int32),
+        return features(padded, np.array([len(row) for row in log_probs], np.int32),
                         source, ops=NumpyOps)
 
-    def confidences(self, sources, targets, scored=None):
-        """The confidence of each target (token strings, no ``</s>``) for its source (token
-        strings): :meth:`_features`, then the export's calibrator."""
+    def confidences(self, sources, scored):
+        """The confidence of each target for its source (token strings), from
+        ``score_batch``'s results ``scored``: :meth:`_features`, then the export's
+        calibrator."""
         if not sources:
             return []
-        x = self._features(sources, targets, scored)
+        x = self._features(sources, [r.log_probs for r in scored])
         return [float(c) for c in self.calibrator(x, ops=NumpyOps)]
 
     def target_tokens(self, targets):
@@ -415,7 +412,7 @@ class CTranslate2Translator:
             # max_input_length=0: our own cuts above and in encode, none of CTranslate2's.
             source = self.encode(sources[i: i + batch_size])
             scored = self.translator.score_batch(source, target, max_input_length=0)
-            confidences = self.confidences(source, target, scored)
+            confidences = self.confidences(source, scored)
             for result, cut, confidence in zip(scored, truncated, confidences):
                 ids = [self.tgt_ids[t] for t in result.tokens]  # ..., "</s>"
                 log_probs = [float(p) for p in result.log_probs]

@@ -32,6 +32,7 @@ from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
 from keras_attn.export.option_sets import (COMPILED_SIGNATURES, LATEST_OPTIONS_SIGNATURE,
                                             OPTION_SIGNATURES)
+from keras_attn.translator import Translator
 
 SERVING_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "translate_ids"
@@ -127,7 +128,10 @@ class TranslatorModule(tf.Module):
         # tf.function is not even made then: tf.saved_model.save traces and keeps every
         # tf.function with an input signature that the module holds, signature or not.
         self.request_signature = bool(request_signature)
-        self._request = _Untracked(request.RequestDecoder(self, parts, max_beam_size))
+        # Every decoding of the module's graphs (Translator.search), on the Keras model.
+        self._translator = _Untracked(Translator(parts.model, parts.src_tokenizer,
+                                                 parts.tgt_tokenizer, self.max_len))
+        self._request = _Untracked(request.RequestDecoder(self, max_beam_size))
         # The options signatures (keras_attn.export.contract), the options each lacks left
         # to the export. In a SavedModel an older one calls the newest (one decoder in the
         # file); TFLite's converter refuses a call of another function: each is traced.
@@ -169,6 +173,12 @@ class TranslatorModule(tf.Module):
     @property
     def calibrator(self):
         return self._calibrator.value
+
+    @property
+    def translator(self):
+        """The :class:`keras_attn.translator.Translator` whose ``search`` every graph of
+        the module decodes with."""
+        return self._translator.value
 
     def track_variables(self, concrete_functions):
         """Make the variables the traced functions read part of the SavedModel."""
@@ -229,7 +239,7 @@ class TranslatorModule(tf.Module):
         under their kernel policy)."""
         opts = DecodingOptions(beam_size=self.beam_size).resolve(self.max_len, self.alpha,
                                                                  self.controls)
-        out = self._request.value.translator.search(source, None, opts, confidence)
+        out = self.translator.search(source, None, opts, confidence)
         return {name: value[:, 0] for name, value in out.items()}
 
     def _serve(self, strings):

@@ -109,14 +109,14 @@ def checks(options, max_beam_size, max_len, prefix_len, for_tflite):
             ok = valid if ok is None else tf.logical_and(ok, valid)
         if ok is not None:
             rules.append((ok, f"`{name}` must be {opt.rule}"))
-    o = options
+    beam_size, max_length = options["beam_size"], options["max_length"]
     rules += [
-        (o["beam_size"] <= max_beam_size,
+        (beam_size <= max_beam_size,
          f"`beam_size` must be at most {max_beam_size} (the maximum fixed at export)"),
-        (o["num_hypotheses"] <= o["beam_size"], "`num_hypotheses` must not exceed `beam_size`"),
-        (o["max_length"] <= max_len,
+        (options["num_hypotheses"] <= beam_size, "`num_hypotheses` must not exceed `beam_size`"),
+        (max_length <= max_len,
          f"`max_length` must be at most {max_len} (the maximum fixed at export)"),
-        (prefix_len < tf.where(o["max_length"] > 0, o["max_length"], max_len),
+        (prefix_len < tf.where(max_length > 0, max_length, max_len),
          "`target_prefix` leaves no room within max_length (too many target tokens)"),
     ]
     guards = []
@@ -135,20 +135,12 @@ class RequestDecoder:
 
     Args:
         module: the ``TranslatorModule`` (its model, graph tokenizers, ``max_len``).
-        parts: the ``Parts`` it was built from (the vocabularies' word tables).
         max_beam_size: the largest ``beam_size`` (and ``num_hypotheses``) a request may ask.
     """
 
-    def __init__(self, module, parts, max_beam_size):
-        from keras_attn.translator import Translator
-
+    def __init__(self, module, max_beam_size):
         self.module = module
         self.max_beam_size = int(max_beam_size)
-        # Its search (``Translator.search``) is the request's decoding, alignments and
-        # confidence features: the function ``Translator`` traces, here with every option a
-        # tensor.
-        self.translator = Translator(parts.model, parts.src_tokenizer, parts.tgt_tokenizer,
-                                     module.max_len)
         pairs = alignment.pair_strings(module.max_len)
         if module.for_tflite:
             import tensorflow_text as tf_text
@@ -266,7 +258,8 @@ class RequestDecoder:
         """:meth:`keras_attn.translator.Translator.search` over ``kinds`` (``tf.cond``),
         the confidences calibrated: tokens ``(B, N, max_len)``, scores ``(B, N)``, pair
         codes ``(B, N, max_len)`` (0 unless asked) and confidences ``(B, N)``."""
-        out = self.translator.search(source, prefix, o, kinds=kinds)
+        # The function Translator traces, here with every option a tensor.
+        out = self.module.translator.search(source, prefix, o, kinds=kinds)
         shape = tf.shape(out["tokens"])
         features = out["features"]
         confidences = self.module.calibrator(tf.reshape(features, [-1, tf.shape(features)[2]]))

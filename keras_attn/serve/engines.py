@@ -3,7 +3,7 @@
 * :class:`SavedModelEngine`: the SavedModel's newest options signature, which takes every
   decoding option per request (``keras_attn.export.request``), or its XLA-compiled twin
   (``translate_v2_xla``) where the export has it, warmed up for every batch shape it
-  compiles; run as TF Serving runs it, in a session holding that signature alone
+  compiles; run as TF Serving runs it, in a TF1 graph holding that signature alone
   (``keras_attn.serve.signature``).
 * :class:`CTranslate2Engine`: ``keras_attn.export.ctranslate2_runtime.CTranslate2Translator``
   (a replica that serves it imports no TensorFlow).
@@ -28,6 +28,7 @@ import re
 import numpy as np
 
 from keras_attn.decoding.options import DecodingOptions
+from keras_attn.export.runtime import option_inputs
 from keras_attn.translation import pipeline
 
 
@@ -121,11 +122,9 @@ class SavedModelEngine:
         tf = self._tf
         if not texts:
             return []
-        from keras_attn.export import runtime
-
         strings = np.array([t.encode("utf-8") for t in texts], dtype=object)
         try:
-            out = self._signature(text=strings, **runtime.option_inputs(options, self._dtypes))
+            out = self._signature(text=strings, **option_inputs(options, self._dtypes))
         except tf.errors.InvalidArgumentError as e:
             raise ValueError(_graph_message(e.message)) from None
         utf8 = lambda t: t.decode("utf-8", errors="replace")  # noqa: E731
