@@ -55,6 +55,7 @@ setup(
         "redis>=4",
     ],
     extras_require={
+        # import-linter: the packages' import contracts (tests/test_architecture.py);
         # torch: the reference of the parity tests (tests/block_checks.py); jax: the backend
         # tests; ctranslate2: the CTranslate2 export tests; keras-hub: the benchmark suite's
         # references; tensorflow-serving-api: the gRPC client tests; httpx: Starlette's
@@ -67,7 +68,7 @@ setup(
         # torch==2.13.0 is met by 2.13.0+cpu, which the README's test command installs from
         # PyTorch's CPU index first (from PyPI alone it is the CUDA build); jax[cpu] is the
         # CPU build.
-        "test": ["pytest>=7", "pytest-xdist>=3.2", "hypothesis>=6", "torch==2.13.0",
+        "test": ["pytest>=7", "pytest-xdist>=3.2", "hypothesis>=6", "import-linter>=2.1", "torch==2.13.0",
                  "jax[cpu]>=0.8", "ctranslate2>=4.5,<5", "keras-hub",
                  "tensorflow-serving-api==2.21.*", "httpx", "libretranslatepy",
                  "selenium>=4.11", "openapi-spec-validator", "python-docx", "odfpy"],

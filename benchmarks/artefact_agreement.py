@@ -176,10 +176,10 @@ def measure(run_dir, texts, export_dir=None, ct2_dir=None, builtin_limit=0, batc
 
     Returns:
         dict: ``inputs``, ``inputs_several_sentences`` (inputs that hold more than one
-        sentence, ``keras_attn.documents.split``), and ``artefacts``: per name either
+        sentence, ``keras_attn.text.documents.split``), and ``artefacts``: per name either
         :func:`compare`'s dict or ``{"skipped": reason}``.
     """
-    from keras_attn import documents
+    from keras_attn.text import documents
     from keras_attn.translator import Translator
 
     export_dir = export_dir or os.path.join(run_dir, "export")

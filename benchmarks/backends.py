@@ -190,7 +190,7 @@ def measure(quick, repeats, warmup, clock, threads):
     import keras_hub
 
     from keras_attn import decoding
-    from keras_attn.losses import MaskedSparseCategoricalCrossentropy
+    from keras_attn.training.losses import MaskedSparseCategoricalCrossentropy
 
     backend = keras.config.backend()
     set_threads(backend, threads)

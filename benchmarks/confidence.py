@@ -4,7 +4,7 @@ On the run's test split (each source once, with all its references; for the date
 also ``--extra-dates`` more held-out dates, never in any split, so that the few errors are
 many enough to rank) every source is translated by ``Translator.translate_nbest`` with the
 defaults (what ``serving_default`` decodes), and each confidence is compared with whether
-the translation is acceptable (:func:`keras_attn.calibration.acceptable`: dates exact,
+the translation is acceptable (:func:`keras_attn.training.calibration.acceptable`: dates exact,
 text sentence chrF >= 50): AUROC, expected calibration error (10 bins) and the reliability
 table; then the confidences of :data:`benchmarks.repetition.ODD_INPUTS` (markup, code,
 URLs, emoji, ...; for the dates model none is a date). Draws the reliability diagram.
@@ -61,8 +61,11 @@ def main(argv=None):
     import numpy as np
 
     from benchmarks.repetition import ODD_INPUTS
-    from keras_attn import calibration, data, runs, training
-    from keras_attn.config import TrainConfig
+    from keras_attn import data
+    from keras_attn.training import calibration
+    from keras_attn.core import runs
+    from keras_attn.training import recipes as training
+    from keras_attn.core.config import TrainConfig
     from keras_attn.decoding.confidence import auroc, expected_calibration_error
     from keras_attn.translator import Translator
 

@@ -29,8 +29,14 @@ def main(argv=None):
     parser.add_argument("--json", default="")
     args = parser.parse_args(argv)
 
-    from keras_attn import documents, evaluation, runs, training
-    from keras_attn.config import TrainConfig
+    from keras_attn.text import documents
+
+    from keras_attn.training import evaluation
+
+    from keras_attn.core import runs
+
+    from keras_attn.training import recipes as training
+    from keras_attn.core.config import TrainConfig
     from keras_attn.translation import pipeline
     from keras_attn.translator import Translator
 

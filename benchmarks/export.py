@@ -54,7 +54,7 @@ def _time_exports(args, export, translator, out):
             translator, os.path.join(out, f"text_{q}.tflite"), "text", q)
     sentences = _sentences(args.run_dir, 4 if args.quick else 20)
     if translator.normalize:  # the TFLite text target does not normalise its input
-        from keras_attn import text
+        from keras_attn.text import tokenizers as text
         sentences = [text.normalize_text(s) for s in sentences]
     loaded = tf.saved_model.load(reports["saved_model"]["path"])
     serve = loaded.signatures[export.SERVING_SIGNATURE]

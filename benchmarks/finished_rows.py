@@ -40,8 +40,12 @@ def main(argv=None):
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     except RuntimeError:  # TensorFlow already started in this process (a test): its threads
         print(f"--threads {args.threads} not applied: TensorFlow is already initialised")
-    from keras_attn import decoding, fastpath, runs, text, training
-    from keras_attn.config import TrainConfig
+    from keras_attn import decoding
+    from keras_attn.kernels import fastpath
+    from keras_attn.core import runs
+    from keras_attn.text import tokenizers as text
+    from keras_attn.training import recipes as training
+    from keras_attn.core.config import TrainConfig
     from keras_attn.translator import Translator
 
     translator = Translator.from_run_dir(args.run_dir)

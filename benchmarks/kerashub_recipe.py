@@ -6,7 +6,7 @@ Tatoeba split: lower-cased text, WordPiece vocabularies of 15,000 (keras_hub's
 decoder layer of keras_hub (d 256, FFN 2048, 8 heads, learned positions), RMSprop, greedy
 decoding with ``keras_hub.samplers.GreedySampler``. After each of ``--evals`` equal parts of
 the training it decodes the 2,000 English sentences of dev.txt and scores them with
-:func:`keras_attn.evaluation.corpus_scores` (sacrebleu, all references; as written and
+:func:`keras_attn.training.evaluation.corpus_scores` (sacrebleu, all references; as written and
 D2L-normalised), and records the training wall minutes so far: the curve that
 ``python -m benchmarks.budget_figure`` draws beside ours.
 
@@ -77,7 +77,7 @@ def main(argv=None):
     import tensorflow as tf
 
     from keras_attn.data import load_tatoeba, load_tatoeba_references
-    from keras_attn.evaluation import corpus_scores
+    from keras_attn.training.evaluation import corpus_scores
 
     max_len, batch = 40, 64
     embed, ffn, heads = (int(v) for v in args.dims.split(","))

@@ -13,7 +13,7 @@ untagged sentence is sent as a plain ``POST /translate``, and once more with
 * **reference hit**: the words inside the output's ``<b>`` include a word of a reference
   that the model aligns with the tagged source word, by forced alignment of the reference
   (one teacher-forced pass of the decoder over it, :func:`keras_attn.decoding.cross_attention`,
-  then :func:`keras_attn.alignment.hard_alignment`: the alignment the served translations
+  then :func:`keras_attn.translation.alignment.hard_alignment`: the alignment the served translations
   get, computed on the reference). Words are compared case-folded, punctuation at their
   ends removed; a hit with any reference counts. Also: how often the output holds such a
   reference word anywhere (the most a tag could hit), and the hit rate among those.
@@ -172,11 +172,15 @@ def savedmodel_engine(artefact):
 # --- forced alignment of the references -----------------------------------------------------
 def reference_alignments(translator, sources, references, batch=64):
     """Per (source, reference): the reference's words (its target tokens grouped by
-    :func:`keras_attn.alignment.word_positions`) and its Pharaoh alignment to the source
-    (teacher-forced cross-attention, :func:`keras_attn.alignment.hard_alignment`)."""
+    :func:`keras_attn.translation.alignment.word_positions`) and its Pharaoh alignment to the source
+    (teacher-forced cross-attention, :func:`keras_attn.translation.alignment.hard_alignment`)."""
     import numpy as np
 
-    from keras_attn import alignment, decoding, special_tokens
+    from keras_attn import decoding
+
+    from keras_attn.translation import alignment
+
+    from keras_attn.core import special_tokens
 
     tables = (alignment.word_tables(translator.src_tokenizer),
               alignment.word_tables(translator.tgt_tokenizer))
@@ -208,7 +212,7 @@ def run(args, log=print):
     import sacrebleu
     import starlette.testclient
 
-    from keras_attn import evaluation
+    from keras_attn.training import evaluation
     from keras_attn.serve import markup
     from keras_attn.serve.app import Settings, create_app
     from keras_attn.serve.locate import locate

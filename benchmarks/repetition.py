@@ -67,8 +67,12 @@ def main(argv=None):
     parser.add_argument("--md", default="")
     args = parser.parse_args(argv)
 
-    from keras_attn import evaluation, runs, training
-    from keras_attn.config import TrainConfig
+    from keras_attn.training import evaluation
+
+    from keras_attn.core import runs
+
+    from keras_attn.training import recipes as training
+    from keras_attn.core.config import TrainConfig
     from keras_attn.translator import Translator
 
     translator = Translator.from_run_dir(args.run_dir)

@@ -23,7 +23,8 @@ import json, sys, time
 import numpy as np
 import tensorflow as tf
 import keras
-from keras_attn import decoding, layers, losses, models
+from keras_attn import decoding, layers, models
+from keras_attn.training import losses
 
 def median_ms(fn, warmup, repeats):
     for _ in range(warmup):

@@ -1,6 +1,6 @@
 """Sentence segmentation against the English "Golden Rules" (tests/data/golden_rules_en.json).
 
-Scores :func:`keras_attn.documents.split` (and, when they import, pySBD — the ``bench``
+Scores :func:`keras_attn.text.documents.split` (and, when they import, pySBD — the ``bench``
 extra — and tensorflow-text's ``StateBasedSentenceBreaker``, the one splitter with a TFLite
 kernel) as pySBD's own benchmark does: a case passes when the list of sentences is exactly
 the expected one. Also checks that the TF graph (:mod:`keras_attn.export.documents`) gives
@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks.results import fresh_dir  # noqa: E402
-from keras_attn import documents  # noqa: E402
+from keras_attn.text import documents  # noqa: E402
 
 GOLDEN = os.path.join(REPO, "tests", "data", "golden_rules_en.json")
 
@@ -43,7 +43,7 @@ def score(cases, segment):
 
 def segmenters(with_tf):
     """name -> (text -> list of str, description)."""
-    out = {"keras_attn.documents": (lambda t: documents.split(t).sentences,
+    out = {"keras_attn.text.documents": (lambda t: documents.split(t).sentences,
                                     "this package's rule set, Python re")}
     try:
         import pysbd
@@ -155,8 +155,8 @@ def markdown(result):
         lines.append(f"| {name} | {r['passed']}/{r['total']} | {100 * r['share']:.1f} % | "
                      f"{', '.join(map(str, r['failed'])) or '-'} | {r['description']} |")
     names = {c["id"]: c["name"] for c in result["cases"]}
-    lines += ["", "Cases keras_attn.documents gets wrong:", ""]
-    ours = result["segmenters"]["keras_attn.documents"]
+    lines += ["", "Cases keras_attn.text.documents gets wrong:", ""]
+    ours = result["segmenters"]["keras_attn.text.documents"]
     for i in ours["failed"]:
         lines.append(f"- {i} ({names[i]}): {ours['wrong_outputs'][i]!r}")
     t = result["split_time"]

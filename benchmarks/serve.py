@@ -81,7 +81,7 @@ def _serve_dates_run(args, work):
     committed = os.path.join(REPO, "exported", "run")
     if _has_run(committed) and not args.quick:
         return committed
-    from keras_attn import training
+    from keras_attn.training import recipes as training
 
     run_dir = os.path.join(work, "dates_run")
     log(f"  training a small dates model into {run_dir}")
@@ -97,7 +97,8 @@ def _serve_fra_run(args, work, dates_run):
     """(run_dir, how the weights were made), or (None, why not)."""
     if _has_run(args.serve_fra_run_dir):
         return args.serve_fra_run_dir, f"given run {args.serve_fra_run_dir}"
-    from keras_attn import runs, training
+    from keras_attn.core import runs
+    from keras_attn.training import recipes as training
 
     if args.quick:  # random init, the dates vocabularies: a smoke run of the code path
         run_dir = os.path.join(work, "fra_random")
@@ -127,7 +128,9 @@ def _serve_fra_run(args, work, dates_run):
 
 def _serve_sentences(run_dir, n):
     """``n`` source sentences of the run's task: its test split (dates: generated)."""
-    from keras_attn import data, runs, training
+    from keras_attn import data
+    from keras_attn.core import runs
+    from keras_attn.training import recipes as training
 
     config = training.TrainConfig(**runs.read_json(os.path.join(run_dir, "config.json")))
     if config.task == "dates":
@@ -212,7 +215,8 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads):
     sentences at each batch size after ``--warmup`` passes. Ratios to CTranslate2 are taken
     within a round (both sides on the same machine state), then summarised over rounds.
     """
-    from keras_attn import export, text
+    from keras_attn import export
+    from keras_attn.text import tokenizers as text
     from keras_attn.export import runtime
     from keras_attn.export.option_sets import COMPILED_SIGNATURES
     from keras_attn.translator import Translator

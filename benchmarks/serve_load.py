@@ -74,7 +74,7 @@ end
 def held_out(data, count):
     """Up to ``count`` distinct one-sentence English inputs of a Tatoeba file (English TAB
     French lines), in file order."""
-    from keras_attn import documents
+    from keras_attn.text import documents
 
     seen, out = set(), []
     for line in open(data, encoding="utf-8"):

@@ -43,7 +43,7 @@ def main(argv=None):
     import tensorflow_text  # noqa: F401 (a SentencePiece SavedModel's ops)
 
     from benchmarks.artefact_agreement import builtin_files, compare, text_file, utf8
-    from keras_attn import documents
+    from keras_attn.text import documents
     from keras_attn.export import runtime
     from keras_attn.translator import Translator
     from scripts.device_agreement import batched, read_sources

@@ -10,7 +10,7 @@ from benchmarks.timing import interleaved, log, summarize
 def bench_train(args, peak):
     import keras
 
-    from keras_attn.losses import MaskedSparseCategoricalCrossentropy
+    from keras_attn.training.losses import MaskedSparseCategoricalCrossentropy
 
     cfg = dict(QUICK_SEQ2SEQ if args.quick else SEQ2SEQ)
     batch, length = (4, 16) if args.quick else (32, 64)

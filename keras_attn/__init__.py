@@ -1,57 +1,60 @@
 """keras_attn: the attention chapter of D2L and "Attention Is All You Need" as Keras 3 layers.
 
-Submodules, each loaded on first use (``import keras_attn`` itself imports neither Keras nor
-TensorFlow, so ``keras-attn --help`` answers at once):
+The packages, each one job, arrows only downward (``tests/test_architecture.py`` holds
+them so with import-linter's contracts):
 
-- ``ops``: masks and the masked softmax. ``layers``: attention layers, Transformer and
-  Bahdanau blocks. ``models``: functional-API builders. ``schedules``, ``losses``.
-- ``decoding`` (a package): greedy search, beam search and sampling with a key/value cache,
-  and the per-request ``decode``; one module per job (``search``, ``samplers``,
-  ``compacted``, ``step``, ``rng``, ``options``). ``alignment`` (word alignments from the
-  cross-attention).
-- ``fastpath`` (the kernel policy: the TensorFlow-only fast paths on or off, growing
-  decoding caches, attention chunks); their kernels: ``tf_ops`` (softmax, loss, dropout),
-  ``tf_attention`` (attention over whole sequences), ``tf_step`` (a cached one-position
-  decoding step); ``numerics`` (the fill value for masked scores).
-- ``special_tokens`` (the reserved ids), ``vocab`` (WordPiece and character vocabularies),
-  ``text`` (character and WordPiece tokenizers, D2L
-  normalisation), ``subword`` (SentencePiece: raw text in, natural text out), ``data``
-  (datasets and tf.data pipelines).
-- ``config`` (every option of a run; no TensorFlow), ``training`` (the ``keras-attn train``
-  recipes), ``budget`` (training for a time budget), ``distribute`` (tf.distribute), ``evaluation`` (exact match, BLEU, chrF),
-  ``documents`` (split text into sentences, join translations back),
-  ``translation`` (the one request pipeline every engine runs), ``lazy`` (PEP 562 names),
-  ``translator`` (text in, text out), ``runs`` (run directories), ``export`` (SavedModel,
-  TFLite, CTranslate2), ``viz`` (attention heatmaps and the chapter's figures), ``cli``.
+- ``cli``: ``keras-attn``'s commands. ``serve``: the HTTP server (LibreTranslate's API).
+- ``export``: SavedModel, TFLite and CTranslate2 files and their runtimes.
+- ``training``: the ``keras-attn train`` recipes, budgets, losses, evaluation, calibration.
+- ``translator`` (the Keras engine: text in, text out) over ``translation`` (the one
+  request pipeline every engine runs, word alignments).
+- ``decoding``: greedy search, beam search and sampling with a key/value cache.
+  ``data``: datasets and tf.data pipelines. ``viz``: attention heatmaps and figures.
+- ``models``: functional-API builders, over ``layers`` (attention layers, Transformer and
+  Bahdanau blocks), over ``ops`` (masks and the masked softmax) and ``schedules``.
+- ``kernels``: the numerics under the layers and their TensorFlow fast paths.
+- ``text``: normalisation, every tokenizer, vocabularies, sentence splitting.
+- ``core``: the run directory, a run's config, the reserved token ids.
+
+Each is loaded on first use (``import keras_attn`` itself imports neither Keras nor
+TensorFlow, so ``keras-attn --help`` answers at once). The old homes of moved modules
+(``keras_attn.tf_ops``, ``keras_attn.config``, ...) still resolve as attributes; the
+CHANGELOG's "Moved" table lists them.
 
 Example:
     >>> import keras_attn as ka
     >>> mha = ka.layers.MultiHeadAttention(num_hiddens=64, num_heads=4)
 
 A ``.keras`` file holding keras_attn layers loads once their module is imported (the import
-registers them with Keras): touch ``keras_attn.layers`` (or ``models``, ``losses``,
-``schedules``) before ``keras.saving.load_model``.
+registers them with Keras): touch ``keras_attn.layers`` (or ``models``, ``schedules``,
+``training.losses``) before ``keras.saving.load_model``.
 """
 import importlib
 
 __version__ = "0.1.0"
 
-SUBMODULES = ("ops", "layers", "models", "schedules", "losses", "decoding", "alignment",
-              "special_tokens", "vocab", "text", "subword", "data", "config", "training",
-              "budget", "distribute", "evaluation", "translator", "runs", "export", "serve",
-              "viz", "cli", "fastpath", "numerics", "tf_ops", "tf_attention", "tf_step",
-              "documents", "translation", "lazy")
+SUBMODULES = ("core", "text", "kernels", "ops", "layers", "models", "schedules", "decoding",
+              "data", "translation", "translator", "training", "export", "serve", "viz", "cli")
+# Modules that moved into a package: the attribute still resolves (``keras_attn.tf_ops``).
+MOVED = {"runs": "core.runs", "config": "core.config", "special_tokens": "core.special_tokens",
+         "lazy": "core.lazy", "fastpath": "kernels.fastpath", "numerics": "kernels.numerics",
+         "tf_ops": "kernels.tf_ops", "tf_attention": "kernels.tf_attention",
+         "tf_step": "kernels.tf_step", "vocab": "text.vocab", "subword": "text.subword",
+         "documents": "text.documents", "budget": "training.budget",
+         "distribute": "training.distribute", "losses": "training.losses",
+         "calibration": "training.calibration", "evaluation": "training.evaluation",
+         "alignment": "translation.alignment"}
 __all__ = list(SUBMODULES) + ["__version__"]
 
 
 def __getattr__(name):
     """PEP 562: import a submodule the first time it is read as an attribute."""
-    if name in SUBMODULES:
-        module = importlib.import_module(f"{__name__}.{name}")
+    if name in SUBMODULES or name in MOVED:
+        module = importlib.import_module(f"{__name__}.{MOVED.get(name, name)}")
         globals()[name] = module
         return module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(SUBMODULES))
+    return sorted(set(globals()) | set(SUBMODULES) | set(MOVED))

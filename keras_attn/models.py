@@ -77,7 +77,7 @@ def build_model(config):
     """The model a run's options describe.
 
     Args:
-        config: a ``keras_attn.config.TrainConfig`` or its dict (a run's ``config.json``)
+        config: a ``keras_attn.core.config.TrainConfig`` or its dict (a run's ``config.json``)
             with ``model``, the sizes and ``src_vocab_size`` / ``tgt_vocab_size``.
 
     Example:

@@ -91,7 +91,7 @@ class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     The schedule's clock is ``progress``, a non-trainable scalar variable holding the
     fraction of the training time spent, in ``[0, 1]``; a callback
-    (:class:`keras_attn.budget.BudgetClock`) sets it from the wall clock before every step.
+    (:class:`keras_attn.training.budget.BudgetClock`) sets it from the wall clock before every step.
     The optimizer's step count is not used: however fast or slow the machine (or its load)
     is, and however that changes during the run, the rate reaches its floor exactly when
     the budget's training time ends. With ``p = clip(progress, 0, 1)``::

@@ -13,8 +13,18 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_attn import alignment, decoding, fastpath, models, runs, subword, text
-from keras_attn.config import TrainConfig
+from keras_attn import decoding, models
+
+from keras_attn.translation import alignment
+
+from keras_attn.kernels import fastpath
+
+from keras_attn.core import runs
+
+from keras_attn.text import subword
+
+from keras_attn.text import tokenizers as text
+from keras_attn.core.config import TrainConfig
 from keras_attn.decoding import processors
 from keras_attn.decoding.confidence import Calibrator, features, hypothesis_features
 from keras_attn.decoding.options import (CONTROLS, LENGTH_PENALTY, OPTIONS,
@@ -33,7 +43,7 @@ SEARCH_OUTPUTS = ("tokens", "lengths", "scores", "codes", "features")
 def _traced(fn, input_signature):
     """``fn`` as a ``tf.function`` (on TensorFlow) traced under the kernel policy with
     ``dynamic_shapes`` on: a plain graph, where the self-attention caches grow and the
-    loops drop the rows that ended (``keras_attn.fastpath``). JAX compiles the sampler's
+    loops drop the rows that ended (``keras_attn.kernels.fastpath``). JAX compiles the sampler's
     while loop itself; PyTorch runs it eagerly."""
     if keras.backend.backend() != "tensorflow":
         return fn
@@ -47,8 +57,8 @@ class Translator:
 
     Args:
         model: a model from ``keras_attn.models``.
-        src_tokenizer, tgt_tokenizer: ``keras_attn.subword.SentencePieceTokenizer`` or
-            ``keras_attn.text.Tokenizer`` objects.
+        src_tokenizer, tgt_tokenizer: ``keras_attn.text.subword.SentencePieceTokenizer`` or
+            ``keras_attn.text.tokenizers.Tokenizer`` objects.
         max_len: most tokens per source (longer inputs are truncated) and per output.
         normalize: apply D2L's text normalisation to inputs (WordPiece runs; a
             SentencePiece model normalises in its own ops).
@@ -188,7 +198,7 @@ class Translator:
         Returns:
             A dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)``,
             ``scores`` float32 ``(B, N)``, ``codes`` int32 ``(B, N, max_len)`` (alignment
-            pair codes, :func:`keras_attn.alignment.hard_alignment`; 0 unless asked) and
+            pair codes, :func:`keras_attn.translation.alignment.hard_alignment`; 0 unless asked) and
             with ``confidence`` ``features`` float32 ``(B, N, F)``
             (:func:`keras_attn.decoding.confidence.hypothesis_features`).
         """
@@ -237,7 +247,7 @@ class Translator:
 
     @property
     def word_tables(self):
-        """:func:`keras_attn.alignment.word_tables` of the source and target vocabularies,
+        """:func:`keras_attn.translation.alignment.word_tables` of the source and target vocabularies,
         made when first asked (alignments, word confidences)."""
         if self._word_tables is None:
             self._word_tables = (alignment.word_tables(self.src_tokenizer),
@@ -285,7 +295,7 @@ class Translator:
         """Translate with per-call decoding options (API.md, "Decoding options per request").
 
         Each text may hold any number of sentences and paragraphs: it is split into
-        sentences (:mod:`keras_attn.documents`), the sentences of the whole call are
+        sentences (:mod:`keras_attn.text.documents`), the sentences of the whole call are
         decoded as one batch, and each hypothesis is joined back with the text's own
         whitespace. A sentence longer than the model reads is read in part and its
         hypotheses say ``"truncated": True``, as every artefact does; with ``split_long``
@@ -301,7 +311,7 @@ class Translator:
         every sentence's translation starts with the prefix's tokens and their
         log-probabilities are not in the score. With ``return_alignments=True`` each
         sentence's dict (a one-sentence text's own) also has ``"alignment"``: Pharaoh
-        ``i-j`` pairs (source word ``i``, target word ``j``; :mod:`keras_attn.alignment`).
+        ``i-j`` pairs (source word ``i``, target word ``j``; :mod:`keras_attn.translation.alignment`).
         ``confidence=False`` skips the confidence's teacher-forced pass: no
         ``"confidence"`` key, the same hypotheses.
 
@@ -354,7 +364,7 @@ class Translator:
     def _words(self, target, per_token):
         """Per row of target ids ``(B, T)`` its words and their confidence, Bergamot's
         word-level form: ``[(word, mean log-probability of its tokens)]``
-        (:func:`keras_attn.alignment.word_positions` groups the tokens)."""
+        (:func:`keras_attn.translation.alignment.word_positions` groups the tokens)."""
         positions = keras.ops.convert_to_numpy(
             alignment.word_positions(target, self.word_tables[1]))
         out = []

@@ -60,7 +60,7 @@ def first_difference(a, b):
 
 def margin_at(translator, source, prefix):
     """Top-1 minus top-2 logit of the Keras model after ``[START] + prefix``."""
-    from keras_attn import text
+    from keras_attn.text import tokenizers as text
 
     src = np.asarray(translator.encode([source]))
     tgt = np.array([[text.START_ID] + list(prefix)], "int32")
@@ -80,7 +80,7 @@ def main(argv=None):
 
     import tensorflow as tf
 
-    from keras_attn import subword
+    from keras_attn.text import subword
     from keras_attn.export import runtime
     from keras_attn.translator import Translator
 

@@ -52,7 +52,9 @@ def _copy_run(run_dir, out):
     ``keras-attn translate exported/run ...`` and ``Translator.from_run_dir`` accept."""
     import keras
 
-    from keras_attn import runs, training
+    from keras_attn.core import runs
+
+    from keras_attn.training import recipes as training
 
     src = runs.paths(run_dir)
     dst = runs.paths(out)
@@ -72,7 +74,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "exported"))
     args = ap.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    from keras_attn import data, export, runs, training
+    from keras_attn import data, export
+    from keras_attn.core import runs
+    from keras_attn.training import recipes as training
 
     p = runs.paths(args.run_dir)
     if not os.path.exists(p["model"]):

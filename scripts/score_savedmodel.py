@@ -2,7 +2,7 @@
 """BLEU and chrF of a run's exported SavedModel on its test split (Tatoeba: dev.txt).
 
 The sentences go through ``serving_default`` as raw text, as a server would receive them,
-and are scored by :func:`keras_attn.evaluation.evaluate` (sacrebleu, all references; as
+and are scored by :func:`keras_attn.training.evaluation.evaluate` (sacrebleu, all references; as
 written and D2L-normalised), the same scoring as ``metrics.json`` and ``keras-attn
 evaluate``, which decode with the Keras model.
 
@@ -43,8 +43,12 @@ def main(argv=None):
     parser.add_argument("--json", default="", help="write the scores here")
     args = parser.parse_args(argv)
 
-    from keras_attn import evaluation, runs, training
-    from keras_attn.config import TrainConfig
+    from keras_attn.training import evaluation
+
+    from keras_attn.core import runs
+
+    from keras_attn.training import recipes as training
+    from keras_attn.core.config import TrainConfig
 
     config = TrainConfig.from_dict(runs.read_json(runs.paths(args.run_dir)["config"]))
     splits, refs = training.load_splits(config, log=lambda *a: None)

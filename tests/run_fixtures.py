@@ -15,7 +15,13 @@ import sys
 
 import keras
 
-from keras_attn import data, runs, text, training
+from keras_attn import data
+
+from keras_attn.core import runs
+
+from keras_attn.text import tokenizers as text
+
+from keras_attn.training import recipes as training
 
 TINY_DATES_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                               "tiny_dates_run")
@@ -84,7 +90,7 @@ def train_tiny_sentencepiece_run(root):
     """A SentencePiece English->French run on :data:`PAIRS`, exported into RUN/export
     (SavedModel, TFLite text files); returns the run directory."""
     from keras_attn import export
-    from keras_attn.config import TrainConfig
+    from keras_attn.core.config import TrainConfig
 
     data_file = os.path.join(root, "pairs.txt")
     with open(data_file, "w", encoding="utf-8") as f:

@@ -1,11 +1,11 @@
-"""keras_attn.alignment: subword pieces merged into words, hard word alignments as Pharaoh
+"""keras_attn.translation.alignment: subword pieces merged into words, hard word alignments as Pharaoh
 pairs, checked against a plain-Python reference written here."""
 import types
 
 import numpy as np
 import pytest
 
-from keras_attn import alignment
+from keras_attn.translation import alignment
 
 PAD, UNK, START, END = 0, 1, 2, 3
 RESERVED = ["[PAD]", "[UNK]", "[START]", "[END]"]

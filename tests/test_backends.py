@@ -25,7 +25,8 @@ import pytest
 from keras import ops
 
 import guards
-from keras_attn import decoding, layers, losses, models, schedules
+from keras_attn import decoding, layers, models, schedules
+from keras_attn.training import losses
 
 BACKEND = keras.backend.backend()
 EPS = np.finfo("float32").eps
@@ -194,7 +195,8 @@ LAYER_SCRIPT = textwrap.dedent('''
     import numpy as np
     import keras
     from keras import ops
-    from keras_attn import layers, losses, models
+    from keras_attn import layers, models
+    from keras_attn.training import losses
 
     backend = keras.backend.backend()
     rng = np.random.default_rng(0)
@@ -395,7 +397,8 @@ TRAIN_SCRIPT = textwrap.dedent('''
     import numpy as np
     import keras
     from keras import ops
-    from keras_attn import decoding, losses, models
+    from keras_attn import decoding, models
+    from keras_attn.training import losses
 
     START, END = 2, 3  # keras_attn.text's ids, which the exported graphs use
     rng = np.random.default_rng(0)
@@ -421,7 +424,9 @@ def test_across_backends_a_jax_trained_model_exports_and_translates_alike(tmp_pa
         pytest.skip("export runs on TensorFlow")
     import tensorflow as tf
 
-    from keras_attn import export, text
+    from keras_attn import export
+
+    from keras_attn.text import tokenizers as text
 
     paths = [str(tmp_path / n) for n in ("model.keras", "tokens.npy", "source.npy")]
     _run_backend("jax", TRAIN_SCRIPT, *paths)

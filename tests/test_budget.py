@@ -12,8 +12,14 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn import budget, cli, runs, training
-from keras_attn.config import TrainConfig, format_duration, parse_duration
+from keras_attn import cli
+
+from keras_attn.training import budget
+
+from keras_attn.core import runs
+
+from keras_attn.training import recipes as training
+from keras_attn.core.config import TrainConfig, format_duration, parse_duration
 from keras_attn.schedules import BudgetSchedule
 
 PEAK, WARMUP = 1e-3, 0.1

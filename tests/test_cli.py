@@ -19,8 +19,8 @@ import sys
 import pytest
 
 import guards
-from keras_attn import runs
-from keras_attn.config import TrainConfig
+from keras_attn.core import runs
+from keras_attn.core.config import TrainConfig
 
 TINY = ["--num-hiddens", "16", "--ffn-num-hiddens", "32", "--num-heads", "2",
         "--num-layers", "1", "--batch-size", "64", "--no-export"]
@@ -475,7 +475,8 @@ def test_translate_file_mode_honours_every_flag(name, committed_translator, tmp_
 ])
 def test_tokenizer_option(argv, tokenizer, tmp_path, monkeypatch, capsys):
     """``keras-attn train`` hands training the tokenizer of its task (or the one asked)."""
-    from keras_attn import cli, training
+    from keras_attn import cli
+    from keras_attn.training import recipes as training
 
     configs = []
     monkeypatch.setattr(training, "train",

@@ -14,7 +14,8 @@ import pytest
 import tensorflow as tf
 
 import layer_checks as lc
-from keras_attn import calibration, export
+from keras_attn import export
+from keras_attn.training import calibration
 from keras_attn.decoding import confidence as conf
 from keras_attn.translator import Translator
 

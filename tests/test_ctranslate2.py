@@ -23,13 +23,19 @@ import guards
 ctranslate2 = pytest.importorskip(
     "ctranslate2", reason="CTranslate2 is not installed (pip install -e '.[ctranslate2]')")
 
-from keras_attn import cli, data, export, models, runs, text, training  # noqa: E402
+from keras_attn import cli, data, export, models  # noqa: E402
+
+from keras_attn.core import runs
+
+from keras_attn.text import tokenizers as text
+
+from keras_attn.training import recipes as training
 from keras_attn.export import ctranslate2 as ct2_export  # noqa: E402
 from keras_attn.export import ctranslate2_compare as ct2_compare  # noqa: E402
 from keras_attn.export import ctranslate2_runtime as ct2_runtime  # noqa: E402
 from keras_attn.layers import TransformerDecoder, TransformerEncoder  # noqa: E402
 from keras_attn.decoding.options import CONTROL_DEFAULTS  # noqa: E402
-from keras_attn.special_tokens import END_ID  # noqa: E402
+from keras_attn.core.special_tokens import END_ID  # noqa: E402
 from keras_attn.translation import pipeline  # noqa: E402
 from keras_attn.translator import Translator  # noqa: E402
 

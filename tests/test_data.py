@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn import data, text
-from keras_attn.text import END_ID, PAD_ID, START_ID
+from keras_attn import data
+
+from keras_attn.text import tokenizers as text
+from keras_attn.text.tokenizers import END_ID, PAD_ID, START_ID
 
 FRA_ENG = Path(__file__).resolve().parents[2] / "shared" / "data" / "fra-eng"
 

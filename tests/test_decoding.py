@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 import layer_checks as lc
-from keras_attn import data, decoding, fastpath, models
+from keras_attn import data, decoding, models
+from keras_attn.kernels import fastpath
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RUN = ROOT / "exported" / "run"

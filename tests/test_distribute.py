@@ -29,7 +29,10 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
-from keras_attn import data, distribute, text, training
+from keras_attn import data
+from keras_attn.training import distribute
+from keras_attn.text import tokenizers as text
+from keras_attn.training import recipes as training
 
 config = training.TrainConfig(num_hiddens=32, ffn_num_hiddens=64, num_heads=2, num_layers=1,
                               dropout=0.0, batch_size=64, warmup=200, label_smoothing=0.1,

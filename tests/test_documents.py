@@ -1,4 +1,4 @@
-"""keras_attn.documents (the sentence split and join), its TF graph twin and the TFLite fallback.
+"""keras_attn.text.documents (the sentence split and join), its TF graph twin and the TFLite fallback.
 
 The golden cases are the Pragmatic Segmenter's English "Golden Rules" as shipped by pySBD
 (tests/data/golden_rules_en.json, MIT); the rest are the cases issue 40 names.
@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import guards
-from keras_attn import documents
-from keras_attn.documents import Segments, cut_long, join, join_batch, split, split_batch
+from keras_attn.text import documents
+from keras_attn.text.documents import Segments, cut_long, join, join_batch, split, split_batch
 
 GOLDEN = json.load(open(os.path.join(os.path.dirname(__file__), "data", "golden_rules_en.json"),
                         encoding="utf-8"))

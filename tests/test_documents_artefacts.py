@@ -1,17 +1,17 @@
 """Documents in every artefact (issue 40): text of several sentences and paragraphs is split
-by keras_attn.documents, translated as one batch and joined with the input's whitespace, the
+by keras_attn.text.documents, translated as one batch and joined with the input's whitespace, the
 same in the Translator, the SavedModel's serving_default and translate signatures (split in
 the graph), the TFLite text file (split by keras_attn.export.runtime) and CTranslate2.
 
 The reference is the Translator on each sentence alone, joined by hand with the separators
-that keras_attn.documents.split gives (tests/test_documents.py checks the split itself)."""
+that keras_attn.text.documents.split gives (tests/test_documents.py checks the split itself)."""
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn import documents
+from keras_attn.text import documents
 from keras_attn.export import runtime
 from keras_attn.translator import Translator
 

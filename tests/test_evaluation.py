@@ -1,7 +1,7 @@
-"""keras_attn.evaluation: the scores, and the translators it accepts."""
+"""keras_attn.training.evaluation: the scores, and the translators it accepts."""
 import pytest
 
-from keras_attn import evaluation
+from keras_attn.training import evaluation
 
 
 class EchoTranslator:

@@ -24,7 +24,9 @@ import tensorflow as tf
 
 import guards
 import layer_checks as lc
-from keras_attn import cli, export, models, runs, text
+from keras_attn import cli, export, models
+from keras_attn.core import runs
+from keras_attn.text import tokenizers as text
 from keras_attn.translator import Translator
 
 
@@ -541,7 +543,7 @@ def word_run(tmp_path_factory):
     exported by ``export_run``: its text target cannot normalise inside the file."""
     import dataclasses
 
-    from keras_attn.config import TrainConfig
+    from keras_attn.core.config import TrainConfig
 
     if not (FRA_ENG / "train.txt").exists():
         pytest.skip(f"the English-French corpus ({FRA_ENG}) is not on this machine: the "

@@ -16,7 +16,8 @@ import pytest
 import tensorflow as tf
 
 import guards
-from keras_attn import data, export, text
+from keras_attn import data, export
+from keras_attn.text import tokenizers as text
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXPORTED = ROOT / "exported"

@@ -1,4 +1,4 @@
-"""keras_attn.fastpath: every TensorFlow fast path gives what its keras.ops reference gives.
+"""keras_attn.kernels.fastpath: every TensorFlow fast path gives what its keras.ops reference gives.
 
 Each comparison runs the same computation twice in one process, with the switch on and off,
 and compares values and gradients. Tolerances come from float32 rounding of the sums
@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn import decoding, fastpath, losses, models, tf_attention
+from keras_attn import decoding, models
+
+from keras_attn.kernels import fastpath
+
+from keras_attn.training import losses
+
+from keras_attn.kernels import tf_attention
 from keras_attn import ops as attn_ops
 from keras_attn.layers import Dropout, MultiHeadAttention
 from keras_attn.layers.dropout import quantized_rate

@@ -1,5 +1,5 @@
-"""The kernel choice as explicit state (keras_attn.fastpath.KernelPolicy), caches that carry
-their layout (keras_attn.layers.kv_cache), and every variant the step kernels meet: covered
+"""The kernel choice as explicit state (keras_attn.kernels.fastpath.KernelPolicy), caches that carry
+their layout (keras_attn.kernels.kv_cache), and every variant the step kernels meet: covered
 by the same code (compared with the layer's own call) or refused with an error naming it.
 
 Tolerances: float32 sums of ``d`` products, ``eps32 * d * scale`` with a small factor
@@ -13,10 +13,11 @@ import pytest
 import tensorflow as tf
 
 import layer_checks as lc
-from keras_attn import fastpath, tf_attention
+from keras_attn.kernels import fastpath
+from keras_attn.kernels import tf_attention
 from keras_attn.layers import MultiHeadAttention
 from keras_attn.layers import _step
-from keras_attn.layers.kv_cache import GrowingCache, HeadsFirstCache, KVCache, as_cache
+from keras_attn.kernels.kv_cache import GrowingCache, HeadsFirstCache, KVCache, as_cache
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                 reason="the fast paths are TensorFlow's")

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import layer_checks as lc
-from keras_attn.losses import (MaskedAccuracy, MaskedSparseCategoricalCrossentropy,
+from keras_attn.training.losses import (MaskedAccuracy, MaskedSparseCategoricalCrossentropy,
                                masked_cross_entropy)
 
 V = 5

@@ -7,7 +7,7 @@ import pytest
 
 import layer_checks as lc
 from keras_attn import models
-from keras_attn.losses import MaskedAccuracy, MaskedSparseCategoricalCrossentropy
+from keras_attn.training.losses import MaskedAccuracy, MaskedSparseCategoricalCrossentropy
 from keras_attn.schedules import NoamSchedule
 
 VOCAB, START, END = 20, 2, 3  # copy task: tokens 4..19, lengths 3..8

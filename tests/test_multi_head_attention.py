@@ -77,7 +77,8 @@ CHUNK_MASKS = {
 def test_multi_head_attention_chunks_follow_the_gpu_decision(monkeypatch, gpu):
     """With a GPU (injected) the layer attends in one chunk, on a CPU in several; same
     outputs either way."""
-    from keras_attn import fastpath, tf_attention
+    from keras_attn.kernels import fastpath
+    from keras_attn.kernels import tf_attention
 
     monkeypatch.setattr(tf_attention, "gpu_visible", lambda: gpu)
     monkeypatch.setattr(tf_attention, "CHUNK_ABOVE", 0)
@@ -102,7 +103,7 @@ def test_multi_head_attention_in_chunks_matches_numpy_and_one_chunk(monkeypatch,
     """Outputs, weights and gradients are those of NumPy and of the unchunked layer, for
     every mask, when the heads are attended in chunks of rows (split inside an example,
     whole examples, a remainder)."""
-    from keras_attn import tf_attention as mha_module
+    from keras_attn.kernels import tf_attention as mha_module
     kwargs, keep = CHUNK_MASKS[case]
     queries, keys = rand(CHUNK_B, Q, 6, seed=1), rand(CHUNK_B, K, 6, seed=2)
     values = rand(CHUNK_B, K, 7, seed=3)
@@ -159,7 +160,7 @@ def test_multi_head_attention_in_chunks_matches_numpy_and_one_chunk(monkeypatch,
 
 @pytest.mark.parametrize("variant", ["xla", "mixed_bfloat16"])
 def test_multi_head_attention_in_chunks_under_xla_and_bfloat16(monkeypatch, variant):
-    from keras_attn import tf_attention as mha_module
+    from keras_attn.kernels import tf_attention as mha_module
     x = rand(CHUNK_B, Q, HIDDEN, seed=1)
     lens = CHUNK_LENS
     layer = MultiHeadAttention(HIDDEN, CHUNK_HEADS)
@@ -182,7 +183,7 @@ def test_multi_head_attention_in_chunks_under_xla_and_bfloat16(monkeypatch, vari
 
 
 def test_multi_head_attention_in_chunks_drops_weights_only_in_training(monkeypatch):
-    from keras_attn import tf_attention as mha_module
+    from keras_attn.kernels import tf_attention as mha_module
     monkeypatch.setattr(mha_module, "CHUNK_BYTES", 60)  # one head per chunk
     monkeypatch.setattr(mha_module, "CHUNK_ABOVE", 0)
     monkeypatch.setattr(mha_module, "gpu_visible", lambda: False)

@@ -27,7 +27,10 @@ from hypothesis.extra import numpy as hnp
 
 import guards
 import layer_checks as lc
-from keras_attn import data, decoding, layers, models, runs, text, training
+from keras_attn import data, decoding, layers, models
+from keras_attn.core import runs
+from keras_attn.text import tokenizers as text
+from keras_attn.training import recipes as training
 from keras_attn.layers import (AddNorm, AdditiveAttention, BahdanauDecoder,
                                DotProductAttention, Dropout, LearnedPositionalEmbedding,
                                MaskedSoftmax, MultiHeadAttention, NadarayaWatson, PositionalEncoding,
@@ -437,7 +440,7 @@ def test_training_does_not_warn_that_input_ran_out(tmp_path):
     a user reading the log cannot know that."""
     import warnings
 
-    from keras_attn import training
+    from keras_attn.training import recipes as training
 
     config = training.TrainConfig(num_train=300, num_valid=40, num_test=5, num_hiddens=16,
                                   ffn_num_hiddens=32, num_heads=2, num_layers=1,

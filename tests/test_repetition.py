@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn import decoding, fastpath, models
+from keras_attn import decoding, models
+
+from keras_attn.kernels import fastpath
 from keras_attn.decoding import processors
 from keras_attn.decoding.options import DecodingOptions
 from keras_attn.decoding.processors import NEG, StepState

@@ -1,4 +1,4 @@
-"""keras_attn.runs: the run directory's paths and its atomic writes.
+"""keras_attn.core.runs: the run directory's paths and its atomic writes.
 
 Every file of a run directory is written through a temporary file and a rename
 (``atomic_write_bytes`` / ``atomic_save``): a crash or an error while writing leaves the
@@ -11,10 +11,14 @@ import os
 import keras
 import pytest
 
-from keras_attn import runs, text, training
+from keras_attn.core import runs
 
 
 # ----------------------------------------------------------------------------------------
+
+from keras_attn.text import tokenizers as text
+
+from keras_attn.training import recipes as training
 # Atomic writes: a crash while writing leaves the previous file, and no partial file
 
 

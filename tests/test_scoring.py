@@ -16,7 +16,8 @@ import tensorflow as tf
 
 import layer_checks as lc
 import run_fixtures
-from keras_attn import cli, data, decoding, export, fastpath, models
+from keras_attn import cli, data, decoding, export, models
+from keras_attn.kernels import fastpath
 from keras_attn.translator import Translator
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

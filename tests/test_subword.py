@@ -1,4 +1,4 @@
-"""keras_attn.subword: SentencePiece models learned, saved, run in TF and in TFLite."""
+"""keras_attn.text.subword: SentencePiece models learned, saved, run in TF and in TFLite."""
 import os
 import random
 
@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn import runs, subword, text
+from keras_attn.core import runs
+
+from keras_attn.text import subword
+
+from keras_attn.text import tokenizers as text
 
 FRENCH = [
     "Je vais bien, merci.", "Merci\u202f!", "Qui est-ce\u00a0?", "J'ai faim.", "J’ai soif.",

@@ -8,8 +8,10 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keras_attn import export, text
-from keras_attn.text import END_ID, PAD_ID, START_ID, UNK_ID
+from keras_attn import export
+
+from keras_attn.text import tokenizers as text
+from keras_attn.text.tokenizers import END_ID, PAD_ID, START_ID, UNK_ID
 
 FRA_ENG = Path(__file__).resolve().parents[2] / "shared" / "data" / "fra-eng"
 

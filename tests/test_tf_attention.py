@@ -1,4 +1,4 @@
-"""keras_attn.tf_attention (TensorFlow only): how attention is cut into chunks of heads.
+"""keras_attn.kernels.tf_attention (TensorFlow only): how attention is cut into chunks of heads.
 
 That the fast paths give what their keras.ops references give is tests/test_fastpath.py's
 job; the chunked attention itself is checked through the layer in
@@ -7,8 +7,8 @@ from attention_checks import CHUNK_B, CHUNK_CASES, CHUNK_HEADS, K, Q
 
 
 def test_attention_chunks_cover_every_row_in_aligned_chunks(monkeypatch):
-    from keras_attn import tf_attention as mha_module
-    from keras_attn.tf_attention import attention_chunks
+    from keras_attn.kernels import tf_attention as mha_module
+    from keras_attn.kernels.tf_attention import attention_chunks
     monkeypatch.setattr(mha_module, "gpu_visible", lambda: False)  # the CPU rule
     for chunk_bytes, rows in CHUNK_CASES.items():
         assert attention_chunks(CHUNK_B, CHUNK_HEADS, Q, K, chunk_bytes, 0) == rows

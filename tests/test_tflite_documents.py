@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn import documents
+from keras_attn.text import documents
 from keras_attn.decoding.options import DecodingOptions
 from keras_attn.export import runtime
 from keras_attn.export.option_sets import LATEST_OPTIONS_SIGNATURE

@@ -316,7 +316,7 @@ def test_bad_ffn_dropout_raises(make):
 def test_train_config_ffn_dropout_reaches_the_model():
     import dataclasses
 
-    from keras_attn import training
+    from keras_attn.training import recipes as training
 
     config = dataclasses.asdict(training.TrainConfig(num_hiddens=D, ffn_num_hiddens=FFN,
                                                      num_heads=HEADS, ffn_dropout=0.2))

@@ -10,8 +10,9 @@ import pytest
 import tensorflow as tf
 
 import run_fixtures
-from keras_attn import subword, text
-from keras_attn.translation import tokenizers
+from keras_attn.text import subword
+from keras_attn.text import tokenizers as text
+from keras_attn.text import python_tokenizers as tokenizers
 
 DEV = "/work/shared/data/fra-eng/dev.txt"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn import text
+from keras_attn.text import tokenizers as text
 from keras_attn.translator import Translator
 
 RUN = pathlib.Path(__file__).resolve().parents[1] / "exported" / "run"

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import layer_checks as lc
-from keras_attn import models, text, viz
+from keras_attn import models, viz
+from keras_attn.text import tokenizers as text
 from keras_attn.layers.positional_encoding import sinusoidal_table
 from keras_attn.schedules import NoamSchedule
 

@@ -16,7 +16,7 @@ Examples::
     keras-attn serve exported --port 5000             # LibreTranslate's API over HTTP
 
 The parser imports neither TensorFlow nor Keras (the options and their defaults come from
-:mod:`keras_attn.config`), so ``--help`` answers at once; each command imports what it runs.
+:mod:`keras_attn.core.config`), so ``--help`` answers at once; each command imports what it runs.
 TensorFlow's C++ log lines are hidden unless ``--verbose`` is given or
 ``TF_CPP_MIN_LOG_LEVEL`` is set; long work draws a progress bar when stderr is a terminal.
 
@@ -28,6 +28,8 @@ commands (``add_parsers(subparsers)`` returns both parsers; ``run_translate``,
 what they share (``--verbose``, TensorFlow's quiet import, the progress bar). The Keras
 backend of ``train --backend`` is set by ``train.select_backend`` before anything imports
 Keras.
+
+May import: every other package (it is the top); nothing imports it.
 """
 import argparse
 import sys

@@ -1,5 +1,5 @@
 """``keras-attn calibrate``: fit a trained run's confidence calibrator on its validation
-split (``keras_attn.calibration``; training does it at its end, this is for runs trained
+split (``keras_attn.training.calibration``; training does it at its end, this is for runs trained
 before, or to fit again)."""
 import argparse
 
@@ -22,7 +22,7 @@ def add_parser(sub):
 
 
 def run(args):
-    from keras_attn.calibration import calibrate_run
+    from keras_attn.training.calibration import calibrate_run
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1. Received: {args.batch_size}")

@@ -12,7 +12,7 @@ import json
 import sys
 
 from keras_attn.cli.console import add_verbose, progress_bar
-from keras_attn.config import TrainConfig
+from keras_attn.core.config import TrainConfig
 from keras_attn.decoding.options import LENGTH_PENALTY
 
 FLAG_TYPES = {"int32": int, "float32": float, "string": str}
@@ -174,7 +174,9 @@ def run_translate(args):
 
 
 def run_evaluate(args):
-    from keras_attn import evaluation, runs, training
+    from keras_attn.training import evaluation
+    from keras_attn.core import runs
+    from keras_attn.training import recipes as training
     from keras_attn.translator import Translator
 
     beam_size = 1 if args.beam_size is None else args.beam_size

@@ -7,7 +7,7 @@ import sys
 import time
 
 from keras_attn.cli.console import add_verbose
-from keras_attn.config import TASK_DEFAULTS, TrainConfig, parse_duration
+from keras_attn.core.config import TASK_DEFAULTS, TrainConfig, parse_duration
 
 BACKENDS = ("tensorflow", "jax", "torch")
 SUBWORD_TOKENIZERS = ("sentencepiece", "wordpiece")
@@ -166,14 +166,14 @@ def _export_elsewhere(run_dir):
 
 
 def run(args):
-    from keras_attn import training
+    from keras_attn.training import recipes as training
 
     config = config_from_args(args)
     run_dir = args.output or os.path.join("runs", config.task)
     start = getattr(args, "started", None) or time.monotonic()
     reserve = None
     if config.time_budget:
-        from keras_attn import budget
+        from keras_attn.training import budget
 
         reserve = budget.reserve_seconds(config.time_budget, export=not args.no_export)
     metrics = training.train(config, run_dir, distribute=args.distribute,
@@ -200,7 +200,7 @@ def run(args):
                 print(f"TFLite files left out for the time budget: keras-attn export "
                       f"{run_dir} --overwrite makes them all")
     if config.time_budget:
-        from keras_attn.config import format_duration
+        from keras_attn.core.config import format_duration
 
         used = time.monotonic() - start
         trained = (metrics or {}).get("train_seconds", 0.0)

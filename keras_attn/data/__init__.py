@@ -17,6 +17,9 @@ Example:
     >>> ds = data.make_dataset(splits["train"], src_tok, tgt_tok, batch_size=64)
 
 References: D2L 10.5 (machine translation data).
+
+May import: :mod:`keras_attn.text`, :mod:`keras_attn.core`; never decoding, models
+or anything above them.
 """
 from keras_attn.data.dates import DATE_FORMATS, dates_splits, generate_dates
 from keras_attn.data.download import resolve_data
@@ -33,7 +36,7 @@ __all__ = ["DATE_FORMATS", "D2L_FRA_ENG_URL", "DATA_ENV", "LoadReport", "corpus_
 def load_splits(config, log=print):
     """A run's ``{"train", "valid", "test"}`` lists of (source, target) pairs and the test
     split's references (Tatoeba with dev.txt: every translation of each source; else None),
-    from its :class:`keras_attn.config.TrainConfig`."""
+    from its :class:`keras_attn.core.config.TrainConfig`."""
     if config.task == "dates":
         splits = dates_splits(config.num_train, config.num_valid, config.num_test,
                               seed=config.seed)

@@ -1,6 +1,6 @@
 """A ``--data`` value (local path or URL, plain text or ``.zip``) as a local corpus file.
 
-Downloads and extracted members are written with :func:`keras_attn.runs.atomic_write_bytes`,
+Downloads and extracted members are written with :func:`keras_attn.core.runs.atomic_write_bytes`,
 so an interrupted download never leaves a half file that a later run would take as the
 corpus.
 """
@@ -10,7 +10,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from keras_attn import runs
+from keras_attn.core import runs
 
 logger = logging.getLogger(__name__)
 

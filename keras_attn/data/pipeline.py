@@ -3,13 +3,13 @@
 Sequence conventions (the serving graph must do the same: it calls `prepare_source`):
 source = tokens + ``[END]``; target_in = ``[START]`` + tokens; target_out = tokens +
 ``[END]``; with ``max_len``, tokens are cut to ``max_len - 1`` so every sequence has at most
-``max_len`` ids. Batches are padded with ``keras_attn.text.PAD_ID``.
+``max_len`` ids. Batches are padded with ``keras_attn.text.tokenizers.PAD_ID``.
 
 References: D2L 10.5.3 (``[START]``/``[END]``, padding), 10.5.4 (batches).
 """
 import tensorflow as tf
 
-from keras_attn import text
+from keras_attn.text import tokenizers as text
 
 # Bucket boundaries grow geometrically from _FIRST_BUCKET by _BUCKET_GROWTH, up to max_len
 # (or _LONGEST when there is none): below the last boundary a sequence is padded by less
@@ -79,7 +79,7 @@ def make_dataset(pairs, src_tokenizer, tgt_tokenizer, batch_size, shuffle=True, 
 
     Args:
         pairs: list of `(source_text, target_text)`, already normalised.
-        src_tokenizer: `keras_attn.text.Tokenizer` for sources.
+        src_tokenizer: `keras_attn.text.tokenizers.Tokenizer` for sources.
         tgt_tokenizer: `Tokenizer` for targets.
         batch_size: sequences per batch.
         shuffle: shuffle the whole dataset each epoch.

@@ -11,7 +11,7 @@ import os
 import random
 from pathlib import Path
 
-from keras_attn import text
+from keras_attn.text import tokenizers as text
 from keras_attn.data.download import resolve_data
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def load_tatoeba(path, normalize=True, max_pairs=None):
 
     Args:
         path: the corpus file (e.g. `fra.txt`, `train.txt`).
-        normalize: apply `keras_attn.text.normalize_text` (D2L preprocessing) to both sides.
+        normalize: apply `keras_attn.text.tokenizers.normalize_text` (D2L preprocessing) to both sides.
         max_pairs: stop after this many good pairs (None: read everything).
     Returns:
         `(pairs, report)`: a list of `(english, french)` and a `LoadReport`.

@@ -28,8 +28,8 @@ A new decoding feature goes where its job is: a way of choosing tokens is a ``Sa
 subclass (or a change to ``select``), something every step's logits go through is one
 processor in ``processors`` (every loop and artefact runs the list) plus its field of
 ``options``. The kernels a step runs are
-chosen by the layers from the cache's layout (:mod:`keras_attn.layers.kv_cache`) and the
-kernel policy (:mod:`keras_attn.fastpath`), never here.
+chosen by the layers from the cache's layout (:mod:`keras_attn.kernels.kv_cache`) and the
+kernel policy (:mod:`keras_attn.kernels.fastpath`), never here.
 
 Example:
     >>> from keras_attn import decoding
@@ -41,8 +41,11 @@ References: D2L 10.8 (beam search); Wu et al. 2016 (GNMT length penalty); keras-
 
 Names are loaded on first use (PEP 562): ``keras_attn.decoding.options`` imports neither
 Keras nor TensorFlow (the TFLite runtime checks options with it).
+
+May import: :mod:`keras_attn.ops`, :mod:`keras_attn.kernels`, :mod:`keras_attn.text`,
+:mod:`keras_attn.core`; never translation, training, export, serve or cli.
 """
-from keras_attn import lazy
+from keras_attn.core import lazy
 
 _NAMES = {
     "confidence": ("Calibrator", "hypothesis_features"),

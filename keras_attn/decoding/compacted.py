@@ -2,7 +2,7 @@
 
 :meth:`keras_attn.decoding.samplers.Sampler.__call__` runs it for greedy decoding and
 sampling (rows that never trade places) where the kernel policy lets a loop carry tensors
-whose shape changes (``keras_attn.fastpath``'s ``dynamic_shapes``, in a traced graph; not
+whose shape changes (``keras_attn.kernels.fastpath``'s ``dynamic_shapes``, in a traced graph; not
 under XLA, not in TFLite). The tokens, lengths and scores are those of the plain loop
 (``tests/test_decoding.py``); only the number of rows a step computes differs.
 """

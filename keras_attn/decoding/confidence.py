@@ -4,7 +4,7 @@ The model's own signals about one hypothesis, read from one teacher-forced pass
 (:func:`keras_attn.decoding.score`: every token's log-probability) and from the source ids,
 become the :data:`FEATURES` of :func:`features`; a :class:`Calibrator` (a logistic
 regression fitted on the validation split at the end of training,
-:mod:`keras_attn.calibration`) maps them to a probability in [0, 1]. The features need
+:mod:`keras_attn.training.calibration`) maps them to a probability in [0, 1]. The features need
 only the tokens' log-probabilities, the lengths and the source ids, so every artefact
 computes them alike: the Translator and the exported graphs with :func:`features`,
 CTranslate2 from its ``score_batch``.
@@ -23,8 +23,8 @@ import math
 
 import numpy as np
 
-from keras_attn import fastpath
-from keras_attn.special_tokens import PAD_ID, UNK_ID
+from keras_attn.kernels import fastpath
+from keras_attn.core.special_tokens import PAD_ID, UNK_ID
 
 # What a calibrator reads, per hypothesis (n target tokens with [END], s source tokens
 # without [END]):
@@ -161,7 +161,7 @@ class Calibrator:
         return cls(d["mean"], d["scale"], d["weights"], d["bias"], d.get("report", {}))
 
     def save(self, path):
-        from keras_attn import runs
+        from keras_attn.core import runs
 
         runs.write_json(path, self.to_dict())
 

@@ -7,7 +7,7 @@ drives the model's step (:mod:`keras_attn.decoding.step`); :class:`GreedySampler
 is preallocated at ``max_len`` and written at the step index (no dynamic-size
 ``TensorArray``: under XLA in TF 2.21 their writes can be silently dropped).
 
-Where the kernel policy allows a loop whose tensors change shape (``keras_attn.fastpath``'s
+Where the kernel policy allows a loop whose tensors change shape (``keras_attn.kernels.fastpath``'s
 ``dynamic_shapes``: the SavedModel's signatures, the Translator's ``tf.function`` s), greedy
 decoding and sampling drop a row from the step's work when it ends
 (:mod:`keras_attn.decoding.compacted`, ``compact=True``): the rows still going carry the
@@ -181,10 +181,10 @@ class Sampler:
         (:mod:`keras_attn.decoding.compacted`): asked for (``compact``), with the cache,
         for samplers whose rows never trade places (not beam search) and without
         alignments, where the kernel policy lets the loop carry tensors whose shape
-        changes (``keras_attn.fastpath``: ``dynamic_shapes`` in a traced graph)."""
+        changes (``keras_attn.kernels.fastpath``: ``dynamic_shapes`` in a traced graph)."""
         if not (self.compact and self.use_cache) or self.reorders or self.return_attention:
             return False
-        from keras_attn import fastpath
+        from keras_attn.kernels import fastpath
 
         return fastpath.current().growing_cache()
 

@@ -15,7 +15,7 @@ from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.decoding.processors import length_penalty, log_probs
 from keras_attn.decoding.samplers import BeamSampler, GreedySampler, RandomSampler, take_beams
 from keras_attn.decoding.step import check_source, encode
-from keras_attn.special_tokens import END_ID, START_ID
+from keras_attn.core.special_tokens import END_ID, START_ID
 
 KINDS = ("greedy", "beam", "sample")  # how :func:`decode` chooses the next tokens
 
@@ -168,7 +168,7 @@ def cross_attention(model, source, tokens, start_id, encoded=None):
     hypotheses per sentence, together) over ``source`` ``(B, S)`` when the decoder reads
     them after ``start_id`` (one teacher-forced pass, as in training): the last decoder
     layer's cross-attention averaged over heads, or the Bahdanau weights. What
-    :mod:`keras_attn.alignment` reads for word alignments; the weights are those the
+    :mod:`keras_attn.translation.alignment` reads for word alignments; the weights are those the
     decoder computed for each token while generating it. ``encoded``: :func:`encode`
     ``(model, source)``, if already computed."""
     source = check_source(source)

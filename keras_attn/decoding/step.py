@@ -6,10 +6,10 @@ cache holds each layer's self-attention keys/values and the cross-attention keys
 computed once, so a step costs the same at position 8 and at position 64; the Bahdanau
 cache holds the GRU states. ``use_cache=False`` re-runs the model on the whole prefix at
 every step (the reference). The cache's class is its layout
-(:mod:`keras_attn.layers.kv_cache`, chosen by the kernel policy :mod:`keras_attn.fastpath`
+(:mod:`keras_attn.kernels.kv_cache`, chosen by the kernel policy :mod:`keras_attn.kernels.fastpath`
 when the cache is made) and the layers choose the kernels of a one-position step from it
 (heads-first caches, one ``BatchMatMulV3`` per projection, no op that oneDNN rewrites:
-:mod:`keras_attn.tf_step`); the step is the same decoder call everywhere
+:mod:`keras_attn.kernels.tf_step`); the step is the same decoder call everywhere
 (docs/benchmarks/NOTES.md, "Decoding step"). :class:`DecodingStep` is the one driver of it:
 the samplers' loops, and the TFLite builtin target's exported step, call it; the logits it
 returns then go through the loop's processors (:mod:`keras_attn.decoding.processors`).
@@ -32,7 +32,7 @@ class DecodingStep:
     a beam reorder does not copy it.
 
     A step is the decoder's own cached call (its layers choose the kernels of a
-    one-position step from the cache's layout, :mod:`keras_attn.tf_step`). The decoder's
+    one-position step from the cache's layout, :mod:`keras_attn.kernels.tf_step`). The decoder's
     weights are read once, in :meth:`init` (or :meth:`use_constants`), and seen by every
     step through a ``keras.StatelessScope`` (inside a loop, a variable read would run at
     every step).

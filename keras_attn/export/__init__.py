@@ -34,8 +34,10 @@ neither TensorFlow nor Keras. The functions below keep the earlier API:
 ``check_builtin_only``, ...
 
 References: TF Serving SavedModel/REST/gRPC docs; OpenNMT-tf ``opennmt/utils/exporters.py``.
+
+May import: training, the translator and everything below them; never serve or cli.
 """
-from keras_attn import lazy
+from keras_attn.core import lazy
 
 _NAMES = {
     "base": ("Exporter", "Parts", "QUANTIZATIONS", "as_parts", "file_sizes", "publish",

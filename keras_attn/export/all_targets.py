@@ -27,7 +27,7 @@ import json
 import os
 import shlex
 
-from keras_attn import runs
+from keras_attn.core import runs
 from keras_attn.export.base import QUANTIZATIONS, as_parts, now, sample_sources, versions
 from keras_attn.export.saved_model import MODEL_NAME, SERVING_DOCKER, SavedModelExporter
 from keras_attn.export.tflite import TFLiteBuiltinExporter, TFLiteTextExporter
@@ -50,7 +50,7 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
     and ``export_report.json``. Prints where everything is and how to serve it.
 
     Args:
-        run_dir: a run directory (``keras_attn.runs``).
+        run_dir: a run directory (``keras_attn.core.runs``).
         export_dir: output folder. version: SavedModel version. overwrite: replace
             existing artefacts. beam_size: decoding of the SavedModel and text target.
         quantizations: TFLite variants (``"float32"``, ``"float16"``, ``"int8"``); ``()``:
@@ -79,8 +79,8 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
                   + [TFLiteBuiltinExporter(q, overwrite=overwrite) for q in quantizations])
     if not os.path.exists(runs.paths(run_dir)["calibration"]):
         # A run trained before calibrators existed: fit its calibrator first, so that
-        # every artefact's confidence is calibrated (keras_attn.calibration).
-        from keras_attn.calibration import calibrate_run
+        # every artefact's confidence is calibrated (keras_attn.training.calibration).
+        from keras_attn.training.calibration import calibrate_run
 
         calibrate_run(run_dir, log=lambda *a: None)
     translator = Translator.from_run_dir(run_dir)

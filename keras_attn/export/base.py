@@ -21,7 +21,9 @@ import os
 import shutil
 import tempfile
 
-from keras_attn import runs, text
+from keras_attn.core import runs
+
+from keras_attn.text import tokenizers as text
 
 QUANTIZATIONS = ("float32", "float16", "int8")
 SMOKE_INPUTS = ("", "a")  # what every artefact must translate before it is published
@@ -250,7 +252,7 @@ def decoding_info(parts, beam_size, alpha, normalize):
 def tokenizer_files(parts):
     """``{file name: bytes}`` that rebuild the tokenizers: a SentencePiece tokenizer's
     model (``src.model``), else the vocabulary (``src_vocab.txt``, ``text.save_vocab``'s
-    format); ``keras_attn.subword.load_tokenizer`` reads either."""
+    format); ``keras_attn.text.subword.load_tokenizer`` reads either."""
     files = {}
     for side, tok in (("src", parts.src_tokenizer), ("tgt", parts.tgt_tokenizer)):
         proto = getattr(tok, "proto", None)

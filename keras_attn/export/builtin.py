@@ -6,13 +6,13 @@ policy of a TFLite graph (:func:`keras_attn.export.modules.forward_only`, fixed 
 """
 import tensorflow as tf
 
-from keras_attn import text
+from keras_attn.text import tokenizers as text
 from keras_attn.decoding.confidence import Calibrator
 from keras_attn.decoding.options import CONTROL_DEFAULTS, DecodingOptions
 from keras_attn.export.modules import _Untracked, forward_only, track_variables
 from keras_attn.export.runtime import (TFLITE_ENCODER_SIGNATURE, TFLITE_FROZEN_STEP_SIGNATURE,
                                        TFLITE_STEP_SIGNATURE)
-from keras_attn.layers.kv_cache import HeadsFirstCache
+from keras_attn.kernels.kv_cache import HeadsFirstCache
 
 
 class BuiltinModule(tf.Module):

@@ -1,18 +1,18 @@
 """A character tokenizer from core TensorFlow ops (TensorFlow-only): no custom op to serve.
 
 A SavedModel that tokenizes with :class:`CoreCharTokenizer` instead of
-``keras_attn.text.Tokenizer`` (FastWordpiece) loads in any TensorFlow process
+``keras_attn.text.tokenizers.Tokenizer`` (FastWordpiece) loads in any TensorFlow process
 (``saved_model_cli run`` included) and in any TF Serving image, whatever its TF-Text build.
 """
 import tensorflow as tf
 
-from keras_attn import text
+from keras_attn.text import tokenizers as text
 
 _INVALID_CODEPOINT = 0x10FFFF
 
 
 class CoreCharTokenizer(tf.Module):
-    """A character-level ``keras_attn.text.Tokenizer`` rebuilt from core TensorFlow ops.
+    """A character-level ``keras_attn.text.tokenizers.Tokenizer`` rebuilt from core TensorFlow ops.
 
     A SavedModel that uses it needs no tensorflow-text op, so it loads in any TensorFlow
     (``saved_model_cli``, a TF Serving image whatever its TF-Text build). Same ids and text
@@ -32,7 +32,7 @@ class CoreCharTokenizer(tf.Module):
         super().__init__(name=name)
         if not self.supports(tokenizer):
             raise ValueError("CoreCharTokenizer needs a character vocabulary from "
-                             "keras_attn.text.char_vocab. Received a word-level tokenizer")
+                             "keras_attn.text.tokenizers.char_vocab. Received a word-level tokenizer")
         vocab = tokenizer.vocab
         index = {t: i for i, t in enumerate(vocab)}
         chars = sorted((t for t in vocab[len(text.RESERVED_TOKENS):]
@@ -51,7 +51,7 @@ class CoreCharTokenizer(tf.Module):
     @staticmethod
     def supports(tokenizer):
         """True for a character vocabulary with both forms (``c`` and ``##c``) of every
-        character, as ``keras_attn.text.char_vocab`` writes."""
+        character, as ``keras_attn.text.tokenizers.char_vocab`` writes."""
         vocab = tokenizer.vocab
         if not getattr(tokenizer, "char_level", False):
             return False

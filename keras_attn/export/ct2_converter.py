@@ -17,7 +17,7 @@ except ImportError as e:  # an optional extra
     raise ImportError("keras_attn.export.ctranslate2 needs CTranslate2: "
                       "pip install -e '.[ctranslate2]'") from e
 
-from keras_attn import text
+from keras_attn.text import tokenizers as text
 # The vocabularies' renaming lives with the runtime, which reads them without TensorFlow.
 from keras_attn.export.ctranslate2_runtime import SPECIAL_TOKENS, ct2_vocab  # noqa: F401
 

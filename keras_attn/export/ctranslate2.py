@@ -67,7 +67,7 @@ from keras_attn.export.ct2_converter import (  # noqa: F401  (this module's API)
 
 import ctranslate2
 
-from keras_attn import runs
+from keras_attn.core import runs
 from keras_attn.export.base import (Exporter, check_choice, sample_sources, tokenizer_files,
                                     versions, write_files)
 from keras_attn.export.ctranslate2_compare import compare
@@ -81,7 +81,7 @@ class CTranslate2Exporter(Exporter):
     """A CTranslate2 model directory (``model.bin``, ``config.json``, vocabularies).
 
     Plus our tokenizer files (``src_vocab.txt`` / ``tgt_vocab.txt``, or a SentencePiece
-    run's ``src.model`` / ``tgt.model``: ``keras_attn.subword.load_tokenizer`` reads
+    run's ``src.model`` / ``tgt.model``: ``keras_attn.text.subword.load_tokenizer`` reads
     either) and ``keras_attn.json`` (``max_len``, input normalisation, decoding options,
     the report). Before it is renamed into place it is loaded with ``ctranslate2.Translator``
     and checked against ``Translator.translate_ids`` (greedy) on the sample sentences.
@@ -153,7 +153,7 @@ def export_ctranslate2(run_dir, export_dir=None, quantization="float32", overwri
     (:class:`CTranslate2Exporter`, checked on the run's sample sentences).
 
     Args:
-        run_dir: a run directory (``keras_attn.runs``) of a Transformer.
+        run_dir: a run directory (``keras_attn.core.runs``) of a Transformer.
         export_dir: the model directory to write (default :func:`default_dir`).
         quantization: ``"float32"`` or ``"int8"``. overwrite: replace an existing one.
 
@@ -173,7 +173,7 @@ def export_ctranslate2(run_dir, export_dir=None, quantization="float32", overwri
 
     exporter = CTranslate2Exporter(quantization, overwrite)
     if not os.path.exists(runs.paths(run_dir)["calibration"]):  # as export_all_targets
-        from keras_attn.calibration import calibrate_run
+        from keras_attn.training.calibration import calibrate_run
 
         calibrate_run(run_dir, log=lambda *a: None)
     translator = Translator.from_run_dir(run_dir)

@@ -4,7 +4,7 @@ what tests and benchmarks compare.
 """
 import numpy as np
 
-from keras_attn import text
+from keras_attn.text import tokenizers as text
 from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.export.ct2_converter import ct2_vocab
 

@@ -5,7 +5,7 @@ Text in, text out with a model directory written by
 and our own tokenizers, with the per-request options of API.md under our names: the
 CTranslate2 engine of :mod:`keras_attn.translation.pipeline`. Imports no TensorFlow and no
 Keras: SentencePiece and character runs tokenize in plain Python
-(:mod:`keras_attn.translation.tokenizers`, the same ids as the graphs' ops); a WordPiece
+(:mod:`keras_attn.text.python_tokenizers`, the same ids as the graphs' ops); a WordPiece
 run's tokenizer is TensorFlow's, imported when the model is loaded. How its decoding
 compares with ours: :mod:`keras_attn.export.ctranslate2` and docs/decoding_options.md.
 
@@ -27,12 +27,13 @@ except ImportError as e:  # an optional extra
     raise ImportError("keras_attn.export.ctranslate2_runtime needs CTranslate2: "
                       "pip install -e '.[ctranslate2]'") from e
 
-from keras_attn import runs
+from keras_attn.core import runs
 from keras_attn.decoding.confidence import Calibrator, NumpyOps, features
 from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
 from keras_attn.decoding.options import length_penalty as gnmt_penalty  # (an argument's name)
-from keras_attn.special_tokens import END, END_ID, PAD, PAD_ID, START, UNK
-from keras_attn.translation import pipeline, tokenizers
+from keras_attn.core.special_tokens import END, END_ID, PAD, PAD_ID, START, UNK
+from keras_attn.text import python_tokenizers as tokenizers
+from keras_attn.translation import pipeline
 
 METADATA = "keras_attn.json"  # what the exporter writes beside the model, read here
 SRC_VOCAB, TGT_VOCAB = "src_vocab.txt", "tgt_vocab.txt"  # keras_attn.text's vocabulary files
@@ -75,13 +76,13 @@ def decoding_options(max_len, beam_size=1):
 
 
 class _GraphTokenizer:
-    """A WordPiece tokenizer (``keras_attn.text.Tokenizer``: TensorFlow ops) with the list
-    interface of :mod:`keras_attn.translation.tokenizers`."""
+    """A WordPiece tokenizer (``keras_attn.text.tokenizers.Tokenizer``: TensorFlow ops) with the list
+    interface of :mod:`keras_attn.text.python_tokenizers`."""
 
     def __init__(self, path):
         import tensorflow as tf
 
-        from keras_attn import subword
+        from keras_attn.text import subword
 
         self._tf, self._tok = tf, subword.load_tokenizer(path)
         self.vocab, self.char_level = self._tok.vocab, self._tok.char_level
@@ -99,8 +100,8 @@ class CTranslate2Translator:
 
     The same interface as ``keras_attn.translator.Translator`` (``encode``,
     ``translate_ids``, ``translate``, ``translate_nbest`` with the per-request options of
-    API.md under our names), so ``keras_attn.evaluation.evaluate`` scores it too.
-    Tokenizes with our vocabularies (``keras_attn.text.Tokenizer``) and decodes with
+    API.md under our names), so ``keras_attn.training.evaluation.evaluate`` scores it too.
+    Tokenizes with our vocabularies (``keras_attn.text.tokenizers.Tokenizer``) and decodes with
     :func:`decoding_options`. CTranslate2 is asked for raw sums of log-probabilities
     (``length_penalty=0``); ``beam_size > 1`` asks for ``beam_size`` hypotheses and reranks
     them with our GNMT penalty ``((5 + n) / 6) ** length_penalty``.
@@ -150,7 +151,7 @@ class CTranslate2Translator:
     def tokenize(self, sentences):
         """Source ids per sentence (normalised as the run's, not cut)."""
         if self.normalize:  # WordPiece runs only, whose tokenizer is TensorFlow's anyway
-            from keras_attn import text
+            from keras_attn.text import tokenizers as text
 
             sentences = [text.normalize_text(s) for s in sentences]
         return self.src_tokenizer.tokenize(list(sentences))
@@ -384,7 +385,7 @@ class CTranslate2Translator:
         ``score_batch`` appends it), cut to ``max_len - 1`` tokens as ``Translator.score``
         cuts them, and whether each was cut."""
         if self.normalize:
-            from keras_attn import text
+            from keras_attn.text import tokenizers as text
 
             targets = [text.normalize_text(t) for t in targets]
         rows = self.tokenize_target(targets)

@@ -1,9 +1,9 @@
-"""TensorFlow only: the document split of :mod:`keras_attn.documents` inside a graph.
+"""TensorFlow only: the document split of :mod:`keras_attn.text.documents` inside a graph.
 
-The same rule list (:data:`keras_attn.documents.RULES`, in the common subset of Python's
+The same rule list (:data:`keras_attn.text.documents.RULES`, in the common subset of Python's
 ``re`` and RE2) runs with ``tf.strings.regex_replace``; ``tf.strings.split`` at the boundary
 marker then gives, for a batch of texts ``(B,)``, a RaggedTensor of sentences and one of
-separators equal to what :func:`keras_attn.documents.split` returns for each text
+separators equal to what :func:`keras_attn.text.documents.split` returns for each text
 (``tests/test_documents.py`` checks it on every test case and on generated text).
 
 For a SavedModel: :func:`split_tensor` before the tokenizer, decode
@@ -24,7 +24,7 @@ import re
 
 import tensorflow as tf
 
-from keras_attn import documents
+from keras_attn.text import documents
 
 
 def _replace_all(texts, rules):
@@ -34,7 +34,7 @@ def _replace_all(texts, rules):
 
 
 def mark_tensor(texts):
-    """:func:`keras_attn.documents.mark` for a batch: string ``(B,)`` -> string ``(B,)``."""
+    """:func:`keras_attn.text.documents.mark` for a batch: string ``(B,)`` -> string ``(B,)``."""
     texts = _replace_all(texts, documents.ESCAPE_RULES)
     texts = tf.strings.join([documents.BEGIN, texts, documents.END])
     return _replace_all(texts, documents.RULES)
@@ -50,7 +50,7 @@ def split_tensor(texts):
     Returns:
         ``(sentences, separators)``: string RaggedTensors ``(B, None)`` and ``(B, None)``,
         row ``i`` holding ``N_i`` sentences and ``N_i + 1`` separators, equal to
-        ``keras_attn.documents.split(texts[i])``.
+        ``keras_attn.text.documents.split(texts[i])``.
 
     Raises:
         ValueError: ``texts`` is not a string tensor of rank 1.
@@ -76,7 +76,7 @@ def split_tensor(texts):
 
 
 def join_tensor(sentences, separators):
-    """Rebuild documents: :func:`keras_attn.documents.join` for each row.
+    """Rebuild documents: :func:`keras_attn.text.documents.join` for each row.
 
     Args:
         sentences: string RaggedTensor ``(B, None)`` (translations, ``N_i`` per row).
@@ -174,7 +174,7 @@ _SPACE_RUN = 4
 
 @functools.lru_cache(maxsize=None)
 def utf8_members(char_class):
-    """The UTF-8 encodings of the characters in a class of :mod:`keras_attn.documents`
+    """The UTF-8 encodings of the characters in a class of :mod:`keras_attn.text.documents`
     (the body of a ``[...]``), as tuples of byte values, shortest first. The classes hold
     Basic Multilingual Plane characters only (checked)."""
     pattern = re.compile(f"[{char_class}]")
@@ -261,7 +261,7 @@ def _valid_utf8(x, valid):
 
 def needs_split_tensor(texts):
     """bool ``(B,)``: False only where the text is exactly one sentence by the rules of
-    :mod:`keras_attn.documents`, with no whitespace at either end, in valid UTF-8 — then a
+    :mod:`keras_attn.text.documents`, with no whitespace at either end, in valid UTF-8 — then a
     TFLite text file's translation of it is the SavedModel's. True where it may hold several
     sentences (or none, or whitespace around one): split it first
     (``keras_attn.export.runtime.split_for_tflite``). Sound, not exact: a whole sentence

@@ -9,7 +9,7 @@ Every decoding here is :meth:`keras_attn.translator.Translator.search`: ``servin
 and ``translate_ids`` with the export's own options, the options signatures
 (:mod:`keras_attn.export.request`) with a request's.
 
-Kernel policy (:mod:`keras_attn.fastpath`, :func:`forward_only`): every serving graph is
+Kernel policy (:mod:`keras_attn.kernels.fastpath`, :func:`forward_only`): every serving graph is
 traced without the fast paths' hand-written gradients (it only runs forward); the
 SavedModel's with ``dynamic_shapes`` on (growing caches, loops that drop ended rows), the
 TFLite graphs with it off (fixed ``max_len`` buffers: the interpreter re-plans its memory
@@ -20,11 +20,13 @@ Portable graphs. Keras's TF backend implements ``keras.ops.slice_update`` with
 ``--xla_cpu_compilation_enabled`` (tensorflow/serving issue 2217). The decoding buffers and
 the key/value cache are therefore written with core ops (``keras_attn.ops.slice_update``,
 and on TensorFlow's fast path a concat or ``tensor_scatter_nd_update``,
-``keras_attn.tf_step``); the SavedModel export fails if an ``Xla*`` op is left.
+``keras_attn.kernels.tf_step``); the SavedModel export fails if an ``Xla*`` op is left.
 """
 import tensorflow as tf
 
-from keras_attn import fastpath, text
+from keras_attn.kernels import fastpath
+
+from keras_attn.text import tokenizers as text
 from keras_attn.decoding.confidence import Calibrator
 from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
 from keras_attn.export.base import check_beam
@@ -252,7 +254,7 @@ class TranslatorModule(tf.Module):
             out = self._serve_sentences(strings)
             out["needs_split"] = documents.needs_split_tensor(strings)
             return out
-        # Documents: split in the graph (the rules of keras_attn.documents), every sentence
+        # Documents: split in the graph (the rules of keras_attn.text.documents), every sentence
         # of the request decoded as one batch, joined back with the text's whitespace; a
         # text's score sums its sentences', it is truncated if any sentence was.
         sentences, separators = documents.split_tensor(strings)

@@ -31,13 +31,19 @@ signature's function.
 Outputs: ``translations`` string ``(B, N)``, ``scores`` float32 ``(B, N)``, ``confidences``
 float32 ``(B, N)`` (``keras_attn.decoding.confidence``: one more teacher-forced pass, the
 calibrator in the graph), ``alignments`` string ``(B, N)`` (Pharaoh ``i-j`` pairs,
-``keras_attn.alignment``; empty unless asked), ``truncated`` bool ``(B,)``.
+``keras_attn.translation.alignment``; empty unless asked), ``truncated`` bool ``(B,)``.
 """
 import inspect
 
 import tensorflow as tf
 
-from keras_attn import alignment, decoding, fastpath, text
+from keras_attn import decoding
+
+from keras_attn.translation import alignment
+
+from keras_attn.kernels import fastpath
+
+from keras_attn.text import tokenizers as text
 from keras_attn.decoding.options import OPTIONS, DecodingOptions
 from keras_attn.export.option_sets import (COMPILED_BUCKETS, LATEST_OPTIONS_SIGNATURE,
                                             OPTION_SIGNATURES)

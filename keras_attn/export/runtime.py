@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from keras_attn.export.option_sets import LATEST_OPTIONS_SIGNATURE, newest_options_signature
-from keras_attn.special_tokens import END_ID, START_ID
+from keras_attn.core.special_tokens import END_ID, START_ID
 
 TFLITE_TEXT_SIGNATURE = "serving_default"
 # serving_default's subgraph under a name that says what it takes: one sentence per string.
@@ -56,7 +56,7 @@ def run_tflite_text(model, texts, split=True):
 
     Each text may hold several sentences and paragraphs: TFLite's interpreter runs no regex
     op (docs/documents.md), so the texts are split here by the rules of
-    :mod:`keras_attn.documents` (:func:`split_for_tflite`, the same result as the
+    :mod:`keras_attn.text.documents` (:func:`split_for_tflite`, the same result as the
     SavedModel's in-graph split), every sentence goes through the file in one batch, and the
     translations are joined back with each text's whitespace (:func:`join_from_tflite`).
 
@@ -262,7 +262,7 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
             ``Translator.encode``; each row is padded/cut to the encoder's width.
         max_len: most tokens generated (default and maximum: the exported ``max_len``).
         start_id, end_id: the target ``[START]`` / ``[END]`` ids (default: the folder's
-            ``metadata.json``, else ``keras_attn.special_tokens``).
+            ``metadata.json``, else ``keras_attn.core.special_tokens``).
 
     Returns:
         dict of numpy arrays: ``tokens`` int32 ``(B, max_len)`` (0 after ``end_id``),
@@ -334,7 +334,7 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
 
 # --- documents: split before the TFLite file, join after -----------------------------------
 # A TFLite file cannot run the document split (its regex ops have no TFLite kernel:
-# docs/documents.md), so an app splits with keras_attn.documents' rules, the same ones the
+# docs/documents.md), so an app splits with keras_attn.text.documents' rules, the same ones the
 # SavedModel runs in its graph.
 def split_for_tflite(texts):
     """Split documents into the sentences a TFLite text file translates (one batch).
@@ -359,7 +359,7 @@ def split_for_tflite(texts):
         >>> out = run_tflite_text("exported/tflite/text_float32.tflite", sentences)
         >>> join_from_tflite(out["translation"], counts, seps)
     """
-    from keras_attn import documents
+    from keras_attn.text import documents
 
     if isinstance(texts, (str, bytes)):
         raise ValueError("`texts` must be a sequence of documents, not one str/bytes. "
@@ -385,7 +385,7 @@ def join_from_tflite(translations, counts, separators):
     Returns:
         list of B str, each document's translations with its own whitespace between them.
     """
-    from keras_attn import documents
+    from keras_attn.text import documents
 
     translations = np.asarray(translations, dtype=object)
     if translations.ndim != 1:

@@ -33,7 +33,7 @@ import sys
 
 import tensorflow as tf
 
-from keras_attn import runs
+from keras_attn.core import runs
 from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.export.base import (Exporter, as_parts, check_alpha, check_beam,
                                     check_choice, decoding_info, file_sizes, now, versions)

@@ -12,7 +12,7 @@
   string, and return ``needs_split`` (bool, ``keras_attn.export.documents.
   needs_split_tensor``): True where a string may not be exactly one sentence, whose
   translation may then lack text. The app splits with the rules of
-  ``keras_attn.documents`` first (``runtime.split_for_tflite`` / ``join_from_tflite``).
+  ``keras_attn.text.documents`` first (``runtime.split_for_tflite`` / ``join_from_tflite``).
   The file takes raw text. A model trained on D2L-normalised text (a WordPiece Tatoeba run)
   cannot normalise inside the file (``StringLower`` and ``StaticRegexReplace`` exist only as
   Flex ops): it is still exported, and its report's ``warnings`` say that it expects
@@ -34,7 +34,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from keras_attn import runs
+from keras_attn.core import runs
 from keras_attn.decoding.options import LENGTH_PENALTY, control_defaults
 from keras_attn.export import runtime
 from keras_attn.export.base import (QUANTIZATIONS, Exporter, as_parts, check_alpha,
@@ -282,7 +282,7 @@ class TFLiteTextExporter(TFLiteExporter):
         if parts.normalize:
             report["warnings"] = [
                 "this file expects normalised input: the model was trained on text normalised "
-                "by keras_attn.text.normalize_text (lower case, spaced punctuation), which "
+                "by keras_attn.text.tokenizers.normalize_text (lower case, spaced punctuation), which "
                 "TFLite cannot do without Flex ops; apply normalize_text before calling it "
                 "(raw text gives the agreement measured in export_report.json)"]
         return report

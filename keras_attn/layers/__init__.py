@@ -1,4 +1,15 @@
-"""Keras 3 attention layers: D2L chapter 11 and "Attention Is All You Need"."""
+"""Keras 3 attention layers: D2L chapter 11 and "Attention Is All You Need".
+
+Masked softmax, Nadaraya–Watson, additive, dot-product and multi-head attention,
+positional encodings, the Transformer's blocks, encoder and decoder, and Bahdanau's GRU
+encoder-decoder; every layer registered with Keras and round-tripping ``get_config()``.
+
+May import: :mod:`keras_attn.ops`, :mod:`keras_attn.kernels`, :mod:`keras_attn.core`, Keras.
+
+Example:
+    >>> from keras_attn.layers import MultiHeadAttention
+    >>> mha = MultiHeadAttention(num_hiddens=64, num_heads=4)
+"""
 from keras_attn.layers.additive_attention import AdditiveAttention
 from keras_attn.layers.dot_product_attention import DotProductAttention
 from keras_attn.layers.dropout import Dropout

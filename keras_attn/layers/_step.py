@@ -1,10 +1,10 @@
 """Layers applied to a decoding step's one position per row: on TensorFlow's fast path
-(:mod:`keras_attn.fastpath`) the kernels of :mod:`keras_attn.tf_step`, elsewhere the layers'
+(:mod:`keras_attn.kernels.fastpath`) the kernels of :mod:`keras_attn.kernels.tf_step`, elsewhere the layers'
 own call. A variant those kernels do not compute is refused with a ``ValueError`` naming it
 (never a silent switch to another path)."""
 import keras
 
-from keras_attn import fastpath
+from keras_attn.kernels import fastpath
 
 
 def _one_position(x):
@@ -19,8 +19,8 @@ def check_dense(layer):
     mode = getattr(layer, "quantization_mode", None)
     if mode:
         raise ValueError(
-            f"The decoding step's fast kernels (keras_attn.tf_step) have no {mode!r}-quantized "
-            f"Dense ({layer.name!r}): decode under keras_attn.fastpath.using(fast_paths=False), "
+            f"The decoding step's fast kernels (keras_attn.kernels.tf_step) have no {mode!r}-quantized "
+            f"Dense ({layer.name!r}): decode under keras_attn.kernels.fastpath.using(fast_paths=False), "
             f"or quantize the export instead (TFLite int8, CTranslate2 int8). "
             f"Received: quantization_mode={mode!r}")
 
@@ -30,7 +30,7 @@ def dense(layer, x):
 
     On TensorFlow's fast path, when ``L`` is 1 (a decoding step), the same arithmetic as
     one ``BatchMatMulV3`` on ``(B, d)`` plus the bias and the activation
-    (:func:`keras_attn.tf_step.linear`): Keras's matmul of a rank-3 input reshapes around a
+    (:func:`keras_attn.kernels.tf_step.linear`): Keras's matmul of a rank-3 input reshapes around a
     ``MatMul`` that TensorFlow hands to oneDNN, a fixed cost per call that is most of a
     step on one sentence. Elsewhere the layer's own call.
 
@@ -39,7 +39,7 @@ def dense(layer, x):
     """
     if not _one_position(x):
         return layer(x)
-    from keras_attn import tf_step
+    from keras_attn.kernels import tf_step
 
     check_dense(layer)
     dtype = layer.compute_dtype
@@ -56,9 +56,9 @@ def check_layer_norm(layer):
     bad = [name for name, yes in variants.items() if yes]
     if bad:
         raise ValueError(
-            f"The decoding step's fast LayerNorm (keras_attn.tf_step.layer_norm) normalises "
+            f"The decoding step's fast LayerNorm (keras_attn.kernels.tf_step.layer_norm) normalises "
             f"the last axis with gamma and beta; {layer.name!r} differs in {bad}: decode "
-            f"under keras_attn.fastpath.using(fast_paths=False). Received: "
+            f"under keras_attn.kernels.fastpath.using(fast_paths=False). Received: "
             + ", ".join(f"{name}={getattr(layer, name)!r}" for name in bad))
 
 
@@ -75,7 +75,7 @@ def layer_norm(layer, x):
     """
     if not _one_position(x):
         return layer(x)
-    from keras_attn import tf_step
+    from keras_attn.kernels import tf_step
 
     check_layer_norm(layer)
     return tf_step.layer_norm(x, layer.gamma, layer.beta, layer.epsilon, layer.compute_dtype)

@@ -80,7 +80,7 @@ class Seq2SeqEncoder(_RNNBase):
             # A GRU cannot run over zero steps (a bare TensorFlow slice error): give an
             # empty source one padding step (masked: the states stay zero) and drop it
             # from the outputs below.
-            from keras_attn import tf_ops
+            from keras_attn.kernels import tf_ops
 
             length = ops.shape(tokens)[1]
             tokens = tf_ops.pad_to_one_step(tokens)
@@ -273,11 +273,11 @@ class BahdanauDecoder(_RNNBase):
 def _scan(body, states, xs, y_like):
     """``keras.ops.scan(body, states, xs)``: ``body(states, x) -> (states, ys)``.
 
-    On TensorFlow ``tf.scan`` (:mod:`keras_attn.tf_ops`): ``keras.ops.scan``'s while loop has
+    On TensorFlow ``tf.scan`` (:mod:`keras_attn.kernels.tf_ops`): ``keras.ops.scan``'s while loop has
     no ``maximum_iterations`` there, so its gradient does not compile under XLA.
     """
     if keras.backend.backend() == "tensorflow":
-        from keras_attn import tf_ops
+        from keras_attn.kernels import tf_ops
 
         return tf_ops.scan(body, states, xs, y_like)
     return ops.scan(body, states, xs)

@@ -4,7 +4,7 @@ The drop probability is quantised to 1/65536: ``rate`` is realised as
 ``round(rate * 65536) / 65536`` (0.1 becomes 0.1000061) and kept values are scaled by the
 exact inverse of the realised keep probability, so ``E[dropout(x)] == x`` holds exactly.
 The reference path draws one ``keras.random.randint(0, 65536)`` per element (every
-backend); on TensorFlow the fast path (:func:`keras_attn.tf_ops.dropout16`) reads two such
+backend); on TensorFlow the fast path (:func:`keras_attn.kernels.tf_ops.dropout16`) reads two such
 numbers from each 32-bit random word, half the random-number work, with the same keep
 probability. Statistical checks (rate, expectation, independence of neighbouring elements)
 live in tests/test_dropout.py.
@@ -12,7 +12,7 @@ live in tests/test_dropout.py.
 import keras
 from keras import ops
 
-from keras_attn import fastpath
+from keras_attn.kernels import fastpath
 from keras_attn.layers import _checks
 
 _LEVELS = 1 << 16
@@ -48,7 +48,7 @@ def dropout16(x, rate, seed, noise_shape=None):
                              f"(rank {len(dims)}). Received: noise_shape={noise_shape}")
         dims = [d if n is None else n for d, n in zip(dims, noise_shape)]
     if fastpath.enabled():
-        from keras_attn import tf_ops
+        from keras_attn.kernels import tf_ops
 
         return tf_ops.dropout16(x, threshold, seed, dims)
     dynamic = ops.shape(x)

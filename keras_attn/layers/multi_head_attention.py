@@ -4,13 +4,13 @@ import math
 import keras
 from keras import ops
 
-from keras_attn import fastpath
+from keras_attn.kernels import fastpath
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
 from keras_attn.layers._step import check_dense, dense
 from keras_attn.layers._masking import AttentionMaskMixin, attention_mask
 from keras_attn.layers.dropout import Dropout
-from keras_attn.layers.kv_cache import (FAST_LAYOUTS, GrowingCache, HeadsFirstCache, KVCache,
+from keras_attn.kernels.kv_cache import (FAST_LAYOUTS, GrowingCache, HeadsFirstCache, KVCache,
                                         as_cache)
 
 
@@ -39,10 +39,10 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         return_attention_scores: also return weights ``(B, H, Q, K)`` (before dropout).
         cache: optional projected keys and values ``(k, v)`` (as in keras-hub's cached
             attention), made by :meth:`init_cache` or :meth:`compute_cache`; its class
-            (:mod:`keras_attn.layers.kv_cache`) is its layout and chooses the kernels: a
+            (:mod:`keras_attn.kernels.kv_cache`) is its layout and chooses the kernels: a
             ``KVCache`` ``(B, L, H, d_h)`` the reference path, a ``HeadsFirstCache`` or
             ``GrowingCache`` ``(B, H, L, d_h)`` TensorFlow's step kernels
-            (:mod:`keras_attn.tf_step`); a plain pair is a ``KVCache``.
+            (:mod:`keras_attn.kernels.tf_step`); a plain pair is a ``KVCache``.
             with ``cache_update_index=None`` the cache is attended as it is (``keys`` and
             ``values`` are ignored: cross-attention over a source projected once);
             with ``cache_update_index=i`` the projected ``keys``/``values`` are written at
@@ -123,8 +123,8 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         """The cached call over a heads-first cache (TensorFlow): the same projections (as
         one ``BatchMatMulV3`` per Dense on a decoding step's one position,
         :func:`keras_attn.layers._step.dense`) around
-        :func:`keras_attn.tf_step.cached_attention`."""
-        from keras_attn import tf_step
+        :func:`keras_attn.kernels.tf_step.cached_attention`."""
+        from keras_attn.kernels import tf_step
 
         scale = ops.cast(1.0 / math.sqrt(self.head_dim), queries.dtype)
         k = v = None
@@ -158,7 +158,7 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         q = q * ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype)
         dropout = lambda w: self.dropout_layer(w, training=training)  # noqa: E731
         if fastpath.enabled():
-            from keras_attn import tf_attention
+            from keras_attn.kernels import tf_attention
 
             return tf_attention.multi_head_attention(q, k, v, keep, valid_lens, dropout)
         scores = ops.einsum("bqhd,bkhd->bhqk", q, k)
@@ -178,14 +178,14 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
 
     @staticmethod
     def cache_layout(layout=None):
-        """The :mod:`keras_attn.layers.kv_cache` class a cache made now has: ``layout``
-        when given, else by the kernel policy (:mod:`keras_attn.fastpath`): a
+        """The :mod:`keras_attn.kernels.kv_cache` class a cache made now has: ``layout``
+        when given, else by the kernel policy (:mod:`keras_attn.kernels.fastpath`): a
         ``GrowingCache`` where it allows growing caches, a ``HeadsFirstCache`` on
         TensorFlow's fast path, a ``KVCache`` elsewhere."""
         if layout is not None:
             if layout not in (KVCache, HeadsFirstCache, GrowingCache):
                 raise ValueError("`layout` must be KVCache, HeadsFirstCache or GrowingCache "
-                                 f"(keras_attn.layers.kv_cache). Received: layout={layout!r}")
+                                 f"(keras_attn.kernels.kv_cache). Received: layout={layout!r}")
             return layout
         policy = fastpath.current()
         if policy.growing_cache():
@@ -201,7 +201,7 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         k, v = self.W_k(keys), self.W_v(values)
         if self.cache_layout(layout) is KVCache:
             return KVCache(self.split_heads(k), self.split_heads(v))
-        from keras_attn import tf_step
+        from keras_attn.kernels import tf_step
 
         return HeadsFirstCache(tf_step.heads_first(k, self.num_heads)[0],
                                tf_step.heads_first(v, self.num_heads)[0])
@@ -210,13 +210,13 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         """A self-attention cache of ``max_len`` positions: zeros of the ``layout``
         (default :meth:`cache_layout`): ``KVCache`` ``(B, max_len, H, d_h)``,
         ``HeadsFirstCache`` ``(B, H, max_len, d_h)``, or an empty ``GrowingCache``
-        (:func:`keras_attn.tf_step.empty_cache`)."""
+        (:func:`keras_attn.kernels.tf_step.empty_cache`)."""
         layout = self.cache_layout(layout)
         if layout is KVCache:
             zeros = ops.zeros((batch, max_len, self.num_heads, self.head_dim),
                               self.compute_dtype)
             return KVCache(zeros, zeros)
-        from keras_attn import tf_step
+        from keras_attn.kernels import tf_step
 
         return tf_step.empty_cache(batch, self.num_heads, max_len, self.head_dim,
                                    self.compute_dtype, growing=layout is GrowingCache)

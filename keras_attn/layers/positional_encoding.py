@@ -37,7 +37,7 @@ class _PositionBase(keras.layers.Layer):
                 f"`max_len`. Received: max_len={self.max_len}, inputs with shape={tuple(x.shape)}"
             )
         if length is None:  # only TensorFlow traces with unknown lengths
-            from keras_attn import tf_ops
+            from keras_attn.kernels import tf_ops
 
             tf_ops.assert_length_at_most(
                 ops.shape(x)[1] + start_index, self.max_len,

@@ -4,10 +4,10 @@ import math
 import keras
 from keras import ops
 
-from keras_attn import fastpath
+from keras_attn.kernels import fastpath
 from keras_attn.layers import _checks
 from keras_attn.layers._step import dense, layer_norm
-from keras_attn.layers.kv_cache import HeadsFirstCache, KVCache
+from keras_attn.kernels.kv_cache import HeadsFirstCache, KVCache
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.positional_encoding import PositionalEncoding
 from keras_attn.layers.transformer_blocks import TransformerDecoderBlock, TransformerEncoderBlock
@@ -242,7 +242,7 @@ class TransformerDecoder(_StackBase):
         Args:
             enc_outputs: ``(B, S, num_hiddens)``, the encoder's output for ``source``.
             source: int ``(B, S)`` source ids (0 = padding). max_len: positions to cache.
-            layout: the self-attention caches' class (:mod:`keras_attn.layers.kv_cache`;
+            layout: the self-attention caches' class (:mod:`keras_attn.kernels.kv_cache`;
                 default ``MultiHeadAttention.cache_layout``: by the kernel policy); the
                 cross-attention's are a ``KVCache`` with a ``KVCache``, else a
                 ``HeadsFirstCache``.
@@ -289,7 +289,7 @@ class TiedLogits(keras.layers.Layer):
 
     def call(self, x, embeddings):
         if x.shape[1] == 1 and fastpath.enabled():  # a decoding step: see layers._step
-            from keras_attn import tf_step
+            from keras_attn.kernels import tf_step
 
             return tf_step.linear(x, embeddings, self.bias, transpose_kernel=True)
         return ops.matmul(x, ops.transpose(ops.cast(embeddings, x.dtype))) + ops.cast(

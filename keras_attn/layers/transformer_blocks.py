@@ -135,7 +135,7 @@ class TransformerDecoderBlock(_BlockBase):
             values are written at ``self_attention_cache_update_index`` (step decoding).
         cross_attention_cache: the projected source from :meth:`compute_cache` (then
             ``enc_outputs`` is not read). Give both caches or neither; their layouts:
-            :mod:`keras_attn.layers.kv_cache`.
+            :mod:`keras_attn.kernels.kv_cache`.
 
     Returns: ``(B, T, num_hiddens)``; with ``return_attention_scores`` also the weights;
     with the caches also the updated self-attention cache, last.

@@ -30,6 +30,9 @@ Modules, one job each:
 Example:
     >>> from keras_attn.serve import serve
     >>> serve("exported", port=5000)           # CLI: keras-attn serve exported
+
+May import: export, training, viz, the translator and everything below them; never
+cli.
 """
 from keras_attn.serve.locate import Artefact, locate  # noqa: F401  (no TensorFlow import)
 

@@ -25,7 +25,7 @@ import concurrent.futures
 import os
 import threading
 
-from keras_attn import runs
+from keras_attn.core import runs
 
 
 class Attention:
@@ -94,7 +94,11 @@ class Attention:
         """
         import numpy as np
 
-        from keras_attn import alignment, decoding, special_tokens
+        from keras_attn import decoding
+
+        from keras_attn.translation import alignment
+
+        from keras_attn.core import special_tokens
         from keras_attn.viz.heatmaps import token_labels
 
         translator = self.load()

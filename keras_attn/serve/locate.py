@@ -1,7 +1,7 @@
 """Which artefact ``keras-attn serve PATH`` serves: a run directory or an export directory,
 resolved to an exported SavedModel version or a CTranslate2 model directory.
 
-Layouts read (``keras_attn.runs``, ``keras_attn.export.rundir``,
+Layouts read (``keras_attn.core.runs``, ``keras_attn.export.rundir``,
 ``keras_attn.export.ctranslate2``)::
 
     RUN_DIR/config.json                               a run directory
@@ -31,7 +31,7 @@ ENGINES = ("savedmodel", "ctranslate2")
 MODEL_NAME = "translator"
 CT2_METADATA = "keras_attn.json"
 
-# LibreTranslate's /languages entries for each task of keras_attn.config (code, name).
+# LibreTranslate's /languages entries for each task of keras_attn.core.config (code, name).
 TASK_LANGUAGES = {
     "tatoeba": (("en", "English"), ("fr", "French")),
     "dates": (("dates", "Dates as people write them"), ("iso", "ISO 8601 dates")),

@@ -3,7 +3,7 @@
 Tags, attributes, comments and entities are never sent to the model. The fragment is cut
 into segments at every tag that is not inline (``<p>``, ``<div>``, ``<li>``, ``<br>``, ...):
 each segment's text (inline tags removed, entities decoded) is cut into its sentences
-(:func:`keras_attn.documents.split`, the rules the engines split a text with), every
+(:func:`keras_attn.text.documents.split`, the rules the engines split a text with), every
 sentence of a request is translated in one batch, and a segment's translation is its
 sentences' joined with its own whitespace, their alignments numbered over the whole segment
 (the SavedModel's alignment of a text of several sentences, ``"0-0 | 0-0"``, numbers each
@@ -25,7 +25,7 @@ import html
 import html.parser
 import re
 
-from keras_attn.documents import Segments, split as split_sentences
+from keras_attn.text.documents import Segments, split as split_sentences
 from keras_attn.translation.pipeline import joined
 
 INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em",
@@ -123,7 +123,7 @@ def _words(text):
 def _target_words(text):
     r"""``(start, end)`` of each word of a translation as its alignment numbers them: cut at
     ASCII whitespace only. A SentencePiece target piece such as ``"\u202f!"`` or ``"\xa0"``
-    continues the word before it (``keras_attn.alignment.word_tables``), so a French
+    continues the word before it (``keras_attn.translation.alignment.word_tables``), so a French
     ``"pria\u202f!"`` is one word; cut at every Unicode space (``str.split``), the words
     after it were numbered one too far and the narrow no-break space became a space."""
     return [(m.start(), m.end()) for m in re.finditer(r"[^ \t\n\r\f\v]+", text)]
@@ -137,7 +137,7 @@ def _pairs(alignment):
 
 
 def _sentences(text):
-    """:func:`keras_attn.documents.split` of a segment's stripped text (never empty)."""
+    """:func:`keras_attn.text.documents.split` of a segment's stripped text (never empty)."""
     parts = split_sentences(text)
     return parts if parts.sentences else Segments([text], ["", ""])
 

@@ -1,6 +1,6 @@
 """One request's life, for every engine (pure Python: no TensorFlow, no Keras).
 
-text -> sentences (:mod:`keras_attn.documents`) -> batches sorted by length -> hypotheses
+text -> sentences (:mod:`keras_attn.text.documents`) -> batches sorted by length -> hypotheses
 with scores, confidences and alignments -> documents joined with their own whitespace, a
 sentence longer than the model reads reported (``"truncated"``) or cut at clause
 boundaries (``split_long``). ``Translator`` (Keras/TensorFlow) and ``CTranslate2Translator``
@@ -23,10 +23,10 @@ Example:
 """
 import numpy as np
 
-from keras_attn import documents
+from keras_attn.text import documents
 from keras_attn.decoding.confidence import NumpyOps
 from keras_attn.decoding.options import DecodingOptions
-from keras_attn.special_tokens import END_ID
+from keras_attn.core.special_tokens import END_ID
 
 
 def resolve(engine, options, refuse=None):
@@ -170,9 +170,9 @@ def source_lengths(engine, sentences):
 
 
 def cut_long(engine, sentences):
-    """Per sentence a :class:`keras_attn.documents.Pieces` cut at clause boundaries when it
+    """Per sentence a :class:`keras_attn.text.documents.Pieces` cut at clause boundaries when it
     has more source tokens than the model reads (``max_len - 1`` before ``[END]``), else
-    None (:func:`keras_attn.documents.cut_long`)."""
+    None (:func:`keras_attn.text.documents.cut_long`)."""
     limit = engine.max_len - 1
     count = lambda piece: source_lengths(engine, [piece])[0]  # noqa: E731
     return [documents.cut_long(s, limit, count) if n > limit else None

@@ -17,6 +17,10 @@ Example:
 
 References: D2L 11.1 (``show_heatmaps``), 11.2 (Nadaraya–Watson), 11.6 (positional
 encoding), 11.7 (Transformer attention maps); Vaswani et al. 2017, section 5.3 (schedule).
+
+May import: :mod:`keras_attn.models`, :mod:`keras_attn.layers`,
+:mod:`keras_attn.schedules` and what is below them; never translation, training, export,
+serve or cli (a Translator is passed in).
 """
 import os
 import sys

@@ -124,7 +124,7 @@ def token_labels(tokenizer, ids):
     """Readable tick labels for token ids: ``##`` removed, a space shown as ``␣``.
 
     Args:
-        tokenizer: a ``keras_attn.text.Tokenizer`` (anything with ``id_to_token``).
+        tokenizer: a ``keras_attn.text.tokenizers.Tokenizer`` (anything with ``id_to_token``).
         ids: int sequence.
     Example:
         >>> token_labels(tok, [5, 4, 3, 0])   # ['a', '␣', '[END]', '[PAD]']
@@ -238,7 +238,7 @@ def plot_translation_attention(translator, sentence, path_prefix=None, num_paddi
     Example:
         >>> text, figs = plot_translation_attention(tr, "le 3 mars 2021", "docs/figures/dates")
     """
-    from keras_attn import text  # noqa: PLC0415
+    from keras_attn.text import tokenizers as text  # noqa: PLC0415
 
     if not isinstance(num_padding, int) or num_padding < 0:
         raise ValueError("`num_padding` must be an int >= 0. "

@@ -1,7 +1,7 @@
 """Training for a time budget: the clock that drives :class:`BudgetSchedule`, a progress
 line for logs, and the average of the last checkpoints.
 
-``keras-attn train --time-budget 60m`` (see :func:`keras_attn.training.train`): the budget
+``keras-attn train --time-budget 60m`` (see :func:`keras_attn.training.recipes.train`): the budget
 counts from the start of the command. Training gets the budget less a reserve for choosing
 the weights, evaluating, calibrating and exporting (:func:`reserve_seconds`), and that work
 is sized to the time left when training ends (:class:`AfterTraining`: fewer test and
@@ -20,8 +20,8 @@ import time
 import keras
 import numpy as np
 
-from keras_attn import runs
-from keras_attn.config import format_duration
+from keras_attn.core import runs
+from keras_attn.core.config import format_duration
 
 # Steps per "epoch" of a budgeted run: how often the backup, the budget state, a
 # training_log.csv row and a snapshot for averaging are written.
@@ -210,7 +210,7 @@ class BudgetClock(keras.callbacks.Callback):
         means training starts over, and so does the schedule.
 
         Args:
-            run_dir: the run directory (:mod:`keras_attn.runs` layout); the clock writes
+            run_dir: the run directory (:mod:`keras_attn.core.runs` layout); the clock writes
                 its state to ``run_dir/budget.json`` at every epoch end.
             schedule: the :class:`keras_attn.schedules.BudgetSchedule` of the optimizer.
             time_budget: seconds for the whole command.

@@ -2,7 +2,7 @@
 import keras
 from keras import ops
 
-from keras_attn import fastpath
+from keras_attn.kernels import fastpath
 
 PAD_ID = 0
 
@@ -13,8 +13,8 @@ def masked_cross_entropy(y_true, logits, label_smoothing=0.0, pad_id=PAD_ID, jit
     With smoothing ``eps`` the target is ``(1 - eps) * one_hot + eps / V``, so the loss per
     token is ``(1 - eps) * (-log p_y) + eps * mean_k(-log p_k)``.
 
-    On TensorFlow with :mod:`keras_attn.fastpath` on, the loss and its gradient
-    ``(softmax(z) - q) * weight`` are written out (:func:`keras_attn.tf_ops.masked_cross_entropy`),
+    On TensorFlow with :mod:`keras_attn.kernels.fastpath` on, the loss and its gradient
+    ``(softmax(z) - q) * weight`` are written out (:func:`keras_attn.kernels.tf_ops.masked_cross_entropy`),
     as two XLA kernels with ``jit_compile=True`` (the default) or TensorFlow ops with
     ``jit_compile=False``; elsewhere autodiff differentiates the ``keras.ops`` form below.
 
@@ -30,7 +30,7 @@ def masked_cross_entropy(y_true, logits, label_smoothing=0.0, pad_id=PAD_ID, jit
     logits = ops.cast(logits, "float32")
     eps, pad_id = float(label_smoothing), int(pad_id)
     if fastpath.enabled():
-        from keras_attn import tf_ops
+        from keras_attn.kernels import tf_ops
 
         return tf_ops.masked_cross_entropy(logits, y_true, eps, pad_id, bool(jit_compile))
     real = ops.not_equal(y_true, pad_id)

@@ -40,8 +40,8 @@ import re
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_attn.special_tokens import END, END_ID, PAD, PAD_ID, START, START_ID, UNK, UNK_ID
-from keras_attn.vocab import (DEFAULT_EXTRA_CHARS, RESERVED_TOKENS, SUFFIX, char_vocab,
+from keras_attn.core.special_tokens import END, END_ID, PAD, PAD_ID, START, START_ID, UNK, UNK_ID
+from keras_attn.text.vocab import (DEFAULT_EXTRA_CHARS, RESERVED_TOKENS, SUFFIX, char_vocab,
                               check_vocab, learn_wordpiece_vocab, load_vocab, save_vocab)
 
 __all__ = ["PAD", "UNK", "START", "END", "PAD_ID", "UNK_ID", "START_ID", "END_ID",

@@ -14,18 +14,23 @@ import time
 import keras
 import tensorflow as tf
 
-import keras_attn.config
-from keras_attn import budget, data, losses, runs, schedules, subword, text
-from keras_attn.distribute import (DistributedFitModel, ReplicaMeanMaskedCrossentropy,
+import keras_attn.core.config
+from keras_attn import data, schedules
+from keras_attn.training import budget
+from keras_attn.training import losses
+from keras_attn.core import runs
+from keras_attn.text import subword
+from keras_attn.text import tokenizers as text
+from keras_attn.training.distribute import (DistributedFitModel, ReplicaMeanMaskedCrossentropy,
                                    make_strategy, worker_info)
-from keras_attn.evaluation import evaluate
-from keras_attn.config import TrainConfig, format_duration
+from keras_attn.training.evaluation import evaluate
+from keras_attn.core.config import TrainConfig, format_duration
 from keras_attn.data import load_splits  # noqa: F401 (training.load_splits: a public name)
 from keras_attn.models import build_model
 
-# The options live in keras_attn.config (no TensorFlow) and the builder in
+# The options live in keras_attn.core.config (no TensorFlow) and the builder in
 # keras_attn.models; both are read here too (training.TASK_DEFAULTS, training.build_model).
-TASK_DEFAULTS = keras_attn.config.TASK_DEFAULTS
+TASK_DEFAULTS = keras_attn.core.config.TASK_DEFAULTS
 
 
 def _tokenizers(config, splits, run_paths, log=print):
@@ -320,7 +325,7 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     metrics["train_seconds"] = round(train_seconds, 1)
     if splits["valid"]:
         # The confidence of every artefact: a calibrator fitted on the validation split.
-        from keras_attn.calibration import calibrate
+        from keras_attn.training.calibration import calibrate
 
         valid = splits["valid"][: after.valid_sentences()] if after else splits["valid"]
         calibrator = calibrate(translator, valid, config.task, seed=config.seed, log=log)

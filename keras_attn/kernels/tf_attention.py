@@ -1,20 +1,20 @@
 """TensorFlow only: multi-head attention over whole sequences, the fast path of
-``MultiHeadAttention._compute_attention`` (:mod:`keras_attn.fastpath`).
+``MultiHeadAttention._compute_attention`` (:mod:`keras_attn.kernels.fastpath`).
 
 Reference: ``MultiHeadAttention._compute_attention`` (einsums and
 ``keras_attn.ops.masked_softmax``); ``tests/test_fastpath.py`` checks that both agree. All
 heads are attended as batched matmuls over ``(B, H)``; scores larger than the CPU's cache are
 attended in chunks (:func:`attention_chunks`), which a GPU does not need (the policy's
 ``attention_chunks``). The kernels of a one-position decoding step are
-:mod:`keras_attn.tf_step`.
+:mod:`keras_attn.kernels.tf_step`.
 """
 import functools
 
 import tensorflow as tf
 
-from keras_attn import fastpath
-from keras_attn import ops as attn_ops
-from keras_attn import tf_ops
+from keras_attn.kernels import fastpath
+from keras_attn.kernels import masks as attn_ops
+from keras_attn.kernels import tf_ops
 
 
 # --- multi-head attention ----------------------------------------------------------------------

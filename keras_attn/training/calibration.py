@@ -21,10 +21,10 @@ import time
 
 import numpy as np
 
-from keras_attn import runs
+from keras_attn.core import runs
 from keras_attn.decoding.confidence import (ACCEPTABLE_CHRF, FEATURES, auroc,
                                             expected_calibration_error, fit)
-from keras_attn.special_tokens import END_ID
+from keras_attn.core.special_tokens import END_ID
 
 NOISE_SHARE = 0.5  # random-vocabulary sources, as a share of the validation sources
 FIRST_WORD_ID = 4  # ids below are [PAD], [UNK], [START], [END]
@@ -114,7 +114,7 @@ def calibrate(translator, pairs, task, seed=0, batch_size=256, log=print):
 def calibrate_run(run_dir, log=print, batch_size=256):
     """Fit the calibrator of a trained run on its validation split and save it as
     ``calibration.json`` (:func:`calibrate`); returns it."""
-    from keras_attn.config import TrainConfig
+    from keras_attn.core.config import TrainConfig
     from keras_attn.data import load_splits
     from keras_attn.translator import Translator
 

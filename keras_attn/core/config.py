@@ -7,7 +7,7 @@ import dataclasses
 import math
 import re
 
-from keras_attn.special_tokens import END_ID, START_ID
+from keras_attn.core.special_tokens import END_ID, START_ID
 
 
 @dataclasses.dataclass

@@ -35,7 +35,9 @@ import os
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_attn import runs, text
+from keras_attn.core import runs
+
+from keras_attn.text import tokenizers as text
 
 NORMALIZATIONS = ("nmt_nfkc", "nmt_nfkc_cf", "identity", "nfkc")
 MODEL_SUFFIX = ".model"
@@ -111,7 +113,7 @@ def save_model(proto, path):
 class SentencePieceTokenizer(tf.Module):
     """Raw text <-> subword ids on `tensorflow_text.FastSentencepieceTokenizer`.
 
-    Same interface as `keras_attn.text.Tokenizer`: `tokenize` adds no `[START]`/`[END]`;
+    Same interface as `keras_attn.text.tokenizers.Tokenizer`: `tokenize` adds no `[START]`/`[END]`;
     `detokenize` stops at the first `[END]` and drops `[PAD]` and `[START]`. An id outside
     the vocabulary is read as `[UNK]`, which detokenizes to the text ``" ⁇ "``.
 

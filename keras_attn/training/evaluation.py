@@ -1,7 +1,7 @@
 """Scores of a translator on test pairs: exact match, and sacrebleu's BLEU and chrF."""
 import time
 
-from keras_attn import text
+from keras_attn.text import tokenizers as text
 from keras_attn.decoding.options import LENGTH_PENALTY
 
 

@@ -1,7 +1,7 @@
 """TensorFlow only: the kernels of a cached, one-position decoding step.
 
 What ``MultiHeadAttention``, the FFN, the LayerNorms and the output projection run on
-TensorFlow when they read a :mod:`keras_attn.layers.kv_cache` cache of a fast layout
+TensorFlow when they read a :mod:`keras_attn.kernels.kv_cache` cache of a fast layout
 (``HeadsFirstCache``, ``GrowingCache``) or one position per row
 (:mod:`keras_attn.layers._step`); reference: the layers' own calls
 (``tests/test_fastpath.py`` checks that both agree).
@@ -20,10 +20,10 @@ import weakref
 
 import tensorflow as tf
 
-from keras_attn import ops as attn_ops
-from keras_attn.layers.kv_cache import GrowingCache, HeadsFirstCache
-from keras_attn.numerics import large_negative
-from keras_attn.tf_attention import Shaped
+from keras_attn.kernels import masks as attn_ops
+from keras_attn.kernels.kv_cache import GrowingCache, HeadsFirstCache
+from keras_attn.kernels.numerics import large_negative
+from keras_attn.kernels.tf_attention import Shaped
 
 
 _FILL = large_negative("float32")  # the softmax is computed in float32
@@ -186,7 +186,7 @@ def cached_attention(q, k, v, cache, index, heads, keep=None, valid_lens=None, c
     """
     if not isinstance(cache, (HeadsFirstCache, GrowingCache)):
         raise ValueError("`cache` must be a HeadsFirstCache or a GrowingCache "
-                         f"(keras_attn.layers.kv_cache). Received: {type(cache).__name__}")
+                         f"(keras_attn.kernels.kv_cache). Received: {type(cache).__name__}")
     (q,) = heads_first(q, heads)  # (B, H, Q, dh)
     k_cache, v_cache = cache
     growing = isinstance(cache, GrowingCache)

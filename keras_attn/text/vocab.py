@@ -1,4 +1,4 @@
-"""Vocabularies for `keras_attn.text.Tokenizer`: learned WordPiece, characters, files.
+"""Vocabularies for `keras_attn.text.tokenizers.Tokenizer`: learned WordPiece, characters, files.
 
 A vocabulary is a list of tokens whose index is the id; the reserved tokens come first
 (`[PAD]`=0, `[UNK]`=1, `[START]`=2, `[END]`=3) and a suffix token (inside a word) starts
@@ -8,8 +8,8 @@ import os
 import random
 import string
 
-from keras_attn import runs
-from keras_attn.special_tokens import END, PAD, START, UNK
+from keras_attn.core import runs
+from keras_attn.core.special_tokens import END, PAD, START, UNK
 
 RESERVED_TOKENS = [PAD, UNK, START, END]
 SUFFIX = "##"

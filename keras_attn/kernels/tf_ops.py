@@ -1,4 +1,4 @@
-"""TensorFlow only: the fast paths behind :mod:`keras_attn.fastpath`, and the slice update
+"""TensorFlow only: the fast paths behind :mod:`keras_attn.kernels.fastpath`, and the slice update
 that exported graphs need.
 
 Imported only when Keras runs on TensorFlow. Each fast path names its reference (written
@@ -9,9 +9,9 @@ with ``keras.ops`` where it is used) and a test checks that both give the same r
 - :func:`masked_cross_entropy`: the loss and its gradient as two XLA kernels.
 
 The fast paths built on these sit one level up, beside what they replace:
-:mod:`keras_attn.tf_attention` (multi-head attention) and :mod:`keras_attn.tf_step` (the
+:mod:`keras_attn.kernels.tf_attention` (multi-head attention) and :mod:`keras_attn.kernels.tf_step` (the
 kernels of a cached decoding step). This module imports no other keras_attn module but
-:mod:`keras_attn.numerics` and :mod:`keras_attn.fastpath` (the policy), so the reference
+:mod:`keras_attn.kernels.numerics` and :mod:`keras_attn.kernels.fastpath` (the policy), so the reference
 code may call into it.
 
 :func:`slice_update` is not a fast path but a portability rule: on TensorFlow,
@@ -21,8 +21,8 @@ unless it is started with XLA enabled; this version uses core ops only.
 import keras
 import tensorflow as tf
 
-from keras_attn import fastpath
-from keras_attn.numerics import large_negative
+from keras_attn.kernels import fastpath
+from keras_attn.kernels.numerics import large_negative
 
 _FILL = large_negative("float32")  # these kernels work in float32
 
@@ -37,7 +37,7 @@ def masked_softmax(x, keep):
     counterpart in the backward pass (autodiff adds two passes over ``(B, H, Q, K)``).
 
     Under a kernel policy without ``custom_gradients`` (graphs that only run forward:
-    :mod:`keras_attn.fastpath`) the same forward pass, with autodiff's gradient.
+    :mod:`keras_attn.kernels.fastpath`) the same forward pass, with autodiff's gradient.
 
     Args:
         x: float32 scores. keep: bool, broadcasts against ``x``.
@@ -196,7 +196,7 @@ _ce_backward_xla = tf.function(_ce_backward, jit_compile=True, reduce_retracing=
 def masked_cross_entropy(logits, y_true, eps, pad_id, jit_compile=True):
     """Mean label-smoothed cross-entropy over the real tokens, gradient written out.
 
-    Reference: ``keras_attn.losses.masked_cross_entropy``'s ``keras.ops`` path. With
+    Reference: ``keras_attn.training.losses.masked_cross_entropy``'s ``keras.ops`` path. With
     ``jit_compile`` the forward pass (row max, ``sum(exp(z - max))``, the label's logit)
     and the gradient ``(softmax(z) - q) * weight`` are two XLA kernels that read the
     ``(B, T, V)`` logits twice and write them once; XLA compiles once per new logits shape.

@@ -2,9 +2,9 @@
 that runs without it (CTranslate2); ``tests/test_translation.py`` holds them equal.
 
 * :class:`PieceTokenizer`: a SentencePiece model through the ``sentencepiece`` library (the
-  pieces of ``keras_attn.subword.SentencePieceTokenizer``'s tensorflow-text ops, and its
+  pieces of ``keras_attn.text.subword.SentencePieceTokenizer``'s tensorflow-text ops, and its
   detokenizer's rules);
-* :class:`CharTokenizer`: a character vocabulary, as ``keras_attn.text.Tokenizer`` reads
+* :class:`CharTokenizer`: a character vocabulary, as ``keras_attn.text.tokenizers.Tokenizer`` reads
   one (a text with an unknown character is a single ``[UNK]``).
 
 Both have ``vocab``, ``char_level``, ``tokenize(texts)`` (per text its ids, no
@@ -16,8 +16,8 @@ Example:
     >>> tok.detokenize(tok.tokenize(["Merci !"]))
     ['Merci !']
 """
-from keras_attn.special_tokens import END_ID, PAD_ID, START_ID, UNK, UNK_ID
-from keras_attn.vocab import SUFFIX, load_vocab
+from keras_attn.core.special_tokens import END_ID, PAD_ID, START_ID, UNK, UNK_ID
+from keras_attn.text.vocab import SUFFIX, load_vocab
 
 SPACE = "\u2581"  # how SentencePiece writes a space inside a piece
 RESERVED = 4  # [PAD], [UNK], [START], [END]
@@ -52,7 +52,7 @@ class PieceTokenizer:
     """A SentencePiece model (bytes) through the ``sentencepiece`` library.
 
     Args:
-        model: the serialized model (``keras_attn.subword.learn_sentencepiece``'s), whose
+        model: the serialized model (``keras_attn.text.subword.learn_sentencepiece``'s), whose
             pad/unk/bos/eos ids are 0/1/2/3.
     """
 
@@ -98,7 +98,7 @@ class CharTokenizer:
     """A character vocabulary (``[PAD]``..``[END]``, every character ``c``, then ``##c``).
 
     Args:
-        vocab: the token list (``keras_attn.vocab.load_vocab`` of a ``*_vocab.txt``).
+        vocab: the token list (``keras_attn.text.vocab.load_vocab`` of a ``*_vocab.txt``).
     """
 
     char_level = True

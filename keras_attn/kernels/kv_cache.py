@@ -9,9 +9,9 @@ class               ``k`` and ``v``               read by
 ==================  ============================  =========================================
 ``KVCache``         ``(B, L, H, d_h)``            the reference path (``keras.ops``, every
                                                   backend)
-``HeadsFirstCache`` ``(B, H, L, d_h)``, written   :mod:`keras_attn.tf_step` (TensorFlow)
+``HeadsFirstCache`` ``(B, H, L, d_h)``, written   :mod:`keras_attn.kernels.tf_step` (TensorFlow)
                     in place at the step's index
-``GrowingCache``    ``(B, H, t, d_h)``, ``t`` the  :mod:`keras_attn.tf_step` (TensorFlow, a
+``GrowingCache``    ``(B, H, t, d_h)``, ``t`` the  :mod:`keras_attn.kernels.tf_step` (TensorFlow, a
                     positions so far; grows by a  plain graph only: the loop carries a
                     concat                        tensor whose shape changes)
 ==================  ============================  =========================================
@@ -53,7 +53,7 @@ class GrowingCache(NamedTuple):
 
 
 LAYOUTS = (KVCache, HeadsFirstCache, GrowingCache)
-FAST_LAYOUTS = (HeadsFirstCache, GrowingCache)  # read by keras_attn.tf_step
+FAST_LAYOUTS = (HeadsFirstCache, GrowingCache)  # read by keras_attn.kernels.tf_step
 
 
 def as_cache(cache):

@@ -24,7 +24,7 @@ Marian's ``--alignment`` output.
 import numpy as np
 from keras import ops
 
-from keras_attn import special_tokens
+from keras_attn.core import special_tokens
 
 SPACE_PIECE = "\u2581"  # SentencePiece's "▁"
 _SUFFIX = "##"

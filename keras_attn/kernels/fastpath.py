@@ -2,9 +2,9 @@
 
 Every computation in keras_attn has a reference path written with ``keras.ops``: it reads
 like the paper and runs on TensorFlow, JAX and PyTorch. A few also have a fast path for
-TensorFlow (:mod:`keras_attn.tf_ops`: hand-written gradients for the masked softmax and the
-loss, dropout decisions drawn 16 bits at a time; :mod:`keras_attn.tf_attention`: attention
-of every head as batched matmuls, in cache-sized chunks; :mod:`keras_attn.tf_step`: the
+TensorFlow (:mod:`keras_attn.kernels.tf_ops`: hand-written gradients for the masked softmax and the
+loss, dropout decisions drawn 16 bits at a time; :mod:`keras_attn.kernels.tf_attention`: attention
+of every head as batched matmuls, in cache-sized chunks; :mod:`keras_attn.kernels.tf_step`: the
 kernels of a one-position decoding step). :class:`KernelPolicy` says which runs, and how a
 decoding loop may lay out its state:
 
@@ -17,7 +17,7 @@ decoding loop may lay out its state:
   buffers everywhere), switched on by the graphs that can (``Translator``'s decoders, the
   SavedModel's signatures). Ignored when executing eagerly.
 - ``attention_chunks``: cut large attention scores into chunks that stay in the CPU's
-  cache (:func:`keras_attn.tf_attention.attention_chunks`); None: when TensorFlow sees no
+  cache (:func:`keras_attn.kernels.tf_attention.attention_chunks`); None: when TensorFlow sees no
   GPU (asked once per process).
 - ``custom_gradients``: the fast paths' hand-written gradients (``tf.custom_gradient``).
   A graph that only ever runs forward (the exported ones) is traced without them: the same

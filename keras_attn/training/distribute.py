@@ -10,7 +10,7 @@ import os
 import keras
 import tensorflow as tf
 
-from keras_attn import losses
+from keras_attn.training import losses
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

@@ -1,0 +1,73 @@
+"""The layout is the architecture: import-linter's contracts (``.importlinter``) hold every
+arrow between keras_attn's packages downward, and every part of the package is in them."""
+import configparser
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import guards
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "keras_attn"
+CONTRACTS = ROOT / ".importlinter"
+# The modules that stay at the top: the API contract's ops, models and schedules, and the
+# Keras engine the README imports (keras_attn.translator).
+LINT = [sys.executable, "-c", "from importlinter.cli import lint_imports_command as c; c()",
+        "--no-cache", "--no-logo"]
+LOOSE = {"ops", "models", "schedules", "translator"}
+
+
+def _layers():
+    config = configparser.ConfigParser()
+    config.read(CONTRACTS)
+    lines = config["importlinter:contract:layers"]["layers"].split("\n")
+    return [[name.strip() for name in line.split("|")] for line in lines if line.strip()]
+
+
+def _lint(config_path):
+    return subprocess.run(LINT + [str(config_path)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=guards.timeout(120))
+
+
+def test_the_contracts_hold():
+    pytest.importorskip("importlinter", reason="import-linter is in the test extras")
+    out = _lint(CONTRACTS)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def test_an_upward_import_breaks_them(tmp_path):
+    """The same contracts over the package with one arrow turned upward (core importing
+    serve) must fail: the check above can fail."""
+    pytest.importorskip("importlinter", reason="import-linter is in the test extras")
+    copy = tmp_path / "keras_attn"
+    subprocess.run(["cp", "-r", str(PACKAGE), str(copy)], check=True)
+    runs = copy / "core" / "runs.py"
+    runs.write_text(runs.read_text() + "\n\ndef _up():\n    from keras_attn.serve import app\n")
+    config = tmp_path / ".importlinter"
+    config.write_text(CONTRACTS.read_text())
+    out = subprocess.run(LINT + [str(config)], capture_output=True, text=True, cwd=tmp_path,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+                         timeout=guards.timeout(120))
+    assert out.returncode != 0, out.stdout[-2000:]
+    assert "keras_attn.core.runs -> keras_attn.serve.app" in out.stdout
+
+
+def test_every_part_of_the_package_is_in_a_layer():
+    named = {name for layer in _layers() for name in layer}
+    parts = {f"keras_attn.{p.stem}" for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    parts |= {f"keras_attn.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py")}
+    assert parts == named, f"not in .importlinter: {parts - named}; gone: {named - parts}"
+
+
+def test_at_most_four_modules_stay_loose_at_the_top():
+    loose = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    assert loose == LOOSE
+
+
+def test_every_package_says_what_it_holds_and_may_import():
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        doc = init.read_text(encoding="utf-8").split('"""')[1]
+        assert "May import:" in doc, f"{init.relative_to(ROOT)}: no word on what it may import"
