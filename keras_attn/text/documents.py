@@ -5,47 +5,21 @@ paragraphs: :func:`split` cuts it into sentences, the sentences of a whole reque
 translated as one batch (:func:`split_batch`), and :func:`join` puts the translations back
 with the input's own whitespace (spaces, newlines, blank lines) between them.
 
-One rule set, declared once as data (:data:`RULES`): an ordered list of
-``(name, pattern, replacement)`` regular-expression rewrites in the common subset of
-Python's ``re`` and RE2 (no lookaround, no backreferences in patterns, no ``\\s``/``\\w``/
-``\\b``/``\\d``, whose meaning differs between the two, no ``^``/``$``; ``\\1`` in
-replacements). The same list runs here with ``re.sub`` and in a TensorFlow graph with
-``tf.strings.regex_replace`` (:mod:`keras_attn.export.documents`), with the same result.
+One rule set, declared once as data (:data:`RULES`): ordered ``(name, pattern,
+replacement)`` rewrites in the common subset of Python's ``re`` and RE2, run here with
+``re.sub`` and in a TensorFlow graph with ``tf.strings.regex_replace``
+(:mod:`keras_attn.export.documents`), with the same result.
 
-How the rules work, in order:
-
-1. :data:`ESCAPE_RULES` make room for the internal markers (Unicode noncharacters
-   U+FDD0..U+FDDF, "reserved for internal use"): any of them already in the text is
-   escaped, so every input round-trips. The text is then wrapped in ``BEGIN`` ... ``END``
-   (the patterns use these instead of ``^``/``$``, which differ between the engines).
-2. A newline always ends a sentence (every line boundary of ``str.splitlines``).
-3. Non-boundaries are protected: a ``.`` that does not end a sentence becomes ``DOT`` —
-   titles and other abbreviations before a name ("Mr.", "Dr.", "St.", "e.g.", "i.e.",
-   "vs.", "et al."), abbreviations before a number ("No. 5", "p. 55", "Jan. 5"),
-   multi-period abbreviations ("U.S.", "a.m.") and single-letter initials
-   ("J. R. R. Tolkien") unless a common sentence starter follows ("I live in the U.S. How
-   about you?", "you and I. Did you"), list markers ("1. Item", "2.) Item"), ellipses
-   written ". . ." or "[...]".
-4. Boundaries (``BOUNDARY``) are inserted after a run of stops (``.``, ``!``, ``?``,
-   ``…``, so "?!" and "..." are one stop) with the closing quotes and brackets after it
-   (``."``, ``.)``, ``.”``, ``!’``), when whitespace and then something other than a
-   lower-case letter follow: "'This is great.' she said." and "really... well" stay one
-   sentence. A stop with no whitespace after it never ends a sentence, so decimals, times,
-   prices, URLs and e-mail addresses ("3.14", "10:30", "$2.50", "www.example.com",
-   "jane.doe@example.com") need no rule. Bullets ("•", "⁃"), "2) Item" / "2.) Item" in
-   the middle of a line, and "k." after a "k-1." that starts the line ("1. Open it 2. Take
-   it", "a. x b. y") start a new sentence.
-5. The last rules turn the marked text into ``separator BOUNDARY sentence BOUNDARY
-   separator ... sentence BOUNDARY separator``; splitting at ``BOUNDARY`` gives the
-   separators at the even places and the sentences at the odd ones, and
-   :data:`RESTORE_RULES` put back what the protections and the escapes replaced.
-
-What it gets wrong (measured on the Pragmatic Segmenter's English "Golden Rules", 47 of 48,
-``benchmarks/segmentation.py``, docs/documents.md): a time abbreviation before a capitalised
-name ("at 6 P.M. Mr. Smith then ..." stays one sentence). By design, a sentence that starts
-with a lower-case letter after a stop ("iPhones sold. iPads too.") is not split, and in a
-line that starts with a list marker "1.", a later "2. " before a capital starts a new item
-("1. I counted to 2. Then ..." is cut before "2.").
+How the rules work, in order (docs/documents.md gives each rule with its examples, and
+what the set gets wrong on the Pragmatic Segmenter's Golden Rules): :data:`ESCAPE_RULES`
+escape the internal markers (Unicode noncharacters U+FDD0..U+FDDF) already in the text and
+wrap it in ``BEGIN`` ... ``END`` (instead of ``^``/``$``, which differ between the engines);
+a newline always ends a sentence; a ``.`` that does not end one (abbreviations, initials,
+list markers, ellipses) becomes ``DOT``; ``BOUNDARY`` goes after a run of stops and the
+closing marks after it when whitespace and then something other than a lower-case letter
+follow (so "3.14", "www.example.com" and "'Great.' she said." need no rule); the last rules
+shape the text as ``separator BOUNDARY sentence BOUNDARY ... separator``, and
+:data:`RESTORE_RULES` put back what the protections and escapes replaced.
 
 Example:
     >>> seg = split("Mr. Smith arrived at 10:30. He left!\\n\\nThe end.")
@@ -60,6 +34,7 @@ References: Pragmatic Segmenter's Golden Rules (Kevin Dias) as shipped by pySBD
 (Sadvilkar & Neumann 2020, "PySBD: Pragmatic Sentence Boundary Disambiguation");
 RE2 syntax (github.com/google/re2/wiki/Syntax).
 """
+import functools
 import re
 from typing import List, NamedTuple, Sequence
 
@@ -237,9 +212,7 @@ def _check_text(text, name):
 
 
 def _apply(rules, text):
-    for pattern, replacement in rules:
-        text = pattern.sub(replacement, text)
-    return text
+    return functools.reduce(lambda t, rule: rule[0].sub(rule[1], t), rules, text)
 
 
 def mark(text):
@@ -279,10 +252,7 @@ def join(sentences, separators):
         separators: N + 1 str, :func:`split`'s ``separators``.
 
     Returns:
-        str.
-
-    Raises:
-        ValueError: not N + 1 separators, or an item that is not a str.
+        str. Raises ValueError when there are not N + 1 separators or an item is no str.
     """
     sentences, separators = list(sentences), list(separators)
     if len(separators) != len(sentences) + 1:
@@ -350,8 +320,8 @@ def join_batch(sentences, counts, separators):
 
 
 # --- sentences too long for the model ------------------------------------------------------
-# Where a long sentence may be cut, best first: each pattern matches the whitespace of a cut
-# (the piece before keeps the mark; the conjunction starts the next piece).
+# Where a long sentence may be cut, best first: after ";"/":", after "," or at a dash,
+# before a conjunction, between words (each pattern matches the whitespace of a cut).
 CUT_LEVELS = (
     ("clause", re.compile(f"(?<=[;:])[{WS}]+")),
     ("comma or dash", re.compile(f"(?<=,)[{WS}]+|[{WS}]+(?=[\u2014\u2013-][{WS}])"
@@ -364,12 +334,9 @@ CUT_LEVELS = (
 
 
 def cut_long(sentence, max_units, count):
-    """Cut a sentence that is longer than the model takes, at clause boundaries first.
-
-    Cuts at ``;``/``:``, then ``,`` and dashes (" — "), then before a conjunction ("and",
-    "but", "because", "which", ...), then between words, and only when a single word is
-    still too long, between characters. Each cut takes the longest piece that fits, so a
-    sentence that fits is returned whole and ``cut`` is False.
+    """Cut a sentence that is longer than the model takes, at the best places first
+    (:data:`CUT_LEVELS`, then between characters); each cut takes the longest piece that
+    fits, so a sentence that fits is returned whole and ``cut`` is False.
 
     Args:
         sentence: str, one sentence (e.g. from :func:`split`).
