@@ -16,11 +16,8 @@ import sys
 import keras
 
 from keras_attn import data
-
 from keras_attn.core import runs
-
 from keras_attn.text import tokenizers as text
-
 from keras_attn.training import recipes as training
 
 TINY_DATES_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",

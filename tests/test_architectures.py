@@ -12,7 +12,6 @@ import pytest
 import tensorflow as tf
 
 from keras_attn import decoding, export, models
-
 from keras_attn.text import tokenizers as text
 
 pytestmark = pytest.mark.slow  # ~10-15 s per architecture: a SavedModel and two TFLite files

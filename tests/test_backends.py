@@ -425,7 +425,6 @@ def test_across_backends_a_jax_trained_model_exports_and_translates_alike(tmp_pa
     import tensorflow as tf
 
     from keras_attn import export
-
     from keras_attn.text import tokenizers as text
 
     paths = [str(tmp_path / n) for n in ("model.keras", "tokens.npy", "source.npy")]

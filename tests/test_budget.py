@@ -13,11 +13,8 @@ import numpy as np
 import pytest
 
 from keras_attn import cli
-
 from keras_attn.training import budget
-
 from keras_attn.core import runs
-
 from keras_attn.training import recipes as training
 from keras_attn.core.config import TrainConfig, format_duration, parse_duration
 from keras_attn.schedules import BudgetSchedule

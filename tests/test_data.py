@@ -12,7 +12,6 @@ import pytest
 import tensorflow as tf
 
 from keras_attn import data
-
 from keras_attn.text import tokenizers as text
 from keras_attn.text.tokenizers import END_ID, PAD_ID, START_ID
 

@@ -9,11 +9,8 @@ import pytest
 import tensorflow as tf
 
 from keras_attn import decoding, models
-
 from keras_attn.kernels import fastpath
-
 from keras_attn.training import losses
-
 from keras_attn.kernels import tf_attention
 from keras_attn import ops as attn_ops
 from keras_attn.layers import Dropout, MultiHeadAttention

@@ -7,7 +7,6 @@ import pytest
 import tensorflow as tf
 
 from keras_attn import decoding, models
-
 from keras_attn.kernels import fastpath
 from keras_attn.decoding import processors
 from keras_attn.decoding.options import DecodingOptions

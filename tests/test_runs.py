@@ -17,7 +17,6 @@ from keras_attn.core import runs
 # ----------------------------------------------------------------------------------------
 
 from keras_attn.text import tokenizers as text
-
 from keras_attn.training import recipes as training
 # Atomic writes: a crash while writing leaves the previous file, and no partial file
 

@@ -7,9 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.core import runs
-
 from keras_attn.text import subword
-
 from keras_attn.text import tokenizers as text
 
 FRENCH = [

@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keras_attn import export
-
 from keras_attn.text import tokenizers as text
 from keras_attn.text.tokenizers import END_ID, PAD_ID, START_ID, UNK_ID
 

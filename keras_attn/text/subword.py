@@ -36,7 +36,6 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from keras_attn.core import runs
-
 from keras_attn.text import tokenizers as text
 
 NORMALIZATIONS = ("nmt_nfkc", "nmt_nfkc_cf", "identity", "nfkc")
