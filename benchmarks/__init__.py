@@ -1,10 +1,14 @@
-"""The benchmark suite of ``scripts/bench.py``, outside the package (importable from the
-repository root; the tests find it through ``pytest.ini``'s ``pythonpath``).
+"""The benchmarks that are rerun, outside the package (importable from the repository root;
+the tests find it through ``pytest.ini``'s ``pythonpath``). Commands: docs/benchmarks.md.
 
-- ``timing``: interleaved timing and summaries, any backend. ``common``: TensorFlow-only
-  tools (threads, machine, matmul peak, FLOP counts, the MHA matmul floor, op profiles).
-- ``references``: our encoder-decoder and keras_hub's, and keras_hub's cached decoding.
-- One module per section: ``mha``, ``train``, ``decode``, ``export``, ``backends``
-  (a subprocess per Keras backend), ``serve``.
-- ``report``: results -> Markdown. ``cli``: options and the run (``scripts/bench.py``).
+- The suite of ``scripts/bench.py`` (``cli``): ``mha`` (attention kernels), ``train``
+  (training speed), ``decode`` (cached decoding), ``serve`` (every artefact offline; each
+  engine in its own process, ``serve_engine``). ``timing``: interleaved timing, summaries.
+  ``common``: threads, machine, matmul peak, FLOP counts, op profiles. ``references``: our
+  encoder-decoder and keras_hub's. ``report``: results -> Markdown.
+- ``serve_load``: ``keras-attn serve`` and LibreTranslate under HTTP load.
+- ``artefact_agreement``: every artefact of a run against ``Translator``.
+- ``results``: where a run writes (a new folder under ``benchmarks/results/``).
+
+Nothing here imports ``scripts/``; scripts may import from here.
 """

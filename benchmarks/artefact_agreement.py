@@ -23,7 +23,7 @@ both outputs). Every float32 artefact should give every input's reference; int8 
 their share.
 
 Usage:
-    python -m benchmarks.artefact_agreement runs/fra --data ../shared/data/fra-eng/dev.txt \\
+    python -m benchmarks.artefact_agreement runs/fra --data fra-eng/dev.txt \\
         --json docs/benchmarks/artefact_agreement.json
 """
 import argparse
@@ -34,9 +34,28 @@ import sys
 import time
 
 from benchmarks.results import fresh_dir
-from scripts.device_agreement import batched, read_sources
 
 QUANTIZATIONS = ("float32", "int8")
+
+
+def read_sources(path):
+    """The distinct English sentences of a Tatoeba file, in file order, as written."""
+    seen, sources = set(), []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            english = line.rstrip("\n").split("\t")[0]
+            if english not in seen:
+                seen.add(english)
+                sources.append(english)
+    return sources
+
+
+def batched(fn, items, batch_size=64):
+    """``fn`` over ``items`` in slices of ``batch_size``, its results concatenated."""
+    out = []
+    for i in range(0, len(items), batch_size):
+        out.extend(fn(items[i: i + batch_size]))
+    return out
 
 
 def utf8(strings):

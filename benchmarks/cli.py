@@ -1,4 +1,4 @@
-"""Benchmark suite (issue 8): keras_attn against Keras / keras_hub, one process, interleaved.
+"""Benchmark suite: keras_attn against Keras / keras_hub, one process, interleaved.
 
 Sections (``--sections``, comma-separated; default all but ``serve``):
 
@@ -13,12 +13,6 @@ Sections (``--sections``, comma-separated; default all but ``serve``):
   id is never produced): ours cached (``tf.function``, XLA), ours naive (``use_cache=False``)
   and keras_hub's cached ``TransformerDecoder`` loop: ms/token overall and per step at
   positions 8, 32, 64 (8-step windows of the loop ending there).
-* ``export``: SavedModel vs TFLite (float32, int8) translation latency per sentence and
-  file sizes, for a trained run (``--run-dir``) with ``keras_attn.export``.
-* ``backends``: the training step (the ``train`` target setting) and cached greedy decoding
-  (the ``decode`` setting), ours against keras_hub on the same backend, for TensorFlow, JAX
-  and PyTorch (``--backends``), one subprocess per backend, interleaved within each: tokens/s
-  and ms/token, median and min-max, ratio ours / keras_hub (see ``benchmarks.backends``).
 * ``serve`` (not in the default set): greedy translation of the same sources with the same
   weights through our SavedModel (``translate_ids``, ``serving_default``), our TFLite text
   targets (float32, int8) and CTranslate2 (float32, int8), same threads, batch 1 and 32:
@@ -34,7 +28,6 @@ float32 matmul peak. Writes ``--json`` and a Markdown table ``--md``.
     python scripts/bench.py                          # full suite (quiet machine!)
     python scripts/bench.py --quick                  # smoke run, tiny sizes
     python scripts/bench.py --sections mha,decode --threads 1 --clock cpu
-    python scripts/bench.py --sections backends --backends jax,torch --quick
     python scripts/bench.py --sections serve --threads 2 --json docs/benchmarks/serve.json \
         --md docs/benchmarks/serve.md             # engines for serving (needs ctranslate2)
 
@@ -48,9 +41,7 @@ import os
 import sys
 
 from benchmarks import common
-from benchmarks.backends import BACKENDS, bench_backends
 from benchmarks.decode import bench_decode
-from benchmarks.export import bench_export
 from benchmarks.mha import bench_mha
 from benchmarks.report import markdown
 from benchmarks.results import fresh_dir
@@ -58,10 +49,10 @@ from benchmarks.serve import ENGINES, REFERENCE_ENGINES, bench_serve
 from benchmarks.timing import CLOCKS, log
 from benchmarks.train import bench_train
 
-DEFAULT_SECTIONS = ("mha", "train", "decode", "export", "backends")
+DEFAULT_SECTIONS = ("mha", "train", "decode")
 SECTIONS = DEFAULT_SECTIONS + ("serve",)  # serve: opt-in (trains a model)
 RUNNERS = {"mha": bench_mha, "train": bench_train, "decode": bench_decode,
-           "export": bench_export, "backends": bench_backends, "serve": bench_serve}
+           "serve": bench_serve}
 
 
 def parse_args(argv=None):
@@ -73,8 +64,7 @@ def parse_args(argv=None):
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats (default 9; quick 3)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed calls (default 2; quick 1)")
     ap.add_argument("--threads", type=int, default=0,
-                    help="TF intra/inter-op threads (0 = default); in 'backends' torch's "
-                         "too, and JAX's when 1")
+                    help="TF intra/inter-op threads (0 = default)")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                     help="wall (default) or cpu (process CPU time; use with --threads 1)")
     ap.add_argument("--profile", action="store_true",
@@ -84,10 +74,8 @@ def parse_args(argv=None):
                     default=["float32", "mixed_bfloat16"])
     ap.add_argument("--train-dropouts", type=lambda s: [float(x) for x in s.split(",")],
                     default=[0.1, 0.0], help="0.1 (the target) and extra float32 rows")
-    ap.add_argument("--backends", type=lambda s: s.split(","), default=list(BACKENDS),
-                    help=f"'backends': comma-separated subset of {','.join(BACKENDS)}")
     ap.add_argument("--run-dir", default="/tmp/run_default",
-                    help="trained run for 'export' and the dates model of 'serve'")
+                    help="'serve': the trained dates run")
     ap.add_argument("--serve-fra-run-dir", default="",
                     help="'serve': an English-French run (default: trained for "
                          "--serve-train-steps)")
@@ -119,9 +107,6 @@ def parse_args(argv=None):
     bad = sorted(set(args.sections) - set(SECTIONS))
     if bad:
         ap.error(f"unknown sections {bad}; choose from {','.join(SECTIONS)}")
-    bad = sorted(set(args.backends) - set(BACKENDS))
-    if bad:
-        ap.error(f"unknown backends {bad}; choose from {','.join(BACKENDS)}")
     if args.repeats is None:
         args.repeats = 3 if args.quick else 9
     if args.warmup is None:

@@ -65,58 +65,9 @@ def markdown(results):
                   f"{pos[0]}: **{d['ours_step_ratio_last_vs_first']}** (keras_hub "
                   f"{d['keras_hub_step_ratio_last_vs_first']}); cached tokens equal naive: "
                   f"{d['identical_tokens_ours_cached_vs_naive']}", ""]
-    if "export" in s:
-        e = s["export"]
-        lines += ["## Export: translation latency per sentence", ""]
-        if not e.get("available"):
-            lines += [f"Not available: {e['reason']}", ""]
-        else:
-            lines += [f"Run `{e['run_dir']}`, {e['sentences']} sentences, batch 1. {e['note']}.",
-                      "", "| artefact | ms/sentence (median) | size MB "
-                      "| same output as SavedModel |",
-                      "|---|---|---|---|"]
-            for k, r in e["rows"].items():
-                lines.append(f"| {k} | {r['latency_ms_median']:.2f} | {r['bytes'] / 1e6:.2f} | "
-                             f"{r['agreement_with_saved_model']:.0%} |")
-            lines.append("")
-    if "backends" in s:
-        lines += _backends_markdown(s["backends"])
     if "serve" in s:
         lines += _serve_markdown(s["serve"])
     return "\n".join(lines)
-
-
-def _span(median, bounds, fmt):
-    return f"{median:{fmt}} ({bounds[0]:{fmt}}-{bounds[1]:{fmt}})"
-
-
-def _backends_markdown(b):
-    c = b["config"]
-    lines = ["## Per backend: training step and cached greedy decoding (ours / keras_hub, "
-             "same backend)", "",
-             f"Training step: {_kv(c['train'])}; {b['train_gflop_per_step']} GFLOP per step.",
-             "", f"Decoding: {_kv(c['decode'])}.", "",
-             f"Medians of {c['repeats']} interleaved rounds, (min-max) over the rounds; "
-             f"ratio: {c['ratio']}. Training: > 1, ours is faster; decoding: < 1, ours is "
-             "faster.", "",
-             "| backend | train step jitted | ours tokens/s | keras_hub tokens/s | ours / "
-             "keras_hub | decoding | ours ms/token | keras_hub ms/token | ours / keras_hub |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in b["rows"]:
-        if not r.get("available", True):
-            reason = r["reason"].strip().splitlines()[-1][:150] if r["reason"].strip() else ""
-            lines.append(f"| {r['backend']} | not available: {reason} | | | | | | | |")
-            continue
-        t, d = r["train"], r["decode"]
-        lines.append(
-            f"| {r['backend']} {r['versions'][r['backend']]} | {'yes' if t['jit'] else 'no'} | "
-            f"{_span(t['ours_tokens_per_s'], t['ours_tokens_per_s_range'], 'd')} | "
-            f"{_span(t['keras_hub_tokens_per_s'], t['keras_hub_tokens_per_s_range'], 'd')} | "
-            f"{_span(t['speedup'], t['speedup_range'], '.3f')} | {d['compiled']} | "
-            f"{_span(d['ours_ms_per_token'], d['ours_ms_per_token_range'], '.3f')} | "
-            f"{_span(d['keras_hub_ms_per_token'], d['keras_hub_ms_per_token_range'], '.3f')} | "
-            f"{_span(d['ratio'], d['ratio_range'], '.3f')} |")
-    return lines + [""]
 
 
 def _artefact(engine):

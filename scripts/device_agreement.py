@@ -11,7 +11,7 @@ between its two best tokens at that step: a near-tie that the two runtimes' roun
 flip has a margin of the order of 1e-4; a margin above 1e-3 is a bug, not rounding.
 
 Usage:
-    python scripts/device_agreement.py runs/fra --data ../shared/data/fra-eng/dev.txt \
+    python scripts/device_agreement.py runs/fra --data fra-eng/dev.txt \
         --json docs/benchmarks/device_agreement.json
 """
 import argparse
@@ -23,6 +23,10 @@ import time
 
 import numpy as np
 
+# The repository root, for `benchmarks` (scripts import benchmarks, never the reverse).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.artefact_agreement import batched, read_sources  # noqa: E402
+
 MESSY = [
     "Hello!", "How are you?", "I'm fine, thanks.", "WHERE IS THE STATION?", "It’s raining.",
     "“Hello,” she said.", "Don’t worry — it’s fine.", "I   have   three   cats.",
@@ -30,25 +34,6 @@ MESSY = [
     "Call me at 555-0199 at 10:30.", "I'm 25 years old.", "Thank you 😀", "", "?", "...",
     "Is it true? Really?", "The quick brown fox jumps over the lazy dog. " * 45,
 ]
-
-
-def read_sources(path):
-    """The distinct English sentences of a Tatoeba file, in file order, as written."""
-    seen, sources = set(), []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            english = line.rstrip("\n").split("\t")[0]
-            if english not in seen:
-                seen.add(english)
-                sources.append(english)
-    return sources
-
-
-def batched(fn, items, batch_size=64):
-    out = []
-    for i in range(0, len(items), batch_size):
-        out.extend(fn(items[i: i + batch_size]))
-    return out
 
 
 def first_difference(a, b):
