@@ -202,3 +202,40 @@ def test_the_site_builds_strictly(tmp_path):
     assert "Getting started" in home
     reference = (tmp_path / "site" / "reference" / "layers" / "index.html").read_text("utf-8")
     assert "MultiHeadAttention" in reference and "num_heads" in reference
+
+
+def test_the_english_french_page_makes_the_fra_eng_folder_from_d2ls_zip(tmp_path, monkeypatch):
+    """docs/english_french.md's snippet, run on a zip of the form of D2L's (``fra-eng/fra.txt``
+    and ``_about.txt``): it writes the folder ``--data fra-eng`` takes, whose ``dev.txt`` is
+    the test split ``keras-attn train`` makes of the zip itself, and ``train.txt`` the rest."""
+    import zipfile
+
+    from keras_attn.data import tatoeba_splits
+
+    (snippet,) = [b for b in doc_examples.blocks(str(DOCS / "english_french.md"))
+                  if b.lang == "python" and 'tatoeba_splits("fra-eng.zip")' in b.text]
+    # 4,500 English sentences (2,000 validation, 2,000 test, the rest training), a third of
+    # them with two translations, attribution fields as D2L's file has them.
+    lines = [f"Sentence {i}.\tPhrase {i} {k} !\tCC-BY 2.0 (France) Attribution: tatoeba.org"
+             for i in range(4500) for k in range(1 + (i % 3 == 0))]
+    with zipfile.ZipFile(tmp_path / "fra-eng.zip", "w") as zf:
+        zf.writestr("fra-eng/_about.txt", "about the corpus\n")
+        zf.writestr("fra-eng/fra.txt", "\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the zip is extracted under ~/.cache/keras_attn
+    exec(compile(snippet.text, _block_id(snippet), "exec"), {})
+
+    def pairs(name):
+        text = (tmp_path / "fra-eng" / name).read_text(encoding="utf-8")
+        return [tuple(line.split("\t")) for line in text.splitlines()]
+
+    train, dev = pairs("train.txt"), pairs("dev.txt")
+    assert len({en for en, _ in dev}) == 2000
+    assert not {en for en, _ in dev} & {en for en, _ in train}
+    assert sorted(train + dev) == sorted(tuple(line.split("\t")[:2]) for line in lines)
+    from_zip, _ = tatoeba_splits(str(tmp_path / "fra-eng.zip"), log=lambda *a: None)
+    assert sorted(dev) == sorted(from_zip["test"])
+    # The folder as --data takes it: dev.txt is the test split, all references kept.
+    folder, refs = tatoeba_splits(str(tmp_path / "fra-eng"), log=lambda *a: None)
+    assert len(folder["test"]) == 2000 and sum(map(len, refs)) == len(dev)
+    assert not {en for en, _ in folder["valid"]} & {en for en, _ in dev}
