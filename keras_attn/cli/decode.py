@@ -165,10 +165,8 @@ def run_translate(args):
         return 0
     # The best translation alone: the batched decoder that draws a progress bar.
     end = "" if args.file is not None else "\n"
-    for translation in translator.translate(
-            texts, beam_size=options.get("beam_size", 1),
-            alpha=options.get("length_penalty", LENGTH_PENALTY),
-            progress=progress_bar("translating")):
+    for translation in translator.translate(texts, progress=progress_bar("translating"),
+                                            **options):
         sys.stdout.write(translation + end)
     return 0
 

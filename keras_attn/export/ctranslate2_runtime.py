@@ -430,4 +430,5 @@ class CTranslate2Translator:
         Any other option of :meth:`translate_nbest` (``length_penalty`` is ``alpha``'s name
         there) gives that method's best hypothesis, as ``Translator.translate``.
         """
-        return pipeline.translate(self, sentences, beam_size, alpha, batch_size, **options)
+        return pipeline.translate(self, sentences, beam_size,
+                                  options.pop("length_penalty", alpha), batch_size, **options)

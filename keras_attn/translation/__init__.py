@@ -2,10 +2,11 @@
 
 ``pipeline`` is the one request pipeline (text -> sentences -> batches -> hypotheses ->
 documents) that every engine's ``translate_nbest`` runs; ``alignment`` turns the
-cross-attention into word alignments. :class:`keras_attn.translator.Translator` is the
-Keras engine.
+cross-attention into word alignments. The Keras engine's jobs, which
+:class:`keras_attn.translator.Translator` puts together: ``run`` (loading a run directory),
+``engine`` (what the pipeline drives), ``search`` (the traced search), ``scoring``.
 
-May import: :mod:`keras_attn.decoding`, :mod:`keras_attn.text`, :mod:`keras_attn.core`
-(``pipeline`` and ``alignment`` import neither TensorFlow nor Keras); never training,
-export, serve or cli.
+May import: :mod:`keras_attn.decoding`, :mod:`keras_attn.text`, :mod:`keras_attn.core`,
+:mod:`keras_attn.models` (``pipeline`` imports neither TensorFlow nor
+Keras); never training, export, serve or cli.
 """

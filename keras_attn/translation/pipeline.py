@@ -3,21 +3,23 @@
 text -> sentences (:mod:`keras_attn.text.documents`) -> batches sorted by length -> hypotheses
 with scores, confidences and alignments -> documents joined with their own whitespace, a
 sentence longer than the model reads reported (``"truncated"``) or cut at clause
-boundaries (``split_long``). ``Translator`` (Keras/TensorFlow) and ``CTranslate2Translator``
-run it; an engine supplies only what differs, token ids in and hypotheses out:
+boundaries (``split_long``). It calls only down, into an engine object that supplies what
+differs, token ids in and hypotheses out (``Translator`` runs it on its
+:class:`keras_attn.translation.engine.KerasEngine`; ``CTranslate2Translator`` is one too):
 
 * ``max_len``, ``controls`` (the repetition controls' defaults), ``split_long``,
   ``calibrator`` (``keras_attn.decoding.confidence.Calibrator``);
 * ``options(**kw)``: :func:`resolve` plus what the engine refuses;
 * ``tokenize(texts)`` / ``tokenize_target(texts)``: per text its source ids (normalised,
   not cut) / target ids (a ``target_prefix``); ``detokenize(rows)``: id rows -> strings;
-* ``decode(source, opts, prefix)``: source ids int32 ``(B, S)`` (``[END]`` last, 0-padded),
-  resolved options and the prefix's target ids -> numpy ``tokens`` ``(B, N, T)``,
-  ``scores`` ``(B, N)``, optional confidence ``features`` ``(B, N, F)`` and ``alignments``
-  ``(B, N)`` (Pharaoh strings, when asked).
+* ``decode(source, opts, prefix[, confidence])``: source ids int32 ``(B, S)`` (``[END]``
+  last, 0-padded), resolved options and the prefix's target ids -> numpy ``tokens``
+  ``(B, N, T)``, ``scores`` ``(B, N)``, optional confidence ``features`` ``(B, N, F)``
+  (none when ``confidence`` is False) and ``alignments`` ``(B, N)`` (Pharaoh strings,
+  when asked).
 
 Example:
-    >>> translate_nbest(translator, ["3 March 2021. 4 July 1999"], beam_size=2)
+    >>> translate_nbest(engine, ["3 March 2021. 4 July 1999"], beam_size=2)
     [[{'translation': '2021-03-03. 1999-07-04', 'score': -0.02, 'confidence': 0.99,
        'truncated': False, 'sentences': [...]}]]
 """
@@ -81,10 +83,10 @@ def string_pairs(sources, targets):
     return checked
 
 
-def translate_sentences(engine, sentences, batch_size, opts, prefix=(), decode=None,
+def translate_sentences(engine, sentences, batch_size, opts, prefix=(), confidence=True,
                         progress=None, ids=None):
     """Per sentence its hypotheses: ``num_hypotheses`` dicts ``{"translation", "score",
-    "confidence"}`` (``"alignment"`` when asked; no ``"confidence"`` when ``decode`` gives
+    "confidence"}`` (``"alignment"`` when asked; no ``"confidence"`` when the engine gives
     no features).
 
     Sentences are decoded ``batch_size`` at a time; a request of more than one batch is
@@ -95,11 +97,11 @@ def translate_sentences(engine, sentences, batch_size, opts, prefix=(), decode=N
         engine: the engine (module docstring). sentences: list of str.
         batch_size: sentences per ``decode`` call. opts: resolved ``DecodingOptions``.
         prefix: the ``target_prefix``'s target ids, forced on every sentence.
-        decode: ``engine.decode`` unless given (``Translator.translate``'s best-only loop).
+        confidence: False: ``engine.decode`` is asked for no confidence features.
         progress: optional ``progress(done, total)`` after each batch.
         ids: per sentence its source ids when already tokenized (None where not).
     """
-    decode = engine.decode if decode is None else decode
+    no_features = () if confidence else (False,)  # engine.decode's `confidence` argument
     ids = list(ids) if ids is not None else [None] * len(sentences)
     todo = [k for k, row in enumerate(ids) if row is None]
     for k, row in zip(todo, engine.tokenize([sentences[k] for k in todo]) if todo else []):
@@ -110,7 +112,8 @@ def translate_sentences(engine, sentences, batch_size, opts, prefix=(), decode=N
     results = [None] * len(ids)
     for start in range(0, len(order), batch_size):
         rows = order[start: start + batch_size]
-        out = decode(source_batch([ids[k] for k in rows], engine.max_len), opts, list(prefix))
+        out = engine.decode(source_batch([ids[k] for k in rows], engine.max_len), opts,
+                            list(prefix), *no_features)
         tokens = np.asarray(out["tokens"])
         b, n = tokens.shape[:2]
         flat = tokens.reshape(b * n, -1)
@@ -138,30 +141,28 @@ def hypotheses(translations, scores, confidences=None, alignments=None):
              for h in range(len(translations[r]))] for r in range(len(translations))]
 
 
-def translate_nbest(engine, texts, batch_size=128, decode=None, progress=None,
-                    confidence=True, **options):
+def translate_nbest(engine, texts, batch_size=128, progress=None, confidence=True,
+                    **options):
     """What ``translate_nbest`` returns for every engine (``Translator.translate_nbest``
     documents it): per text ``num_hypotheses`` dicts, one-sentence texts as their
-    sentence's dict (:func:`one_sentence`). ``decode``, ``progress``: as
-    :func:`translate_sentences`'s; ``confidence=False`` skips the confidence's pass (the
-    hypotheses have no ``"confidence"``)."""
+    sentence's dict (:func:`one_sentence`). ``progress``: as :func:`translate_sentences`'s;
+    ``confidence=False`` skips the confidence's pass (the hypotheses have no
+    ``"confidence"``)."""
     opts = engine.options(**options)
     prefix = engine.tokenize_target([opts.target_prefix])[0] if opts.target_prefix else []
     opts.validate(max_length_limit=engine.max_len, prefix_tokens=len(prefix))
-    if decode is None and not confidence:
-        decode = lambda source, o, p: engine.decode(source, o, p, False)  # noqa: E731
     docs = translate_documents(engine, list(texts), lambda s, ids=None: translate_sentences(
-        engine, s, batch_size, opts, prefix, decode, progress, ids), opts.num_hypotheses)
-    return [[one_sentence(h) for h in hyps] for hyps in docs]
+        engine, s, batch_size, opts, prefix, confidence, progress, ids), opts.num_hypotheses)
+    return answers(docs)
 
 
-def translate(engine, texts, beam_size=1, alpha=None, batch_size=128, progress=None,
+def translate(engine, texts, beam_size=1, length_penalty=None, batch_size=128, progress=None,
               **options):
-    """The best translation of each text (every engine's ``translate``): ``alpha`` is
-    ``length_penalty`` unless that is given too; no confidence is computed."""
-    options.setdefault("length_penalty", alpha)
+    """The best translation of each text (every engine's ``translate``); no confidence is
+    computed."""
     return [hyps[0]["translation"] for hyps in translate_nbest(
-        engine, texts, batch_size, None, progress, False, beam_size=beam_size, **options)]
+        engine, texts, batch_size, progress, False, beam_size=beam_size,
+        length_penalty=length_penalty, **options)]
 
 
 def source_lengths(engine, sentences):
@@ -255,6 +256,12 @@ def joined(hyps, separators):
     if all("confidence" in h for h in hyps):
         out["confidence"] = float(min((h["confidence"] for h in hyps), default=1.0))
     return out
+
+
+def answers(docs):
+    """Documents (:func:`join_documents`) as every engine answers them: per text its
+    hypotheses, a one-sentence text's as its sentence's dict (:func:`one_sentence`)."""
+    return [[one_sentence(h) for h in hyps] for hyps in docs]
 
 
 def one_sentence(hyp):

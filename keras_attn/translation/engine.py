@@ -1,0 +1,123 @@
+"""The Keras engine that :mod:`keras_attn.translation.pipeline` drives: a trained model
+with its tokenizers, token ids in and hypotheses out (:class:`KerasEngine`)."""
+import functools
+
+import numpy as np
+import tensorflow as tf
+
+from keras_attn.decoding.confidence import Calibrator
+from keras_attn.decoding.options import DecodingOptions, control_defaults
+from keras_attn.text import tokenizers as text
+from keras_attn.translation import alignment, pipeline
+from keras_attn.translation.search import GraphSearch
+
+
+class KerasEngine:
+    """A Keras model as an engine of :mod:`keras_attn.translation.pipeline` (the members
+    its docstring lists); ``search``: its :class:`GraphSearch`, the decoding every
+    Keras/TensorFlow graph traces (the exported ones too).
+
+    Args:
+        model: a model from ``keras_attn.models``.
+        src_tokenizer, tgt_tokenizer: ``keras_attn.text.subword.SentencePieceTokenizer`` or
+            ``keras_attn.text.tokenizers.Tokenizer`` objects.
+        max_len: most tokens per source (longer inputs are truncated) and per output.
+        normalize: apply D2L's text normalisation to inputs (WordPiece runs; a
+            SentencePiece model normalises in its own ops).
+        calibrator: the :class:`keras_attn.decoding.confidence.Calibrator` that turns a
+            hypothesis's signals into its ``confidence``; None: uncalibrated.
+
+    Example:
+        >>> engine = KerasEngine(*run.load("runs/dates"))
+        >>> pipeline.translate(engine, ["3 March 2021"])
+        ['2021-03-03']
+    """
+
+    def __init__(self, model, src_tokenizer, tgt_tokenizer, max_len=64, normalize=False,
+                 calibrator=None):
+        self.model = model
+        self.src_tokenizer = src_tokenizer
+        self.tgt_tokenizer = tgt_tokenizer
+        self.max_len = max_len
+        self.normalize = normalize
+        # The repetition controls' defaults for this target vocabulary (DecodingOptions).
+        self.controls = dict(control_defaults(tgt_tokenizer))
+        # A sentence longer than the model reads: read in part and reported ("truncated",
+        # as every artefact does), or with split_long cut at clause boundaries first.
+        self.split_long = False
+        self.calibrator = calibrator
+        self.search = GraphSearch(model, max_len, lambda: self.word_tables)
+
+    @property
+    def calibrator(self):
+        return self._calibrator
+
+    @calibrator.setter
+    def calibrator(self, value):
+        # Applied to the features the traced functions return: no retracing.
+        self._calibrator = Calibrator.uncalibrated() if value is None else value
+
+    @functools.cached_property
+    def word_tables(self):
+        """:func:`keras_attn.translation.alignment.word_tables` of the source and target
+        vocabularies, made when first asked (alignments, word confidences)."""
+        return (alignment.word_tables(self.src_tokenizer),
+                alignment.word_tables(self.tgt_tokenizer))
+
+    def _normalized(self, texts):
+        return [text.normalize_text(t) for t in texts] if self.normalize else list(texts)
+
+    def tokenize(self, sentences):
+        """Source ids per sentence (lists; normalised when the run's are, not cut)."""
+        return self.src_tokenizer.tokenize(
+            tf.constant(self._normalized(sentences), tf.string)).to_list()
+
+    def tokenize_target(self, texts):
+        """Target ids per text (lists), as a ``target_prefix`` is forced."""
+        ids = self.tgt_tokenizer.tokenize(tf.constant(list(texts), tf.string))
+        return ids.to_list() if hasattr(ids, "to_list") else np.asarray(ids).tolist()
+
+    def detokenize(self, rows):
+        """Target id rows ``(R, T)`` -> R strings."""
+        return [s.decode("utf-8", errors="replace")
+                for s in self.tgt_tokenizer.detokenize(np.asarray(rows, "int32")).numpy()]
+
+    def encode(self, sentences):
+        """Token ids ``(B, S)`` int32 for a list of strings (``[END]`` appended, truncated)."""
+        return tf.constant(pipeline.source_batch(self.tokenize(sentences), self.max_len))
+
+    def encode_targets(self, targets):
+        """Target ids ``(B, T)`` int32 for a list of strings, as training reads them:
+        tokenized with the target tokenizer (normalised as the sources are), cut to
+        ``max_len - 1`` tokens, ``[END]`` appended, 0-padded; and the bool ``(B,)`` of the
+        rows that were cut."""
+        ids = self.tokenize_target(self._normalized(targets))
+        truncated = np.asarray([len(row) > self.max_len - 1 for row in ids], bool)
+        # source_batch: the cut and the [END] of a training target's output side.
+        return tf.constant(pipeline.source_batch(ids, self.max_len)), truncated
+
+    def options(self, **options):
+        """:class:`DecodingOptions` from keyword arguments, checked against this engine
+        (``max_length`` at most ``max_len``) and with its defaults filled in
+        (:func:`keras_attn.translation.pipeline.resolve`)."""
+        return pipeline.resolve(self, options)
+
+    def defaults(self):
+        """The options of a call that names none, resolved for this engine."""
+        return DecodingOptions().resolve(self.max_len, controls=self.controls)
+
+    def decode_ids(self, source, opts, prefix=None, confidence=True):
+        """:meth:`GraphSearch.decode_ids`: numpy ``tokens (B, N, T)``, ``lengths``,
+        ``scores (B, N)``, alignment ``codes`` and (``confidence``: one more teacher-forced
+        pass) the confidence ``features`` ``(B, N, F)``."""
+        return self.search.decode_ids(source, opts, prefix, confidence)
+
+    def decode(self, source, opts, prefix=(), confidence=True):
+        """The pipeline's step: :meth:`decode_ids` with the prefix's ids forced on every
+        row, and the alignments as Pharaoh strings when asked."""
+        prefix = np.repeat(np.asarray([list(prefix)], "int32"), len(source), axis=0)
+        out = self.decode_ids(source, opts, prefix, confidence)
+        if opts.return_alignments:
+            out["alignments"] = [[alignment.to_pharaoh(c, self.max_len) for c in row]
+                                 for row in out["codes"]]
+        return out

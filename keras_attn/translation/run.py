@@ -1,0 +1,41 @@
+"""Loading what a Keras engine needs from a run directory (``keras_attn.core.runs``)."""
+import os
+
+import keras
+
+from keras_attn import models
+from keras_attn.core import runs
+from keras_attn.core.config import TrainConfig
+from keras_attn.decoding.confidence import Calibrator
+from keras_attn.text import subword
+
+
+def load(run_dir, calibrated=True):
+    """A run's ``(model, src_tokenizer, tgt_tokenizer, max_len, normalize, calibrator)``,
+    ``Translator``'s arguments: ``model.keras`` (or the best checkpoint of an interrupted
+    run), the tokenizers, ``config.json``'s settings and the confidence calibrator
+    (``calibration.json``; ``calibrated=False`` or none yet: None, uncalibrated).
+
+    Raises:
+        FileNotFoundError: not a run directory, or no trained weights yet.
+
+    Example:
+        >>> model, src_tok, tgt_tok, max_len, normalize, calibrator = load("runs/dates")
+    """
+    p = runs.paths(run_dir)
+    if not os.path.exists(p["config"]):
+        raise FileNotFoundError(f"{run_dir!r} is not a run directory (no config.json)")
+    config = runs.read_json(p["config"])
+    if os.path.exists(p["model"]):
+        model = keras.models.load_model(p["model"], compile=False)
+    elif os.path.exists(p["best"]):  # interrupted before the end: the best checkpoint so far
+        model = models.build_model(config)
+        model.load_weights(p["best"])
+    else:
+        raise FileNotFoundError(
+            f"{run_dir!r} has no trained weights yet (neither model.keras nor "
+            "checkpoints/best.weights.h5): finish or resume the training first")
+    calibrator = (Calibrator.load(p["calibration"])
+                  if calibrated and os.path.exists(p["calibration"]) else None)
+    return (model, *subword.run_tokenizers(run_dir), config["max_len"],
+            TrainConfig.from_dict(config).tokenizer == "wordpiece", calibrator)
