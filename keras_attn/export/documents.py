@@ -97,6 +97,52 @@ def join_tensor(sentences, separators):
     return tf.strings.reduce_join(tf.strings.reduce_join(pairs, axis=2), axis=1)
 
 
+def translate_documents_tensor(texts, translate_sentences):
+    """A served graph's documents: every text split (:func:`split_tensor`), the sentences of
+    the whole request translated as one batch, each output joined back per text
+    (:func:`join_documents_tensor`).
+
+    Args:
+        texts: string ``(B,)``.
+        translate_sentences: ``sentences -> {output name: per-sentence tensor}``, given
+            the string RaggedTensor ``(B, None)`` of every text's sentences.
+    """
+    sentences, separators = split_tensor(texts)
+    return join_documents_tensor(translate_sentences(sentences), sentences, separators)
+
+
+def join_documents_tensor(outputs, sentences, separators):
+    """The rule of :func:`keras_attn.translation.pipeline.join_documents` in a graph, for
+    every output a signature has: per text, hypothesis ``j`` of each of its sentences,
+    ``translation(s)`` joined with the text's whitespace, ``score(s)`` summed,
+    ``confidence(s)`` the lowest (1.0 for no sentence), ``alignments`` joined by
+    ``pipeline.ALIGNMENT_SEPARATOR``, ``truncated`` if any sentence was.
+
+    Args:
+        outputs: ``{name: (S,) or (S, N) tensor}``, one row per sentence of ``sentences``.
+        sentences, separators: :func:`split_tensor`'s.
+
+    Returns:
+        ``{name: (B,) or (B, N) tensor}``.
+    """
+    from keras_attn.translation.pipeline import ALIGNMENT_SEPARATOR
+
+    out = {}
+    for name, value in outputs.items():
+        rows = sentences.with_flat_values(value)  # (B, None) or (B, None, N)
+        if name == "translation":
+            out[name] = join_tensor(rows, separators)
+        elif name in ("translations", "alignments"):
+            out[name] = join_nbest(value, sentences.row_splits, separators
+                                   if name == "translations" else ALIGNMENT_SEPARATOR)
+        elif name in ("confidence", "confidences"):
+            out[name] = lowest(rows)
+        else:  # score(s) summed, truncated if any sentence was
+            reduce = tf.reduce_any if value.dtype == tf.bool else tf.reduce_sum
+            out[name] = reduce(rows, axis=1)
+    return out
+
+
 def join_nbest(translations, row_splits, separators):
     """Join n-best lists sentence by sentence: hypothesis ``j`` of text ``b`` is
     hypothesis ``j`` of each of its sentences, joined with its separators.

@@ -254,16 +254,10 @@ class TranslatorModule(tf.Module):
             out = self._serve_sentences(strings)
             out["needs_split"] = documents.needs_split_tensor(strings)
             return out
-        # Documents: split in the graph (the rules of keras_attn.text.documents), every sentence
-        # of the request decoded as one batch, joined back with the text's whitespace; a
-        # text's score sums its sentences', it is truncated if any sentence was.
-        sentences, separators = documents.split_tensor(strings)
-        out = self._serve_sentences(sentences.flat_values)
-        per_text = {k: sentences.with_flat_values(v) for k, v in out.items()}
-        return {"translation": documents.join_tensor(per_text["translation"], separators),
-                "score": tf.reduce_sum(per_text["score"], axis=1),
-                "confidence": documents.lowest(per_text["confidence"]),
-                "truncated": tf.reduce_any(per_text["truncated"], axis=1)}
+        # Documents: split in the graph, every sentence of the request decoded as one
+        # batch, joined back by the pipeline's rule (documents.join_documents_tensor).
+        return documents.translate_documents_tensor(
+            strings, lambda sentences: self._serve_sentences(sentences.flat_values))
 
     def _serve_sentences(self, strings):
         """Sentences ``(B,)`` -> ``translation``, ``score``, ``confidence``, ``truncated``

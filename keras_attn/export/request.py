@@ -193,19 +193,10 @@ class RequestDecoder:
             return dict(self.translate_sentences(strings, **options),
                         needs_split=documents.needs_split_tensor(strings))
 
-        sentences, separators = documents.split_tensor(strings)
-        owner = tf.cast(sentences.value_rowids(), tf.int32)
-        out = self.translate_sentences(sentences.flat_values, owner, tf.shape(strings)[0],
-                                       compiled, **options)
-        splits = sentences.row_splits
-        return {"translations": documents.join_nbest(out["translations"], splits, separators),
-                "scores": tf.reduce_sum(tf.RaggedTensor.from_row_splits(
-                    out["scores"], splits), axis=1),
-                "confidences": documents.lowest(tf.RaggedTensor.from_row_splits(
-                    out["confidences"], splits)),
-                "alignments": documents.join_nbest(out["alignments"], splits, " | "),
-                "truncated": tf.reduce_any(tf.RaggedTensor.from_row_splits(
-                    out["truncated"], splits), axis=1)}
+        return documents.translate_documents_tensor(strings, lambda sentences: (
+            self.translate_sentences(sentences.flat_values,
+                                     tf.cast(sentences.value_rowids(), tf.int32),
+                                     tf.shape(strings)[0], compiled, **options)))
 
     def translate_sentences(self, strings, owner=None, texts=None, compiled=False, **options):
         """Decode sentences ``(S,)``; ``owner`` int32 ``(S,)`` the text each belongs to

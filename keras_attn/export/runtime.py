@@ -51,6 +51,13 @@ def text_interpreter(model_content=None, model_path=None, num_threads=None):
         custom_op_registerers=tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS)
 
 
+def _text_file(model):
+    """:func:`text_interpreter` of a ``.tflite`` path or its content."""
+    if isinstance(model, (bytes, bytearray)):
+        return text_interpreter(model_content=bytes(model))
+    return text_interpreter(model_path=os.fspath(model))
+
+
 def run_tflite_text(model, texts, split=True):
     """Translate with a text-target flatbuffer (a path or its bytes).
 
@@ -74,31 +81,16 @@ def run_tflite_text(model, texts, split=True):
         too (bool ``(B,)``, True where a text may not be one sentence; files exported
         before it have none).
     """
-    if isinstance(model, (bytes, bytearray)):
-        interpreter = text_interpreter(model_content=bytes(model))
-    else:
-        interpreter = text_interpreter(model_path=os.fspath(model))
+    interpreter = _text_file(model)
     runner = interpreter.get_signature_runner(TFLITE_TEXT_SIGNATURE)
     if not split:
         return _run_sentences(runner, text_array(texts))
-    sentences, counts, separators = split_for_tflite(list(texts))
-    if len(counts) == 0:
-        return _empty()
-    out = _run_sentences(runner, sentences)
-    bounds = np.cumsum(counts)[:-1]
-    return {"translation": np.array([t.encode("utf-8") for t in join_from_tflite(
-                out["translation"], counts, separators)], dtype=object),
-            "score": np.array([x.sum() for x in np.split(out["score"], bounds)], np.float32),
-            "confidence": np.array([x.min(initial=1.0) for x in np.split(out["confidence"],
-                                                                          bounds)], np.float32),
-            "truncated": np.array([x.any() for x in np.split(out["truncated"], bounds)], bool)}
+    return by_document(texts, lambda sentences: _run_sentences(runner, sentences), _SINGLE)
 
 
 def _run_sentences(runner, texts):
     if list(runner.get_input_details()["text"]["shape_signature"]) != [1]:
-        if len(texts) == 0:
-            return _empty()
-        return runner(text=texts)
+        return runner(text=texts) if len(texts) else _empty()
     # A fixed batch of one (Bahdanau models): one call per sentence.
     rows = [runner(text=texts[i: i + 1]) for i in range(len(texts))]
     if not rows:
@@ -137,40 +129,12 @@ def run_tflite_options(model, texts, **options):
     from keras_attn.decoding.options import DecodingOptions
 
     opts = DecodingOptions.from_kwargs(**options)
-    if isinstance(model, (bytes, bytearray)):
-        interpreter = text_interpreter(model_content=bytes(model))
-    else:
-        interpreter = text_interpreter(model_path=os.fspath(model))
+    interpreter = _text_file(model)
     runner = interpreter.get_signature_runner(
         newest_options_signature(interpreter.get_signature_list()))
-    # The sentences of every text in one batch (split here, as run_tflite_text), joined back
-    # as the SavedModel's signature joins them: hypothesis j of each sentence.
-    sentences, counts, separators = split_for_tflite(list(texts))
     inputs = option_inputs(opts, runner.get_input_details())
-    if len(counts) == 0:
-        n = opts.num_hypotheses
-        return {"translations": np.zeros((0, n), object), "scores": np.zeros((0, n), np.float32),
-                "confidences": np.zeros((0, n), np.float32),
-                "alignments": np.zeros((0, n), object), "truncated": np.zeros((0,), bool)}
-    if len(sentences) == 0:  # the file needs a row: translate "" and keep nothing of it
-        out = runner(text=text_array([""]), **inputs)
-        out = {k: v[:0] for k, v in out.items()}
-    else:
-        out = runner(text=sentences, **inputs)
-    bounds = np.cumsum(counts)[:-1]
-    n = out["translations"].shape[1] if out["translations"].ndim == 2 else 1
-    columns = [join_from_tflite(out["translations"][:, j], counts, separators)
-               for j in range(n)]
-    alignments = [[" | ".join(a.decode("utf-8") for a in part)
-                   for part in np.split(out["alignments"][:, j], bounds)] for j in range(n)]
-    return {"translations": np.array([[c[b].encode("utf-8") for c in columns]
-                                      for b in range(len(counts))], dtype=object).reshape(-1, n),
-            "scores": np.stack([x.sum(axis=0) for x in np.split(out["scores"], bounds)]),
-            "confidences": np.stack([x.min(axis=0, initial=1.0)
-                                     for x in np.split(out["confidences"], bounds)]),
-            "alignments": np.array([[a[b].encode("utf-8") for a in alignments]
-                                    for b in range(len(counts))], dtype=object).reshape(-1, n),
-            "truncated": np.array([x.any() for x in np.split(out["truncated"], bounds)], bool)}
+    return by_document(texts, lambda sentences: runner(text=sentences, **inputs), _NBEST,
+                       opts.num_hypotheses)
 
 
 def run_tflite_score(model, sources, targets):
@@ -192,10 +156,7 @@ def run_tflite_score(model, sources, targets):
     if len(sources) != len(targets):
         raise ValueError(f"`sources` and `targets` must have the same length. Received: "
                          f"{len(sources)} sources and {len(targets)} targets")
-    if isinstance(model, (bytes, bytearray)):
-        interpreter = text_interpreter(model_content=bytes(model))
-    else:
-        interpreter = text_interpreter(model_path=os.fspath(model))
+    interpreter = _text_file(model)
     runner = interpreter.get_signature_runner(TFLITE_SCORE_SIGNATURE)
     return runner(source=text_array(sources), target=text_array(targets))
 
@@ -336,6 +297,69 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
 # A TFLite file cannot run the document split (its regex ops have no TFLite kernel:
 # docs/documents.md), so an app splits with keras_attn.text.documents' rules, the same ones the
 # SavedModel runs in its graph.
+# The outputs of a file's signatures by the keys of the pipeline's hypotheses.
+_SINGLE = {"translation": "translation", "score": "score", "confidence": "confidence"}
+_NBEST = {"translation": "translations", "score": "scores", "confidence": "confidences",
+          "alignment": "alignments"}
+
+
+def by_document(texts, run, names, num_hypotheses=None):
+    """A file's outputs for documents: ``run(sentences)`` (an object array of UTF-8 bytes)
+    gives its outputs per sentence, which are joined back by the pipeline's one rule
+    (:func:`keras_attn.translation.pipeline.join_documents`: hypothesis ``j`` of each
+    sentence, joined with the text's whitespace, scores summed, the lowest confidence,
+    alignments joined by ``" | "``, truncated if any sentence was).
+
+    Args:
+        texts: B documents (str or UTF-8 bytes). names: ``{hypothesis key: output name}``
+            of the outputs to join (:data:`_SINGLE`: ``(S,)`` outputs; :data:`_NBEST`:
+            ``(S, N)``). num_hypotheses: N, or None for ``(S,)`` outputs.
+
+    Returns:
+        dict of numpy arrays under the file's output names, ``(B,)`` or ``(B, N)``, and
+        ``truncated`` bool ``(B,)``.
+    """
+    from keras_attn.translation import pipeline
+
+    n = num_hypotheses or 1
+
+    def translate(sentences):
+        out = run(text_array(sentences))
+        columns = {key: np.asarray(out[name]).reshape(len(sentences), n)
+                   for key, name in names.items()}
+        return [[{key: (v[s, j].decode("utf-8") if isinstance(v[s, j], bytes) else
+                        float(v[s, j])) for key, v in columns.items()}
+                 | {"truncated": bool(out["truncated"][s])} for j in range(n)]
+                for s in range(len(sentences))]
+
+    docs = pipeline.split_and_join(_decoded(texts), translate, n)
+    shape = (len(docs),) if num_hypotheses is None else (len(docs), n)
+    result = {}
+    for key, name in names.items():
+        values = [[h.get(key, "" if key == "alignment" else 1.0) for h in hyps] for hyps in docs]
+        if key in ("translation", "alignment"):
+            result[name] = np.array([[v.encode("utf-8") for v in row] for row in values],
+                                    dtype=object).reshape(shape)
+        else:
+            result[name] = np.array(values, np.float32).reshape(shape)
+    result["truncated"] = np.array([hyps[0]["truncated"] for hyps in docs], bool)
+    return result
+
+
+def _decoded(texts):
+    """Documents as str (bytes that are not UTF-8 read with U+FFFD in place of the bad
+    bytes, as the SavedModel's split reads them)."""
+    if isinstance(texts, (str, bytes)):
+        raise ValueError("`texts` must be a sequence of documents, not one str/bytes. "
+                         f"Received: texts={texts!r}")
+    decoded = []
+    for text in texts:
+        if isinstance(text, (bytes, bytearray, np.bytes_)):
+            text = bytes(text).decode("utf-8", errors="replace")
+        decoded.append(str(text) if isinstance(text, np.str_) else text)
+    return decoded
+
+
 def split_for_tflite(texts):
     """Split documents into the sentences a TFLite text file translates (one batch).
 
@@ -361,15 +385,7 @@ def split_for_tflite(texts):
     """
     from keras_attn.text import documents
 
-    if isinstance(texts, (str, bytes)):
-        raise ValueError("`texts` must be a sequence of documents, not one str/bytes. "
-                         f"Received: texts={texts!r}")
-    decoded = []
-    for i, text in enumerate(texts):
-        if isinstance(text, (bytes, bytearray, np.bytes_)):
-            # Bytes that are not UTF-8 read as U+FFFD, as the SavedModel's split reads them.
-            text = bytes(text).decode("utf-8", errors="replace")
-        decoded.append(str(text) if isinstance(text, np.str_) else text)
+    decoded = _decoded(texts)
     sentences, counts, separators = documents.split_batch(decoded)
     return text_array(sentences), np.asarray(counts, np.int64), separators
 

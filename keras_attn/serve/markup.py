@@ -2,14 +2,10 @@
 
 Tags, attributes, comments and entities are never sent to the model. The fragment is cut
 into segments at every tag that is not inline (``<p>``, ``<div>``, ``<li>``, ``<br>``, ...):
-each segment's text (inline tags removed, entities decoded) is cut into its sentences
-(:func:`keras_attn.text.documents.split`, the rules the engines split a text with), every
-sentence of a request is translated in one batch, and a segment's translation is its
-sentences' joined with its own whitespace, their alignments numbered over the whole segment
-(the SavedModel's alignment of a text of several sentences, ``"0-0 | 0-0"``, numbers each
-sentence's words from 0 and cannot be read as the segment's). An inline tag (``<b>``,
-``<i>``, ``<a href>``, ...)
-then wraps the target words aligned with the source words it wrapped (the hypothesis's
+each segment's text (inline tags removed, entities decoded) is a document the engine
+translates as any text (split into sentences and joined back by
+:mod:`keras_attn.translation.pipeline`), every segment of a request in one batch. An inline
+tag (``<b>``, ``<i>``, ``<a href>``, ...) then wraps the target words aligned with the source words it wrapped (the hypothesis's
 Pharaoh alignment, ``return_alignments``): nested tags stay nested, a tag whose words are
 aligned with nothing is kept, empty, where its segment ends. The output is well-formed
 when the input is: the same tags, in an order that nests. An engine without alignments
@@ -25,8 +21,6 @@ import html
 import html.parser
 import re
 
-from keras_attn.text.documents import Segments, split as split_sentences
-from keras_attn.translation.pipeline import joined
 
 INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em",
                     "i", "kbd", "mark", "q", "s", "samp", "small", "span", "strong", "sub",
@@ -136,23 +130,18 @@ def _pairs(alignment):
             if re.fullmatch(r"\d+-\d+", p)]
 
 
-def _sentences(text):
-    """:func:`keras_attn.text.documents.split` of a segment's stripped text (never empty)."""
-    parts = split_sentences(text)
-    return parts if parts.sentences else Segments([text], ["", ""])
-
-
-def _joined(parts, hyps):
-    """One hypothesis of a segment from hypothesis ``h`` of each of its sentences
-    (:func:`keras_attn.translation.pipeline.joined`: the translations joined with the
-    segment's whitespace, the scores summed), the alignments numbered over the segment's
-    words (each sentence's after the words before it)."""
+def segment_alignment(hyp):
+    """A segment's alignment numbered over its whole text: a document's alignment numbers
+    each sentence's words from 0 (``keras_attn.translation.pipeline.join_documents``), so
+    each sentence's pairs move past the words of the sentences before it."""
+    if "sentences" not in hyp:  # one sentence: its words are the segment's
+        return hyp.get("alignment", "")
     pairs, src, tgt = [], 0, 0
-    for sentence, hyp in zip(parts.sentences, hyps):
-        pairs += [f"{i + src}-{j + tgt}" for i, j in _pairs(hyp.get("alignment", ""))]
-        src += len(_words(sentence))
-        tgt += len(_target_words(hyp["translation"]))
-    return {**joined(hyps, parts.separators), "alignment": " ".join(pairs)}
+    for sentence in hyp["sentences"]:
+        pairs += [f"{i + src}-{j + tgt}" for i, j in _pairs(sentence.get("alignment", ""))]
+        src += len(_words(sentence["source"]))
+        tgt += len(_target_words(sentence["translation"]))
+    return " ".join(pairs)
 
 
 def rebuild(segment, translation, alignment):
@@ -251,14 +240,9 @@ async def translate_html(batcher, request, timeout, alignments=True):
     else:
         documents = [split_inline(d) for d in documents]
     segments = [s for d in documents for s in d if isinstance(s, Segment) and s.text.strip()]
-    splits = [_sentences(s.text.strip()) for s in segments]
-    sentences = [t for parts in splits for t in parts.sentences]
-    results = await batcher.submit(sentences, options, timeout, confidence=request.hypotheses) \
-        if sentences else []
-    by_segment, at = {}, 0
-    for segment, parts in zip(segments, splits):
-        by_segment[id(segment)] = (parts, results[at: at + len(parts.sentences)])
-        at += len(parts.sentences)
+    results = await batcher.submit([s.text.strip() for s in segments], options, timeout,
+                                   confidence=request.hypotheses) if segments else []
+    by_segment = {id(segment): hyps for segment, hyps in zip(segments, results)}
     n = len(results[0]) if results else 1
     answers = []
     for document in documents:
@@ -271,10 +255,9 @@ async def translate_html(batcher, request, timeout, alignments=True):
                 elif id(item) not in by_segment:
                     parts.append(rebuild(item, item.text, ""))
                 else:
-                    split, per_sentence = by_segment[id(item)]
-                    hyp = _joined(split, [r[h] for r in per_sentence])
+                    hyp = by_segment[id(item)][h]
                     scores.append(hyp["score"])
-                    parts.append(rebuild(item, hyp["translation"], hyp["alignment"]))
+                    parts.append(rebuild(item, hyp["translation"], segment_alignment(hyp)))
             hyps.append({"translation": "".join(parts), "score": float(sum(scores))})
         answers.append(hyps)
     return answers

@@ -181,8 +181,8 @@ def cut_long(engine, sentences):
 
 
 def translate_documents(engine, texts, translate, num_hypotheses=1):
-    """Translate documents with a sentence translator: split every text, decode the
-    sentences of the whole request as one batch, join each hypothesis back.
+    """Translate documents with a sentence translator (:func:`split_and_join`), a sentence
+    too long for the model translated piece by piece or reported.
 
     Args:
         engine: its ``max_len`` and ``split_long``, and ``tokenize`` to count a sentence's
@@ -196,12 +196,7 @@ def translate_documents(engine, texts, translate, num_hypotheses=1):
         num_hypotheses: hypotheses per sentence (and per document).
 
     Returns:
-        Per text, ``num_hypotheses`` dicts: ``"translation"`` (hypothesis ``h`` of every
-        sentence, joined with the input's whitespace), ``"score"`` (the sentences' scores
-        summed), ``"confidence"`` (the lowest of the sentences', when the sentence
-        translator gives one), ``"truncated"`` (a sentence was read only in part),
-        ``"sentences"`` (per sentence the dict of its hypothesis ``h``, with its
-        ``"source"``). A text with no sentence translates to its own whitespace, score 0.
+        :func:`join_documents`' documents.
 
     Example:
         >>> docs = translate_documents(engine, ["Hi. Bye."], lambda s, ids: [[{
@@ -209,43 +204,104 @@ def translate_documents(engine, texts, translate, num_hypotheses=1):
         >>> docs[0][0]["translation"], docs[0][0]["score"]
         ('HI. BYE.', -2.0)
     """
-    sentences, counts, separators = documents.split_batch(texts)
-    ids = engine.tokenize(sentences) if sentences else []  # once for the whole request
+    return split_and_join(texts, lambda sentences: _long_aware(engine, sentences, translate),
+                          num_hypotheses)
+
+
+def _long_aware(engine, sentences, translate):
+    """Per sentence its hypotheses from ``translate(units, ids)``, with ``"truncated"``;
+    a sentence cut to fit (``engine.split_long``) is its pieces' hypotheses joined."""
+    ids = engine.tokenize(sentences)  # once for the whole request
     long = [len(row) > engine.max_len - 1 for row in ids]
     cuts = cut_long(engine, sentences) if engine.split_long and any(long) else \
         [None] * len(sentences)
-    units, unit_ids, owners, pieces = [], [], [], []  # what is decoded, whose sentence, its cut
+    units, unit_ids, owners = [], [], []  # what is decoded, whose sentence
     for k, (sentence, part) in enumerate(zip(sentences, cuts)):
-        if part is not None and part.cut:
-            pieces.append(part)
-            units += part.pieces
-            unit_ids += [None] * len(part.pieces)
-            owners += [k] * len(part.pieces)
-        else:
-            pieces.append(None)
-            units.append(sentence)
-            unit_ids.append(ids[k])
-            owners.append(k)
-    per_sentence = [[] for _ in sentences]
-    for k, hyps in zip(owners, translate(units, unit_ids) if units else []):
-        per_sentence[k].append(hyps)
+        cut = part is not None and part.cut
+        units += part.pieces if cut else [sentence]
+        unit_ids += [None] * len(part.pieces) if cut else [ids[k]]
+        owners += [k] * (len(part.pieces) if cut else 1)
+    per_unit = [[] for _ in sentences]
+    for k, hyps in zip(owners, translate(units, unit_ids)):
+        per_unit[k].append(hyps)
+    out = []
+    for k, hyps in enumerate(per_unit):
+        if cuts[k] is None or not cuts[k].cut:
+            out.append([dict(h, truncated=long[k]) for h in hyps[0]])
+        else:  # translated piece by piece: joined at the cuts
+            out.append([{"cut": True, "truncated": False,
+                         **joined([unit[h] for unit in hyps], cuts[k].separators)}
+                        for h in range(len(hyps[0]))])
+    return out
+
+
+def split_and_join(texts, translate, num_hypotheses=1):
+    """Documents from a sentence translator, for every engine and runtime: each text split
+    (:func:`keras_attn.text.documents.split_batch`), the sentences of the whole request
+    translated in one call, each hypothesis joined back (:func:`join_documents`).
+
+    Args:
+        texts: sequence of B str.
+        translate: ``sentences -> per sentence a list of num_hypotheses dicts``
+            (``"translation"``, ``"score"``, optional ``"confidence"``, ``"alignment"``,
+            ``"truncated"``); not called for a request of no sentence.
+        num_hypotheses: hypotheses per sentence (and per document).
+
+    Example:
+        >>> split_and_join(["Hi. Bye."], lambda s: [[{"translation": x, "score": -1.0,
+        ...     "alignment": "0-0"}] for x in s])[0][0]["alignment"]
+        '0-0 | 0-0'
+    """
+    sentences, counts, separators = documents.split_batch(list(texts))
+    per_sentence = translate(sentences) if sentences else []
+    per_sentence = [[dict(h, source=s) for h in hyps]
+                    for s, hyps in zip(sentences, per_sentence)]
+    return join_documents(per_sentence, counts, separators, num_hypotheses)
+
+
+def join_documents(per_sentence, counts, separators, num_hypotheses=1):
+    """The one rule that makes documents of sentences' hypotheses.
+
+    Hypothesis ``h`` of a document is hypothesis ``h`` of each of its sentences:
+    ``"translation"`` theirs joined with the text's own whitespace, ``"score"`` their sum,
+    ``"confidence"`` their lowest (1.0 for none; left out when a sentence has none),
+    ``"alignment"`` theirs joined by :data:`ALIGNMENT_SEPARATOR` in sentence order, each
+    sentence's Pharaoh pairs numbering its own words from 0 (left out when a sentence has
+    none, or the document has no sentence), ``"truncated"`` whether any sentence was read
+    only in part, ``"sentences"`` the sentences' own dicts. The served graphs join alike
+    (:func:`keras_attn.export.documents.join_documents_tensor`).
+
+    Args:
+        per_sentence: per sentence (every text's, in order) its list of hypotheses.
+        counts: B ints, sentences per text. separators: B lists of ``counts[i] + 1`` str
+            (:func:`keras_attn.text.documents.split_batch`).
+        num_hypotheses: hypotheses per document (a text of no sentence has that many:
+            its whitespace, score 0).
+
+    Returns:
+        Per text, ``num_hypotheses`` dicts.
+    """
     results, start = [], 0
     for count, seps in zip(counts, separators):
-        doc = []
-        for h in range(num_hypotheses):
-            parts = []
-            for k in range(start, start + count):
-                hyps = [unit[h] for unit in per_sentence[k]]
-                if pieces[k] is None:
-                    parts.append(dict(hyps[0], source=sentences[k], truncated=long[k]))
-                else:  # translated piece by piece: joined at the cuts
-                    parts.append({"source": sentences[k], "cut": True, "truncated": False,
-                                  **joined(hyps, pieces[k].separators)})
-            doc.append({**joined(parts, seps),
-                        "truncated": any(p["truncated"] for p in parts), "sentences": parts})
-        results.append(doc)
+        rows = per_sentence[start: start + count]
+        results.append([document([row[h] for row in rows], seps)
+                        for h in range(num_hypotheses)])
         start += count
     return results
+
+
+ALIGNMENT_SEPARATOR = " | "
+"""Between the sentences' alignments in a document's ``"alignment"`` (docs/documents.md)."""
+
+
+def document(parts, separators):
+    """One document hypothesis from one hypothesis of each of its sentences
+    (:func:`join_documents`)."""
+    out = joined(parts, separators)
+    if parts and all("alignment" in p for p in parts):
+        out["alignment"] = ALIGNMENT_SEPARATOR.join(p["alignment"] for p in parts)
+    return {**out, "truncated": any(p.get("truncated", False) for p in parts),
+            "sentences": list(parts)}
 
 
 def joined(hyps, separators):
