@@ -1,31 +1,37 @@
-"""``keras-attn export``: a run as SavedModel and TFLite files, or for CTranslate2."""
+"""``keras-attn export``: a run to one of :data:`keras_attn.export.EXPORT_TARGETS`."""
 import argparse
 import functools
 
 from keras_attn.cli.console import add_verbose
+from keras_attn.export import EXPORT_TARGETS
+
+# The options a target may take (keras_attn.export.ExportTarget.options), as flags.
+FLAGS = {"version": dict(type=int, help="SavedModel version"),
+         "beam_size": dict(type=int, help="decoding inside the SavedModel/TFLite graphs"),
+         "quantization": dict(choices=["float32", "int8"], help="CTranslate2 weights")}
+
+
+def _formats(option):
+    return [name for name, target in EXPORT_TARGETS.items() if option in target.options]
 
 
 def add_parser(sub):
     p = sub.add_parser(
         "export", help="export a run as SavedModel and TFLite, or for CTranslate2",
-        description="Export a run as SavedModel and TFLite (--format tf), or as a "
-                    "CTranslate2 model directory (--format ctranslate2).")
+        description="Export a run: " + "; ".join(
+            f"--format {name}: {target.writes}" for name, target in EXPORT_TARGETS.items()))
     p.add_argument("run_dir", help="run directory (from keras-attn train)")
-    p.add_argument("--format", choices=["tf", "ctranslate2"], default="tf",
-                   help="tf: SavedModel + TFLite; ctranslate2: a CTranslate2 model directory "
-                        "(default: %(default)s)")
-    p.add_argument("--export-dir", default=None,
-                   help="output folder (default: RUN_DIR/export for tf, "
-                        "RUN_DIR/export/ctranslate2[_int8] for ctranslate2)")
-    p.add_argument("--version", type=int, default=None,
-                   help="SavedModel version, --format tf only (default: 1)")
+    p.add_argument("--format", choices=list(EXPORT_TARGETS), default="tf",
+                   help="what to write (default: %(default)s)")
+    p.add_argument("--export-dir", default=None, help="output folder (default: the format's)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace existing exported files (default: off)")
-    p.add_argument("--beam-size", type=int, default=None,
-                   help="decoding inside the SavedModel/TFLite graphs, --format tf only "
-                        "(default: 1)")
-    p.add_argument("--quantization", choices=["float32", "int8"], default=None,
-                   help="CTranslate2 weights, --format ctranslate2 only (default: float32)")
+    for option, spec in FLAGS.items():
+        formats = _formats(option)
+        defaults = {EXPORT_TARGETS[f].options[option] for f in formats}
+        p.add_argument("--" + option.replace("_", "-"), default=None, **dict(
+            spec, help=f"{spec['help']}, --format {', '.join(formats)} only (default: "
+                       f"{', '.join(map(str, sorted(defaults, key=str)))})"))
     add_verbose(p, argparse.SUPPRESS)
     return p
 
@@ -39,27 +45,22 @@ def run(args):
             f"conversion read TensorFlow weights); Keras runs on {keras.backend.backend()}. "
             f"Run: KERAS_BACKEND=tensorflow keras-attn export {args.run_dir} (a run trained "
             "on any backend loads there)")
+    target = EXPORT_TARGETS[args.format]
+    options = {}
+    for option in FLAGS:
+        value = getattr(args, option)
+        if value is None:
+            continue
+        if option not in target.options:
+            flag = "--" + option.replace("_", "-")
+            raise ValueError(f"{flag} applies to --format {', '.join(_formats(option))} only. "
+                             f"Received: {flag} {value} with --format {args.format}")
+        options[option] = value
     log = functools.partial(print, flush=True)  # each stage shows as soon as it is done
-    if args.format == "ctranslate2":
-        for flag, value in (("--version", args.version), ("--beam-size", args.beam_size)):
-            if value is not None:  # CTranslate2 has no versions; decoding is chosen per call
-                raise ValueError(f"{flag} applies to --format tf only. Received: {flag} {value}")
-        try:
-            from keras_attn.export.ctranslate2 import export_ctranslate2
-        except ImportError as e:
-            raise ValueError(f"--format ctranslate2: {e}") from None
-        export_ctranslate2(args.run_dir, export_dir=args.export_dir,
-                           quantization=args.quantization or "float32", overwrite=args.overwrite,
-                           log=log)
-        return 0
-    if args.quantization is not None:
-        raise ValueError("--quantization applies to --format ctranslate2 only (--format tf "
-                         f"writes float32 and int8 TFLite files). Received: --quantization "
-                         f"{args.quantization}")
-    from keras_attn import export
-
-    export.export_run(args.run_dir, export_dir=args.export_dir,
-                      version=1 if args.version is None else args.version,
-                      overwrite=args.overwrite,
-                      beam_size=1 if args.beam_size is None else args.beam_size, log=log)
+    try:
+        export = target.load()
+    except ImportError as e:  # an optional extra (CTranslate2)
+        raise ValueError(f"--format {args.format}: {e}") from None
+    export(args.run_dir, export_dir=args.export_dir, overwrite=args.overwrite, log=log,
+           **options)
     return 0

@@ -37,6 +37,9 @@ References: TF Serving SavedModel/REST/gRPC docs; OpenNMT-tf ``opennmt/utils/exp
 
 May import: training, the translator and everything below them; never serve or cli.
 """
+import dataclasses
+import importlib
+
 from keras_attn.core import lazy
 
 _NAMES = {
@@ -65,3 +68,57 @@ _NAMES = {
                 "run_tflite_score", "run_tflite_text", "text_array", "text_interpreter"),
 }
 __getattr__, __dir__, __all__ = lazy.attach(__name__, _NAMES)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportTarget:
+    """An export target of ``keras-attn export --format NAME`` (:data:`EXPORT_TARGETS`).
+
+    Args:
+        name: the ``--format`` value. writes: what it writes (the CLI's help).
+        function: ``"module:function"``, called as ``function(run_dir, export_dir=...,
+            overwrite=..., log=..., **options)``; imported when run, so listing the targets
+            imports neither TensorFlow nor CTranslate2.
+        options: ``{name: default}`` of the options it takes beyond those (a CLI flag
+            ``--name``); fixed: arguments always passed.
+
+    Example:
+        >>> EXPORT_TARGETS["ctranslate2"].options
+        {'quantization': 'float32'}
+    """
+
+    name: str
+    writes: str
+    function: str
+    options: dict = dataclasses.field(default_factory=dict)
+    fixed: dict = dataclasses.field(default_factory=dict)
+
+    def load(self):
+        """``(run_dir, **kwargs) -> report``: the function with each option at its default
+        when left out and the fixed arguments (an ``ImportError`` names a missing extra)."""
+        module, _, name = self.function.partition(":")
+        function = getattr(importlib.import_module(module), name)
+        return lambda run_dir, **kwargs: function(run_dir, **{**self.options, **kwargs,
+                                                              **self.fixed})
+
+
+EXPORT_TARGETS = {}
+"""Every export target by name (:func:`register_target`); ``keras-attn export`` reads it."""
+
+
+def register_target(name, writes, function, options=None, fixed=None):
+    """Add an :class:`ExportTarget` to :data:`EXPORT_TARGETS` (and return it)."""
+    EXPORT_TARGETS[name] = target = ExportTarget(name, writes, function, dict(options or {}),
+                                                 dict(fixed or {}))
+    return target
+
+
+register_target("tf", "SavedModel + TFLite (text and builtin files, float32 and int8) under "
+                "RUN_DIR/export, with one report",
+                "keras_attn.export.all_targets:export_run", {"version": 1, "beam_size": 1})
+register_target("saved_model", "the SavedModel alone under RUN_DIR/export",
+                "keras_attn.export.all_targets:export_run", {"version": 1, "beam_size": 1},
+                fixed={"quantizations": ()})
+register_target("ctranslate2", "a CTranslate2 model directory "
+                "(RUN_DIR/export/ctranslate2[_int8])",
+                "keras_attn.export.ctranslate2:export_ctranslate2", {"quantization": "float32"})
