@@ -3,7 +3,7 @@ import argparse
 import functools
 
 from keras_attn.cli.console import add_verbose
-from keras_attn.export import EXPORT_TARGETS
+from keras_attn.export import DEFAULT_TARGET, EXPORT_TARGETS
 
 # The options a target may take (keras_attn.export.ExportTarget.options), as flags.
 FLAGS = {"version": dict(type=int, help="SavedModel version"),
@@ -21,7 +21,7 @@ def add_parser(sub):
         description="Export a run: " + "; ".join(
             f"--format {name}: {target.writes}" for name, target in EXPORT_TARGETS.items()))
     p.add_argument("run_dir", help="run directory (from keras-attn train)")
-    p.add_argument("--format", choices=list(EXPORT_TARGETS), default="tf",
+    p.add_argument("--format", choices=list(EXPORT_TARGETS), default=DEFAULT_TARGET,
                    help="what to write (default: %(default)s)")
     p.add_argument("--export-dir", default=None, help="output folder (default: the format's)")
     p.add_argument("--overwrite", action="store_true",

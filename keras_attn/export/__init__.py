@@ -104,6 +104,7 @@ class ExportTarget:
 
 EXPORT_TARGETS = {}
 """Every export target by name (:func:`register_target`); ``keras-attn export`` reads it."""
+DEFAULT_TARGET = "tf"  # keras-attn export's --format
 
 
 def register_target(name, writes, function, options=None, fixed=None):

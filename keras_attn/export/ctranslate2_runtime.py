@@ -1,13 +1,8 @@
-"""Running a CTranslate2 export (CTranslate2-only): :class:`CTranslate2Translator`.
-
-Text in, text out with a model directory written by
-:class:`keras_attn.export.ctranslate2.CTranslate2Exporter`, through ``ctranslate2.Translator``
-and our own tokenizers, with the per-request options of API.md under our names: the
-CTranslate2 engine of :mod:`keras_attn.translation.pipeline`. Imports no TensorFlow and no
-Keras: SentencePiece and character runs tokenize in plain Python
-(:mod:`keras_attn.text.python_tokenizers`, the same ids as the graphs' ops); a WordPiece
-run's tokenizer is TensorFlow's, imported when the model is loaded. How its decoding
-compares with ours: :mod:`keras_attn.export.ctranslate2` and docs/decoding_options.md.
+"""Running a CTranslate2 export (CTranslate2-only): :class:`CTranslate2Translator`, the
+CTranslate2 engine of :mod:`keras_attn.translation.pipeline` (our tokenizers, the options
+of API.md under our names). Imports no TensorFlow and no Keras but a WordPiece run's
+tokenizer (TensorFlow's). How its decoding compares with ours:
+:mod:`keras_attn.export.ctranslate2` and docs/ctranslate2.md.
 
 Example:
     >>> ct2 = CTranslate2Translator("runs/dates/export/ctranslate2")
@@ -99,20 +94,13 @@ class CTranslate2Translator:
     """Text in, text out with a model directory from :func:`export_ctranslate2`.
 
     The same interface as ``keras_attn.translator.Translator`` (``encode``,
-    ``translate_ids``, ``translate``, ``translate_nbest`` with the per-request options of
-    API.md under our names), so ``keras_attn.training.evaluation.evaluate`` scores it too.
-    Tokenizes with our vocabularies (``keras_attn.text.tokenizers.Tokenizer``) and decodes with
-    :func:`decoding_options`. CTranslate2 is asked for raw sums of log-probabilities
-    (``length_penalty=0``); ``beam_size > 1`` asks for ``beam_size`` hypotheses and reranks
-    them with our GNMT penalty ``((5 + n) / 6) ** length_penalty``.
-
-    What is equal to ``Translator`` (docs/decoding_options.md): greedy output, with or
-    without ``target_prefix`` (forced with CTranslate2's ``target_prefix``, its
-    log-probabilities not in the score, as ours), ``max_length``; beam search's best
-    hypothesis on most sentences, not all (another algorithm, module notes). Refused with a
-    ``ValueError`` naming the option: sampling (``sampling_topk > 1``: CTranslate2's random
-    numbers are not our seeded hash) and ``return_alignments`` (CTranslate2's attention is
-    not our alignment).
+    ``translate_ids``, ``translate``, ``translate_nbest``, ``score``), so
+    ``keras_attn.training.evaluation.evaluate`` scores it too. CTranslate2 is asked for raw
+    sums of log-probabilities (``length_penalty=0``); ``beam_size > 1`` asks for
+    ``beam_size`` hypotheses and reranks them with our GNMT penalty. Equal to
+    ``Translator``: greedy output (with ``target_prefix``, ``max_length``); beam search's
+    best hypothesis on most sentences, its lower ranks its own search's
+    (docs/ctranslate2.md, "n-best lists"). Refused (:func:`refuse`): sampling, alignments.
 
     Args:
         model_dir: the exported directory.
@@ -174,10 +162,9 @@ class CTranslate2Translator:
         return [[self.src_tokens[i] for i in row] for row in self.tokenize(sentences)]
 
     def tokens_from_ids(self, source):
-        """Token strings from our source ids ``(B, S)`` (``Translator.encode``: ``[END]``
-        appended, 0 = padding)."""
-        rows = np.asarray(source).tolist()
-        return [[self.src_tokens[i] for i in row if i != PAD_ID][:-1] for row in rows]
+        """Token strings from our source ids ``(B, S)`` (``Translator.encode``'s)."""
+        return [[self.src_tokens[i] for i in row if i != PAD_ID][:-1]
+                for row in np.asarray(source).tolist()]
 
     def options(self, **options):
         """:class:`~keras_attn.decoding.options.DecodingOptions` from keyword arguments, as
@@ -198,24 +185,19 @@ class CTranslate2Translator:
         return [self.tgt_tokens[i] for i in self.tokenize_target([target_prefix])[0]]
 
     def decode_nbest(self, tokens, opts, prefix=(), ct2_options=None, log_probs=False):
-        """``translate_batch`` on source token strings (:meth:`encode`) with options from
-        :meth:`options`; per sentence ``[(target ids, score)]``, best first, at most
-        ``opts.num_hypotheses`` (ids as ``Translator``'s: ``[END]`` included when the
-        hypothesis ended, the prefix's ids first).
-
-        Scores are sums of log-probabilities of the generated tokens (``</s>`` included, the
-        forced prefix not), divided for ``beam_size > 1`` by the GNMT penalty of the whole
-        length n (prefix and ``</s>`` included), as ``keras_attn.decoding.decode``.
+        """``translate_batch`` on source token strings (:meth:`encode`); per sentence
+        ``[(target ids, score)]``, best first, at most ``opts.num_hypotheses`` (ids as
+        ``Translator``'s). Scores: the generated tokens' summed log-probabilities
+        (``</s>`` in, the prefix not), for ``beam_size > 1`` over the GNMT penalty of the
+        whole length, as ``keras_attn.decoding.decode``.
 
         Args:
             tokens: source token strings per sentence. opts: resolved ``DecodingOptions``.
             prefix: target token strings forced first (:meth:`prefix_tokens`).
-            ct2_options: ``translate_batch`` arguments that override ours, with
-                CTranslate2's meanings (with its own ``length_penalty`` the hypotheses keep
-                CTranslate2's ranking and scores).
-            log_probs: greedy decoding only: each hypothesis is ``(ids, score, token
-                log-probabilities or None)``, read from the search's own logits
-                (:meth:`_search_log_probs`).
+            ct2_options: ``translate_batch`` arguments that override ours (CTranslate2's
+                meanings; its own ``length_penalty`` keeps its ranking and scores).
+            log_probs: greedy only: each hypothesis ``(ids, score, token log-probabilities
+                or None)`` (:meth:`_search_log_probs`).
         """
         kwargs = dict(decoding_options(self.max_len, opts.beam_size), return_scores=True,
                       max_decoding_length=opts.max_length, length_penalty=0.0,
@@ -267,16 +249,10 @@ class CTranslate2Translator:
         return out
 
     def _search_log_probs(self, result, penalty):
-        """The log-probabilities of a greedy hypothesis' tokens under the model alone (what
-        ``score_batch`` gives), from the search's own logits (``return_logits_vocab``), or
-        None where they cannot be had from them.
-
-        CTranslate2 returns each step's logits after its repetition penalty: the logit
-        ``x`` of a token generated before that step became ``x / penalty`` (``x *
-        penalty`` when negative), which is undone here. A step with a banned token (the
-        no-repeat n-gram ban, or ``min_decoding_length``'s: the lowest float) has lost
-        that token's logit, and a hypothesis that did not end lacks the ``[END]`` step
-        ``score_batch`` scores: None for both (the caller scores them)."""
+        """A greedy hypothesis' token log-probabilities under the model alone (what
+        ``score_batch`` gives) from the search's logits (``return_logits_vocab``), its
+        repetition penalty undone (``x / penalty``, ``x * penalty`` when negative); None
+        after a banned token (its logit lost) or without ``[END]`` (the caller scores it)."""
         hyp = result.hypotheses[0]
         if not hyp or hyp[-1] != "</s>":
             return None
@@ -295,12 +271,8 @@ class CTranslate2Translator:
         return logits[np.arange(len(ids)), ids] - log_z
 
     def translate_tokens(self, tokens, beam_size=1, alpha=LENGTH_PENALTY, ct2_options=None):
-        """Target ids per sentence (``[END]`` included when the hypothesis ended), and
-        their scores (sum of log-probabilities; GNMT-normalised with ``beam_size > 1``).
-
-        ``ct2_options``: a dict of ``translate_batch`` arguments that override ours, with
-        CTranslate2's meanings (``{"length_penalty": 1.0}``: its ``length ** 1.0``
-        ranking, not reranked)."""
+        """Target ids per sentence (``[END]`` included when it ended) and their scores
+        (:meth:`decode_nbest`'s best; ``ct2_options`` as there)."""
         opts = DecodingOptions(beam_size=beam_size, length_penalty=alpha).resolve(
             self.max_len, alpha, self.controls)
         best = [hyps[0] for hyps in self.decode_nbest(tokens, opts, ct2_options=ct2_options)]
@@ -315,13 +287,9 @@ class CTranslate2Translator:
 
     def translate_nbest(self, texts, batch_size=128, confidence=True, **options):
         """``Translator.translate_nbest``'s result for this model (the same pipeline,
-        :func:`keras_attn.translation.pipeline.translate_nbest`); the confidence is
-        :meth:`confidences`' (``confidence=False``: not computed, no ``score_batch`` call).
-
-        Raises:
-            ValueError: as :meth:`options` (sampling, alignments, bad values), or a
-                ``target_prefix`` that leaves no room within ``max_length``.
-        """
+        :func:`keras_attn.translation.pipeline.translate_nbest`; ``confidence=False``: no
+        confidence, no ``score_batch`` call). ``ValueError``: as :meth:`options`, or a
+        ``target_prefix`` that leaves no room within ``max_length``."""
         return pipeline.translate_nbest(self, texts, batch_size, confidence=confidence,
                                         **options)
 
@@ -334,12 +302,9 @@ class CTranslate2Translator:
         return pipeline.cut_long(self, sentences)
 
     def decode(self, source, opts, prefix=(), confidence=True):
-        """The pipeline's step (:mod:`keras_attn.translation.pipeline`): source ids
-        ``(B, S)`` -> ``tokens`` ``(B, N, T)``, ``scores`` ``(B, N)`` and (``confidence``)
-        the confidence ``features`` ``(B, N, F)`` from the hypotheses' log-probabilities:
-        greedy decoding reads them from the search's own logits
-        (:meth:`_search_log_probs`), the rest (and the rows those cannot serve) from a
-        ``score_batch`` pass."""
+        """The pipeline's step: source ids ``(B, S)`` -> ``tokens`` ``(B, N, T)``,
+        ``scores`` ``(B, N)`` and the confidence ``features`` ``(B, N, F)`` (greedy: from
+        the search's logits, :meth:`_search_log_probs`; else one ``score_batch`` pass)."""
         tokens = self.tokens_from_ids(source)
         read = confidence and opts.beam_size == 1 and opts.sampling_topk <= 1 and not prefix
         nbest = self.decode_nbest(tokens, opts, [self.tgt_tokens[i] for i in prefix],

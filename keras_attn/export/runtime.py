@@ -74,9 +74,9 @@ def run_tflite_text(model, texts, split=True):
         split: False passes each text to the file as one sentence.
 
     Returns:
-        dict of numpy arrays ``translation`` (bytes) ``(B,)``, ``score`` float32 ``(B,)``
-        (a text's sentences' scores summed), ``confidence`` float32 ``(B,)`` (its
-        sentences' lowest), ``truncated`` bool ``(B,)`` (any sentence cut at the file's
+        dict of numpy arrays ``translation`` (bytes), ``score``, ``confidence`` and
+        ``truncated`` ``(B,)``, each text's sentences joined (:func:`by_document`: scores
+        summed, the lowest confidence, truncated if any sentence was cut at the file's
         ``max_len``); with ``split=False`` the file's outputs as they are, ``needs_split``
         too (bool ``(B,)``, True where a text may not be one sentence; files exported
         before it have none).
@@ -116,11 +116,9 @@ def run_tflite_options(model, texts, **options):
         texts: strings. options: keyword arguments of ``DecodingOptions``.
 
     Returns:
-        dict of numpy arrays ``translations`` (bytes) ``(B, N)``, ``scores`` float32
-        ``(B, N)``, ``confidences`` float32 ``(B, N)``, ``alignments`` (bytes, empty unless
-        asked) ``(B, N)``, ``truncated`` ``(B,)``; a text of several sentences: hypothesis
-        ``j`` of each joined with its whitespace, scores summed, confidence the lowest,
-        alignments joined by `` | `` (as the SavedModel).
+        dict of numpy arrays ``translations`` (bytes), ``scores``, ``confidences``,
+        ``alignments`` (bytes, empty unless asked) ``(B, N)`` and ``truncated`` ``(B,)``,
+        each text's sentences joined as the SavedModel joins them (:func:`by_document`).
 
     Example:
         >>> run_tflite_options("exported/tflite/text_float32.tflite", ["3 March 2021"],
@@ -297,52 +295,42 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
 # A TFLite file cannot run the document split (its regex ops have no TFLite kernel:
 # docs/documents.md), so an app splits with keras_attn.text.documents' rules, the same ones the
 # SavedModel runs in its graph.
-# The outputs of a file's signatures by the keys of the pipeline's hypotheses.
+# A file's outputs by the keys of the pipeline's hypotheses: (S,) outputs, (S, N) outputs.
 _SINGLE = {"translation": "translation", "score": "score", "confidence": "confidence"}
 _NBEST = {"translation": "translations", "score": "scores", "confidence": "confidences",
           "alignment": "alignments"}
 
 
 def by_document(texts, run, names, num_hypotheses=None):
-    """A file's outputs for documents: ``run(sentences)`` (an object array of UTF-8 bytes)
-    gives its outputs per sentence, which are joined back by the pipeline's one rule
-    (:func:`keras_attn.translation.pipeline.join_documents`: hypothesis ``j`` of each
-    sentence, joined with the text's whitespace, scores summed, the lowest confidence,
-    alignments joined by ``" | "``, truncated if any sentence was).
-
-    Args:
-        texts: B documents (str or UTF-8 bytes). names: ``{hypothesis key: output name}``
-            of the outputs to join (:data:`_SINGLE`: ``(S,)`` outputs; :data:`_NBEST`:
-            ``(S, N)``). num_hypotheses: N, or None for ``(S,)`` outputs.
-
-    Returns:
-        dict of numpy arrays under the file's output names, ``(B,)`` or ``(B, N)``, and
-        ``truncated`` bool ``(B,)``.
-    """
+    """A file's outputs for B documents (str or UTF-8 bytes): ``run(sentences)`` gives its
+    outputs per sentence, joined back by the pipeline's one rule
+    (:func:`keras_attn.translation.pipeline.join_documents`); ``names``: ``{hypothesis
+    key: output name}`` (:data:`_SINGLE` or, with ``num_hypotheses`` N, :data:`_NBEST`).
+    Returns the outputs ``(B,)`` or ``(B, N)`` under the file's names, ``truncated``
+    ``(B,)``."""
     from keras_attn.translation import pipeline
 
     n = num_hypotheses or 1
+    plain = lambda v: v.decode("utf-8") if isinstance(v, bytes) else float(v)  # noqa: E731
 
     def translate(sentences):
         out = run(text_array(sentences))
-        columns = {key: np.asarray(out[name]).reshape(len(sentences), n)
-                   for key, name in names.items()}
-        return [[{key: (v[s, j].decode("utf-8") if isinstance(v[s, j], bytes) else
-                        float(v[s, j])) for key, v in columns.items()}
-                 | {"truncated": bool(out["truncated"][s])} for j in range(n)]
+        columns = {k: np.asarray(out[name]).reshape(len(sentences), n)
+                   for k, name in names.items()}
+        return [[{**{k: plain(v[s, j]) for k, v in columns.items()},
+                  "truncated": bool(out["truncated"][s])} for j in range(n)]
                 for s in range(len(sentences))]
 
     docs = pipeline.split_and_join(_decoded(texts), translate, n)
     shape = (len(docs),) if num_hypotheses is None else (len(docs), n)
-    result = {}
-    for key, name in names.items():
-        values = [[h.get(key, "" if key == "alignment" else 1.0) for h in hyps] for hyps in docs]
-        if key in ("translation", "alignment"):
-            result[name] = np.array([[v.encode("utf-8") for v in row] for row in values],
-                                    dtype=object).reshape(shape)
+    result = {"truncated": np.array([hyps[0]["truncated"] for hyps in docs], bool)}
+    for k, name in names.items():
+        if k in ("translation", "alignment"):  # "": a text of no sentence aligns nothing
+            values = [[h.get(k, "").encode("utf-8") for h in hyps] for hyps in docs]
+            result[name] = np.array(values, dtype=object).reshape(shape)
         else:
-            result[name] = np.array(values, np.float32).reshape(shape)
-    result["truncated"] = np.array([hyps[0]["truncated"] for hyps in docs], bool)
+            result[name] = np.array([[h[k] for h in hyps] for hyps in docs],
+                                    np.float32).reshape(shape)
     return result
 
 
@@ -385,8 +373,7 @@ def split_for_tflite(texts):
     """
     from keras_attn.text import documents
 
-    decoded = _decoded(texts)
-    sentences, counts, separators = documents.split_batch(decoded)
+    sentences, counts, separators = documents.split_batch(_decoded(texts))
     return text_array(sentences), np.asarray(counts, np.int64), separators
 
 

@@ -1,0 +1,68 @@
+"""keras_attn.export.EXPORT_TARGETS: every ``keras-attn export --format`` is a registered
+target (name, what it writes, its function, its options), and the command dispatches
+through the registry with no per-format branch."""
+import argparse
+import ast
+import importlib
+import pathlib
+
+import pytest
+
+from keras_attn import cli
+from keras_attn.export import EXPORT_TARGETS, ExportTarget
+
+CLI_EXPORT = pathlib.Path(__file__).resolve().parents[1] / "keras_attn" / "cli" / "export.py"
+CALLS = []
+
+
+def fake_export(run_dir, **kwargs):
+    CALLS.append((run_dir, kwargs))
+    return {}
+
+
+def test_every_target_is_declared_and_its_function_exists():
+    assert {"tf", "saved_model", "ctranslate2"} <= set(EXPORT_TARGETS)
+    for name, target in EXPORT_TARGETS.items():
+        assert target.name == name and target.writes
+        module, _, function = target.function.partition(":")
+        if name == "ctranslate2":
+            pytest.importorskip("ctranslate2")
+        assert callable(getattr(importlib.import_module(module), function))
+
+
+def test_cli_dispatches_through_the_registry(monkeypatch, tmp_path):
+    """A target added to the registry is a --format with its own flags, nothing else."""
+    monkeypatch.setitem(EXPORT_TARGETS, "fake", ExportTarget(
+        "fake", "nothing", f"{__name__}:fake_export", {"quantization": "float32"},
+        {"fixed": 1}))
+    CALLS.clear()
+    assert cli.main(["export", str(tmp_path), "--format", "fake"]) == 0
+    assert cli.main(["export", str(tmp_path), "--format", "fake", "--quantization", "int8"]) == 0
+    assert [c[1]["quantization"] for c in CALLS] == ["float32", "int8"]
+    assert all(c[1]["fixed"] == 1 and c[1]["overwrite"] is False for c in CALLS)
+    assert cli.main(["export", str(tmp_path), "--format", "fake", "--version", "2"]) == 1
+    assert len(CALLS) == 2
+
+
+def test_saved_model_alone_is_export_run_without_tflite(monkeypatch, tmp_path):
+    from keras_attn.export import all_targets
+
+    monkeypatch.setattr(all_targets, "export_run", fake_export)
+    CALLS.clear()
+    assert cli.main(["export", str(tmp_path), "--format", "saved_model", "--version", "3"]) == 0
+    ((_, kwargs),) = CALLS
+    assert kwargs["quantizations"] == () and kwargs["version"] == 3 and kwargs["beam_size"] == 1
+
+
+def test_the_command_names_no_format():
+    """No string of a format name in keras_attn/cli/export.py: no if/elif per format."""
+    strings = {n.value for n in ast.walk(ast.parse(CLI_EXPORT.read_text()))
+               if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    assert not strings & set(EXPORT_TARGETS), strings & set(EXPORT_TARGETS)
+
+
+def test_parser_choices_are_the_registry():
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    formats = next(a for a in sub.choices["export"]._actions if a.dest == "format")
+    assert list(formats.choices) == list(EXPORT_TARGETS)
