@@ -76,11 +76,10 @@ class ExportTarget:
 
     Args:
         name: the ``--format`` value. writes: what it writes (the CLI's help).
-        function: ``"module:function"``, called as ``function(run_dir, export_dir=...,
-            overwrite=..., log=..., **options)``; imported when run, so listing the targets
-            imports neither TensorFlow nor CTranslate2.
-        options: ``{name: default}`` of the options it takes beyond those (a CLI flag
-            ``--name``); fixed: arguments always passed.
+        function: ``"module:function"`` of ``function(run_dir, export_dir=, overwrite=,
+            log=, **options)``, imported when run (listing imports no TensorFlow).
+        options: ``{name: default}`` it takes beyond those (flags ``--name``); fixed:
+            arguments always passed.
 
     Example:
         >>> EXPORT_TARGETS["ctranslate2"].options

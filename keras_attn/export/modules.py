@@ -209,7 +209,6 @@ class TranslatorModule(tf.Module):
         functions = {SERVING_SIGNATURE: self.serve.get_concrete_function()}
         if self.batch_size is None:
             functions[SCORE_SIGNATURE] = self.score.get_concrete_function()
-        if self.batch_size is None:
             functions.update({name: fn.get_concrete_function()
                               for name, fn in self.requests.items()})
         self.track_variables(functions.values())

@@ -236,16 +236,11 @@ def _long_aware(engine, sentences, translate):
 
 
 def split_and_join(texts, translate, num_hypotheses=1):
-    """Documents from a sentence translator, for every engine and runtime: each text split
-    (:func:`keras_attn.text.documents.split_batch`), the sentences of the whole request
-    translated in one call, each hypothesis joined back (:func:`join_documents`).
-
-    Args:
-        texts: sequence of B str.
-        translate: ``sentences -> per sentence a list of num_hypotheses dicts``
-            (``"translation"``, ``"score"``, optional ``"confidence"``, ``"alignment"``,
-            ``"truncated"``); not called for a request of no sentence.
-        num_hypotheses: hypotheses per sentence (and per document).
+    """Documents from a sentence translator, for every engine and runtime: the texts split
+    (:func:`keras_attn.text.documents.split_batch`), the request's sentences translated in
+    one call (``translate(sentences)`` -> per sentence ``num_hypotheses`` dicts:
+    ``"translation"``, ``"score"``, optional ``"confidence"``, ``"alignment"``,
+    ``"truncated"``; not called without a sentence), joined by :func:`join_documents`.
 
     Example:
         >>> split_and_join(["Hi. Bye."], lambda s: [[{"translation": x, "score": -1.0,
@@ -259,17 +254,20 @@ def split_and_join(texts, translate, num_hypotheses=1):
     return join_documents(per_sentence, counts, separators, num_hypotheses)
 
 
+ALIGNMENT_SEPARATOR = " | "
+"""Between the sentences' alignments in a document's ``"alignment"`` (docs/documents.md)."""
+
+
 def join_documents(per_sentence, counts, separators, num_hypotheses=1):
-    """The one rule that makes documents of sentences' hypotheses.
+    """The one rule that makes documents of sentences' hypotheses (docs/documents.md).
 
     Hypothesis ``h`` of a document is hypothesis ``h`` of each of its sentences:
     ``"translation"`` theirs joined with the text's own whitespace, ``"score"`` their sum,
     ``"confidence"`` their lowest (1.0 for none; left out when a sentence has none),
-    ``"alignment"`` theirs joined by :data:`ALIGNMENT_SEPARATOR` in sentence order, each
-    sentence's Pharaoh pairs numbering its own words from 0 (left out when a sentence has
-    none, or the document has no sentence), ``"truncated"`` whether any sentence was read
-    only in part, ``"sentences"`` the sentences' own dicts. The served graphs join alike
-    (:func:`keras_attn.export.documents.join_documents_tensor`).
+    ``"alignment"`` theirs joined by :data:`ALIGNMENT_SEPARATOR` in order, each numbering
+    its sentence's words from 0 (left out when a sentence has none, or without a
+    sentence), ``"truncated"`` whether any was read only in part, ``"sentences"`` their
+    dicts. The served graphs join alike (``keras_attn.export.documents``).
 
     Args:
         per_sentence: per sentence (every text's, in order) its list of hypotheses.
@@ -277,31 +275,20 @@ def join_documents(per_sentence, counts, separators, num_hypotheses=1):
             (:func:`keras_attn.text.documents.split_batch`).
         num_hypotheses: hypotheses per document (a text of no sentence has that many:
             its whitespace, score 0).
-
-    Returns:
-        Per text, ``num_hypotheses`` dicts.
     """
     results, start = [], 0
     for count, seps in zip(counts, separators):
-        rows = per_sentence[start: start + count]
-        results.append([document([row[h] for row in rows], seps)
-                        for h in range(num_hypotheses)])
-        start += count
+        rows, start = per_sentence[start: start + count], start + count
+        doc = []
+        for h in range(num_hypotheses):
+            parts = [row[h] for row in rows]
+            out = joined(parts, seps)
+            if parts and all("alignment" in p for p in parts):
+                out["alignment"] = ALIGNMENT_SEPARATOR.join(p["alignment"] for p in parts)
+            doc.append({**out, "truncated": any(p.get("truncated", False) for p in parts),
+                        "sentences": parts})
+        results.append(doc)
     return results
-
-
-ALIGNMENT_SEPARATOR = " | "
-"""Between the sentences' alignments in a document's ``"alignment"`` (docs/documents.md)."""
-
-
-def document(parts, separators):
-    """One document hypothesis from one hypothesis of each of its sentences
-    (:func:`join_documents`)."""
-    out = joined(parts, separators)
-    if parts and all("alignment" in p for p in parts):
-        out["alignment"] = ALIGNMENT_SEPARATOR.join(p["alignment"] for p in parts)
-    return {**out, "truncated": any(p.get("truncated", False) for p in parts),
-            "sentences": list(parts)}
 
 
 def joined(hyps, separators):
