@@ -3,7 +3,7 @@ model (``exported/``), against ``Translator`` of ``exported/run``.
 
 A real uvicorn serves the app on a free loopback port (in a thread; SIGTERM in a real
 subprocess). Faults are made without timing: an engine held by a gate keeps a request in
-flight while the test looks at ``GET /health``; every fault is followed by a good request
+flight while the test looks at ``GET /metrics``' gauges; every fault is followed by a good request
 that is answered.
 """
 import asyncio
@@ -105,6 +105,24 @@ def health(url):
     return httpx.get(url + "/health", timeout=guards.timeout(5)).json()
 
 
+def frontend_settings(url):
+    return httpx.get(url + "/frontend/settings", timeout=guards.timeout(5)).json()
+
+
+def gauge(url, name):
+    """A gauge of ``GET /metrics``, read with prometheus-client's own parser:
+    ``keras_attn_batches_in_flight``, ``keras_attn_queue_depth``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics", timeout=guards.timeout(5)).text
+    return next(f.samples[0].value for f in text_string_to_metric_families(text)
+                if f.name == name)
+
+
+def in_flight(url):
+    return gauge(url, "keras_attn_batches_in_flight")
+
+
 # --- LibreTranslate's API ---------------------------------------------------------------------
 @pytest.mark.kernels
 def test_json_and_form_bodies_give_the_translators_text(server, translator):
@@ -169,11 +187,19 @@ def test_our_decoding_options_are_extra_fields(server, translator, options):
     assert by_form["translatedText"] == expected[0][0]["translation"]
 
 
-def test_languages_and_health(server):
+def test_languages_health_and_what_the_engine_can_do(server):
+    """``/health`` is LibreTranslate's, exactly; the engine and its capabilities are in
+    ``/frontend/settings`` (the page reads them)."""
+    from keras_attn.serve.engines import SavedModelEngine
+
     languages = httpx.get(server + "/languages").json()
     assert [entry["code"] for entry in languages] == ["dates", "iso"]
-    status = health(server)
-    assert status["status"] == "ok" and status["engine"] == "savedmodel"
+    assert health(server) == {"status": "ok"}
+    settings = frontend_settings(server)
+    assert (settings["engine"], settings["replicas"]) == ("savedmodel", 1)
+    assert {k: settings[k] for k in ("sampling", "alignments", "max_beam_size", "scoring",
+                                     "confidence")} == dataclasses.asdict(
+        SavedModelEngine.capabilities)
 
 
 # --- faults: each answered with LibreTranslate's error, then a good request is answered -------
@@ -231,9 +257,9 @@ def test_a_full_queue_is_503_with_retry_after(artefact, engine):
     with served(artefact, gated, queue_size=1, batch_wait_ms=0) as (url, _):
         with concurrent_posts(url) as submit:
             first = submit({"q": DATES[0], **BODY})                # decoding (held)
-            wait_until(lambda: health(url)["in_flight"] == 1, "the first batch")
+            wait_until(lambda: in_flight(url) == 1, "the first batch")
             second = submit({"q": DATES[1], "beam_size": 2, **BODY})  # waits in the queue
-            wait_until(lambda: health(url)["waiting"] == 1, "the queued request")
+            wait_until(lambda: gauge(url, "keras_attn_queue_depth") == 1, "the queued request")
             third = post(url, json={"q": DATES[2], **BODY})
             assert third.status_code == 503, third.text
             assert int(third.headers["Retry-After"]) >= 1
@@ -253,7 +279,7 @@ def test_a_request_past_its_timeout_is_504(artefact, engine):
             assert "timed out" in response.json()["error"]
         finally:
             gated.gate.set()
-        wait_until(lambda: health(url)["in_flight"] == 0, "the held batch to end")
+        wait_until(lambda: in_flight(url) == 0, "the held batch to end")
         app.state.settings.timeout = 30.0  # the good request is not judged on time
         good(url)
 
@@ -394,7 +420,7 @@ def test_sigterm_answers_the_request_in_flight_then_exits(tmp_path):
         texts = DATES * 20
         with concurrent_posts(url) as submit:
             future = submit({"q": texts, "beam_size": 8, "num_hypotheses": 8, **BODY})
-            wait_until(lambda: health(url)["in_flight"] == 1, "the request to be decoded")
+            wait_until(lambda: in_flight(url) == 1, "the request to be decoded")
             proc.send_signal(signal.SIGTERM)
             response = future.result()
         assert response.status_code == 200, response.text
@@ -486,7 +512,7 @@ def test_the_web_page_is_served_and_calls_the_api(server):
     page = response.text
     # The page speaks the same API as every client (relative URLs, so a proxy prefix works).
     # (the browser pass, tests/test_browser.py, drives these calls in Chromium).
-    for call in ('"languages", "frontend/settings", "health"', 'post("translate"',
+    for call in ('"languages", "frontend/settings"', 'post("translate"',
                  'post("attention"', 'fetch("translate_file"'):
         assert call in page
     assert "confidenceCell(" in page  # a hypothesis's confidence, drawn when the answer has one
@@ -547,18 +573,18 @@ def test_attention_bad_requests_are_400(server, fields, field):
 
 
 def test_attention_without_a_keras_model_is_501(artefact, engine, server, tmp_path):
-    """No run directory known, or one without trained weights: 501, /health says so (the
-    page then hides its heatmap), and translation goes on."""
+    """No run directory known, or one without trained weights: 501, /frontend/settings
+    says so (the page then hides its heatmap), and translation goes on."""
     shutil.copy(os.path.join(EXPORTED, "run", "config.json"), tmp_path / "config.json")
     for run_dir, reason in ((None, "run directory it was exported from is unknown"),
                             (str(tmp_path), "model.keras")):
         with served(dataclasses.replace(artefact, run_dir=run_dir), engine) as (url, _):
-            assert health(url)["attention"] is False
+            assert frontend_settings(url)["attention"] is False
             response = attention(url, q="3 March 2021", **BODY)
             assert response.status_code == 501, response.text
             assert reason in response.json()["error"]
             good(url)
-    assert health(server)["attention"] is True  # exported/ holds its run: model.keras
+    assert frontend_settings(server)["attention"] is True  # exported/run has model.keras
 
 
 # --- format=html -----------------------------------------------------------------------------
@@ -625,3 +651,39 @@ def test_default_threads_leave_a_core_to_the_http_process():
     assert default_threads("savedmodel", 1, cores=1) == 1
     assert default_threads("ctranslate2", 1, cores=2) == 0  # CTranslate2's own default
     assert default_threads("savedmodel", 2, cores=2) == default_threads("ctranslate2", 3) == 1
+
+
+def test_engines_declare_what_they_can_do_and_nothing_asks_their_names():
+    """Every engine of the registry declares its capabilities, and the refusals follow
+    them; no module of serve/ or of the serve and decoding commands compares an engine's
+    name (the registry is keras_attn/serve/engines.py)."""
+    import glob
+    import re
+
+    from keras_attn.serve import engines
+
+    for name, engine in engines.ENGINES.items():
+        assert engine.name == name and isinstance(engine.capabilities, engines.Capabilities)
+        for attribute in ("find", "max_len", "default_threads", "translate", "layout",
+                          "export_flags", "quiet_imports"):
+            assert hasattr(engine, attribute), (name, attribute)
+    savedmodel = locate(EXPORTED)
+    for able in (True, False):
+        artefact = savedmodel if able else dataclasses.replace(savedmodel, engine="ctranslate2")
+        for options, field in ((DecodingOptions(sampling_topk=5), "sampling_topk"),
+                               (DecodingOptions(return_alignments=True), "return_alignments")):
+            assert engines.ENGINES[artefact.engine].capabilities.sampling is able
+            if able:
+                assert engines.check_options(artefact, options) is options
+            else:
+                with pytest.raises(ValueError, match=f"`{field}`.*--engine savedmodel"):
+                    engines.check_options(artefact, options)
+    compared = re.compile(r"""(==|!=|\bin)\s*\(?["'](savedmodel|ctranslate2)["']"""
+                          r"""|["'](savedmodel|ctranslate2)["']\s*(==|!=)""")
+    package = os.path.join(ROOT, "keras_attn")
+    paths = glob.glob(os.path.join(package, "serve", "**", "*.py"), recursive=True) + [
+        os.path.join(package, "cli", name) for name in ("serve.py", "decode.py")]
+    for path in paths:
+        if not path.endswith(os.path.join("serve", "engines.py")):
+            with open(path, encoding="utf-8") as f:
+                assert not compared.search(f.read()), path

@@ -11,9 +11,11 @@ LibreTranslate's options have its names and its environment variables (``LT_CHAR
     keras-attn serve suggestions export OUT.tsv    # a corpus `keras-attn train --data` reads
 """
 import argparse
+import dataclasses
 import os
 
 from keras_attn.cli.console import add_verbose
+from keras_attn.serve.engines import ENGINES  # imports neither TensorFlow nor CTranslate2
 
 # One replica: on the 2-core CPUs of docs/benchmarks/serve_load_fra30.md and _dates.md the
 # best one-replica layout served more requests a second at 16 clients than two replicas on
@@ -39,9 +41,10 @@ def add_parser(sub):
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: "
                                                         "%(default)s)")
     p.add_argument("--port", type=int, default=5000, help="port (default: %(default)s)")
-    p.add_argument("--engine", choices=["savedmodel", "ctranslate2"], default="savedmodel",
-                   help="the SavedModel's translate signature, or the CTranslate2 export "
-                        "(keras-attn export RUN --format ctranslate2) (default: %(default)s)")
+    p.add_argument("--engine", choices=list(ENGINES), default="savedmodel",
+                   help="the SavedModel's options signature, or the CTranslate2 export "
+                        "(keras-attn export RUN --format ctranslate2); /frontend/settings "
+                        "says what the engine can do (default: %(default)s)")
     p.add_argument("--replicas", type=int, default=DEFAULT_REPLICAS,
                    help="engine copies decoding batches at once; more than 1 runs them in "
                         "worker processes, each holding its own engine: about 1.2 GB of "
@@ -209,22 +212,14 @@ def run(args):
     prefix = args.url_prefix.rstrip("/")
     if prefix and not prefix.startswith("/"):
         prefix = "/" + prefix
-    settings = Settings(
-        max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
-        queue_size=args.queue_size, timeout=args.timeout, max_body_bytes=args.max_body_bytes,
-        req_limit=args.req_limit, api_keys=api_keys, char_limit=args.char_limit,
-        batch_limit=args.batch_limit, alternatives_limit=args.alternatives_limit,
-        suggestions=store.SuggestionStore(args.suggestions_db_path) if args.suggestions
+    settings = Settings(**{
+        **{f.name: getattr(args, f.name) for f in dataclasses.fields(Settings)},
+        "api_keys": api_keys, "url_prefix": prefix,
+        "suggestions": store.SuggestionStore(args.suggestions_db_path) if args.suggestions
         else None,
-        files_dir=args.files_dir, disable_files_translation=args.disable_files_translation,
-        disable_web_ui=args.disable_web_ui, frontend_timeout=args.frontend_timeout,
-        frontend_language_source=args.frontend_language_source,
-        frontend_language_target=args.frontend_language_target, url_prefix=prefix,
-        shared_storage=args.req_limit_storage if args.req_limit_storage != "memory://"
+        "shared_storage": args.req_limit_storage if args.req_limit_storage != "memory://"
         else args.shared_storage,
-        trust_forwarded_for=args.trust_forwarded_for,
-        get_api_key_link=args.get_api_key_link, metrics_auth_token=args.metrics_auth_token,
-        translation_cache=tuple(k for k in args.translation_cache.split(",") if k.strip()))
+        "translation_cache": tuple(k for k in args.translation_cache.split(",") if k.strip())})
     return serve(args.path, engine=args.engine, host=args.host, port=args.port,
                  replicas=args.replicas, threads=args.threads, settings=settings,
                  log=lambda m: print(m, flush=True), xla=args.xla)

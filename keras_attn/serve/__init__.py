@@ -7,25 +7,17 @@ of concurrent clients and answers HTTP.
 Modules, one job each:
 
 * :mod:`.locate`: a run or export directory -> the artefact to load (``Artefact``).
-* :mod:`.engines`: ``SavedModelEngine``, ``CTranslate2Engine``: texts + ``DecodingOptions``
-  -> n-best lists.
+* :mod:`.engines`: the registry of engines (``SavedModelEngine``, ``CTranslate2Engine``)
+  and what each can do: texts + ``DecodingOptions`` -> n-best lists.
 * :mod:`.replicas`: the engine in this process, or in ``--replicas`` worker processes.
-* :mod:`.batcher`: requests within ``--batch-wait-ms`` decoded together, by option set;
-  bounded queue and timeouts.
-* :mod:`.limits`: API keys and requests a minute (in this process, or in Redis).
-* :mod:`.store`: API keys and suggestions in SQLite (state several servers share).
-* :mod:`.cache`: ``--translation-cache``, in this process or in Redis.
-* :mod:`.api`: LibreTranslate's ``/translate`` fields and answer.
-* :mod:`.http`: bodies within a limit, JSON and form fields, JSON errors, ``Server-Timing``,
-  the middlewares.
-* :mod:`.files`: ``/translate_file``: .txt, .html, .docx, .odt with their formatting.
-* :mod:`.detect`: ``/detect``, by langid.
-* :mod:`.metrics`: ``/metrics``, Prometheus's text format.
-* :mod:`.spec`: the routes' declarations and their OpenAPI document (``/spec``).
-* :mod:`.attention`: ``POST /attention``, the web page's heatmap: the cross-attention of a
-  translation, from the Keras model of the run behind the artefact (when it is there).
-* :mod:`.app`: the Starlette application (every route: docs/serving.md).
-  :mod:`.server`: uvicorn and the replicas.
+* :mod:`.batcher`: requests decoded together, by option set; bounded queue and timeouts.
+* :mod:`.app`: the Starlette application; :mod:`.routes`: its routes, by concern;
+  :mod:`.spec`: their declarations and OpenAPI document; :mod:`.http`: bodies, fields,
+  errors; :mod:`.api`: LibreTranslate's fields and answers; :mod:`.limits`, :mod:`.store`,
+  :mod:`.cache`: keys, request limits, suggestions and cached answers (in this process,
+  SQLite or Redis); :mod:`.files`, :mod:`.markup`: documents and HTML with their
+  formatting; :mod:`.detect`, :mod:`.metrics`, :mod:`.attention`: ``/detect``,
+  ``/metrics``, the page's heatmap. :mod:`.server`: uvicorn and the replicas.
 
 Example:
     >>> from keras_attn.serve import serve

@@ -6,10 +6,8 @@ Fields (JSON object, ``application/x-www-form-urlencoded`` or ``multipart/form-d
   (codes of ``GET /languages``; ``source`` may be ``auto``), ``format`` (``text`` |
   ``html``: :mod:`keras_attn.serve.markup`), ``alternatives`` (N more translations: the
   n-best list after the best), ``api_key``.
-* ours, with the names of API.md ("Decoding options per request"): ``beam_size``,
-  ``num_hypotheses``, ``length_penalty``, ``max_length``, ``target_prefix``,
-  ``sampling_topk``, ``sampling_topp``, ``sampling_temperature``, ``seed``,
-  ``return_alignments``; and ``return_scores``.
+* ours: every decoding option of :data:`keras_attn.decoding.options.OPTIONS` under its
+  name and of its type (API.md, "Decoding options per request"), and ``return_scores``.
 
 The answer: ``{"translatedText": str}`` (a list when ``q`` is a list), ``alternatives``
 (a list, or a list per text) when asked, ``detectedLanguage`` for ``source=auto``, and
@@ -27,14 +25,12 @@ Example:
 import dataclasses
 from typing import Optional
 
-from keras_attn.decoding.options import NAMES, OPTIONS, DecodingOptions
+from keras_attn.decoding.options import OPTIONS, DecodingOptions
 
 FORMATS = ("text", "html")  # html: markup kept, text translated (keras_attn.serve.markup)
-# Each decoding option's type, from its one declaration (keras_attn.decoding.options).
-INT_OPTIONS = tuple(n for n, o in OPTIONS.items() if o.dtype == "int32")
-FLOAT_OPTIONS = tuple(n for n, o in OPTIONS.items() if o.dtype == "float32")
-BOOL_OPTIONS = tuple(n for n, o in OPTIONS.items() if o.dtype == "bool") + ("return_scores",)
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
+_WORDS = {"int32": "an integer", "float32": "a number", "bool": "true or false",
+          "string": "a string"}
 
 
 class ApiError(Exception):
@@ -73,46 +69,35 @@ class TranslateRequest:
     api_key: Optional[str]
 
 
-def _int(name, value, form):
+def _typed(name, dtype, value, form=False):
+    """``value`` of field ``name`` as ``dtype`` (a decoding option's: ``int32``,
+    ``float32``, ``bool``, ``string``); a form's strings are parsed."""
+    if dtype == "string" and isinstance(value, str):
+        return value
+    if dtype == "bool" and isinstance(value, bool):
+        return value
+    if dtype in ("int32", "float32") and not isinstance(value, bool) and isinstance(
+            value, int if dtype == "int32" else (int, float)):
+        return float(value) if dtype == "float32" else value
     if form and isinstance(value, str):
+        text = value.strip()
         try:
-            return int(value.strip())
+            if dtype == "bool" and text.lower() in _TRUE + _FALSE:
+                return text.lower() in _TRUE
+            if dtype in ("int32", "float32"):
+                return int(text) if dtype == "int32" else float(text)
         except ValueError:
             pass
-    elif isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise bad_request(f"Invalid request: `{name}` must be an integer. Received: {name}={value!r}")
-
-
-def _float(name, value, form):
-    if form and isinstance(value, str):
-        try:
-            return float(value.strip())
-        except ValueError:
-            pass
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    raise bad_request(f"Invalid request: `{name}` must be a number. Received: {name}={value!r}")
-
-
-def _bool(name, value, form):
-    if isinstance(value, bool):
-        return value
-    if form and isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-        return value.strip().lower() in _TRUE
-    raise bad_request(f"Invalid request: `{name}` must be true or false. "
+    raise bad_request(f"Invalid request: `{name}` must be {_WORDS[dtype]}. "
                       f"Received: {name}={value!r}")
 
 
 def _string(name, value):
-    if not isinstance(value, str):
-        raise bad_request(f"Invalid request: `{name}` must be a string. "
-                          f"Received: {name}={value!r}")
-    return value
+    return _typed(name, "string", value)
 
 
-def _texts(value, form):
-    """``q`` -> (list of strings, was a list)."""
+def texts_of(value, form=False):
+    """``q`` of a ``/translate`` or ``/detect`` body -> (list of strings, was a list)."""
     if value is None or value == "" or value == []:
         raise bad_request("Invalid request: missing q parameter")
     if isinstance(value, str):
@@ -122,6 +107,22 @@ def _texts(value, form):
         return list(value), True
     raise bad_request(f"Invalid request: `q` must be a string or a list of strings. "
                       f"Received: q={value!r}")
+
+
+def check_languages(fields, languages, required=True):
+    """``(source, target)`` of a body: codes of the server's ``languages`` (``source`` may
+    be ``auto``); one left out is missing (400) when ``required``, else None."""
+    codes = []
+    for name, allowed in (("source", (languages[0], "auto")), ("target", (languages[1],))):
+        value = fields.get(name)
+        if value is None or value == "":
+            if required:
+                raise bad_request(f"Invalid request: missing {name} parameter")
+            value = None
+        elif _string(name, value) not in allowed:
+            raise bad_request(f"{value} is not supported")
+        codes.append(value)
+    return tuple(codes)
 
 
 def parse_fields(fields, languages, form=False):
@@ -138,43 +139,26 @@ def parse_fields(fields, languages, form=False):
     Raises:
         ApiError: 400 naming the field (LibreTranslate's messages where it has one).
     """
-    texts, batch = _texts(fields.get("q"), form)
-    for name in ("source", "target"):
-        if not fields.get(name):
-            raise bad_request(f"Invalid request: missing {name} parameter")
-    source = _string("source", fields["source"])
-    target = _string("target", fields["target"])
-    if source not in (languages[0], "auto"):
-        raise bad_request(f"{source} is not supported")
-    if target != languages[1]:
-        raise bad_request(f"{target} is not supported")
+    texts, batch = texts_of(fields.get("q"), form)
+    source, target = check_languages(fields, languages)
     text_format = fields.get("format") or "text"
     if text_format not in FORMATS:
         raise bad_request(f"{text_format} format is not supported")
     alternatives = fields.get("alternatives")
-    alternatives = 0 if alternatives in (None, "") else _int("alternatives", alternatives, True)
+    alternatives = 0 if alternatives in (None, "") else _typed("alternatives", "int32",
+                                                               alternatives, True)
     if alternatives < 0:
         raise bad_request(f"Invalid request: `alternatives` must be an integer >= 0. "
                           f"Received: alternatives={alternatives!r}")
     api_key = fields.get("api_key") or None
     if api_key is not None:
         api_key = _string("api_key", api_key)
-    options = {}
-    for name in NAMES:
-        value = fields.get(name)
-        if value is None or (form and value == "" and name != "target_prefix"):
-            continue
-        if name in INT_OPTIONS:
-            options[name] = _int(name, value, form)
-        elif name in FLOAT_OPTIONS:
-            options[name] = _float(name, value, form)
-        elif name in BOOL_OPTIONS:
-            options[name] = _bool(name, value, form)
-        else:
-            options[name] = _string(name, value)
+    options = {name: _typed(name, opt.dtype, fields[name], form)
+               for name, opt in OPTIONS.items() if fields.get(name) is not None
+               and not (form and fields[name] == "" and opt.dtype != "string")}
     return_scores = fields.get("return_scores")
-    return_scores = False if return_scores is None else _bool("return_scores", return_scores,
-                                                              form)
+    return_scores = return_scores is not None and _typed("return_scores", "bool",
+                                                         return_scores, form)
     hypotheses = bool(return_scores or options.get("return_alignments")
                       or options.get("num_hypotheses", 1) > 1)
     if alternatives:  # the n-best list after the best: a beam (or samples) that long
@@ -203,11 +187,7 @@ def parse_attention_fields(fields, languages):
     if not isinstance(text, str):
         raise bad_request(f"Invalid request: `q` must be one string (a heatmap is one "
                           f"sentence's). Received: q={text!r}")
-    allowed = {"source": (languages[0], "auto"), "target": (languages[1],)}
-    for name, codes in allowed.items():
-        value = fields.get(name)
-        if value not in (None, "") and _string(name, value) not in codes:
-            raise bad_request(f"{value} is not supported")
+    check_languages(fields, languages, required=False)
     translation = fields.get("translation")
     if translation is not None:
         translation = _string("translation", translation)
@@ -264,9 +244,3 @@ def required_strings(fields, names, form=False):
         value = _string(name, value)
         values.append("\n".join(value.splitlines()) if form and name == "q" else value)
     return values
-
-
-def detect_texts(fields, form=False):
-    """``q`` of a ``POST /detect`` body: a string (or in JSON a list of strings)."""
-    return _texts(fields.get("q"), form)[0] if isinstance(fields.get("q"), list) \
-        else required_strings(fields, ["q"], form)[0]

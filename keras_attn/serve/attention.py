@@ -44,8 +44,10 @@ class Attention:
         self.unavailable = self._why_not(artefact.run_dir)
         self._translator = None
         self._lock = threading.Lock()
-        # One thread: the model's calls stay off the event loop and off the engine's thread.
-        self._executor = None
+        # One thread (started by the first submit): the model's calls stay off the event
+        # loop and off the engine's thread.
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="attention")
 
     @staticmethod
     def _why_not(run_dir):
@@ -70,16 +72,9 @@ class Attention:
                 self._translator = Translator.from_run_dir(self.run_dir)
         return self._translator
 
-    def _pool(self):
-        with self._lock:
-            if self._executor is None:
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    1, thread_name_prefix="attention")
-        return self._executor
-
     def submit(self, text, translation):
         """:meth:`matrix` in this object's worker thread: a ``concurrent.futures.Future``."""
-        return self._pool().submit(self.matrix, text, translation)
+        return self._executor.submit(self.matrix, text, translation)
 
     def matrix(self, text, translation):
         """The cross-attention of ``translation`` over ``text``.
@@ -121,5 +116,4 @@ class Attention:
         }
 
     def close(self):
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
+        self._executor.shutdown(wait=True)

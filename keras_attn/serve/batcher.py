@@ -76,7 +76,6 @@ class Batcher:
         self._free = None     # asyncio.Semaphore: replicas without a batch
         self._task = None
         self._batch_tasks = set()
-        self.stats = {"batches": 0, "texts": 0, "requests": 0}
         self._seconds_per_batch = 0.05  # running mean, for Retry-After
         self.on_batch = None  # called with (texts, seconds) after each batch (metrics)
 
@@ -221,9 +220,6 @@ class Batcher:
                 if r.timing is not None:
                     r.timing.update(queue=started - r.arrived, engine=elapsed)
             self._seconds_per_batch = 0.8 * self._seconds_per_batch + 0.2 * elapsed
-            self.stats["batches"] += 1
-            self.stats["texts"] += len(texts)
-            self.stats["requests"] += len(requests)
             if self.on_batch is not None:
                 self.on_batch(len(texts), elapsed)
             self._free.release()

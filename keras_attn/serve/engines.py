@@ -1,64 +1,99 @@
-"""The two engines a replica runs: thin callers of the exported artefacts (no decoding here).
+"""The engines a replica runs, behind one protocol (:class:`Engine`): thin callers of the
+exported artefacts (no decoding here): :class:`SavedModelEngine` and
+:class:`CTranslate2Engine`.
 
-* :class:`SavedModelEngine`: the SavedModel's newest options signature, which takes every
-  decoding option per request (``keras_attn.export.request``), or its XLA-compiled twin
-  (``translate_v2_xla``) where the export has it, warmed up for every batch shape it
-  compiles; run as TF Serving runs it, in a TF1 graph holding that signature alone
-  (``keras_attn.serve.signature``).
-* :class:`CTranslate2Engine`: ``keras_attn.export.ctranslate2_runtime.CTranslate2Translator``
-  (a replica that serves it imports no TensorFlow).
-
-Both answer ``translate(texts, options, confidence=True)`` with, per text, the list of
-hypotheses ``{"translation": str, "score": float}`` (plus ``"alignment"`` when
-``options.return_alignments``, ``"confidence"`` when asked and the artefact gives one: the
-SavedModel's graph always computes it, CTranslate2 skips its ``score_batch`` pass when not
-asked), best first:
-the shape of ``Translator.translate_nbest``. Bad options raise ``ValueError`` naming the
-option (the SavedModel's ``InvalidArgument`` is turned into one), which the HTTP layer
-answers with 400.
+:data:`ENGINES` is the registry, by ``--engine`` name. Each engine declares what it can do
+(:class:`Capabilities`), where its artefact lies and how it runs; the rest of the server
+reads those declarations and never asks an engine's name what it can do. Importing this
+module imports neither TensorFlow nor CTranslate2 (the CLI's parser reads :data:`ENGINES`).
 
 Example:
     >>> engine = load_engine(locate("exported"), threads=1)
+    >>> engine.capabilities.sampling
+    True
     >>> engine.translate(["3 March 2021"], DecodingOptions(beam_size=2, num_hypotheses=2))
     [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
 """
+import contextlib
 import dataclasses
+import os
 import re
+from typing import ClassVar, Optional, Protocol
 
-import numpy as np
-
+from keras_attn.core.runs import read_json
 from keras_attn.decoding.options import DecodingOptions
-from keras_attn.export.runtime import option_inputs
-from keras_attn.translation import pipeline
+
+# The names the exporters write (their modules import TensorFlow or CTranslate2;
+# tests/test_translation.py checks these agree with keras_attn.export.saved_model.MODEL_NAME
+# and keras_attn.export.ctranslate2_runtime.METADATA).
+MODEL_NAME = "translator"
+CT2_METADATA = "keras_attn.json"
 
 
-def check_options(artefact, options):
-    """Refuse, before queueing, what the artefact cannot do (``ValueError`` naming the
-    option): ``max_length`` above the export's, and for CTranslate2 sampling and alignments
-    (``keras_attn.export.ctranslate2_runtime.refuse``, the rules of
-    ``CTranslate2Translator.options``). What only the SavedModel knows (its largest beam) is
-    refused by its graph."""
-    options.validate(max_length_limit=artefact.max_len)
-    if artefact.engine == "ctranslate2":
-        from keras_attn.export.ctranslate2_runtime import refuse
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What an engine can do. A request asking for more is refused before it queues
+    (:func:`check_options`) and ``GET /frontend/settings`` tells the page.
 
-        refuse(options, engine="the ctranslate2 engine (or serve with --engine savedmodel)")
-    return options
+    Args:
+        sampling: random sampling (``sampling_topk > 1``) with keras_attn's seeded draws.
+        alignments: word alignments (``return_alignments``; ``format=html`` places inline
+            tags by them).
+        max_beam_size: the largest ``beam_size``; None: no limit of the engine's own (a
+            SavedModel's, fixed at export, is refused by its graph).
+        scoring: its artefact scores a given translation (forced decoding).
+        confidence: a hypothesis gets its calibrated ``confidence`` when asked.
+
+    Example:
+        >>> ENGINES["ctranslate2"].capabilities.sampling
+        False
+    """
+
+    sampling: bool
+    alignments: bool
+    max_beam_size: Optional[int] = None
+    scoring: bool = True
+    confidence: bool = True
 
 
-def set_tensorflow_threads(threads):
-    """Give TensorFlow ``threads`` intra-op threads and one inter-op thread (before it
-    runs anything; 0 leaves TensorFlow's defaults). Returns False when it was too late."""
-    import tensorflow as tf
+class Engine(Protocol):
+    """What every engine of :data:`ENGINES` is.
 
-    if not threads:
-        return True
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(int(threads))
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-    except RuntimeError:  # the runtime is already initialised (a test process)
-        return False
-    return True
+    Attributes:
+        name: its ``--engine`` value. capabilities: :class:`Capabilities`.
+        layout: where its artefact lies in an export directory, in words.
+        export_flags: the ``keras-attn export RUN_DIR`` flags that write its artefact.
+        quiet_imports: modules whose import writes C++ log lines whatever the log level
+            (a worker process imports them with stderr closed).
+        warm_sizes: the numbers of texts :func:`warm_up` sends, one call each.
+
+    ``find(folder)`` (a static method) is its artefact in ``folder`` or None,
+    ``max_len(path)`` the artefact's longest output (None: it does not say),
+    ``default_threads(cores)`` its intra-op threads when it is the only replica;
+    ``Engine(path, threads=0, xla=False)`` loads it.
+    """
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+    layout: ClassVar[str]
+    export_flags: ClassVar[str]
+    quiet_imports: ClassVar[tuple]
+    warm_sizes: tuple
+
+    def translate(self, texts, options, confidence=True):
+        """Per text, its hypotheses ``{"translation": str, "score": float}`` best first (the
+        shape of ``Translator.translate_nbest``), plus ``"alignment"`` when
+        ``options.return_alignments`` and ``"confidence"`` when ``confidence`` asks (the
+        SavedModel's graph always computes it; CTranslate2 skips its ``score_batch`` pass
+        when not asked). Bad options raise ``ValueError`` naming the option (the HTTP
+        layer's 400)."""
+
+
+def _latest_version(base):
+    """The highest integer version folder of a TF Serving model base (TF Serving's choice)."""
+    versions = [int(n) for n in os.listdir(base) if n.isdigit()
+                and os.path.exists(os.path.join(base, n, "saved_model.pb"))]
+    return os.path.join(base, str(max(versions))) if versions else None
 
 
 class SavedModelEngine:
@@ -81,26 +116,36 @@ class SavedModelEngine:
     """
 
     name = "savedmodel"
+    capabilities = Capabilities(sampling=True, alignments=True)
+    layout = f"saved_model/{MODEL_NAME}/<version>/"
+    export_flags = ""
+    quiet_imports = ("tensorflow",)
 
     def __init__(self, path, threads=0, signature=None, xla=False):
         import absl.logging
+        import numpy as np
         import tensorflow as tf
+
+        from keras_attn.export.option_sets import (COMPILED_BUCKETS, compiled_signature,
+                                                    newest_options_signature)
+        from keras_attn.export.runtime import option_inputs
+        from keras_attn.serve.signature import (SignatureRunner, read_meta_graph,
+                                              signature_names)
+        from keras_attn.translation import pipeline
 
         # Loading warns about every function with a custom gradient (the masked softmax's,
         # left out of serving files on purpose) and that sessions are TF1's API.
         absl.logging.set_verbosity(absl.logging.ERROR)
-        set_tensorflow_threads(threads)
+        if threads:  # one inter-op thread; too late (TensorFlow already ran: a test) is fine
+            with contextlib.suppress(RuntimeError):
+                tf.config.threading.set_intra_op_parallelism_threads(int(threads))
+                tf.config.threading.set_inter_op_parallelism_threads(1)
         try:
             import tensorflow_text  # noqa: F401  (registers a SentencePiece model's ops)
         except ImportError:
             pass
-        self._tf = tf
+        self._np, self._tf, self._option_inputs, self._pipeline = np, tf, option_inputs, pipeline
         self.path = path
-        from keras_attn.export.option_sets import (COMPILED_BUCKETS, compiled_signature,
-                                                    newest_options_signature)
-        from keras_attn.serve.signature import (SignatureRunner, read_meta_graph,
-                                              signature_names)
-
         try:
             meta_graph = read_meta_graph(path)
             names = signature_names(meta_graph)
@@ -116,24 +161,57 @@ class SavedModelEngine:
         self._signature = SignatureRunner(path, self.signature_name, threads, meta_graph)
         self._dtypes = self._signature.input_dtypes
 
+    @staticmethod
+    def find(folder):
+        """The SavedModel version a folder holds: itself, a model base, or an export
+        directory's."""
+        if os.path.exists(os.path.join(folder, "saved_model.pb")):
+            return folder
+        for base in (folder, os.path.join(folder, MODEL_NAME),
+                     os.path.join(folder, "saved_model", MODEL_NAME)):
+            if os.path.isdir(base):
+                found = _latest_version(base)
+                if found:
+                    return found
+        return None
+
+    @staticmethod
+    def max_len(path):
+        """From the export's report beside the version folder (``1.report.json``)."""
+        report = os.path.join(os.path.dirname(path), os.path.basename(path) + ".report.json")
+        return read_json(report)["decoding"]["max_len"] if os.path.exists(report) else None
+
+    @staticmethod
+    def default_threads(cores):
+        """Every core but one, which the HTTP process needs (on 2 cores TensorFlow with
+        both cores' threads answered slower at 1 and 16 clients than with one:
+        docs/benchmarks.md)."""
+        return max(1, cores - 1)
+
     def translate(self, texts, options, confidence=True):
-        """Per text, its hypotheses (module docstring). ``options``: ``DecodingOptions``;
-        ``confidence``: keep the graph's confidences in the answer."""
-        tf = self._tf
+        """:meth:`Engine.translate`: the graph answers sentences, the pipeline splits and
+        joins the documents (``keras_attn.translation.pipeline.split_and_join``)."""
         if not texts:
             return []
-        strings = np.array([t.encode("utf-8") for t in texts], dtype=object)
+        return self._pipeline.answers(self._pipeline.split_and_join(
+            texts, lambda sentences: self._sentences(sentences, options, confidence),
+            options.num_hypotheses))
+
+    def _sentences(self, sentences, options, confidence):
+        strings = self._np.array([t.encode("utf-8") for t in sentences], dtype=object)
         try:
-            out = self._signature(text=strings, **option_inputs(options, self._dtypes))
-        except tf.errors.InvalidArgumentError as e:
+            out = self._signature(text=strings, **self._option_inputs(options, self._dtypes))
+        except self._tf.errors.InvalidArgumentError as e:
             raise ValueError(_graph_message(e.message)) from None
         utf8 = lambda t: t.decode("utf-8", errors="replace")  # noqa: E731
-        return pipeline.hypotheses(
+        hyps = self._pipeline.hypotheses(
             [[utf8(t) for t in row] for row in out["translations"]],
             out["scores"],
             out["confidences"] if confidence and "confidences" in out else None,
             [[utf8(a) for a in row] for row in out["alignments"]]
             if options.return_alignments else None)
+        return [[dict(h, truncated=bool(cut)) for h in row]
+                for row, cut in zip(hyps, out["truncated"])]
 
 
 def _graph_message(message):
@@ -148,19 +226,43 @@ def _graph_message(message):
 
 
 class CTranslate2Engine:
-    """A CTranslate2 model directory (``keras-attn export RUN --format ctranslate2``).
+    """A CTranslate2 model directory (``keras-attn export RUN --format ctranslate2``). Its
+    random numbers are not keras_attn's seeded hash and its attention is not our word
+    alignment: it neither samples nor aligns.
 
     Args:
         path: the model directory. threads: CTranslate2's ``intra_threads`` (0: its default).
+        xla: no meaning here (CTranslate2 compiles nothing); accepted as every engine takes it.
     """
 
     name = "ctranslate2"
+    capabilities = Capabilities(sampling=False, alignments=False)
+    layout = f"ctranslate2/{CT2_METADATA}"
+    export_flags = " --format ctranslate2"
+    quiet_imports = ()
+    warm_sizes = (1,)
 
-    def __init__(self, path, threads=0, signature=None):
+    def __init__(self, path, threads=0, xla=False):
         from keras_attn.export.ctranslate2_runtime import CTranslate2Translator
 
         self.path = path
         self._translator = CTranslate2Translator(path, intra_threads=int(threads or 0))
+
+    @staticmethod
+    def find(folder):
+        for candidate in (folder, os.path.join(folder, "ctranslate2"),
+                          os.path.join(folder, "export", "ctranslate2")):
+            if os.path.exists(os.path.join(candidate, CT2_METADATA)):
+                return candidate
+        return None
+
+    @staticmethod
+    def max_len(path):
+        return read_json(os.path.join(path, CT2_METADATA))["max_len"]
+
+    @staticmethod
+    def default_threads(cores):
+        return 0  # CTranslate2's own default
 
     def translate(self, texts, options, confidence=True):
         if not texts:
@@ -170,23 +272,41 @@ class CTranslate2Engine:
                                                 confidence=confidence, **kwargs)
 
 
-ENGINE_CLASSES = {"savedmodel": SavedModelEngine, "ctranslate2": CTranslate2Engine}
+ENGINES = {e.name: e for e in (SavedModelEngine, CTranslate2Engine)}  # the registry
+ENGINE_CLASSES = ENGINES  # its earlier name (benchmarks/ use it)
+
+
+def check_options(artefact, options):
+    """Refuse, before queueing, what the artefact's engine cannot do (``ValueError`` naming
+    the option): ``max_length`` above the export's, and a beam, sampling or alignments
+    beyond the engine's :class:`Capabilities`. What only the artefact knows (a SavedModel's
+    largest beam) is refused by it."""
+    engine = ENGINES[artefact.engine]
+    can = engine.capabilities
+    options.validate(max_beam_size=can.max_beam_size, max_length_limit=artefact.max_len)
+    for asked, capability, field, what in (
+            (options.sampling, "sampling", "sampling_topk", "` > 1 (random sampling)"),
+            (options.return_alignments, "alignments", "return_alignments", "`")):
+        if asked and not getattr(can, capability):
+            able = [n for n, e in ENGINES.items() if getattr(e.capabilities, capability)]
+            raise ValueError(f"`{field}{what} is not available with the {engine.name} engine "
+                             f"(serve with --engine {' or '.join(able)}). "
+                             f"Received: {field}={getattr(options, field)!r}")
+    return options
 
 
 def load_engine(artefact, threads=0, xla=False):
     """The engine of a :class:`~keras_attn.serve.locate.Artefact`, loaded; ``xla``: the
     SavedModel's compiled signature where it has one (:class:`SavedModelEngine`)."""
-    if artefact.engine == "savedmodel":
-        return SavedModelEngine(artefact.path, threads, xla=xla)
-    return ENGINE_CLASSES[artefact.engine](artefact.path, threads)
+    return ENGINES[artefact.engine](artefact.path, threads, xla=xla)
 
 
 def warm_up(engine):
     """Short calls, so that no client waits for the graph's first run or for a compile:
-    one per number of texts in the engine's ``warm_sizes`` (default: one call). Then the
-    heap's free pages go back to the system: loading and compiling leave hundreds of MB
-    freed but held (glibc's ``malloc_trim``; elsewhere nothing is done)."""
-    for size in getattr(engine, "warm_sizes", (1,)):
+    one per number of texts in the engine's ``warm_sizes``. Then the heap's free pages go
+    back to the system: loading and compiling leave hundreds of MB freed but held (glibc's
+    ``malloc_trim``; elsewhere nothing is done)."""
+    for size in engine.warm_sizes:
         engine.translate(["1"] * size, DecodingOptions())
     trim_heap()
 

@@ -1,10 +1,12 @@
 """The HTTP plumbing of :mod:`keras_attn.serve.app`: bodies read within a limit, fields of
-JSON and form bodies, LibreTranslate's JSON errors, the ``Server-Timing`` header, and two
-ASGI middlewares (an error answer drains the unread body; every request counted).
+JSON and form bodies, LibreTranslate's JSON errors (every failure of a route answered so:
+:func:`guarded`), the ``Server-Timing`` header, and an ASGI middleware that drains the
+unread body before an error answer.
 
 Example:
-    >>> fields, form, uploads = await fields(request, await read_body(request, 10**6), 10**6)
+    >>> fields, form, uploads = await read_fields(request)
 """
+import asyncio
 import json
 import time
 import urllib.parse
@@ -14,12 +16,50 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from keras_attn.serve import api
+from keras_attn.serve.batcher import QueueFull
 
 DRAIN_BYTES = 64 * 2 ** 20  # an oversized body is read (and dropped) up to this, then closed
 
 
 def error(status, message, headers=None):
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def guarded(handler):
+    """The route ``handler``, its failures answered with LibreTranslate's ``{"error": ...}``
+    (the statuses: :mod:`keras_attn.serve.routes`)."""
+    async def answer(request):
+        try:
+            return await handler(request)
+        except api.ApiError as e:
+            return error(e.status, e.message, e.headers)
+        except QueueFull as e:
+            return error(503, f"Server busy: {e}", {"Retry-After": str(e.retry_after)})
+        except asyncio.TimeoutError:
+            timeout = request.app.state.settings.timeout
+            return error(504, f"Translation timed out after {timeout:g} s")
+        except ValueError as e:  # the engine refused the options
+            return error(400, f"Invalid request: {e}")
+        except Exception as e:  # noqa: BLE001  (LibreTranslate's 500)
+            return error(500, f"Cannot translate text: {e}")
+
+    return answer
+
+
+async def not_found_or_not_allowed(request, exc):
+    """Starlette's 404 and 405, as LibreTranslate's JSON errors."""
+    return error(exc.status_code, exc.detail, getattr(exc, "headers", None))
+
+
+async def server_error(request, exc):
+    return error(500, f"Internal error: {exc}")
+
+
+async def read_fields(request):
+    """``(fields, form, uploads)`` of the request's body, read within ``--max-body-bytes``
+    (:func:`read_body`, :func:`fields`)."""
+    limit = request.app.state.settings.max_body_bytes
+    return await fields(request, await read_body(request, limit), max(limit, 1024 * 1024))
 
 
 async def read_body(request, limit):
@@ -114,14 +154,3 @@ async def fields(request, body, max_part_size):
         except UnicodeDecodeError as e:
             raise api.bad_request(f"Invalid request: the form body is not UTF-8 ({e})") from None
     return fields, True, uploads
-
-
-class Counted:
-    """ASGI middleware: every request counted by :class:`~keras_attn.serve.metrics.Metrics`
-    under its route (the path past ``prefix`` matched against ``routes``)."""
-
-    def __init__(self, app, metrics, routes, prefix):
-        self.counted = metrics.middleware(app, routes, prefix)
-
-    async def __call__(self, scope, receive, send):
-        await self.counted(scope, receive, send)

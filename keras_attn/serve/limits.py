@@ -19,6 +19,8 @@ Example:
 import collections
 import time
 
+from keras_attn.serve.api import ApiError, bad_request
+
 WINDOW_S = 60.0
 REDIS_PREFIX = "keras_attn:req:"
 # One atomic step of a sliding window in a sorted set (member: a unique id, score: the time):
@@ -136,3 +138,31 @@ class RateLimiter:
             return True
         bucket = "key:" + api_key if api_key is not None else "ip:" + client
         return self.storage.hit(bucket, limit, self.clock())
+
+
+def client_address(request):
+    """The client's address: ``X-Forwarded-For``'s first with ``--trust-forwarded-for``."""
+    forwarded = request.headers.get("x-forwarded-for", "")
+    if request.app.state.settings.trust_forwarded_for and forwarded:
+        return forwarded.split(",")[0].strip()
+    return request.client.host if request.client else ""
+
+
+def check_access(request, fields):
+    """A request's ``api_key`` and limits (the app's ``Settings`` and ``RateLimiter``): 403
+    for an unknown key, 400 for a missing required key, 429 over the limit. Returns the
+    client's characters per text (its key's own ``char_limit``, or ``--char-limit``)."""
+    settings, limiter = request.app.state.settings, request.app.state.limiter
+    keys = settings.api_keys
+    key = (fields.get("api_key") or None) if keys is not None else None
+    if key is not None and key not in keys:
+        raise ApiError(403, "Invalid API key")
+    if keys is not None and key is None and settings.req_limit == 0:
+        raise bad_request(f"Visit {settings.get_api_key_link} to get an API key"
+                          if settings.get_api_key_link
+                          else "Please contact the server operator to get an API key")
+    if not limiter.allow(client_address(request), key):
+        raise ApiError(429, f"Slowdown: {limiter.limit_of(key)} per 1 minute")
+    # A KeyStore's key may have its own; a file's keys ({key: limit}) have none.
+    own = keys.char_limit(key) if key is not None and hasattr(keys, "char_limit") else None
+    return settings.char_limit if own is None else own

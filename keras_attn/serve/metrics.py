@@ -1,23 +1,16 @@
 """``GET /metrics``: the server's counters in Prometheus's text format (prometheus-client).
 
-=====================================================  =========  ==========================
-name                                                   type       labels
-=====================================================  =========  ==========================
-``keras_attn_http_requests_total``                     counter    route, method, status
-``keras_attn_http_errors_total`` (4xx and 5xx)         counter    route, status
-``keras_attn_http_request_duration_seconds``           histogram  route
-``keras_attn_batch_texts`` (texts per engine call)     histogram
-``keras_attn_batch_duration_seconds``                  histogram
-``keras_attn_queue_depth`` (requests waiting)          gauge
-``keras_attn_batches_in_flight``                       gauge
-=====================================================  =========  ==========================
+The counters, histograms and gauges are declared in :class:`Metrics` with their help
+(docs/serving.md, "Metrics", lists them): requests and errors by route, method and status,
+each request's duration, texts and seconds per engine call, the queue and the batches in
+flight.
 
 ``route`` is the route's path as declared (``/download_file/{filename}``), ``unmatched`` for a
 path no route has: the label set stays small whatever clients send.
 
 Example:
     >>> metrics = Metrics(batcher)
-    >>> app = metrics.middleware(app, routes)     # counts every request
+    >>> app = metrics.middleware(app, routes)     # counts every request (an ASGI app)
     >>> metrics.text()                            # b"# HELP keras_attn_http_requests_total..."
 """
 import time

@@ -58,8 +58,9 @@ def _init_worker(artefact, threads, xla=False):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    if artefact.engine == "savedmodel" and os.environ["TF_CPP_MIN_LOG_LEVEL"] not in ("", "0"):
-        _import_quietly("tensorflow")  # its load-time C++ lines ignore the log level
+    if os.environ["TF_CPP_MIN_LOG_LEVEL"] not in ("", "0"):
+        for name in engines.ENGINES[artefact.engine].quiet_imports:
+            _import_quietly(name)  # its load-time C++ lines ignore the log level
     _ENGINE = engines.load_engine(artefact, threads, xla)
     engines.warm_up(_ENGINE)
 

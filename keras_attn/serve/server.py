@@ -22,15 +22,14 @@ def default_replicas():
 
 
 def default_threads(engine, replicas, cores=None):
-    """Intra-op threads of each replica when none are given: 1 with several replicas; with
-    one, CTranslate2's own default (0) and for the SavedModel every core but one, which
-    the HTTP process needs (on 2 cores TensorFlow with both cores' threads answered slower
-    at 1 and 16 clients than with one: docs/benchmarks.md)."""
+    """Intra-op threads of each replica of ``engine`` (a name of
+    :data:`~keras_attn.serve.engines.ENGINES`) when none are given: 1 with several
+    replicas; with one, the engine's own ``default_threads`` of the ``cores``."""
+    from keras_attn.serve.engines import ENGINES
+
     if replicas > 1:
         return 1
-    if engine == "ctranslate2":
-        return 0
-    return max(1, (cores or default_replicas()) - 1)
+    return ENGINES[engine].default_threads(cores or default_replicas())
 
 
 def make_replicas(artefact, replicas, threads=None, log=print, xla=False):
@@ -72,7 +71,8 @@ def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
 
     Args:
         path: what :func:`~keras_attn.serve.locate.locate` resolves.
-        engine: ``"savedmodel"`` or ``"ctranslate2"``. host, port: where to listen.
+        engine: a name of :data:`~keras_attn.serve.engines.ENGINES` (``"savedmodel"``,
+            ``"ctranslate2"``). host, port: where to listen.
         replicas: engine copies (default: one per core). threads: intra-op threads of each.
         settings: :class:`~keras_attn.serve.app.Settings`.
         graceful_s: longest wait for the requests in flight at shutdown (default: the

@@ -13,6 +13,9 @@ Example:
 import dataclasses
 from typing import Optional
 
+from keras_attn.decoding.options import OPTIONS
+from keras_attn.serve.engines import Capabilities
+
 ERROR = {"type": "object", "properties": {"error": {"type": "string",
                                                     "description": "What went wrong"}},
          "required": ["error"]}
@@ -64,18 +67,12 @@ _SOURCE = Field("source", required=True, description="Source language code, or a
                 example="en")
 _TARGET = Field("target", required=True, description="Target language code", example="fr")
 _LIMITED = (400, 403, 405, 413, 429)
-_DECODING = (
-    Field("beam_size", "integer", description="Beam width (1: greedy)"),
-    Field("num_hypotheses", "integer", description="Hypotheses per text (the n-best list)"),
-    Field("length_penalty", "number", description="Length normalisation of beam scores"),
-    Field("max_length", "integer", description="Most target tokens"),
-    Field("target_prefix", description="Words the translation must start with"),
-    Field("sampling_topk", "integer", description="Random sampling among the k likeliest"),
-    Field("sampling_topp", "number", description="Nucleus sampling mass"),
-    Field("sampling_temperature", "number", description="Sampling temperature"),
-    Field("seed", "integer", description="Sampling seed"),
-    Field("return_alignments", "boolean", description="Pharaoh alignments in hypotheses"),
-    Field("return_scores", "boolean", description="The n-best list with scores"))
+JSON_TYPES = {"int32": "integer", "float32": "number", "string": "string", "bool": "boolean"}
+# Every decoding option, from its one declaration (keras_attn.decoding.options), then ours.
+_DECODING = tuple(Field(o.name, JSON_TYPES[o.dtype], description=o.help)
+                  for o in OPTIONS.values()) + (
+    Field("return_scores", "boolean", description="The n-best list with scores"),)
+_FLAG = {"type": "boolean"}
 
 ENDPOINTS = (
     Endpoint("/translate", "POST", "translate", "Translate text", fields=(
@@ -113,20 +110,25 @@ ENDPOINTS = (
     Endpoint("/frontend/settings", "GET", "frontend_settings", "The web page's settings",
              tag="misc", schema={"type": "object", "properties": {
                  "charLimit": {"type": "integer"}, "frontendTimeout": {"type": "integer"},
-                 "apiKeys": {"type": "boolean"}, "keyRequired": {"type": "boolean"},
-                 "suggestions": {"type": "boolean"}, "filesTranslation": {"type": "boolean"},
+                 "apiKeys": _FLAG, "keyRequired": _FLAG, "suggestions": _FLAG,
+                 "filesTranslation": _FLAG,
                  "supportedFilesFormat": {"type": "array", "items": {"type": "string"}},
-                 "sampling": {"type": "boolean"}, "alignments": {"type": "boolean"},
                  "language": {"type": "object", "properties": {"source": LANGUAGE,
-                                                               "target": LANGUAGE}}}}),
+                                                               "target": LANGUAGE}},
+                 # ours: the engine and what it can do, the heatmap's availability
+                 "engine": {"type": "string"}, "replicas": {"type": "integer"},
+                 "attention": _FLAG, **{f.name: _FLAG if f.type is bool else
+                                        {"type": "integer", "nullable": True}
+                                        for f in dataclasses.fields(Capabilities)}}}),
     Endpoint("/attention", "POST", "attention", "Cross-attention of a translation (the "
              "page's heatmap)", tag="misc", fields=(
                  Field("q", required=True, description="One sentence"),
                  Field("translation", description="Its translation (absent: the engine's)"),
                  Field("source"), Field("target"), _KEY),
              schema={"type": "object"}, errors=_LIMITED + (501, 503, 504)),
-    Endpoint("/health", "GET", "health", "Health check", tag="misc", schema={
-        "type": "object", "properties": {"status": {"type": "string", "example": "ok"}}}),
+    Endpoint("/health", "GET", "health", "Health check: always {\"status\": \"ok\"}",
+             tag="misc", schema={"type": "object", "required": ["status"], "properties": {
+                 "status": {"type": "string", "enum": ["ok"]}}}),
     Endpoint("/metrics", "GET", "metrics", "Prometheus metrics", tag="misc",
              media="text/plain", errors=(401, 405)),
     Endpoint("/spec", "GET", "spec", "This OpenAPI document", tag="misc",

@@ -39,7 +39,19 @@ def _connect(path):
         connection.close()
 
 
-class KeyStore:
+class _Table:
+    """A table of LibreTranslate's in the SQLite file ``path`` (made, with its folder, when
+    missing)."""
+
+    schema = ""
+
+    def __init__(self, path):
+        self.path = str(path)
+        with _connect(self.path) as db:
+            db.execute(f"CREATE TABLE IF NOT EXISTS {self.schema}")
+
+
+class KeyStore(_Table):
     """API keys with their requests a minute and characters per text.
 
     A mapping of ``key -> req_limit`` for :class:`~keras_attn.serve.limits.RateLimiter`
@@ -49,12 +61,8 @@ class KeyStore:
         path: the SQLite file (made, with its folder, when missing).
     """
 
-    def __init__(self, path):
-        self.path = str(path)
-        with _connect(self.path) as db:
-            db.execute('CREATE TABLE IF NOT EXISTS api_keys ("api_key" TEXT NOT NULL, '
-                       '"req_limit" INTEGER NOT NULL, "char_limit" INTEGER DEFAULT NULL, '
-                       'PRIMARY KEY("api_key"))')
+    schema = ('api_keys ("api_key" TEXT NOT NULL, "req_limit" INTEGER NOT NULL, '
+              '"char_limit" INTEGER DEFAULT NULL, PRIMARY KEY("api_key"))')
 
     def _row(self, key):
         with _connect(self.path) as db:
@@ -102,26 +110,15 @@ class KeyStore:
                               "ORDER BY api_key").fetchall()
 
 
-class FileKeys(dict):
-    """The keys of an ``--api-keys FILE`` (``limits.read_api_keys``): ``{key: limit or None}``
-    with :meth:`char_limit` (a file gives none)."""
-
-    def char_limit(self, key):
-        return None
-
-
-class SuggestionStore:
+class SuggestionStore(_Table):
     """Translations clients suggest (``POST /suggest``).
 
     Args:
         path: the SQLite file (made, with its folder, when missing).
     """
 
-    def __init__(self, path):
-        self.path = str(path)
-        with _connect(self.path) as db:
-            db.execute('CREATE TABLE IF NOT EXISTS suggestions ("q" TEXT NOT NULL, '
-                       '"s" TEXT NOT NULL, "source" TEXT NOT NULL, "target" TEXT NOT NULL)')
+    schema = ('suggestions ("q" TEXT NOT NULL, "s" TEXT NOT NULL, "source" TEXT NOT NULL, '
+              '"target" TEXT NOT NULL)')
 
     def add(self, q, s, source, target):
         with _connect(self.path) as db:
