@@ -90,3 +90,32 @@ def test_run_without_weights_says_to_finish_training(tmp_path):
     with pytest.raises(FileNotFoundError, match="no trained weights") as info:
         Translator.from_run_dir(str(run))
     assert str(run) in str(info.value)
+
+
+def test_length_penalty_reaches_the_engine_by_its_own_name(translator, monkeypatch):
+    """The pipeline decodes with the engine (not the Translator) and gets
+    ``length_penalty`` under that name, whether ``translate`` was given it, its older
+    name ``alpha`` (the named one wins) or neither (the default, 0.6)."""
+    seen, decode = [], translator.engine.decode
+    monkeypatch.setattr(translator.engine, "decode", lambda source, opts, *rest: (
+        seen.append(opts.length_penalty), decode(source, opts, *rest))[1])
+    for kwargs in ({"alpha": 1.5}, {"length_penalty": 0.3},
+                   {"alpha": 1.5, "length_penalty": 0.3}, {}):
+        assert translator.translate(DATES[:2], beam_size=2, **kwargs) == EXPECTED[:2]
+    assert seen == [1.5, 0.3, 0.3, 0.6]
+
+
+def test_a_calibrator_set_on_the_translator_is_the_one_its_engine_decodes_with(translator):
+    """Settings are the engine's: a calibrator set on the Translator gives the confidences
+    that a translator loaded with that calibrator gives."""
+    uncalibrated = Translator.from_run_dir(str(RUN), calibrated=False)
+    expected = [h[0]["confidence"] for h in uncalibrated.translate_nbest(DATES)]
+    before, calibrator = [h[0]["confidence"] for h in translator.translate_nbest(DATES)], \
+        translator.calibrator
+    assert before != expected  # the premise: the run's calibrator changes them
+    translator.calibrator = uncalibrated.calibrator
+    try:
+        assert translator.engine.calibrator is uncalibrated.calibrator
+        assert [h[0]["confidence"] for h in translator.translate_nbest(DATES)] == expected
+    finally:
+        translator.calibrator = calibrator
