@@ -90,10 +90,8 @@ class Attention:
         import numpy as np
 
         from keras_attn import decoding
-
-        from keras_attn.translation import alignment
-
         from keras_attn.core import special_tokens
+        from keras_attn.translation import alignment
         from keras_attn.viz.heatmaps import token_labels
 
         translator = self.load()

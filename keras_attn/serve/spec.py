@@ -140,41 +140,30 @@ ENDPOINTS = (
 )
 
 
-def _schema(field):
-    if field.type == "text":
-        schema = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
-    elif field.type == "file":
-        schema = {"type": "string", "format": "binary"}
-    else:
-        schema = {"type": field.type}
-    if field.description:
-        schema["description"] = field.description
-    if field.example is not None:
-        schema["example"] = field.example
-    return schema
+def _schema(field, form=False):
+    """A field's JSON Schema (a form's ``text`` field is one string)."""
+    schema = {"text": {"oneOf": [{"type": "string"},
+                                 {"type": "array", "items": {"type": "string"}}]},
+              "file": {"type": "string", "format": "binary"}}.get(field.type,
+                                                                   {"type": field.type})
+    if form and field.type == "text":
+        schema = {"type": "string"}
+    extra = {"description": field.description, "example": field.example}
+    return {**schema, **{k: v for k, v in extra.items() if v not in (None, "")}}
 
 
 def _body(endpoint):
-    def properties(form):
-        return {f.name: (_schema(f) if not (form and f.type == "text")
-                         else _schema(dataclasses.replace(f, type="string")))
-                for f in endpoint.fields}
-
     required = [f.name for f in endpoint.fields if f.required]
 
     def schema(form):
-        out = {"type": "object", "properties": properties(form)}
-        if required:
-            out["required"] = required
-        return out
+        return {"schema": {"type": "object", **({"required": required} if required else {}),
+                           "properties": {f.name: _schema(f, form) for f in endpoint.fields}}}
 
     if any(f.type == "file" for f in endpoint.fields):
-        content = {"multipart/form-data": {"schema": schema(True)}}
-    else:
-        content = {"application/json": {"schema": schema(False)},
-                   "application/x-www-form-urlencoded": {"schema": schema(True)},
-                   "multipart/form-data": {"schema": schema(True)}}
-    return {"required": True, "content": content}
+        return {"required": True, "content": {"multipart/form-data": schema(True)}}
+    return {"required": True, "content": {"application/json": schema(False),
+                                          "application/x-www-form-urlencoded": schema(True),
+                                          "multipart/form-data": schema(True)}}
 
 
 def _operation(endpoint):
