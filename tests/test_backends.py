@@ -30,6 +30,13 @@ from keras_attn.training import losses
 
 BACKEND = keras.backend.backend()
 EPS = np.finfo("float32").eps
+if BACKEND == "jax":
+    import jax
+
+    if jax.default_backend() == "gpu" and jax.config.jax_default_matmul_precision is None:
+        # JAX's default float32 matmul on an NVIDIA GPU runs in TensorFloat-32: 10 bits of
+        # mantissa, so every product's rounding is TF32's.
+        EPS = 2.0 ** -10
 OTHER_BACKENDS = ("jax", "torch")
 
 

@@ -160,7 +160,11 @@ def softmax(x):
     Unlike ``keras.ops.softmax`` it accepts an empty axis (a source of length 0) and a
     size-1 axis without a warning (the first decoding step).
     """
-    e = ops.exp(x - ops.max(x, axis=-1, keepdims=True, initial=-float("inf")))
+    if _static_dim(x, -1) == 0:
+        return x  # nothing to normalise (a graph's unknown empty axis reduces to -inf)
+    # No ``initial=`` for the max: Keras's PyTorch backend makes that tensor on the CPU,
+    # which fails beside a CUDA ``x``.
+    e = ops.exp(x - ops.max(x, axis=-1, keepdims=True))
     return e / ops.sum(e, axis=-1, keepdims=True)
 
 
