@@ -73,7 +73,7 @@ setup(
                  "tensorflow-serving-api==2.21.*", "httpx", "libretranslatepy",
                  "selenium>=4.11", "openapi-spec-validator", "python-docx", "odfpy"],
         "ctranslate2": ["ctranslate2>=4.5,<5"],
-        # pysbd: benchmarks/segmentation.py's reference on the English Golden Rules.
+        # pysbd: the reference of the retired segmentation study (docs/benchmarks/).
         "bench": ["keras-hub", "pysbd"],
         "serving": ["tensorflow-serving-api==2.21.*"],
         # The documentation site (mkdocs.yml): MkDocs with the Material theme, and

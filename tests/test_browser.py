@@ -148,7 +148,7 @@ def translator():
 
 # --- the page --------------------------------------------------------------------------------
 def open_page(driver, url):
-    """Load the page; wait until it has read /languages, /frontend/settings and /health."""
+    """Load the page; wait until it has read /languages and /frontend/settings."""
     driver.get(url + "/")
     wait_for(driver, lambda d: "Model:" in d.find_element("id", "about").text,
              "the page to read its settings")
