@@ -26,8 +26,12 @@ TEXTS = ["3 March 2021. Le 4 juillet 1999", "13 Jul 1914\n\n Wed, 3 Mar 2021 ", 
          "  "]
 OPTIONS = dict(beam_size=2, num_hypotheses=2, return_alignments=True)
 
-pytestmark = pytest.mark.skipif(not os.path.isdir(SAVED),
-                                reason="exported/ (the committed default model) is missing")
+# Every engine loads the committed export and decodes with beams (about 100 s on 2 cores):
+# CI's slow pass runs the file; the README's pass checks the rule itself (test_one_rule_joins
+# is pure Python, and test_translation.py runs the pipeline on its engines).
+pytestmark = [pytest.mark.skipif(not os.path.isdir(SAVED),
+                                 reason="exported/ (the committed default model) is missing"),
+              pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
