@@ -447,6 +447,7 @@ def test_confidence_shading_and_no_heatmap_without_a_keras_model(driver):
     artefact whose run is unknown: no Keras model, so the heatmap section stays hidden."""
     from selenium.webdriver.common.by import By
 
+    from keras_attn.decoding.options import DecodingOptions
     from keras_attn.serve.app import create_app
     from keras_attn.serve.engines import load_engine
     from keras_attn.serve.locate import locate
@@ -455,6 +456,9 @@ def test_confidence_shading_and_no_heatmap_without_a_keras_model(driver):
     artefact = dataclasses.replace(locate(EXPORTED), run_dir=None)
     # xla=False: the page is tested; the compiled signature would compile at first use.
     engine = load_engine(artefact, threads=1, xla=False)
+    # The signature's first call optimises its graph (10-30 s on 2 busy cores): done here,
+    # as keras-attn serve does before it listens, not inside the page's 30 s.
+    engine.translate(["1"], DecodingOptions())
     app = create_app(artefact, InProcessReplicas(Confident(engine)))
     with running(app) as url:
         inspect_on_page(driver, url, SENTENCE)
