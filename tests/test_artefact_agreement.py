@@ -12,12 +12,15 @@ from benchmarks import artefact_agreement
 from keras_attn.decoding.options import CONTROL_DEFAULTS
 from keras_attn.translator import Translator
 
-# Texts of several sentences and one-sentence ones, and inputs on which the tiny model
-# repeats itself unless the repetition controls are on (as test_builtin_step's).
+# Texts of several sentences and one-sentence ones, repeated words, and one-token sources
+# ("a", "Who", "It"): the tiny model answers those with a whole sentence, longer than the
+# 3 tokens that max_length_factor's default allows them, so the controls cut their
+# translations (on AVX-512 and on AVX2 kernels alike); an artefact without the controls
+# would not.
 TEXTS = ["Hello! How are you?", "I'm hungry. It's raining.\n\nCall me tomorrow.",
          "  Tom isn't here.  We are in Paris.", "Thank you thank you thank you thank you.",
          "Hello! Hello! Hello! Hello!", "Tom Tom Tom Tom Tom.", "Paris", "Go ahead!",
-         "Where is the station?", "I'm cold. I'm cold. I'm cold."]
+         "Where is the station?", "I'm cold. I'm cold. I'm cold.", "a", "Who", "It"]
 FLOAT32 = ("saved_model/serving_default", "saved_model/translate", "saved_model/translate_v2",
            "tflite/text_float32", "tflite/builtin_float32", "ctranslate2/float32")
 INT8 = ("tflite/text_int8", "tflite/builtin_int8", "ctranslate2/int8")
