@@ -10,6 +10,9 @@ from keras_attn.cli.console import add_verbose
 from keras_attn.core.config import TASK_DEFAULTS, TrainConfig, parse_duration
 
 BACKENDS = ("tensorflow", "jax", "torch")
+# The language options (``TrainConfig`` fields of a text task; the dates task's are fixed).
+LANGUAGE_OPTIONS = ("source_lang", "target_lang", "columns", "target_data", "source_name",
+                    "target_name")
 SUBWORD_TOKENIZERS = ("sentencepiece", "wordpiece")
 
 # Options whose default depends on --task: (name, type, what it sets).
@@ -65,6 +68,19 @@ def _duration(text):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _language(flag):
+    """An argparse type: a BCP 47 tag (its case normalised), or the check's message."""
+    from keras_attn.core.languages import check_language_code
+
+    def parse(value):
+        try:
+            return check_language_code(value, flag)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
 def _choice(default, *others):
     """An argparse type for a choice whose default is stored as "" (``config.json``'s
     value): ``default`` (its name on the command line) and "" give "", ``others`` are kept."""
@@ -85,12 +101,38 @@ def add_parser(sub):
                                    "test split and export it. Re-running the same command "
                                    "resumes an interrupted run.")
     p.add_argument("--task", choices=list(TASK_DEFAULTS), default="dates",
-                   help="dates: date formats to ISO (characters); tatoeba: English to "
-                        "French (default: %(default)s)")
+                   help="dates: date formats to ISO (characters); tatoeba: a language pair "
+                        "from parallel text, English to French unless --source-lang and "
+                        "--target-lang say otherwise (default: %(default)s)")
     p.add_argument("--data", default="",
-                   help="tatoeba corpus: a file, a folder with train.txt and dev.txt, or a "
-                        "URL such as D2L's fra-eng.zip (default: the KERAS_ATTN_DATA "
-                        "environment variable; required for --task tatoeba)")
+                   help="tatoeba corpus: a tab-separated file (Tatoeba's English<TAB>Other"
+                        "[<TAB>attribution], or any file whose columns --columns names), a "
+                        "folder with train.txt and dev.txt, or a URL such as D2L's "
+                        "fra-eng.zip; with --target-data, the source side's plain-text file "
+                        "(default: the KERAS_ATTN_DATA environment variable; required for "
+                        "--task tatoeba)")
+    p.add_argument("--target-data", default=None, metavar="FILE",
+                   help="the target side's plain-text file, line by line aligned with "
+                        "--data (the source side's); the two must have as many lines "
+                        "(default: none, --data holds both sides)")
+    p.add_argument("--source-lang", type=_language("--source-lang"), metavar="CODE",
+                   help="the language translated from, a BCP 47 tag (ISO 639-1 code, "
+                        "optionally a region or script: de, pt-BR, zh-Hant); give "
+                        "--target-lang with it (default: en for tatoeba)")
+    p.add_argument("--target-lang", type=_language("--target-lang"), metavar="CODE",
+                   help="the language translated into, as --source-lang (default: fr for "
+                        "tatoeba)")
+    p.add_argument("--columns", default=None, metavar="CODE,CODE",
+                   help="the languages of the --data file's tab-separated columns, in order "
+                        "(e.g. en,de for Tatoeba's deu.txt); the pair reads its source and "
+                        "target columns from it, so one file trains either direction "
+                        "(default: English first when the pair has English, as every "
+                        "Tatoeba file, else the source first)")
+    p.add_argument("--source-name", default=None, metavar="NAME",
+                   help="the source language's name that the server and the page show "
+                        "(default: the English name of --source-lang, or the code)")
+    p.add_argument("--target-name", default=None, metavar="NAME",
+                   help="as --source-name, for the target (default: from --target-lang)")
     p.add_argument("--model", choices=["transformer", "bahdanau"],
                    help=f"architecture ({_task_default('model')})")
     p.add_argument("--tokenizer", choices=SUBWORD_TOKENIZERS,
@@ -145,6 +187,27 @@ def check_args(parser, args):
     if args.tokenizer is not None and args.task != "tatoeba":
         parser.error(f"--tokenizer applies to --task tatoeba only (the {args.task} task uses "
                      f"characters). Received: --task {args.task} --tokenizer {args.tokenizer}")
+    language_flags = [f"--{n.replace('_', '-')}" for n in LANGUAGE_OPTIONS
+                      if getattr(args, n, None) is not None]
+    if language_flags and args.task != "tatoeba":
+        parser.error(f"{', '.join(language_flags)} appl{'ies' if len(language_flags) == 1 else 'y'}"
+                     f" to --task tatoeba only (the {args.task} task's codes are fixed). "
+                     f"Received: --task {args.task} {' '.join(language_flags)}")
+    if (args.source_lang is None) != (args.target_lang is None):
+        given, missing = (("--source-lang", "--target-lang") if args.target_lang is None
+                          else ("--target-lang", "--source-lang"))
+        parser.error(f"{given} needs {missing}: a run translates one pair, give both (e.g. "
+                     f"--source-lang fr --target-lang en). Received: {given} "
+                     f"{args.source_lang or args.target_lang}")
+    if args.target_data is not None and args.columns is not None:
+        parser.error("--columns names the columns of one tab-separated file; with "
+                     "--target-data the two files are the sides (--data: the source). "
+                     f"Received: --columns {args.columns} --target-data {args.target_data}")
+    if args.task == "tatoeba":
+        try:
+            config_from_args(args).check_languages()
+        except ValueError as e:
+            parser.error(str(e))
 
 
 def config_from_args(args):

@@ -7,14 +7,36 @@ import dataclasses
 import math
 import re
 
+from keras_attn.core import languages
 from keras_attn.core.special_tokens import END_ID, START_ID
 
 
 @dataclasses.dataclass
 class TrainConfig:
-    """Every option of a run (written to ``config.json``)."""
+    """Every option of a run (written to ``config.json``).
+
+    The languages: ``source_lang``/``target_lang`` are BCP 47 codes (empty: the task's,
+    :data:`keras_attn.core.languages.TASK_LANGUAGES`: en and fr for tatoeba), and
+    ``source_name``/``target_name`` their English names (empty: from the code). A text
+    corpus is ``data``, a tab-separated file whose columns hold the languages ``columns``
+    names in order (empty: English first when the pair has English, as Tatoeba's files,
+    else the source first), or with ``target_data`` two aligned plain-text files, ``data``
+    the source side. The empty values are filled when the config is made, so
+    ``config.json`` always says what the run read.
+
+    Example:
+        >>> c = TrainConfig(task="tatoeba", source_lang="fr", target_lang="en")
+        >>> c.columns, c.source_name, c.target_name
+        ('en,fr', 'French', 'English')
+    """
     task: str = "dates"
     data: str = ""
+    target_data: str = ""
+    source_lang: str = ""
+    target_lang: str = ""
+    source_name: str = ""
+    target_name: str = ""
+    columns: str = ""
     model: str = "transformer"
     tokenizer: str = "char"
     num_hiddens: int = 128
@@ -56,6 +78,62 @@ class TrainConfig:
         if "tokenizer" not in values:
             values["tokenizer"] = "wordpiece" if values.get("task") == "tatoeba" else "char"
         return cls(**values)
+
+    def __post_init__(self):
+        # The task's languages for what was not given (a run written before the languages
+        # were options gets them too: today's behaviour), names from the codes, and the
+        # data file's columns (a text task's tab-separated file; none for two files).
+        defaults = languages.task_languages(self.task)
+        for side, (code, name) in zip(("source", "target"), defaults):
+            given = getattr(self, f"{side}_lang")
+            if not given:
+                setattr(self, f"{side}_lang", code)
+            elif given != code:  # "pt-br" is written "pt-BR"; a bad tag is check_languages'
+                try:
+                    setattr(self, f"{side}_lang", languages.check_language_code(given))
+                except ValueError:
+                    pass
+            if not getattr(self, f"{side}_name"):
+                given = getattr(self, f"{side}_lang")
+                setattr(self, f"{side}_name", name if given == code
+                        else languages.language_name(given))
+        if self.task != "dates" and not self.columns and not self.target_data:
+            self.columns = languages.data_columns(self.source_lang, self.target_lang)
+
+    def languages(self):
+        """``((code, name), (code, name))`` of the source and the target."""
+        return ((self.source_lang, self.source_name), (self.target_lang, self.target_name))
+
+    def check_languages(self):
+        """Raise ValueError (naming the option) for codes that are not BCP 47 tags, a pair
+        of one language, columns that do not hold both, or language options on the dates
+        task (its codes are fixed); returns the config with the codes' case normalised."""
+        defaults = languages.task_languages(self.task)
+        if self.task == "dates":
+            given = {k: getattr(self, k) for k in ("source_lang", "target_lang", "columns",
+                                                   "target_data")
+                     if getattr(self, k) not in ("", defaults[0][0], defaults[1][0])}
+            if given:
+                raise ValueError("the dates task translates dates to ISO 8601: its languages, "
+                                 "columns and files are fixed (use --task tatoeba for a "
+                                 f"language pair). Received: {given}")
+            return self
+        self.source_lang = languages.check_language_code(self.source_lang, "source_lang")
+        self.target_lang = languages.check_language_code(self.target_lang, "target_lang")
+        if self.source_lang.lower() == self.target_lang.lower():
+            raise ValueError(f"`source_lang` and `target_lang` must differ. Received: "
+                             f"source_lang={self.source_lang!r}, "
+                             f"target_lang={self.target_lang!r}")
+        if self.target_data and self.columns:
+            raise ValueError("`columns` chooses the columns of one tab-separated file; with "
+                             "`target_data` the two files are the columns (data: the source, "
+                             f"target_data: the target). Received: columns={self.columns!r}")
+        if self.target_data and not self.data:
+            raise ValueError("`target_data` (the target side's plain-text file) needs `data` "
+                             f"(the source side's). Received: target_data={self.target_data!r}")
+        if self.columns:
+            languages.column_indices(self.columns, self.source_lang, self.target_lang)
+        return self
 
 
 # Defaults per task: TrainConfig's own defaults are the dates task's (a small char-level

@@ -4,7 +4,9 @@
   them in English and French paired with their ISO 8601 form
   (``"le 3 mars 2021"`` -> ``"2021-03-03"``).
 * :mod:`~keras_attn.data.tatoeba`: `load_tatoeba` / `load_tatoeba_references`, D2L's file
-  of ``English<TAB>French[<TAB>attribution]`` lines, bad lines reported with their numbers.
+  of ``English<TAB>French[<TAB>attribution]`` lines or any tab-separated file read in
+  either direction (its columns named), `load_aligned`, two aligned plain-text files; bad
+  lines reported with their numbers.
 * :mod:`~keras_attn.data.download`: `resolve_data`, a path or URL (zipped or not) as a
   local corpus file.
 * :mod:`~keras_attn.data.pipeline` (TensorFlow): `make_dataset`, tokenized, shifted,
@@ -25,10 +27,11 @@ from keras_attn.data.dates import DATE_FORMATS, dates_splits, generate_dates
 from keras_attn.data.download import resolve_data
 from keras_attn.data.pipeline import make_dataset, prepare_source, prepare_target
 from keras_attn.data.tatoeba import (D2L_FRA_ENG_URL, DATA_ENV, LoadReport, corpus_location,
-                                     load_tatoeba, load_tatoeba_references, tatoeba_splits)
+                                     load_aligned, load_tatoeba, load_tatoeba_references,
+                                     tatoeba_splits)
 
 __all__ = ["DATE_FORMATS", "D2L_FRA_ENG_URL", "DATA_ENV", "LoadReport", "corpus_location",
-           "dates_splits", "generate_dates", "load_splits", "load_tatoeba",
+           "dates_splits", "generate_dates", "load_aligned", "load_splits", "load_tatoeba",
            "load_tatoeba_references", "make_dataset", "prepare_source", "prepare_target",
            "resolve_data", "tatoeba_splits"]
 
@@ -36,7 +39,12 @@ __all__ = ["DATE_FORMATS", "D2L_FRA_ENG_URL", "DATA_ENV", "LoadReport", "corpus_
 def load_splits(config, log=print):
     """A run's ``{"train", "valid", "test"}`` lists of (source, target) pairs and the test
     split's references (Tatoeba with dev.txt: every translation of each source; else None),
-    from its :class:`keras_attn.core.config.TrainConfig`."""
+    from its :class:`keras_attn.core.config.TrainConfig` (a text task reads its data in
+    the config's direction: ``source_lang``, ``target_lang``, ``columns``, ``target_data``).
+
+    Example:
+        >>> splits, refs = load_splits(TrainConfig(task="dates", num_train=100))
+    """
     if config.task == "dates":
         splits = dates_splits(config.num_train, config.num_valid, config.num_test,
                               seed=config.seed)
@@ -44,7 +52,10 @@ def load_splits(config, log=print):
     elif config.task == "tatoeba":
         splits, refs = tatoeba_splits(config.data, num_valid=config.num_valid,
                                       max_pairs=config.num_train or None, seed=config.seed,
-                                      normalize=config.tokenizer == "wordpiece", log=log)
+                                      normalize=config.tokenizer == "wordpiece", log=log,
+                                      source=config.source_lang, target=config.target_lang,
+                                      columns=config.columns or None,
+                                      target_data=config.target_data)
     else:
         raise ValueError(f"`task` must be 'dates' or 'tatoeba'. Received: task={config.task!r}")
     return splits, refs

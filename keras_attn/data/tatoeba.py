@@ -1,4 +1,6 @@
-"""The Tatoeba English-French corpus in D2L's format: ``English<TAB>French[<TAB>attribution]``.
+"""Parallel text: Tatoeba's files (D2L's English-French one by default,
+``English<TAB>Other[<TAB>attribution]``) read in either direction, any tab-separated file
+whose columns are named (``columns="de,en"``), or two aligned plain-text files.
 
 Bad lines (wrong number of fields, invalid UTF-8, an empty line or field) are skipped,
 counted and reported with their line numbers, never dropped silently.
@@ -11,6 +13,7 @@ import os
 import random
 from pathlib import Path
 
+from keras_attn.core import languages
 from keras_attn.text import tokenizers as text
 from keras_attn.data.download import resolve_data
 
@@ -56,33 +59,74 @@ class LoadReport:
         return out
 
 
-def load_tatoeba(path, normalize=True, max_pairs=None):
-    """Read `English<TAB>French[<TAB>attribution]` lines (UTF-8) into sentence pairs.
+def _check_file(path, what="Tatoeba corpus", expected=None):
+    path = Path(path)
+    expected = expected or ("a UTF-8 file of 'English<TAB>French' lines, e.g. fra.txt from "
+                            + D2L_FRA_ENG_URL)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{what} not found: {path} (expected {expected})" if not path.exists()
+            else f"{what} path is not a file: {path}")
+    return path
+
+
+def _decode(raw, line_no):
+    """``(text, None)`` of a raw line, or ``(None, reason)``."""
+    raw = raw.rstrip(b"\n").rstrip(b"\r")
+    if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError as e:
+        return None, f"invalid UTF-8 at byte {e.start}"
+
+
+def _pair(source, target, normalize, names):
+    """The cleaned pair, or ``(None, reason)`` when a side is empty."""
+    if normalize:
+        source, target = text.normalize_text(source), text.normalize_text(target)
+    else:
+        source, target = source.strip(), target.strip()
+    if not source or not target:
+        return None, f"empty {names[0] if not source else names[1]} field"
+    return (source, target), None
+
+
+def load_tatoeba(path, normalize=True, max_pairs=None, source="en", target="fr",
+                 columns=None):
+    """Read tab-separated sentence pairs (UTF-8): `English<TAB>French[<TAB>attribution]`
+    by default, any direction and columns with ``source``, ``target`` and ``columns``.
 
     Bad lines (wrong number of fields, invalid UTF-8, empty line or field) are skipped,
     counted and listed in the report with their line numbers, and a warning is logged.
+    A line holds the named columns and may end with one more (Tatoeba's attribution).
 
     Args:
         path: the corpus file (e.g. `fra.txt`, `train.txt`).
         normalize: apply `keras_attn.text.tokenizers.normalize_text` (D2L preprocessing) to both sides.
         max_pairs: stop after this many good pairs (None: read everything).
+        source, target: the language codes of the pair to return (BCP 47).
+        columns: the languages of the file's columns in order, comma-separated
+            (``"en,de"``); None: :func:`keras_attn.core.languages.data_columns` (English
+            first when the pair has English, as every Tatoeba file).
     Returns:
-        `(pairs, report)`: a list of `(english, french)` and a `LoadReport`.
+        `(pairs, report)`: a list of `(source, target)` sentences and a `LoadReport`.
     Raises:
         FileNotFoundError: the file does not exist.
-        ValueError: the file holds no good pair.
+        ValueError: the file holds no good pair, or ``columns`` lacks a language.
     Example:
         >>> pairs, report = load_tatoeba("fra-eng/train.txt")
         >>> pairs[0]
         ('go .', 'va !')
+        >>> load_tatoeba("deu.txt", source="de", target="en")[0][0]   # English<TAB>German
+        ('Geh.', 'Go.')
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"Tatoeba corpus not found: {path} (expected a UTF-8 file of "
-            f"'English<TAB>French' lines, e.g. fra.txt from {D2L_FRA_ENG_URL})"
-            if not path.exists() else f"Tatoeba corpus path is not a file: {path}"
-        )
+    columns = columns or languages.data_columns(source, target)
+    src_col, tgt_col, n_named = languages.column_indices(columns, source, target)
+    codes = columns.split(",")
+    names = [languages.language_name(c) for c in codes]
+    side_names = (names[src_col], names[tgt_col])
+    path = _check_file(path)
     report = LoadReport(path=str(path))
     pairs = []
     with open(path, "rb") as f:
@@ -90,33 +134,25 @@ def load_tatoeba(path, normalize=True, max_pairs=None):
             if max_pairs is not None and len(pairs) >= max_pairs:
                 break
             report.num_read += 1
-            raw = raw.rstrip(b"\n").rstrip(b"\r")
-            if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                report.bad_lines.append((line_no, f"invalid UTF-8 at byte {e.start}"))
+            line, reason = _decode(raw, line_no)
+            if reason is None and not line.strip():
+                reason = "empty line"
+            if reason is None:
+                fields = line.split("\t")
+                if len(fields) not in (n_named, n_named + 1):
+                    reason = (f"expected {n_named} or {n_named + 1} tab-separated fields "
+                              f"({', '.join(names)}[, attribution]), found {len(fields)}")
+                else:
+                    pair, reason = _pair(fields[src_col], fields[tgt_col], normalize,
+                                         side_names)
+            if reason is not None:
+                report.bad_lines.append((line_no, reason))
                 continue
-            if not line.strip():
-                report.bad_lines.append((line_no, "empty line"))
-                continue
-            fields = line.split("\t")
-            if len(fields) not in (2, 3):
-                report.bad_lines.append(
-                    (line_no, f"expected 2 or 3 tab-separated fields (English, French"
-                              f"[, attribution]), found {len(fields)}"))
-                continue
-            english, french = fields[0], fields[1]
-            if normalize:
-                english, french = text.normalize_text(english), text.normalize_text(french)
-            else:
-                english, french = english.strip(), french.strip()
-            if not english or not french:
-                side = "English" if not english else "French"
-                report.bad_lines.append((line_no, f"empty {side} field"))
-                continue
-            pairs.append((english, french))
+            pairs.append(pair)
+    return _finish(pairs, report, path)
+
+
+def _finish(pairs, report, path):
     report.num_kept = len(pairs)
     if not pairs:
         raise ValueError(f"No valid sentence pair in {path}. {report.summary()}")
@@ -125,27 +161,84 @@ def load_tatoeba(path, normalize=True, max_pairs=None):
     return pairs, report
 
 
-def load_tatoeba_references(path, normalize=True):
-    """Group every French translation of each English sentence, for multi-reference BLEU.
+def load_aligned(source_path, target_path, normalize=True, max_pairs=None,
+                 source="source", target="target"):
+    """Read two aligned plain-text files (UTF-8): line ``i`` of one translates line ``i``
+    of the other.
+
+    Args:
+        source_path, target_path: the two files.
+        normalize: apply `normalize_text` to both sides.
+        max_pairs: stop after this many good pairs (None: read everything).
+        source, target: the languages' codes, for the messages.
+    Returns:
+        `(pairs, report)` as :func:`load_tatoeba`.
+    Raises:
+        FileNotFoundError: a file does not exist.
+        ValueError: the files have different numbers of lines (they cannot be aligned), or
+            no good pair.
+    Example:
+        >>> pairs, report = load_aligned("train.de", "train.en", source="de", target="en")
+    """
+    expected = "a UTF-8 file of one sentence per line, aligned with the other file"
+    source_path = _check_file(source_path, "source text", expected)
+    target_path = _check_file(target_path, "target text", expected)
+    with open(source_path, "rb") as f:
+        source_lines = f.read().splitlines()
+    with open(target_path, "rb") as f:
+        target_lines = f.read().splitlines()
+    if len(source_lines) != len(target_lines):
+        raise ValueError(
+            f"the two files are not aligned: {source_path} has {len(source_lines)} lines and "
+            f"{target_path} has {len(target_lines)}; line i of one must translate line i of "
+            "the other (a sentence per line, the same number of lines)")
+    names = (languages.language_name(source), languages.language_name(target))
+    report = LoadReport(path=f"{source_path} + {target_path}")
+    pairs = []
+    for line_no, (raw_src, raw_tgt) in enumerate(zip(source_lines, target_lines), start=1):
+        if max_pairs is not None and len(pairs) >= max_pairs:
+            break
+        report.num_read += 1
+        (src, reason), tgt = _decode(raw_src, line_no), None
+        if reason is None:
+            tgt, reason = _decode(raw_tgt, line_no)
+            reason = reason and f"{target_path.name}: {reason}"
+        else:
+            reason = f"{source_path.name}: {reason}"
+        if reason is None and not src.strip() and not tgt.strip():
+            reason = "empty line"
+        if reason is None:
+            pair, reason = _pair(src, tgt, normalize, names)
+        if reason is not None:
+            report.bad_lines.append((line_no, reason))
+            continue
+        pairs.append(pair)
+    return _finish(pairs, report, report.path)
+
+
+def load_tatoeba_references(path, normalize=True, source="en", target="fr", columns=None):
+    """Group every translation of each source sentence, for multi-reference BLEU.
 
     Args:
         path: corpus file (e.g. `dev.txt`: 2,000 English sentences, all their translations).
         normalize: apply `normalize_text` to both sides.
+        source, target, columns: the pair and the file's columns, as :func:`load_tatoeba`.
     Returns:
-        `(sources, references)`: English sentences in order of first appearance and, for
-        each, the list of its distinct French references.
+        `(sources, references)`: source sentences in order of first appearance and, for
+        each, the list of its distinct references.
     Example:
         >>> sources, refs = load_tatoeba_references("fra-eng/dev.txt")
         >>> streams = [[r[i] if i < len(r) else None for r in refs]
         ...            for i in range(max(map(len, refs)))]
         >>> sacrebleu.corpus_bleu(hypotheses, streams)   # None: no such reference
     """
-    pairs, _ = load_tatoeba(path, normalize=normalize)
+    pairs, _ = load_tatoeba(path, normalize=normalize, source=source, target=target,
+                            columns=columns)
     grouped = {}
-    for english, french in pairs:
-        refs = grouped.setdefault(english, [])
-        if french not in refs:
-            refs.append(french)
+    for sentence, translation in pairs:
+        refs = grouped.setdefault(sentence, [])
+        if translation not in refs:
+            refs.append(translation)
     return list(grouped), list(grouped.values())
 
 
@@ -167,35 +260,49 @@ def corpus_location(data_arg=""):
 
 
 def tatoeba_splits(data_arg="", num_valid=2000, max_pairs=None, seed=0, normalize=False,
-                   log=print):
-    """Train/valid/test pairs from a Tatoeba file or a folder with train.txt and dev.txt.
+                   log=print, source="en", target="fr", columns=None, target_data=""):
+    """Train/valid/test pairs from a Tatoeba file or a folder with train.txt and dev.txt,
+    any tab-separated file of named columns, or two aligned plain-text files.
 
     ``data_arg``: a file, a folder (``train.txt`` and ``dev.txt``: dev becomes the test
-    split, with all references of each English sentence for BLEU), or a URL (downloaded,
+    split, with all references of each source sentence for BLEU), or a URL (downloaded,
     then split). Empty: the ``KERAS_ATTN_DATA`` environment variable; a ``ValueError``
-    if that is unset too.
-    ``valid`` is held out of the training file by English sentence (never in train).
+    if that is unset too. ``target_data``: the target side's plain-text file (then
+    ``data_arg`` is the source side's, line by line aligned with it).
+    ``valid`` is held out of the training file by source sentence (never in train).
     ``normalize``: D2L's lower-casing and re-spacing of both sides (the WordPiece
     tokenizer needs it); False keeps the text as written (SentencePiece).
+    ``source``, ``target``, ``columns``: the pair and the file's columns (as
+    :func:`load_tatoeba`; the defaults read D2L's English-French file).
+
+    Example:
+        >>> splits, refs = tatoeba_splits("fra.txt", source="fr", target="en")
+        >>> splits["train"][0]          # (French, English)
     """
     path = resolve_data(corpus_location(data_arg))
     dev_path = None
-    if os.path.isdir(path):
-        dev_path = os.path.join(path, "dev.txt")
-        path = os.path.join(path, "train.txt")
-        dev_path = dev_path if os.path.exists(dev_path) else None
-    pairs, report = load_tatoeba(path, normalize=normalize, max_pairs=max_pairs)
+    if target_data:
+        pairs, report = load_aligned(path, resolve_data(target_data), normalize=normalize,
+                                     max_pairs=max_pairs, source=source, target=target)
+    else:
+        if os.path.isdir(path):
+            dev_path = os.path.join(path, "dev.txt")
+            path = os.path.join(path, "train.txt")
+            dev_path = dev_path if os.path.exists(dev_path) else None
+        pairs, report = load_tatoeba(path, normalize=normalize, max_pairs=max_pairs,
+                                     source=source, target=target, columns=columns)
     if report.bad_lines:
         log(report.summary())
-    english = sorted({s for s, _ in pairs})
-    random.Random(seed).shuffle(english)
-    valid_en = set(english[:num_valid])
-    test_en = set() if dev_path else set(english[num_valid: 2 * num_valid])
-    splits = {"train": [p for p in pairs if p[0] not in valid_en and p[0] not in test_en],
-              "valid": [p for p in pairs if p[0] in valid_en],
-              "test": [p for p in pairs if p[0] in test_en]}
+    sentences = sorted({s for s, _ in pairs})
+    random.Random(seed).shuffle(sentences)
+    valid_src = set(sentences[:num_valid])
+    test_src = set() if dev_path else set(sentences[num_valid: 2 * num_valid])
+    splits = {"train": [p for p in pairs if p[0] not in valid_src and p[0] not in test_src],
+              "valid": [p for p in pairs if p[0] in valid_src],
+              "test": [p for p in pairs if p[0] in test_src]}
     refs = None
     if dev_path:
-        sources, refs = load_tatoeba_references(dev_path, normalize=normalize)
+        sources, refs = load_tatoeba_references(dev_path, normalize=normalize, source=source,
+                                                target=target, columns=columns)
         splits["test"] = [(s, r[0]) for s, r in zip(sources, refs)]
     return splits, refs

@@ -168,6 +168,7 @@ def check_config(config):
         fail("label_smoothing", "a float in [0, 1)")
     if config.schedule not in ("noam", "cosine"):
         fail("schedule", "'noam' or 'cosine'")
+    config.check_languages()  # BCP 47 codes, a pair of two, columns holding both
     # The model's own checks (num_heads dividing num_hiddens, dropout, model name...).
     build_model({**dataclasses.asdict(config), "src_vocab_size": 8, "tgt_vocab_size": 8})
 
@@ -207,8 +208,11 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
             f" (global batch {config.batch_size}), "
             f"{'chief' if is_chief else f'worker {worker_index}'}")
     splits, refs = load_splits(config, log)
+    read_as = (f"; {config.data} + {config.target_data}" if config.target_data else
+               f"; columns {config.columns}" if config.columns else "")
     log(f"data: {len(splits['train'])} train, {len(splits['valid'])} valid, "
-        f"{len(splits['test'])} test pairs")
+        f"{len(splits['test'])} test pairs, {config.source_name} ({config.source_lang}) -> "
+        f"{config.target_name} ({config.target_lang}){read_as}")
     src_tok, tgt_tok = _tokenizers(config, splits, p, log)
     config.src_vocab_size, config.tgt_vocab_size = src_tok.vocab_size, tgt_tok.vocab_size
     runs.write_json(p["config"], dataclasses.asdict(config))
