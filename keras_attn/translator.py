@@ -99,6 +99,11 @@ class Translator:
         ``i-j`` pairs (source word ``i``, target word ``j``;
         :mod:`keras_attn.translation.alignment`). ``confidence=False`` skips the
         confidence's teacher-forced pass: no ``"confidence"`` key, the same hypotheses.
+        ``passthrough`` (a keyword beside the decoding options): URLs, e-mail addresses,
+        inline code, markup tags, numbers and emoji pass through byte-identical, placed by
+        the alignments (:func:`keras_attn.translation.pipeline.passed_through`); None (the
+        default): :attr:`passthrough`, on for subword and word models, off on characters;
+        False: the model translates them as any text.
 
         Example:
             >>> tr.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
@@ -116,7 +121,8 @@ class Translator:
         ``progress(done, total)``, called after each batch with the number of sentences
         translated so far. Any other decoding option of :meth:`translate_nbest` gives that
         method's best hypothesis (:func:`keras_attn.translation.pipeline.translate`:
-        without the confidence's pass); ``alpha`` is ``length_penalty``'s older name.
+        without the confidence's pass), and so does ``passthrough`` (what must not be
+        translated passes through); ``alpha`` is ``length_penalty``'s older name.
         """
         return pipeline.translate(self.engine, texts, beam_size,
                                   options.pop("length_penalty", alpha), batch_size, progress,
@@ -161,7 +167,7 @@ class Translator:
 
 
 for _name in ("model", "src_tokenizer", "tgt_tokenizer", "max_len", "normalize", "controls",
-              "split_long", "calibrator", "word_tables", "tokenize", "tokenize_target",
+              "split_long", "passthrough", "calibrator", "word_tables", "tokenize", "tokenize_target",
               "detokenize", "encode", "encode_targets", "options", "defaults", "decode_ids",
               "decode", "search"):
     setattr(Translator, _name, _engine_member(_name))

@@ -28,6 +28,7 @@ from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control
 from keras_attn.decoding.options import length_penalty as gnmt_penalty  # (an argument's name)
 from keras_attn.core.special_tokens import END, END_ID, PAD, PAD_ID, START, UNK
 from keras_attn.text import python_tokenizers as tokenizers
+from keras_attn.text import spans
 from keras_attn.translation import pipeline
 
 METADATA = "keras_attn.json"  # what the exporter writes beside the model, read here
@@ -114,6 +115,8 @@ class CTranslate2Translator:
         [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
     """
 
+    aligns = False  # no word alignments (refuse): passed-through spans go proportionally
+
     def __init__(self, model_dir, device="cpu", compute_type="default", intra_threads=0,
                  inter_threads=1):
         meta = runs.read_json(os.path.join(model_dir, METADATA))
@@ -132,6 +135,9 @@ class CTranslate2Translator:
                            if meta.get("calibration") else Calibrator.uncalibrated())
         self.controls = dict(control_defaults(self.tgt_tokenizer))  # as Translator's
         self.split_long = False  # as Translator's: long sentences truncated and reported
+        # What must not be translated passes through, as Translator's default; its spans are
+        # put at their proportional place, as it gives no word alignments (``aligns``).
+        self.passthrough = spans.default_for(self.src_tokenizer)
         self.translator = ctranslate2.Translator(
             os.fspath(model_dir), device=device, compute_type=compute_type,
             intra_threads=intra_threads, inter_threads=inter_threads)

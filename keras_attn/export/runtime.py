@@ -16,6 +16,7 @@ Example:
     >>> out["translation"]
     array([b'2021-03-03'], dtype=object)
 """
+import dataclasses
 import json
 import os
 
@@ -58,7 +59,7 @@ def _text_file(model):
     return text_interpreter(model_path=os.fspath(model))
 
 
-def run_tflite_text(model, texts, split=True):
+def run_tflite_text(model, texts, split=True, passthrough=False):
     """Translate with a text-target flatbuffer (a path or its bytes).
 
     Each text may hold several sentences and paragraphs: TFLite's interpreter runs no regex
@@ -72,6 +73,10 @@ def run_tflite_text(model, texts, split=True):
         texts: str or bytes (what an app passes: the file does its own tokenizing; see the
             export report's ``warnings`` for a model that expects normalised text).
         split: False passes each text to the file as one sentence.
+        passthrough: URLs, e-mail addresses, code, tags, numbers and emoji pass through
+            unchanged (:func:`keras_attn.translation.pipeline.passed_through`; this
+            signature gives no alignments: each is put at its proportional place). Off by
+            default: the file does not say whether its vocabulary is characters.
 
     Returns:
         dict of numpy arrays ``translation`` (bytes), ``score``, ``confidence`` and
@@ -85,7 +90,8 @@ def run_tflite_text(model, texts, split=True):
     runner = interpreter.get_signature_runner(TFLITE_TEXT_SIGNATURE)
     if not split:
         return _run_sentences(runner, text_array(texts))
-    return by_document(texts, lambda sentences: _run_sentences(runner, sentences), _SINGLE)
+    return by_document(texts, lambda sentences: _run_sentences(runner, sentences), _SINGLE,
+                       passthrough=passthrough)
 
 
 def _run_sentences(runner, texts):
@@ -103,7 +109,7 @@ def _empty():
             "confidence": np.zeros((0,), np.float32), "truncated": np.zeros((0,), bool)}
 
 
-def run_tflite_options(model, texts, **options):
+def run_tflite_options(model, texts, passthrough=False, **options):
     """Translate with the text file's ``translate`` signature: per-request decoding options
     (API.md, "Decoding options per request"), n-best and alignments.
 
@@ -114,6 +120,9 @@ def run_tflite_options(model, texts, **options):
     Args:
         model: the ``.tflite`` file or its content.
         texts: strings. options: keyword arguments of ``DecodingOptions``.
+        passthrough: URLs, e-mail addresses, code, tags, numbers and emoji pass through
+            unchanged, placed by the file's alignments (off by default, as
+            :func:`run_tflite_text`).
 
     Returns:
         dict of numpy arrays ``translations`` (bytes), ``scores``, ``confidences``,
@@ -126,13 +135,18 @@ def run_tflite_options(model, texts, **options):
     """
     from keras_attn.decoding.options import DecodingOptions
 
+    from keras_attn.translation import pipeline
+
     opts = DecodingOptions.from_kwargs(**options)
     interpreter = _text_file(model)
     runner = interpreter.get_signature_runner(
         newest_options_signature(interpreter.get_signature_list()))
-    inputs = option_inputs(opts, runner.get_input_details())
+    decode = opts
+    if passthrough and not opts.return_alignments and pipeline.has_spans(_decoded(texts)):
+        decode = dataclasses.replace(opts, return_alignments=True)
+    inputs = option_inputs(decode, runner.get_input_details())
     return by_document(texts, lambda sentences: runner(text=sentences, **inputs), _NBEST,
-                       opts.num_hypotheses)
+                       opts.num_hypotheses, passthrough, opts.return_alignments)
 
 
 def run_tflite_score(model, sources, targets):
@@ -301,13 +315,15 @@ _NBEST = {"translation": "translations", "score": "scores", "confidence": "confi
           "alignment": "alignments"}
 
 
-def by_document(texts, run, names, num_hypotheses=None):
+def by_document(texts, run, names, num_hypotheses=None, passthrough=False,
+                keep_alignments=True):
     """A file's outputs for B documents (str or UTF-8 bytes): ``run(sentences)`` gives its
     outputs per sentence, joined back by the pipeline's one rule
     (:func:`keras_attn.translation.pipeline.join_documents`); ``names``: ``{hypothesis
     key: output name}`` (:data:`_SINGLE` or, with ``num_hypotheses`` N, :data:`_NBEST`).
     Returns the outputs ``(B,)`` or ``(B, N)`` under the file's names, ``truncated``
-    ``(B,)``."""
+    ``(B,)``. ``passthrough``, ``keep_alignments``: the pipeline's
+    (:func:`keras_attn.translation.pipeline.split_and_join`)."""
     from keras_attn.translation import pipeline
 
     n = num_hypotheses or 1
@@ -321,7 +337,8 @@ def by_document(texts, run, names, num_hypotheses=None):
                   "truncated": bool(out["truncated"][s])} for j in range(n)]
                 for s in range(len(sentences))]
 
-    docs = pipeline.split_and_join(_decoded(texts), translate, n)
+    docs = pipeline.split_and_join(_decoded(texts), translate, n, passthrough,
+                                   keep_alignments, confidence="confidence" in names)
     shape = (len(docs),) if num_hypotheses is None else (len(docs), n)
     result = {"truncated": np.array([hyps[0]["truncated"] for hyps in docs], bool)}
     for k, name in names.items():

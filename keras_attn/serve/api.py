@@ -7,7 +7,11 @@ Fields (JSON object, ``application/x-www-form-urlencoded`` or ``multipart/form-d
   ``html``: :mod:`keras_attn.serve.markup`), ``alternatives`` (N more translations: the
   n-best list after the best), ``api_key``.
 * ours: every decoding option of :data:`keras_attn.decoding.options.OPTIONS` under its
-  name and of its type (API.md, "Decoding options per request"), and ``return_scores``.
+  name and of its type (API.md, "Decoding options per request"), ``return_scores``, and
+  ``passthrough`` (true / false: URLs, e-mail addresses, code, tags, numbers and emoji
+  pass through unchanged; absent: the engine's default, on for subword and word models,
+  off on characters; docs/real_text.md). ``passthrough`` is the pipeline's, not a
+  decoding option: the served graphs do not run it (their callers' pipeline does).
 
 The answer: ``{"translatedText": str}`` (a list when ``q`` is a list), ``alternatives``
 (a list, or a list per text) when asked, ``detectedLanguage`` for ``source=auto``, and
@@ -56,6 +60,7 @@ class TranslateRequest:
         source, target: language codes. format: ``"text"`` or ``"html"``.
         alternatives: how many alternatives to return. options: ``DecodingOptions``.
         hypotheses: return the n-best lists with scores. api_key: the client's key.
+        passthrough: spans pass through (None: the engine's default).
     """
 
     texts: list
@@ -67,6 +72,7 @@ class TranslateRequest:
     options: DecodingOptions
     hypotheses: bool
     api_key: Optional[str]
+    passthrough: Optional[bool] = None
 
 
 def _typed(name, dtype, value, form=False):
@@ -159,6 +165,9 @@ def parse_fields(fields, languages, form=False):
     return_scores = fields.get("return_scores")
     return_scores = return_scores is not None and _typed("return_scores", "bool",
                                                          return_scores, form)
+    passthrough = fields.get("passthrough")
+    passthrough = None if passthrough in (None, "") else _typed("passthrough", "bool",
+                                                                passthrough, form)
     hypotheses = bool(return_scores or options.get("return_alignments")
                       or options.get("num_hypotheses", 1) > 1)
     if alternatives:  # the n-best list after the best: a beam (or samples) that long
@@ -170,7 +179,13 @@ def parse_fields(fields, languages, form=False):
     except ValueError as e:
         raise bad_request(f"Invalid request: {e}") from None
     return TranslateRequest(texts, batch, source, target, text_format, alternatives,
-                            decoding, hypotheses, api_key)
+                            decoding, hypotheses, api_key, passthrough)
+
+
+def passthrough_of(request):
+    """``{"passthrough": value}`` when the request says, else ``{}`` (the engine's
+    default): keyword arguments of ``Batcher.submit``."""
+    return {} if request.passthrough is None else {"passthrough": request.passthrough}
 
 
 def parse_attention_fields(fields, languages):

@@ -112,11 +112,14 @@ class Batcher:
         batches = self._waiting / max(self.replicas.size, 1)
         return max(1, int(batches * self._seconds_per_batch + 0.999))
 
-    async def submit(self, texts, options, timeout=None, confidence=True, timing=None):
+    async def submit(self, texts, options, timeout=None, confidence=True, timing=None,
+                     passthrough=None):
         """Translate ``texts`` (a list of strings) with ``options`` together with other
         clients' requests; per text, its hypotheses (the engine's answer, with confidences
         when ``confidence``). ``timing``: a dict that receives the seconds the request
-        waited (``"queue"``) and its batch took (``"engine"``).
+        waited (``"queue"``) and its batch took (``"engine"``). ``passthrough``: what must
+        not be translated passes through (None: the engine's default); requests that
+        differ in it are batched apart.
 
         Raises:
             QueueFull: ``queue_size`` requests are waiting already.
@@ -126,7 +129,7 @@ class Batcher:
         if self._waiting >= self.queue_size:
             raise QueueFull(self.queue_size, self.retry_after())
         future = asyncio.get_running_loop().create_future()
-        key = (options, bool(confidence))
+        key = (options, bool(confidence)) + (() if passthrough is None else (bool(passthrough),))
         self._groups.setdefault(key, collections.deque()).append(
             _Request(list(texts), options, future, time.monotonic(), timing))
         self._waiting += 1

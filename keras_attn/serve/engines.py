@@ -22,6 +22,7 @@ from typing import ClassVar, Optional, Protocol
 
 from keras_attn.core.runs import read_json
 from keras_attn.decoding.options import DecodingOptions
+from keras_attn.text import spans
 
 # The names the exporters write (their modules import TensorFlow or CTranslate2;
 # tests/test_translation.py checks these agree with keras_attn.export.saved_model.MODEL_NAME
@@ -80,13 +81,14 @@ class Engine(Protocol):
     quiet_imports: ClassVar[tuple]
     warm_sizes: tuple
 
-    def translate(self, texts, options, confidence=True):
+    def translate(self, texts, options, confidence=True, passthrough=None):
         """Per text, its hypotheses ``{"translation": str, "score": float}`` best first (the
         shape of ``Translator.translate_nbest``), plus ``"alignment"`` when
         ``options.return_alignments`` and ``"confidence"`` when ``confidence`` asks (the
         SavedModel's graph always computes it; CTranslate2 skips its ``score_batch`` pass
-        when not asked). Bad options raise ``ValueError`` naming the option (the HTTP
-        layer's 400)."""
+        when not asked). ``passthrough``: URLs, e-mail addresses, code, tags, numbers and
+        emoji pass through (None: the engine's ``passthrough`` default). Bad options raise
+        ``ValueError`` naming the option (the HTTP layer's 400)."""
 
 
 def _latest_version(base):
@@ -160,6 +162,9 @@ class SavedModelEngine:
         self.warm_sizes = COMPILED_BUCKETS if compiled else (1,)
         self._signature = SignatureRunner(path, self.signature_name, threads, meta_graph)
         self._dtypes = self._signature.input_dtypes
+        # Spans pass through by default unless the run's source vocabulary is characters
+        # (or the run cannot be found beside the export: off, the graph's own behaviour).
+        self.passthrough = spans.default_for_run(_run_dir_beside(path))
 
     @staticmethod
     def find(folder):
@@ -188,14 +193,19 @@ class SavedModelEngine:
         docs/benchmarks.md)."""
         return max(1, cores - 1)
 
-    def translate(self, texts, options, confidence=True):
+    def translate(self, texts, options, confidence=True, passthrough=None):
         """:meth:`Engine.translate`: the graph answers sentences, the pipeline splits and
-        joins the documents (``keras_attn.translation.pipeline.split_and_join``)."""
+        joins the documents and passes spans through, placed by the graph's alignments
+        (``keras_attn.translation.pipeline.split_and_join``)."""
         if not texts:
             return []
+        passthrough = self.passthrough if passthrough is None else bool(passthrough)
+        asked = options.return_alignments
+        if passthrough and not asked and self._pipeline.has_spans(texts):
+            options = dataclasses.replace(options, return_alignments=True)
         return self._pipeline.answers(self._pipeline.split_and_join(
             texts, lambda sentences: self._sentences(sentences, options, confidence),
-            options.num_hypotheses))
+            options.num_hypotheses, passthrough, asked, confidence))
 
     def _sentences(self, sentences, options, confidence):
         strings = self._np.array([t.encode("utf-8") for t in sentences], dtype=object)
@@ -212,6 +222,20 @@ class SavedModelEngine:
             if options.return_alignments else None)
         return [[dict(h, truncated=bool(cut)) for h in row]
                 for row, cut in zip(hyps, out["truncated"])]
+
+
+def _run_dir_beside(path):
+    """The run directory of the export holding the SavedModel version folder ``path``
+    (``EXPORT/saved_model/translator/1``): its ``export_report.json``'s ``run_dir``, or
+    the run around a ``RUN/export``; None when neither is there."""
+    export_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(path))))
+    report = os.path.join(export_dir, "export_report.json")
+    if os.path.exists(report):
+        run_dir = read_json(report).get("run_dir")
+        if run_dir and os.path.isdir(run_dir):
+            return run_dir
+    parent = os.path.dirname(export_dir)
+    return parent if os.path.exists(os.path.join(parent, "config.json")) else None
 
 
 def _graph_message(message):
@@ -264,12 +288,13 @@ class CTranslate2Engine:
     def default_threads(cores):
         return 0  # CTranslate2's own default
 
-    def translate(self, texts, options, confidence=True):
+    def translate(self, texts, options, confidence=True, passthrough=None):
         if not texts:
             return []
         kwargs = {k: v for k, v in dataclasses.asdict(options).items() if v is not None}
         return self._translator.translate_nbest(list(texts), batch_size=max(len(texts), 1),
-                                                confidence=confidence, **kwargs)
+                                                confidence=confidence,
+                                                passthrough=passthrough, **kwargs)
 
 
 ENGINES = {e.name: e for e in (SavedModelEngine, CTranslate2Engine)}  # the registry

@@ -240,8 +240,11 @@ async def translate_html(batcher, request, timeout, alignments=True):
     else:
         documents = [split_inline(d) for d in documents]
     segments = [s for d in documents for s in d if isinstance(s, Segment) and s.text.strip()]
+    passthrough = {} if getattr(request, "passthrough", None) is None else {
+        "passthrough": request.passthrough}  # left out when the request left it
     results = await batcher.submit([s.text.strip() for s in segments], options, timeout,
-                                   confidence=request.hypotheses) if segments else []
+                                   confidence=request.hypotheses, **passthrough) \
+        if segments else []
     by_segment = {id(segment): hyps for segment, hyps in zip(segments, results)}
     n = len(results[0]) if results else 1
     answers = []

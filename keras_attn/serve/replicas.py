@@ -40,10 +40,10 @@ class InProcessReplicas:
         self.engine = engine
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
 
-    async def translate(self, texts, options, confidence=True):
+    async def translate(self, texts, options, confidence=True, passthrough=None):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.engine.translate, texts, options,
-                                          confidence)
+                                          confidence, *_given(passthrough))
 
     def close(self):
         self._executor.shutdown(wait=True)
@@ -88,8 +88,13 @@ def _import_quietly(name):
         os.close(devnull)
 
 
-def _translate(texts, options, confidence):
-    return _ENGINE.translate(texts, options, confidence)
+def _given(passthrough):
+    """``passthrough`` as an engine's fourth argument: none when the request left it."""
+    return () if passthrough is None else (passthrough,)
+
+
+def _translate(texts, options, confidence, *passthrough):
+    return _ENGINE.translate(texts, options, confidence, *passthrough)
 
 
 def _ready(pause):
@@ -125,9 +130,10 @@ class ProcessReplicas:
             pids.update(f.result() for f in futures)
         return sorted(pids)
 
-    async def translate(self, texts, options, confidence=True):
+    async def translate(self, texts, options, confidence=True, passthrough=None):
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, _translate, texts, options, confidence)
+        return await loop.run_in_executor(self._pool, _translate, texts, options, confidence,
+                                          *_given(passthrough))
 
     def close(self):
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -71,7 +71,10 @@ JSON_TYPES = {"int32": "integer", "float32": "number", "string": "string", "bool
 # Every decoding option, from its one declaration (keras_attn.decoding.options), then ours.
 _DECODING = tuple(Field(o.name, JSON_TYPES[o.dtype], description=o.help)
                   for o in OPTIONS.values()) + (
-    Field("return_scores", "boolean", description="The n-best list with scores"),)
+    Field("return_scores", "boolean", description="The n-best list with scores"),
+    Field("passthrough", "boolean", description="URLs, e-mail addresses, code, tags, "
+          "numbers and emoji pass through unchanged (default: on for subword and word "
+          "models, off on characters)"),)
 _FLAG = {"type": "boolean"}
 
 ENDPOINTS = (

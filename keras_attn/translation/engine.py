@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from keras_attn.decoding.confidence import Calibrator
 from keras_attn.decoding.options import DecodingOptions, control_defaults
+from keras_attn.text import spans
 from keras_attn.text import tokenizers as text
 from keras_attn.translation import alignment, pipeline
 from keras_attn.translation.search import GraphSearch
@@ -45,6 +46,9 @@ class KerasEngine:
         # A sentence longer than the model reads: read in part and reported ("truncated",
         # as every artefact does), or with split_long cut at clause boundaries first.
         self.split_long = False
+        # URLs, e-mail addresses, code, tags, numbers, emoji passed through unless a request
+        # says otherwise: on for subwords and words, off on characters (the dates task).
+        self.passthrough = spans.default_for(src_tokenizer)
         self.calibrator = calibrator
         self.search = GraphSearch(model, max_len, lambda: self.word_tables)
 

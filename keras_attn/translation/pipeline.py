@@ -23,9 +23,11 @@ Example:
     [[{'translation': '2021-03-03. 1999-07-04', 'score': -0.02, 'confidence': 0.99,
        'truncated': False, 'sentences': [...]}]]
 """
+import dataclasses
+
 import numpy as np
 
-from keras_attn.text import documents
+from keras_attn.text import documents, spans
 from keras_attn.decoding.confidence import NumpyOps
 from keras_attn.decoding.options import DecodingOptions
 from keras_attn.core.special_tokens import END_ID
@@ -142,26 +144,37 @@ def hypotheses(translations, scores, confidences=None, alignments=None):
 
 
 def translate_nbest(engine, texts, batch_size=128, progress=None, confidence=True,
-                    **options):
+                    passthrough=None, **options):
     """What ``translate_nbest`` returns for every engine (``Translator.translate_nbest``
     documents it): per text ``num_hypotheses`` dicts, one-sentence texts as their
     sentence's dict (:func:`one_sentence`). ``progress``: as :func:`translate_sentences`'s;
     ``confidence=False`` skips the confidence's pass (the hypotheses have no
-    ``"confidence"``)."""
+    ``"confidence"``). ``passthrough``: URLs, e-mail addresses, code, tags, numbers and
+    emoji pass through unchanged (:func:`passed_through`); None: the engine's default
+    (:func:`passthrough_default`: on for subwords and words, off on characters). The
+    engine is asked for alignments to place them when a text holds one and the engine
+    gives alignments (``engine.aligns``, default True)."""
     opts = engine.options(**options)
     prefix = engine.tokenize_target([opts.target_prefix])[0] if opts.target_prefix else []
     opts.validate(max_length_limit=engine.max_len, prefix_tokens=len(prefix))
-    docs = translate_documents(engine, list(texts), lambda s, ids=None: translate_sentences(
-        engine, s, batch_size, opts, prefix, confidence, progress, ids), opts.num_hypotheses)
+    texts = list(texts)
+    passthrough = passthrough_default(engine) if passthrough is None else bool(passthrough)
+    decode = opts
+    if passthrough and not opts.return_alignments and getattr(engine, "aligns", True) \
+            and has_spans(texts):
+        decode = dataclasses.replace(opts, return_alignments=True)
+    docs = translate_documents(engine, texts, lambda s, ids=None: translate_sentences(
+        engine, s, batch_size, decode, prefix, confidence, progress, ids), opts.num_hypotheses,
+        passthrough, opts.return_alignments, confidence)
     return answers(docs)
 
 
 def translate(engine, texts, beam_size=1, length_penalty=None, batch_size=128, progress=None,
-              **options):
+              passthrough=None, **options):
     """The best translation of each text (every engine's ``translate``); no confidence is
-    computed."""
+    computed. ``passthrough``: as :func:`translate_nbest`'s."""
     return [hyps[0]["translation"] for hyps in translate_nbest(
-        engine, texts, batch_size, progress, False, beam_size=beam_size,
+        engine, texts, batch_size, progress, False, passthrough, beam_size=beam_size,
         length_penalty=length_penalty, **options)]
 
 
@@ -180,7 +193,8 @@ def cut_long(engine, sentences):
             for s, n in zip(sentences, source_lengths(engine, sentences))]
 
 
-def translate_documents(engine, texts, translate, num_hypotheses=1):
+def translate_documents(engine, texts, translate, num_hypotheses=1, passthrough=False,
+                        keep_alignments=True, confidence=None):
     """Translate documents with a sentence translator (:func:`split_and_join`), a sentence
     too long for the model translated piece by piece or reported.
 
@@ -194,6 +208,7 @@ def translate_documents(engine, texts, translate, num_hypotheses=1):
             with at least ``"translation"`` and ``"score"`` (:func:`translate_sentences`);
             ``ids``: per sentence its source ids, None for a piece of a cut sentence.
         num_hypotheses: hypotheses per sentence (and per document).
+        passthrough, keep_alignments, confidence: :func:`split_and_join`'s.
 
     Returns:
         :func:`join_documents`' documents.
@@ -205,7 +220,7 @@ def translate_documents(engine, texts, translate, num_hypotheses=1):
         ('HI. BYE.', -2.0)
     """
     return split_and_join(texts, lambda sentences: _long_aware(engine, sentences, translate),
-                          num_hypotheses)
+                          num_hypotheses, passthrough, keep_alignments, confidence)
 
 
 def _long_aware(engine, sentences, translate):
@@ -235,12 +250,23 @@ def _long_aware(engine, sentences, translate):
     return out
 
 
-def split_and_join(texts, translate, num_hypotheses=1):
+def split_and_join(texts, translate, num_hypotheses=1, passthrough=False,
+                   keep_alignments=True, confidence=None):
     """Documents from a sentence translator, for every engine and runtime: the texts split
     (:func:`keras_attn.text.documents.split_batch`), the request's sentences translated in
     one call (``translate(sentences)`` -> per sentence ``num_hypotheses`` dicts:
     ``"translation"``, ``"score"``, optional ``"confidence"``, ``"alignment"``,
     ``"truncated"``; not called without a sentence), joined by :func:`join_documents`.
+
+    Args:
+        texts: sequence of str. translate: as above. num_hypotheses: per sentence.
+        passthrough: what must not be translated passes through (:func:`passed_through`):
+            each sentence's spans are cut out before ``translate`` and put back after.
+        keep_alignments: with ``passthrough``, the hypotheses keep their ``"alignment"``
+            (renumbered over the whole sentence); False: it is dropped (it was asked only
+            to place the spans).
+        confidence: with ``passthrough``, whether a sentence of spans alone (never sent to
+            ``translate``) gets ``"confidence": 1.0``; None: when the others have one.
 
     Example:
         >>> split_and_join(["Hi. Bye."], lambda s: [[{"translation": x, "score": -1.0,
@@ -248,10 +274,82 @@ def split_and_join(texts, translate, num_hypotheses=1):
         '0-0 | 0-0'
     """
     sentences, counts, separators = documents.split_batch(list(texts))
-    per_sentence = translate(sentences) if sentences else []
+    if passthrough and sentences:
+        per_sentence = passed_through(sentences, translate, num_hypotheses, keep_alignments,
+                                      confidence)
+    else:
+        per_sentence = translate(sentences) if sentences else []
     per_sentence = [[dict(h, source=s) for h in hyps]
                     for s, hyps in zip(sentences, per_sentence)]
     return join_documents(per_sentence, counts, separators, num_hypotheses)
+
+
+def passed_through(sentences, translate, num_hypotheses=1, keep_alignments=True,
+                   confidence=None, rules=spans.RULES):
+    """Per sentence its hypotheses, what must not be translated passed through: URLs,
+    e-mail addresses, inline code, markup tags, numbers and emoji
+    (:data:`keras_attn.text.spans.RULES`) are cut out of each sentence
+    (:func:`keras_attn.text.spans.cut`), the rest translated, and each group of spans put
+    back byte-identical after the target word aligned with the source word before it
+    (:func:`keras_attn.text.spans.put_back`), a sentence's closing punctuation kept last.
+    Alignments come from the hypotheses' ``"alignment"`` (the caller asks the engine for
+    them); an engine that gives none (CTranslate2, whose attention is not our word
+    alignment) has its spans put at the proportional place of the translation instead.
+    A sentence of spans alone (with punctuation and whitespace) is its own translation,
+    score 0, and is never sent to the model.
+
+    Args:
+        sentences: list of str. translate: ``sentences -> per sentence num_hypotheses
+            dicts`` (:func:`split_and_join`). num_hypotheses: per sentence.
+        keep_alignments: False: ``"alignment"`` is dropped from every hypothesis.
+        confidence: a sentence of spans alone gets ``"confidence": 1.0`` (None: when the
+            translated sentences have one).
+        rules: ordered ``(name, pattern)`` pairs.
+
+    Example:
+        >>> passed_through(["Call me at 10:30."], lambda s: [[{"translation": "Appelle-moi "
+        ...     "à.", "score": -1.0, "alignment": "0-0 1-0 2-1"}] for _ in s])[0][0]["translation"]
+        'Appelle-moi à 10:30.'
+    """
+    cuts = [spans.cut(s, rules) for s in sentences]
+    todo = [k for k, c in enumerate(cuts) if not c.only_spans and c.rest.strip()]
+    done = translate([cuts[k].rest for k in todo]) if todo else []
+    if confidence is None:
+        confidence = any("confidence" in h for hyps in done for h in hyps)
+    out = [None] * len(sentences)
+    for k, hyps in zip(todo, done):
+        row = []
+        for h in hyps:
+            translation, alignment = spans.put_back(cuts[k], h["translation"],
+                                                    h.get("alignment"))
+            h = dict(h, translation=translation)
+            if alignment is not None:
+                h["alignment"] = alignment
+            if not keep_alignments:
+                h.pop("alignment", None)
+            row.append(h)
+        out[k] = row
+    for k, c in enumerate(cuts):
+        if out[k] is None:  # spans alone: itself
+            h = {"translation": c.source, "score": 0.0, "truncated": False,
+                 **({"confidence": 1.0} if confidence else {}),
+                 **({"alignment": spans.put_back(c, "", "")[1]} if keep_alignments else {})}
+            out[k] = [dict(h) for _ in range(num_hypotheses)]
+    return out
+
+
+def has_spans(texts, rules=spans.RULES):
+    """Whether any of ``texts`` holds a span that passes through (the engine is then asked
+    for alignments, to place them)."""
+    pattern = spans.compiled(tuple(rules))
+    return any(pattern.search(t) for t in texts)
+
+
+def passthrough_default(engine):
+    """Whether an engine passes spans through when a request does not say: its
+    ``passthrough`` attribute (:func:`keras_attn.text.spans.default_for` its source
+    tokenizer: off on characters), False for an engine without one."""
+    return bool(getattr(engine, "passthrough", False))
 
 
 ALIGNMENT_SEPARATOR = " | "

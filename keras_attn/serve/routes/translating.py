@@ -28,7 +28,8 @@ async def translated(state, req, timing=None):
     # Confidences only when the answer shows them (``hypotheses``): on CTranslate2 they
     # are one more pass over every hypothesis.
     return await state.batcher.submit(req.texts, req.options, state.settings.timeout,
-                                      confidence=req.hypotheses, timing=timing)
+                                      confidence=req.hypotheses, timing=timing,
+                                      **api.passthrough_of(req))
 
 
 async def best(state, texts):
