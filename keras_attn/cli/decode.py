@@ -154,11 +154,23 @@ def write_hypotheses(args, texts, results, out=None):
                         out.write(f"   \t\t{sentence['alignment']}\n")
 
 
+def languages_line(languages, run_dir):
+    """``"English (en) -> German (de): runs/en-de"``: what a run translates (its
+    config.json's languages, :func:`keras_attn.translation.run.languages`)."""
+    source, target = languages["source"], languages["target"]
+    return (f"{source['name']} ({source['code']}) -> {target['name']} ({target['code']}): "
+            f"{run_dir}")
+
+
 def run_translate(args):
     from keras_attn.translator import Translator
 
     texts = read_texts(args)  # first: a missing file fails before the model loads
     translator = Translator.from_run_dir(args.run_dir)
+    if sys.stderr.isatty():  # as the progress bar: a pipe or a log file gets no header
+        from keras_attn.translation.run import languages
+
+        print(languages_line(languages(args.run_dir), args.run_dir), file=sys.stderr)
     options = option_values(args)
     if args.json or args.confidence or set(options) - {"beam_size", "length_penalty"}:
         write_hypotheses(args, texts, translator.translate_nbest(texts, **options))

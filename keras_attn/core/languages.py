@@ -26,6 +26,9 @@ TASK_LANGUAGES = {
     "dates": (("dates", "Dates as people write them"), ("iso", "ISO 8601 dates")),
 }
 UNKNOWN_LANGUAGES = (("src", "Source"), ("tgt", "Target"))
+# A SavedModel version folder's own metadata file (its languages; TF Serving reads
+# assets.extra/ for warmup requests only and ignores other files there).
+SAVED_MODEL_METADATA = "assets.extra/keras_attn.json"
 
 # English names of the ISO 639-1 codes Tatoeba and the usual parallel corpora use; a valid
 # code not listed here is named by itself.
@@ -64,7 +67,8 @@ def check_language_code(code, name="language"):
 
     The primary subtag is an ISO 639-1 or 639-3 code (2 or 3 letters); a script (4
     letters), a region (2 letters or 3 digits) and variants may follow, joined by ``-``.
-    The case is normalised as BCP 47 writes it (``pt-br`` -> ``pt-BR``).
+    The case is normalised as BCP 47 writes it (``pt-br`` -> ``pt-BR``), and a locale's
+    ``_`` becomes ``-`` (``en_US`` -> ``en-US``).
 
     Args:
         code: the tag to check.
@@ -80,12 +84,10 @@ def check_language_code(code, name="language"):
         Traceback (most recent call last):
         ValueError: `language` must be a BCP 47 language tag ...
     """
-    text = code.strip() if isinstance(code, str) else code
-    if not isinstance(text, str) or not _TAG.match(text.replace("_", "-")):
+    text = code.strip().replace("_", "-") if isinstance(code, str) else code
+    if not isinstance(text, str) or not _TAG.match(text):
         why = ("it is empty" if text == "" else
                "it is not text" if not isinstance(text, str) else
-               "use '-' between subtags, not '_'" if "_" in text and
-               _TAG.match(text.replace("_", "-")) else
                "a tag starts with a 2-letter ISO 639-1 or 3-letter ISO 639-3 code"
                if not re.match(r"^[A-Za-z]{2,3}(-|$)", text) else
                "a subtag after the language is a script (4 letters), a region (2 letters or "

@@ -28,7 +28,8 @@ import os
 import shlex
 
 from keras_attn.core import runs
-from keras_attn.export.base import QUANTIZATIONS, as_parts, now, sample_sources, versions
+from keras_attn.export.base import (QUANTIZATIONS, as_parts, now, run_languages,
+                                    sample_sources, versions)
 from keras_attn.export.saved_model import MODEL_NAME, SERVING_DOCKER, SavedModelExporter
 from keras_attn.export.tflite import TFLiteBuiltinExporter, TFLiteTextExporter
 
@@ -85,6 +86,7 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
         calibrate_run(run_dir, log=lambda *a: None)
     translator = Translator.from_run_dir(run_dir)
     parts = as_parts(translator)
+    parts.languages = run_languages(run_dir)  # into every artefact's metadata
     tflite = [e for e in candidates if e.supports(parts) is None]
     shared = {}  # the text targets' traced modules, one per model
     for exporter in tflite:
@@ -100,7 +102,7 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
             raise FileExistsError(f"{', '.join(existing)} already exist(s); pass "
                                   "overwrite=True (CLI: --overwrite) or another --version")
     report = {"run_dir": os.path.abspath(run_dir), "export_dir": export_dir,
-              "created": now(), "versions": versions()}
+              "created": now(), "versions": versions(), "languages": parts.languages}
     log(f"exporting {run_dir} -> {export_dir}")
     report["saved_model"] = saved.export(parts, saved_base)
     log(f"  SavedModel: {report['saved_model']['path']}")

@@ -32,14 +32,17 @@ DEFAULT_SAMPLES = ("3 March 2021", "1999-07-04", "le 4 juillet 1999")
 
 @dataclasses.dataclass
 class Parts:
-    """What an export needs: model, tokenizers, length limit, input normalisation, and the
-    confidence calibrator (None: ``Calibrator.uncalibrated()``)."""
+    """What an export needs: model, tokenizers, length limit, input normalisation, the
+    confidence calibrator (None: ``Calibrator.uncalibrated()``) and the languages
+    (:func:`keras_attn.core.languages.languages_metadata`'s dict, which every artefact's
+    metadata then holds; None: not known, none written)."""
     model: object
     src_tokenizer: object
     tgt_tokenizer: object
     max_len: int
     normalize: bool = False
     calibrator: object = None
+    languages: dict = None
 
 
 def as_parts(translator_or_parts, max_len=None):
@@ -54,10 +57,11 @@ def as_parts(translator_or_parts, max_len=None):
                              f"Received keys: {sorted(obj)}")
         parts = Parts(obj["model"], obj["src_tokenizer"], obj["tgt_tokenizer"],
                       obj.get("max_len") or max_len, bool(obj.get("normalize", False)),
-                      obj.get("calibrator"))
+                      obj.get("calibrator"), obj.get("languages"))
     elif all(hasattr(obj, a) for a in ("model", "src_tokenizer", "tgt_tokenizer", "max_len")):
         parts = Parts(obj.model, obj.src_tokenizer, obj.tgt_tokenizer, obj.max_len,
-                      bool(getattr(obj, "normalize", False)), getattr(obj, "calibrator", None))
+                      bool(getattr(obj, "normalize", False)), getattr(obj, "calibrator", None),
+                      getattr(obj, "languages", None))
     else:
         raise ValueError("`translator_or_parts` must be a keras_attn Translator, an "
                          f"export.Parts or a dict. Received: {type(obj).__name__}")
@@ -172,6 +176,8 @@ class Exporter:
             staged = os.path.join(scratch, os.path.basename(final))
             report = {"format": self.format, "created": now(), "versions": versions(),
                       **self.options()}
+            if parts.languages:
+                report["languages"] = parts.languages
             report.update(self.write(parts, staged) or {})
             report.update(self.check(parts, staged, list(samples or SMOKE_INPUTS)) or {})
             report["files"] = file_sizes(staged)
@@ -267,6 +273,19 @@ def write_files(folder, files):
     """Write ``{relative name: bytes}`` under ``folder`` (each file atomically)."""
     for name, content in files.items():
         runs.atomic_write_bytes(os.path.join(folder, name), content)
+
+
+def run_languages(run_dir):
+    """The languages of a run (:func:`keras_attn.translation.run.languages`): its
+    ``config.json``'s codes and names, or its task's for a run written before they existed.
+
+    Example:
+        >>> run_languages("exported/run")["source"]
+        {'code': 'dates', 'name': 'Dates as people write them'}
+    """
+    from keras_attn.translation import run
+
+    return run.languages(run_dir)
 
 
 def sample_sources(run_dir, limit=10):

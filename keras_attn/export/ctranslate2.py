@@ -68,8 +68,8 @@ from keras_attn.export.ct2_converter import (  # noqa: F401  (this module's API)
 import ctranslate2
 
 from keras_attn.core import runs
-from keras_attn.export.base import (Exporter, check_choice, sample_sources, tokenizer_files,
-                                    versions, write_files)
+from keras_attn.export.base import (Exporter, as_parts, check_choice, run_languages,
+                                    sample_sources, tokenizer_files, versions, write_files)
 from keras_attn.export.ctranslate2_compare import compare
 from keras_attn.export.ctranslate2_runtime import (  # noqa: F401  (read beside the exporter)
     METADATA, CTranslate2Translator, decoding_options)
@@ -127,6 +127,8 @@ class CTranslate2Exporter(Exporter):
                 "calibration": parts.calibrator.to_dict() if parts.calibrator else None,
                 "tokenizers": {"src": next(n for n in tokenizers if n.startswith("src")),
                                "tgt": next(n for n in tokenizers if n.startswith("tgt"))}}
+        if parts.languages:
+            meta["languages"] = parts.languages
         runs.write_json(os.path.join(path, METADATA), meta)  # what CTranslate2Translator reads
         return meta
 
@@ -176,10 +178,11 @@ def export_ctranslate2(run_dir, export_dir=None, quantization="float32", overwri
         from keras_attn.training.calibration import calibrate_run
 
         calibrate_run(run_dir, log=lambda *a: None)
-    translator = Translator.from_run_dir(run_dir)
+    parts = as_parts(Translator.from_run_dir(run_dir))
+    parts.languages = run_languages(run_dir)
     path = os.path.abspath(export_dir or default_dir(run_dir, quantization))
     log(f"exporting {run_dir} -> {path} (CTranslate2, {quantization})")
-    report = exporter.export(translator, path, samples=sample_sources(run_dir))
+    report = exporter.export(parts, path, samples=sample_sources(run_dir))
     report["run_dir"] = os.path.abspath(run_dir)
     s = report["samples"]
     log(f"  {s['agreement']:.0%} of {len(s['sources'])} sample translations (greedy) equal "

@@ -34,6 +34,7 @@ import sys
 import tensorflow as tf
 
 from keras_attn.core import runs
+from keras_attn.core.languages import SAVED_MODEL_METADATA
 from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.export.base import (Exporter, as_parts, check_alpha, check_beam,
                                     check_choice, decoding_info, file_sizes, now, versions)
@@ -41,6 +42,8 @@ from keras_attn.export.modules import (IDS_SIGNATURE, SERVING_SIGNATURE, TEXT_OP
                                        TranslatorModule)
 
 MODEL_NAME = "translator"
+# The version folder's own metadata (the languages), beside the graph.
+METADATA = SAVED_MODEL_METADATA
 # tensorflow-text ops that every stock TF Serving (2.12 and later) links
 # (tensorflow_text:ops_lib, text 2.12.1 / 2.20.0; tensorflow/serving BUILD and workspace.bzl).
 TF_SERVING_TFTEXT_OPS = frozenset({
@@ -107,6 +110,8 @@ class SavedModelExporter(Exporter):
                                   text_ops=self.text_ops,
                                   request_signature=self.request_signature)
         self._save(module, path, module.signatures())
+        if parts.languages:
+            runs.write_json(os.path.join(path, METADATA), {"languages": parts.languages})
         return {"decoding": decoding_info(parts, self.beam_size, self.alpha, module.normalize),
                 "text_ops": module.text_ops}
 

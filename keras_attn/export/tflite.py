@@ -341,6 +341,8 @@ class TFLiteBuiltinExporter(TFLiteExporter):
                     normalize_input=bool(parts.normalize),
                     src_vocab=next(n for n in tokenizers if n.startswith("src")),
                     tgt_vocab=next(n for n in tokenizers if n.startswith("tgt")))
+        if parts.languages:
+            meta["languages"] = parts.languages
         os.makedirs(path)
         write_files(path, {**files, **tokenizers})
         runs.write_json(os.path.join(path, runtime.BUILTIN_METADATA), meta)

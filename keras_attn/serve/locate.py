@@ -23,15 +23,15 @@ import dataclasses
 import os
 from typing import Optional
 
+from keras_attn.core.languages import (SAVED_MODEL_METADATA, TASK_LANGUAGES,  # noqa: F401
+                                       UNKNOWN_LANGUAGES, config_languages,
+                                       languages_from_metadata)
 from keras_attn.core.runs import read_json
 from keras_attn.serve.engines import CT2_METADATA, ENGINES, MODEL_NAME  # noqa: F401
 
-# LibreTranslate's /languages entries for each task of keras_attn.core.config (code, name).
-TASK_LANGUAGES = {
-    "tatoeba": (("en", "English"), ("fr", "French")),
-    "dates": (("dates", "Dates as people write them"), ("iso", "ISO 8601 dates")),
-}
-UNKNOWN_LANGUAGES = (("src", "Source"), ("tgt", "Target"))
+# TASK_LANGUAGES (LibreTranslate's /languages entries of each task, code and name) is only
+# the fallback of a run written before runs knew their languages: an artefact's metadata
+# and a run's config.json say them (keras_attn.core.languages).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,12 +80,36 @@ def _run_dir_of(path, found):
     return None
 
 
-def languages_of(run_dir):
-    """``(source, target)`` ``(code, name)`` pairs of a run's task (unknown: src/tgt)."""
+def artefact_languages(found):
+    """``(source, target)`` ``(code, name)`` pairs of an exported artefact's own metadata
+    (a CTranslate2 model's ``keras_attn.json``, a SavedModel version's
+    ``assets.extra/keras_attn.json`` or the ``<version>.report.json`` beside it), or None
+    when it was exported before artefacts held them."""
+    for meta in (os.path.join(found, CT2_METADATA), os.path.join(found, SAVED_MODEL_METADATA),
+                 found.rstrip(os.sep) + ".report.json"):
+        if os.path.isfile(meta):
+            found_languages = languages_from_metadata(read_json(meta))
+            if found_languages:
+                return found_languages
+    return None
+
+
+def languages_of(run_dir, found=None):
+    """``(source, target)`` ``(code, name)`` pairs: the artefact ``found``'s metadata, else
+    the run's ``config.json`` (its ``source_lang``/``target_lang``, or its task's languages
+    for a run written before it had them), else ``src``/``tgt``.
+
+    Example:
+        >>> languages_of("exported/run")
+        (('dates', 'Dates as people write them'), ('iso', 'ISO 8601 dates'))
+    """
+    if found is not None:
+        from_artefact = artefact_languages(found)
+        if from_artefact:
+            return from_artefact
     if run_dir is None:
         return UNKNOWN_LANGUAGES
-    task = read_json(os.path.join(run_dir, "config.json")).get("task")
-    return TASK_LANGUAGES.get(task, UNKNOWN_LANGUAGES)
+    return config_languages(read_json(os.path.join(run_dir, "config.json")))
 
 
 def locate(path, engine="savedmodel"):
@@ -121,5 +145,5 @@ def locate(path, engine="savedmodel"):
     if max_len is None:
         raise FileNotFoundError(f"{found!r} has no {os.path.basename(found)}.report.json "
                                 "beside it to read its max_len from")
-    source, target = languages_of(run_dir)
+    source, target = languages_of(run_dir, found)
     return Artefact(engine, found, int(max_len), source, target, run_dir)

@@ -4,10 +4,24 @@ import os
 import keras
 
 from keras_attn import models
-from keras_attn.core import runs
+from keras_attn.core import languages as languages_, runs
 from keras_attn.core.config import TrainConfig
 from keras_attn.decoding.confidence import Calibrator
 from keras_attn.text import subword
+
+
+def languages(run_dir):
+    """A run's languages as every artefact's metadata writes them
+    (:func:`keras_attn.core.languages.languages_metadata`): ``config.json``'s codes and
+    names, or its task's for a run written before runs had them.
+
+    Example:
+        >>> languages("runs/fr-en")
+        {'source': {'code': 'fr', 'name': 'French'}, 'target': {'code': 'en', 'name': 'English'}}
+    """
+    config = runs.read_json(runs.paths(run_dir)["config"])
+    (source, source_name), (target, target_name) = languages_.config_languages(config)
+    return languages_.languages_metadata(source, target, source_name, target_name)
 
 
 def load(run_dir, calibrated=True):
