@@ -167,8 +167,8 @@ class Translator:
 
 
 for _name in ("model", "src_tokenizer", "tgt_tokenizer", "max_len", "normalize", "controls",
-              "split_long", "passthrough", "calibrator", "word_tables", "tokenize", "tokenize_target",
-              "detokenize", "encode", "encode_targets", "options", "defaults", "decode_ids",
-              "decode", "search"):
+              "split_long", "passthrough", "calibrator", "word_tables", "tokenize",
+              "tokenize_target", "detokenize", "encode", "encode_targets", "options",
+              "defaults", "decode_ids", "decode", "search"):
     setattr(Translator, _name, _engine_member(_name))
 del _name

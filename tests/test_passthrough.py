@@ -258,3 +258,21 @@ def test_every_kind_of_span_comes_back_byte_identical(tiny_sentencepiece):
     # Text without spans: the same translation either way.
     assert translator.translate(SENTENCES) == translator.translate(SENTENCES,
                                                                    passthrough=False)
+
+
+def test_the_tflite_runtime_passes_spans_through_when_asked():
+    """The committed dates text file (characters: off unless asked)."""
+    pytest.importorskip("tensorflow")
+    from keras_attn.export.runtime import run_tflite_options, run_tflite_text
+
+    path = os.path.join(EXPORTED, "tflite", "text_float32.tflite")
+    texts = ["https://example.com/a?b=1", "March 3 \U0001f642"]
+    on = run_tflite_text(path, texts, passthrough=True)["translation"]
+    assert on[0].decode() == texts[0]
+    assert "\U0001f642" in on[1].decode()
+    off = run_tflite_text(path, texts)["translation"]
+    assert off[0].decode() != texts[0]
+    nbest = run_tflite_options(path, texts, passthrough=True, beam_size=2, num_hypotheses=2)
+    assert nbest["translations"][0].tolist() == [texts[0].encode()] * 2
+    assert all("\U0001f642" in t.decode() for t in nbest["translations"][1])
+    assert nbest["alignments"][1].tolist() == [b"", b""]  # not asked: none returned

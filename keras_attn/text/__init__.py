@@ -11,13 +11,16 @@ module             holds
 ``python_tokenizers`` the same ids and texts in plain Python, for an engine without
                    TensorFlow (CTranslate2)
 ``documents``      a text split into sentences and joined back with its own whitespace
+``spans``          what must not be translated (URLs, addresses, code, tags, numbers,
+                   emoji): found, cut out of a sentence and put back into its translation
 ================== =========================================================================
 
 The reserved tokens are :mod:`keras_attn.core.special_tokens` (re-exported here).
 
 May import: :mod:`keras_attn.core`, TensorFlow and tensorflow-text (``tokenizers`` and
-``subword`` only: ``documents``, ``vocab`` and ``python_tokenizers`` import neither, so a
-server without TensorFlow reads them). The names below load on first use (PEP 562).
+``subword`` only: ``documents``, ``spans``, ``vocab`` and ``python_tokenizers`` import
+neither, so a server without TensorFlow reads them). The names below load on first use
+(PEP 562).
 
 Example:
     >>> from keras_attn.text import Tokenizer, normalize_text

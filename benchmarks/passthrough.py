@@ -1,0 +1,178 @@
+"""What must not be translated passes through: held-out sentences with a link, an e-mail
+address, a number, inline code or an emoji inserted, translated by a run (issue 57).
+
+Each of N held-out English sentences of ``dev.txt`` (tab-separated English, French; spread
+evenly over the file, one line per English sentence) gets one span inserted at a
+word boundary, the kinds in turn (N/5 of each: ``url``, ``email``, ``number``, ``code``,
+``emoji``). The same sentences are translated with and without their span, with
+``passthrough`` on; reported:
+
+* ``identical``: the share of spans found byte-identical in their sentence's translation
+  (per kind and overall; the issue asks >= 0.99);
+* ``bleu_with_spans``: BLEU (sacrebleu) of the translations of the sentences with spans,
+  each span removed from its translation, against the translations of the same sentences
+  without spans; ``bleu_around_spans_delta``: the BLEU of those stripped translations
+  against the references minus the BLEU of the span-less translations against them (the
+  issue asks within 1);
+* the same with ``passthrough=False`` (the model left to translate the spans), to show
+  what passing through changes.
+
+Usage:
+    python -m benchmarks.passthrough --run-dir RUN [--data ../shared/data/fra-eng/dev.txt]
+        [--n 200] [--out results.json]
+
+The corpus is read where it lies and never copied. Without it the script says so and exits
+with status 0 (``"skipped"`` in the JSON).
+
+Example:
+    >>> text, span, kind = spans_of(["Hello there."])[0]
+    >>> kind, span in text
+    ('url', True)
+"""
+import argparse
+import json
+import os
+import random
+import sys
+
+DEFAULT_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "..", "shared", "data", "fra-eng", "dev.txt")
+KINDS = ("url", "email", "number", "code", "emoji")
+EMOJI = ("\U0001f642", "\U0001f44d\U0001f3fd", "\u2764\ufe0f", "\U0001f1eb\U0001f1f7",
+         "\U0001f468\u200d\U0001f469\u200d\U0001f467", "\U0001f680")
+
+
+def span_of(kind, k, rng):
+    """The ``k``-th span of ``kind``, made up (no real address)."""
+    if kind == "url":
+        return rng.choice(["https://example.com/p/", "http://www.example.org/a?id=",
+                           "https://docs.example.net/v1.2/page#s"]) + str(k)
+    if kind == "email":
+        return rng.choice(["tom", "mary.smith", "info+news"]) + f"{k}@example.com"
+    if kind == "number":
+        return rng.choice([f"{k + 1},{rng.randint(100, 999)}", f"{k}.{rng.randint(1, 99)}",
+                           f"{rng.randint(0, 23)}:{rng.randint(10, 59)}",
+                           f"20{rng.randint(10, 29)}-0{rng.randint(1, 9)}-1{rng.randint(0, 9)}",
+                           str(rng.randint(10, 99999))])
+    if kind == "code":
+        return rng.choice(["`pip install keras`", "`x = 3`", "`ls -la`", "`git push`",
+                           "`print(x)`"])
+    return EMOJI[k % len(EMOJI)]
+
+
+def spans_of(sentences, seed=0):
+    """Per sentence ``(text with its span, span, kind)``: kinds in turn, each span at a
+    word boundary chosen at random (before the first word up to after the last, glued
+    before the final stop when there is one)."""
+    rng = random.Random(seed)
+    out = []
+    for k, sentence in enumerate(sentences):
+        kind = KINDS[k % len(KINDS)]
+        span = span_of(kind, k, rng)
+        words = sentence.split()
+        where = rng.randint(0, len(words))
+        if where == len(words) and words and words[-1][-1] in ".!?":
+            # at the end: before the stop, as a writer puts it ("... at 10:30.")
+            last = words[-1]
+            words[-1] = last[:-1]
+            text = " ".join(words + [span]) + last[-1]
+        else:
+            text = " ".join(words[:where] + [span] + words[where:])
+        out.append((text, span, kind))
+    return out
+
+
+def read_pairs(path, n, skip=0):
+    """``n`` pairs spread evenly over a tab-separated file (after ``skip`` lines), one per
+    English sentence (its first reference): the file may be sorted by length."""
+    pairs, seen = [], set()
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            parts = line.rstrip("\n").split("\t")
+            if i < skip or len(parts) < 2 or parts[0] in seen:
+                continue
+            seen.add(parts[0])
+            pairs.append((parts[0], parts[1]))
+    step = max(1, len(pairs) // max(n, 1))
+    return pairs[::step][:n]
+
+
+def without(translation, span):
+    """The translation with the span taken out, the whitespace mended: "a X b" -> "a b",
+    "à X." -> "à."."""
+    if span not in translation:
+        return translation
+    before, _, after = translation.partition(span)
+    before, after = before.rstrip(" "), after.lstrip(" ")
+    glued = not before or not after or after[0] in ".,!?;:\u2026\u202f\xa0)"
+    return (before + ("" if glued else " ") + after).strip()
+
+
+def measure(translate, pairs, seed=0):
+    """The report (module docstring) for ``translate(texts, passthrough) -> strings``."""
+    import sacrebleu
+
+    sources = [en for en, _ in pairs]
+    references = [fr for _, fr in pairs]
+    inserted = spans_of(sources, seed)
+    texts = [t for t, _, _ in inserted]
+    plain = translate(sources, True)
+    report = {"sentences": len(pairs), "spans_per_kind": {
+        kind: sum(1 for _, _, k in inserted if k == kind) for kind in KINDS}}
+    for name, passthrough in (("passthrough", True), ("passthrough_off", False)):
+        out = translate(texts, passthrough)
+        hits = [span in o for (_, span, _), o in zip(inserted, out)]
+        stripped = [without(o, span) for (_, span, _), o in zip(inserted, out)]
+        plain_ref = plain if passthrough else translate(sources, False)
+        bleu_plain = sacrebleu.corpus_bleu(plain_ref, [references]).score
+        bleu_stripped = sacrebleu.corpus_bleu(stripped, [references]).score
+        report[name] = {
+            "identical": round(sum(hits) / len(hits), 4),
+            "identical_per_kind": {kind: round(sum(h for h, (_, _, k) in zip(hits, inserted)
+                                                   if k == kind) /
+                                               max(1, report["spans_per_kind"][kind]), 4)
+                                   for kind in KINDS},
+            "bleu_with_spans_vs_without": round(
+                sacrebleu.corpus_bleu(stripped, [plain_ref]).score, 2),
+            "bleu_reference_without_spans": round(bleu_plain, 2),
+            "bleu_reference_around_spans": round(bleu_stripped, 2),
+            "bleu_around_spans_delta": round(bleu_stripped - bleu_plain, 2),
+            "examples": [{"source": t, "translation": o} for (t, _, _), o in
+                         list(zip(inserted, out))[:5]],
+        }
+    return report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", required=True, help="the run directory to translate with")
+    parser.add_argument("--data", default=DEFAULT_DATA, help="tab-separated held-out pairs")
+    parser.add_argument("--n", type=int, default=200, help="sentences (N/5 spans per kind)")
+    parser.add_argument("--skip", type=int, default=0, help="lines of --data skipped first")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", help="write the JSON here too")
+    args = parser.parse_args(argv)
+    if not os.path.exists(args.data):
+        result = {"skipped": f"no held-out corpus at {os.path.abspath(args.data)} (give "
+                             "--data: a tab-separated English/French file)"}
+        print(json.dumps(result, indent=1))
+        print(result["skipped"], file=sys.stderr)
+        return result
+    from keras_attn.translator import Translator
+
+    translator = Translator.from_run_dir(args.run_dir)
+    pairs = read_pairs(args.data, args.n, args.skip)
+    result = {"run_dir": os.path.abspath(args.run_dir), "data": os.path.abspath(args.data),
+              **measure(lambda texts, on: translator.translate(
+                  texts, batch_size=args.batch_size, passthrough=on), pairs, args.seed)}
+    text = json.dumps(result, indent=1, ensure_ascii=False)
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
