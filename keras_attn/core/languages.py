@@ -58,8 +58,8 @@ _TASK_NAMES = {code: name for pair in TASK_LANGUAGES.values() for code, name in 
 # BCP 47, simplified: a 2-3 letter primary language (ISO 639-1 or -3), then optional
 # subtags: a script (4 letters), a region (2 letters or 3 digits), variants (5-8
 # alphanumerics, or a digit and 3), e.g. "en", "pt-BR", "zh-Hant-TW", "sr-Latn", "es-419".
-_TAG = re.compile(r"^[a-z]{2,3}(-[a-z]{4})?(-([a-z]{2}|[0-9]{3}))?(-([a-z0-9]{5,8}|[0-9][a-z0-9]{3}))*$",
-                  re.IGNORECASE)
+_TAG = re.compile(r"^[a-z]{2,3}(-[a-z]{4})?(-([a-z]{2}|[0-9]{3}))?"
+                  r"(-([a-z0-9]{5,8}|[0-9][a-z0-9]{3}))*$", re.IGNORECASE)
 
 
 def check_language_code(code, name="language"):
