@@ -18,10 +18,14 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 # The committed tiny dates run's builtin int8 files as exported before the step took the
 # tokens so far (no `history`, `length_limit` or `finished`): an app's files of that time.
 BEFORE_HISTORY = os.path.join(DATA, "builtin_before_history")
-# Inputs on which the tiny SentencePiece model repeats itself without the controls.
+# Repeated words, the training sentences, and one-token sources ("a", "Who", "It"): the
+# tiny SentencePiece model answers those with a whole sentence, longer than the 3 tokens
+# that max_length_factor's default allows them, so the controls change their outputs on
+# any CPU's kernels.
 REPEATING = ["Thank you thank you thank you thank you.", "Hello! Hello! Hello! Hello!",
              "I'm cold. I'm cold. I'm cold.", "Where where where is the station?",
-             "Tom Tom Tom Tom Tom.", "Paris"] + [en for en, _ in run_fixtures.PAIRS]
+             "Tom Tom Tom Tom Tom.", "Paris", "a", "Who", "It"] + [
+                 en for en, _ in run_fixtures.PAIRS]
 
 
 def _rows(tokens):
