@@ -276,3 +276,23 @@ def test_the_tflite_runtime_passes_spans_through_when_asked():
     assert nbest["translations"][0].tolist() == [texts[0].encode()] * 2
     assert all("\U0001f642" in t.decode() for t in nbest["translations"][1])
     assert nbest["alignments"][1].tolist() == [b"", b""]  # not asked: none returned
+
+
+@pytest.mark.slow  # the tiny SentencePiece run (conftest) exported to CTranslate2
+def test_ctranslate2_places_spans_by_its_attention(tiny_sentencepiece, tmp_path):
+    pytest.importorskip("ctranslate2", reason="CTranslate2 is not installed")
+    from keras_attn.export.ctranslate2 import export_ctranslate2
+    from keras_attn.export.ctranslate2_runtime import CTranslate2Translator
+
+    path = str(tmp_path / "ct2")
+    export_ctranslate2(tiny_sentencepiece["run_dir"], path, log=lambda *a: None)
+    ct2 = CTranslate2Translator(path)
+    assert ct2.passthrough is True and ct2.aligns is True
+    texts = [with_span(s, span, k) for k, (s, span) in enumerate(zip(SENTENCES, SPANS.values()))]
+    out = ct2.translate(texts)
+    assert all(span in o for span, o in zip(SPANS.values(), out)), list(zip(texts, out))
+    off = ct2.translate(texts, passthrough=False)
+    assert sum(span in o for span, o in zip(SPANS.values(), off)) < len(texts) // 2
+    # Its alignments are asked for inside the pipeline only: a request is still refused.
+    with pytest.raises(ValueError, match="return_alignments"):
+        ct2.translate_nbest(texts, return_alignments=True)

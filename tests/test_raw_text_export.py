@@ -85,7 +85,9 @@ def test_translator_and_saved_model_agree(run):
 
     sources = [en for en, _ in PAIRS] + MESSY
     want = _strings(_saved_model(run)(text=tf.constant(sources))["translation"])
-    assert Translator.from_run_dir(run).translate(sources) == want
+    # The signature called directly does not pass spans through ("10:30", "😀"): the
+    # pipeline around it does (docs/real_text.md), so Translator compares with it off.
+    assert Translator.from_run_dir(run).translate(sources, passthrough=False) == want
 
 
 def test_export_report_measures_agreement_on_raw_text(run):

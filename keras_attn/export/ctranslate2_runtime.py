@@ -71,6 +71,36 @@ def decoding_options(max_len, beam_size=1):
             "max_input_length": max_len, "return_end_token": True}
 
 
+def _word_ids(tokens, tokenizer):
+    """The word of each token string (-1: a reserved token or a space), as
+    ``keras_attn.translation.alignment.word_positions`` numbers them: a word begins at a
+    SentencePiece ``\u2581`` piece, at a WordPiece token that is no ``##`` suffix, or (every
+    vocabulary) after a space or a reserved token."""
+    sentencepiece = isinstance(tokenizer, tokenizers.PieceTokenizer)
+    chars = getattr(tokenizer, "char_level", False)
+    words, word, gap = [], -1, True
+    for token in tokens:
+        body = token[2:] if chars and token.startswith("##") and len(token) > 2 else token
+        space = token == "\u2581" if sentencepiece else chars and body.isspace()
+        if token in (SPECIAL_TOKENS[PAD], SPECIAL_TOKENS[START], SPECIAL_TOKENS[END]) or space:
+            words.append(-1)
+            gap = True
+            continue
+        if token == SPECIAL_TOKENS[UNK]:
+            starts = True
+        elif sentencepiece:
+            starts = token.startswith("\u2581")
+        elif chars:
+            starts = False
+        else:
+            starts = not token.startswith("##")
+        if starts or gap:
+            word += 1
+        words.append(word)
+        gap = False
+    return words
+
+
 class _GraphTokenizer:
     """A WordPiece tokenizer (``keras_attn.text.tokenizers.Tokenizer``: TensorFlow ops) with the list
     interface of :mod:`keras_attn.text.python_tokenizers`."""
@@ -115,7 +145,10 @@ class CTranslate2Translator:
         [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
     """
 
-    aligns = False  # no word alignments (refuse): passed-through spans go proportionally
+    # Word alignments for placing passed-through spans, from CTranslate2's attention
+    # (``return_attention``: its alignment head, not our mean over heads): used inside the
+    # pipeline only; a request's ``return_alignments`` is refused (:func:`refuse`).
+    aligns = True
 
     def __init__(self, model_dir, device="cpu", compute_type="default", intra_threads=0,
                  inter_threads=1):
@@ -135,8 +168,8 @@ class CTranslate2Translator:
                            if meta.get("calibration") else Calibrator.uncalibrated())
         self.controls = dict(control_defaults(self.tgt_tokenizer))  # as Translator's
         self.split_long = False  # as Translator's: long sentences truncated and reported
-        # What must not be translated passes through, as Translator's default; its spans are
-        # put at their proportional place, as it gives no word alignments (``aligns``).
+        # What must not be translated passes through, as Translator's default, its spans
+        # placed by the alignments of CTranslate2's attention (:meth:`alignment`).
         self.passthrough = spans.default_for(self.src_tokenizer)
         self.translator = ctranslate2.Translator(
             os.fspath(model_dir), device=device, compute_type=compute_type,
@@ -190,7 +223,8 @@ class CTranslate2Translator:
             return []
         return [self.tgt_tokens[i] for i in self.tokenize_target([target_prefix])[0]]
 
-    def decode_nbest(self, tokens, opts, prefix=(), ct2_options=None, log_probs=False):
+    def decode_nbest(self, tokens, opts, prefix=(), ct2_options=None, log_probs=False,
+                     attention=False):
         """``translate_batch`` on source token strings (:meth:`encode`); per sentence
         ``[(target ids, score)]``, best first, at most ``opts.num_hypotheses`` (ids as
         ``Translator``'s). Scores: the generated tokens' summed log-probabilities
@@ -204,6 +238,8 @@ class CTranslate2Translator:
                 meanings; its own ``length_penalty`` keeps its ranking and scores).
             log_probs: greedy only: each hypothesis ``(ids, score, token log-probabilities
                 or None)`` (:meth:`_search_log_probs`).
+            attention: each hypothesis gets one more item, last: CTranslate2's attention,
+                per target token a vector over the source tokens (``return_attention``).
         """
         kwargs = dict(decoding_options(self.max_len, opts.beam_size), return_scores=True,
                       max_decoding_length=opts.max_length, length_penalty=0.0,
@@ -213,6 +249,8 @@ class CTranslate2Translator:
             kwargs["num_hypotheses"] = opts.beam_size  # rerank the whole beam, as ours
         if log_probs:
             kwargs["return_logits_vocab"] = True
+        if attention:
+            kwargs["return_attention"] = True
         kwargs.update(ct2_options or {})
         rerank = opts.beam_size > 1 and "length_penalty" not in (ct2_options or {})
         target_prefix = [list(prefix)] * len(tokens) if prefix else None
@@ -247,11 +285,13 @@ class CTranslate2Translator:
                                                     opts.length_penalty, ops=NumpyOps))
                 scores = [s / float(p) for s, p in zip(scores, penalties)]
             order = sorted(range(len(hyps)), key=lambda j: -scores[j])  # stable: first of equals
+            extra = (lambda j: (result.attention[j],)) if attention else (lambda j: ())
             if log_probs:
                 out.append([(hyps[0], scores[0],
-                             self._search_log_probs(result, opts.repetition_penalty))])
+                             self._search_log_probs(result, opts.repetition_penalty),
+                             *extra(0))])
                 continue
-            out.append([(hyps[j], scores[j]) for j in order[: opts.num_hypotheses]])
+            out.append([(hyps[j], scores[j], *extra(j)) for j in order[: opts.num_hypotheses]])
         return out
 
     def _search_log_probs(self, result, penalty):
@@ -314,11 +354,14 @@ class CTranslate2Translator:
         tokens = self.tokens_from_ids(source)
         read = confidence and opts.beam_size == 1 and opts.sampling_topk <= 1 and not prefix
         nbest = self.decode_nbest(tokens, opts, [self.tgt_tokens[i] for i in prefix],
-                                  log_probs=read)
+                                  log_probs=read, attention=opts.return_alignments)
         flat = [hyp[0] for hyps in nbest for hyp in hyps]
         shape = (len(nbest), len(flat) // len(nbest), -1)
         out = {"tokens": pipeline.pad(flat).reshape(shape),
                "scores": [[hyp[1] for hyp in hyps] for hyps in nbest]}
+        if opts.return_alignments:  # asked by the pipeline, to place passed-through spans
+            out["alignments"] = [[self.alignment(row, hyp[0], hyp[-1]) for hyp in hyps]
+                                 for row, hyps in zip(tokens, nbest)]
         if confidence:
             sources = [t for t, hyps in zip(tokens, nbest) for _ in hyps]
             log_probs = [hyp[2] if read else None for hyps in nbest for hyp in hyps]
@@ -332,6 +375,28 @@ class CTranslate2Translator:
                     log_probs[i] = result.log_probs
             out["features"] = self._features(sources, log_probs).reshape(shape)
         return out
+
+    def alignment(self, source, target_ids, attention):
+        """Pharaoh ``i-j`` word pairs of one hypothesis from CTranslate2's attention, as
+        ``keras_attn.translation.alignment`` makes ours: each target token points at the
+        source token it attends to most, the pieces of both sides merged into words.
+
+        Args:
+            source: the source token strings (no ``</s>``). target_ids: the hypothesis's
+                target ids. attention: per target token a vector over the source tokens.
+
+        Example:
+            >>> ct2.alignment(["\u2581hi", "\u2581there"], [5, 9], [[0.9, 0.1], [0.2, 0.8]])
+            '0-0 1-1'
+        """
+        src_words = _word_ids(source, self.src_tokenizer)
+        tgt_words = _word_ids([self.tgt_tokens[i] for i in target_ids], self.tgt_tokenizer)
+        pairs = set()
+        for t, row in enumerate(list(attention)[: len(tgt_words)]):
+            s = int(np.argmax(row)) if len(row) else -1
+            if tgt_words[t] >= 0 and 0 <= s < len(src_words) and src_words[s] >= 0:
+                pairs.add((src_words[s], tgt_words[t]))
+        return " ".join(f"{i}-{j}" for i, j in sorted(pairs, key=lambda p: (p[1], p[0])))
 
     def _features(self, sources, log_probs):
         """``keras_attn.decoding.confidence.features`` ``(R, F)`` of targets for their

@@ -293,8 +293,9 @@ def passed_through(sentences, translate, num_hypotheses=1, keep_alignments=True,
     back byte-identical after the target word aligned with the source word before it
     (:func:`keras_attn.text.spans.put_back`), a sentence's closing punctuation kept last.
     Alignments come from the hypotheses' ``"alignment"`` (the caller asks the engine for
-    them); an engine that gives none (CTranslate2, whose attention is not our word
-    alignment) has its spans put at the proportional place of the translation instead.
+    them; CTranslate2's come from its own attention head); where an engine gives none (the
+    TFLite text file's ``serving_default``, ``engine.aligns`` False) each group is put at
+    its proportional place in the translation instead.
     A sentence of spans alone (with punctuation and whitespace) is its own translation,
     score 0, and is never sent to the model.
 
