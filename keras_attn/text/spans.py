@@ -29,7 +29,7 @@ import functools
 import os
 import re
 import unicodedata
-from typing import List, Optional, Tuple
+from typing import Tuple
 
 # --- the rules, as data -----------------------------------------------------------------
 # Emoji: Unicode's Extended_Pictographic ranges (without (c), (R) and TM, which are
