@@ -1,5 +1,6 @@
 """``keras-attn serve``: a run or export directory as a LibreTranslate-compatible HTTP
-service (:mod:`keras_attn.serve`).
+service (:mod:`keras_attn.serve`); several (``keras-attn serve runs/en-fr runs/fr-en``),
+or a folder of exports, served from one process and routed by language pair.
 
 LibreTranslate's options have its names and its environment variables (``LT_CHAR_LIMIT``,
 ...: the default of the flag, as LibreTranslate reads them); the others read
@@ -37,7 +38,11 @@ def add_parser(sub):
                     "the API keys, `keras-attn serve suggestions export FILE` writes the "
                     "suggestions as a corpus (docs/serving.md).")
     p.add_argument("path", metavar="RUN_OR_EXPORT_DIR",
-                   help="a run directory (its export/), an export directory, or `exported`")
+                   help="a run directory (its export/), an export directory, or `exported`; "
+                        "several (`keras-attn serve runs/en-fr runs/fr-en`), or a folder "
+                        "whose subfolders are exports: every model is served, each request "
+                        "routed by its source and target (a pair no model translates goes "
+                        "through a pivot language where two models chain)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: "
                                                         "%(default)s)")
     p.add_argument("--port", type=int, default=5000, help="port (default: %(default)s)")
@@ -165,7 +170,8 @@ def add_libretranslate_options(p):
            "/metrics is always served")
     option("--metrics-auth-token", "LT_METRICS_AUTH_TOKEN", "", "GET /metrics answers 401 "
            "without `Authorization: Bearer TOKEN` (default: open)")
-    p.add_argument("words", nargs="*", help=argparse.SUPPRESS)  # keys ..., suggestions ...
+    # More paths (keras-attn serve PATH [PATH ...]), or: keys ..., suggestions ...
+    p.add_argument("words", nargs="*", help=argparse.SUPPRESS)
     defaults = {}
     for action in p._actions:
         env = ENVIRONMENT.get(action.dest)
@@ -187,10 +193,7 @@ def run(args):
 
     if args.path in ("keys", "suggestions"):
         return manage(args)
-    if args.words:
-        raise ValueError(f"unexpected arguments after {args.path}: {' '.join(args.words)} "
-                         f"(`keras-attn serve keys ...` or `keras-attn serve suggestions "
-                         f"export FILE` manage the shared state)")
+    paths = [args.path] + list(args.words)  # keras-attn serve PATH [PATH ...]
     for flag, value, low in (("--max-batch", args.max_batch, 1),
                              ("--queue-size", args.queue_size, 1),
                              ("--max-body-bytes", args.max_body_bytes, 1),
@@ -220,7 +223,8 @@ def run(args):
         "shared_storage": args.req_limit_storage if args.req_limit_storage != "memory://"
         else args.shared_storage,
         "translation_cache": tuple(k for k in args.translation_cache.split(",") if k.strip())})
-    return serve(args.path, engine=args.engine, host=args.host, port=args.port,
+    return serve(paths[0] if len(paths) == 1 else paths, engine=args.engine, host=args.host,
+                 port=args.port,
                  replicas=args.replicas, threads=args.threads, settings=settings,
                  log=lambda m: print(m, flush=True), xla=args.xla)
 

@@ -7,6 +7,8 @@ of concurrent clients and answers HTTP.
 Modules, one job each:
 
 * :mod:`.locate`: a run or export directory -> the artefact to load (``Artefact``).
+* :mod:`.models`: every model served, by language pair, and a request's route (one model,
+  or two through a pivot language).
 * :mod:`.engines`: the registry of engines (``SavedModelEngine``, ``CTranslate2Engine``)
   and what each can do: texts + ``DecodingOptions`` -> n-best lists.
 * :mod:`.replicas`: the engine in this process, or in ``--replicas`` worker processes.
@@ -22,6 +24,7 @@ Modules, one job each:
 Example:
     >>> from keras_attn.serve import serve
     >>> serve("exported", port=5000)           # CLI: keras-attn serve exported
+    >>> serve(["runs/en-fr", "runs/fr-en"])     # keras-attn serve runs/en-fr runs/fr-en
 
 May import: export, training, viz, the translator and everything below them; never
 cli.

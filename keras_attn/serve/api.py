@@ -14,7 +14,9 @@ Fields (JSON object, ``application/x-www-form-urlencoded`` or ``multipart/form-d
   decoding option: the served graphs do not run it (their callers' pipeline does).
 
 The answer: ``{"translatedText": str}`` (a list when ``q`` is a list), ``alternatives``
-(a list, or a list per text) when asked, ``detectedLanguage`` for ``source=auto``, and
+(a list, or a list per text) when asked, ``detectedLanguage`` for ``source=auto``,
+``pivot`` (ours: the language code between two chained models) when no one model
+translates the pair, and
 ``hypotheses`` (per text, the n-best list ``[{"translation", "score", "alignment"?,
 "confidence"?}]``) when ``return_scores``, ``return_alignments`` or ``num_hypotheses > 1``
 asks for it. Errors are LibreTranslate's: ``{"error": "..."}`` with the status code
@@ -116,10 +118,14 @@ def texts_of(value, form=False):
 
 
 def check_languages(fields, languages, required=True):
-    """``(source, target)`` of a body: codes of the server's ``languages`` (``source`` may
-    be ``auto``); one left out is missing (400) when ``required``, else None."""
+    """``(source, target)`` of a body: codes of the server's ``languages`` (``(source
+    code, target code)``, or ``(source codes, target codes)`` of a server of several
+    models; ``source`` may be ``auto``); one left out is missing (400) when ``required``,
+    else None. Whether a model (or two chained) translates the pair is the router's
+    (:meth:`keras_attn.serve.models.Models.route`)."""
+    sources, targets = (((c,) if isinstance(c, str) else tuple(c)) for c in languages)
     codes = []
-    for name, allowed in (("source", (languages[0], "auto")), ("target", (languages[1],))):
+    for name, allowed in (("source", sources + ("auto",)), ("target", targets)):
         value = fields.get(name)
         if value is None or value == "":
             if required:
@@ -209,12 +215,14 @@ def parse_attention_fields(fields, languages):
     return text, translation
 
 
-def answer(request, results, source_code):
+def answer(request, results, source_code, confidence=100.0, pivot=None):
     """The JSON answer of a translated :class:`TranslateRequest` (module docstring).
 
     Args:
         results: per text, its hypotheses (``Translator.translate_nbest``'s shape).
-        source_code: the server's source language (``detectedLanguage`` of ``auto``).
+        source_code: the source language translated (``detectedLanguage`` of ``auto``).
+        confidence: ``detectedLanguage``'s (100: a server of one source).
+        pivot: the language between two chained models (the answer's ``pivot``), or None.
     """
     def one(values):
         return values if request.batch else values[0]
@@ -224,8 +232,10 @@ def answer(request, results, source_code):
         body["alternatives"] = one([[h["translation"] for h in hyps[1: request.alternatives + 1]]
                                     for hyps in results])
     if request.source == "auto":
-        body["detectedLanguage"] = one([{"confidence": 100.0, "language": source_code}
+        body["detectedLanguage"] = one([{"confidence": confidence, "language": source_code}
                                         for _ in results])
+    if pivot is not None:
+        body["pivot"] = pivot
     if request.hypotheses:
         body["hypotheses"] = one(results)
     return body

@@ -7,6 +7,7 @@ under it (``/lt/translate``) and ``/`` redirects there.
 
 Example:
     >>> app = create_app(locate("exported"), InProcessReplicas(engine), Settings())
+    >>> app = create_app(Models([(en_fr, replicas_a), (fr_en, replicas_b)]))  # many models
     >>> with starlette.testclient.TestClient(app) as client:
     ...     client.post("/translate", json={"q": "3 March 2021", "source": "dates",
     ...                                     "target": "iso"}).json()
@@ -29,10 +30,10 @@ from starlette.routing import Mount, Route
 from keras_attn import __version__
 from keras_attn.serve import engines, files, http, routes, spec
 from keras_attn.serve.attention import Attention
-from keras_attn.serve.batcher import Batcher
 from keras_attn.serve.cache import TranslationCache
 from keras_attn.serve.limits import RateLimiter, windows
 from keras_attn.serve.metrics import Metrics
+from keras_attn.serve.models import Models
 
 
 @dataclasses.dataclass
@@ -78,44 +79,52 @@ class Settings:
     translation_cache: tuple = ()
 
 
-def create_app(artefact, replicas, settings=None):
-    """The Starlette app serving ``artefact`` with ``replicas``.
+def create_app(artefact, replicas=None, settings=None):
+    """The Starlette app serving ``artefact`` with ``replicas``, or every model of a
+    :class:`~keras_attn.serve.models.Models`.
 
     Args:
-        artefact: :class:`~keras_attn.serve.locate.Artefact` (languages, limits, engine).
+        artefact: :class:`~keras_attn.serve.locate.Artefact` (languages, limits, engine),
+            or :class:`~keras_attn.serve.models.Models` (then ``replicas`` is unused: each
+            model has its own; its batchers take ``settings``' sizes).
         replicas: ``InProcessReplicas`` or ``ProcessReplicas`` (closed at shutdown).
         settings: :class:`Settings`.
 
     Returns:
-        The app. What its routes share is on ``app.state``: ``artefact``, ``settings``,
-        ``replicas``, ``capabilities`` (the engine's,
-        :class:`~keras_attn.serve.engines.Capabilities`), ``languages`` (source and target
-        codes), ``batcher``, ``limiter``, ``cache``, ``metrics``, ``attention`` (the
-        heatmaps), ``downloads`` (the translated files) and ``spec`` (the OpenAPI document).
+        The app. What its routes share is on ``app.state``: ``models`` (every model, its
+        batcher and attention; the routes), ``settings``, ``capabilities`` (the engine's,
+        :class:`~keras_attn.serve.engines.Capabilities`; one ``--engine`` for every
+        model), ``languages`` (every source code, every target code), ``limiter``,
+        ``cache``, ``metrics``, ``downloads`` (the translated files) and ``spec`` (the
+        OpenAPI document); ``artefact``, ``replicas``, ``batcher`` and ``attention`` are
+        the first model's.
     """
     settings = settings or Settings()
-    batcher = Batcher(replicas, settings.max_batch, settings.batch_wait_ms, settings.queue_size)
+    if isinstance(artefact, Models):
+        models = artefact
+    else:
+        models = Models([(artefact, replicas)], settings.max_batch, settings.batch_wait_ms,
+                        settings.queue_size)
+    first = models.first
     shared = dict(
-        artefact=artefact, settings=settings, replicas=replicas, batcher=batcher,
-        capabilities=engines.ENGINES[artefact.engine].capabilities,
-        languages=(artefact.source[0], artefact.target[0]),
+        models=models, artefact=first.artefact, settings=settings, replicas=first.replicas,
+        batcher=first.batcher, capabilities=engines.ENGINES[first.artefact.engine].capabilities,
+        languages=(models.sources, models.targets),
         limiter=RateLimiter(settings.req_limit, settings.api_keys,
                             storage=windows(settings.shared_storage)),
         cache=TranslationCache(settings.translation_cache, settings.shared_storage),
-        metrics=Metrics(batcher), attention=Attention(artefact),
+        metrics=Metrics(models), attention=first.attention,
         downloads=files.FileStore(settings.files_dir or tempfile.mkdtemp(prefix="keras-attn-")),
         spec=spec.openapi(version=__version__, prefix=settings.url_prefix))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        batcher.start()
+        models.start()
         try:
             yield
         finally:
-            await batcher.stop()
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, replicas.close)
-            await loop.run_in_executor(None, shared["attention"].close)
+            await models.stop()
+            await asyncio.get_running_loop().run_in_executor(None, models.close)
             if settings.files_dir is None:  # the temporary folder of this app's downloads
                 shutil.rmtree(shared["downloads"].directory, ignore_errors=True)
 

@@ -6,6 +6,12 @@ code, "confidence": 0-100}]``, best first. Any text gets an answer: one without 
 (digits, punctuation, nothing) gets langid's prior, with a low confidence. A list of texts
 gets the mean of each language's probability over the texts.
 
+A server of several models answers among its sources only (``among``): langid's
+probabilities of those languages (a code by its primary subtag: ``pt-BR`` is langid's
+``pt``), normalised over them. A served code langid does not know (the dates task's
+``dates``) cannot be scored: it gets confidence 0 when any other served source is known to
+langid, and an equal share with the other unknown ones when none is.
+
 Example:
     >>> detect("Bonjour tout le monde, comment allez-vous aujourd'hui ?")[0]
     {'confidence': 99.9, 'language': 'fr'}
@@ -29,11 +35,20 @@ def identifier():
     return _identifier
 
 
-def detect(texts):
+def detect(texts, among=None):
     """The likeliest languages of ``texts`` (a string, or a list of strings: their mean).
 
+    Args:
+        among: the codes to choose from (a server's sources; module docstring), or None:
+            every language langid knows.
+
     Returns:
-        ``[{"confidence": float 0-100, "language": code}]``, :data:`TOP` of them, best first.
+        ``[{"confidence": float 0-100, "language": code}]``, :data:`TOP` of them, best first
+        (ties in ``among``'s order).
+
+    Example:
+        >>> detect("Das Wetter ist heute herrlich.", among=("en", "fr"))[0]["language"]
+        'en'
     """
     texts = [texts] if isinstance(texts, str) else list(texts)
     ident = identifier()
@@ -41,5 +56,19 @@ def detect(texts):
     for text in texts:
         for code, probability in ident.rank(text):
             totals[code] = totals.get(code, 0.0) + probability / len(texts)
+    if among is not None:
+        totals = _among(totals, tuple(among), set(ident.nb_classes))
     best = sorted(totals.items(), key=lambda item: -item[1])[:TOP]
     return [{"confidence": round(100.0 * p, 1), "language": code} for code, p in best]
+
+
+def _among(totals, among, known):
+    """``totals`` of langid's codes -> the probabilities of the codes ``among``."""
+    from keras_attn.core.languages import primary
+
+    scored = {code: totals.get(primary(code), 0.0) for code in among if primary(code) in known}
+    mass = sum(scored.values())
+    if not scored or mass <= 0.0:  # none langid knows (or none it found): an equal share
+        unknown = [c for c in among if c not in scored] or list(among)
+        return {code: 1.0 / len(unknown) if code in unknown else 0.0 for code in among}
+    return {code: scored[code] / mass if code in scored else 0.0 for code in among}

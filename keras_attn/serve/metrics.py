@@ -2,14 +2,16 @@
 
 The counters, histograms and gauges are declared in :class:`Metrics` with their help
 (docs/serving.md, "Metrics", lists them): requests and errors by route, method and status,
-each request's duration, texts and seconds per engine call, the queue and the batches in
-flight.
+each request's duration, texts and seconds per engine call (labelled by the model's
+``source`` and ``target``), the texts translated per language pair asked (``pivot``: the
+language between two chained models, or empty), the queue and the batches in flight (the
+sum over the models).
 
 ``route`` is the route's path as declared (``/download_file/{filename}``), ``unmatched`` for a
 path no route has: the label set stays small whatever clients send.
 
 Example:
-    >>> metrics = Metrics(batcher)
+    >>> metrics = Metrics(models)                 # or one Batcher
     >>> app = metrics.middleware(app, routes)     # counts every request (an ASGI app)
     >>> metrics.text()                            # b"# HELP keras_attn_http_requests_total..."
 """
@@ -26,12 +28,17 @@ class Metrics:
     """The counters of one app (its own registry: several apps in a process stay apart).
 
     Args:
-        batcher: the app's :class:`~keras_attn.serve.batcher.Batcher` (queue depth, batches).
+        batchers: the app's :class:`~keras_attn.serve.models.Models` (each model's batcher,
+            labelled by its pair), or one :class:`~keras_attn.serve.batcher.Batcher`.
     """
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, batcher):
+    def __init__(self, batchers):
+        if hasattr(batchers, "models"):
+            pairs = {m.pair: m.batcher for m in batchers}
+        else:
+            pairs = {("", ""): batchers}
         self.registry = CollectorRegistry()
         self.requests = Counter("keras_attn_http_requests", "HTTP requests answered",
                                 ["route", "method", "status"], registry=self.registry)
@@ -41,18 +48,31 @@ class Metrics:
                                  "Seconds from a request's start to its answer's end",
                                  ["route"], registry=self.registry)
         self.batch_texts = Histogram("keras_attn_batch_texts", "Texts per engine call",
-                                     buckets=BATCH_BUCKETS, registry=self.registry)
+                                     ["source", "target"], buckets=BATCH_BUCKETS,
+                                     registry=self.registry)
         self.batch_seconds = Histogram("keras_attn_batch_duration_seconds",
-                                       "Seconds per engine call", registry=self.registry)
+                                       "Seconds per engine call", ["source", "target"],
+                                       registry=self.registry)
+        self.translations = Counter("keras_attn_translations", "Texts translated, by the "
+                                    "language pair asked (pivot: the language between two "
+                                    "chained models, or empty)",
+                                    ["source", "target", "pivot"], registry=self.registry)
+        batchers = list(pairs.values())
         Gauge("keras_attn_queue_depth", "Requests waiting for a replica",
-              registry=self.registry).set_function(lambda: batcher.waiting)
+              registry=self.registry).set_function(lambda: sum(b.waiting for b in batchers))
         Gauge("keras_attn_batches_in_flight", "Batches being decoded",
-              registry=self.registry).set_function(lambda: batcher.in_flight)
-        batcher.on_batch = self.observe_batch
+              registry=self.registry).set_function(lambda: sum(b.in_flight for b in batchers))
+        for pair, batcher in pairs.items():
+            batcher.on_batch = lambda texts, seconds, pair=pair: self.observe_batch(
+                texts, seconds, *pair)
 
-    def observe_batch(self, texts, seconds):
-        self.batch_texts.observe(texts)
-        self.batch_seconds.observe(seconds)
+    def observe_batch(self, texts, seconds, source="", target=""):
+        self.batch_texts.labels(source, target).observe(texts)
+        self.batch_seconds.labels(source, target).observe(seconds)
+
+    def observe_translation(self, texts, source, target, pivot=""):
+        """``texts`` texts translated ``source`` -> ``target`` (through ``pivot``)."""
+        self.translations.labels(source, target, pivot or "").inc(texts)
 
     def text(self):
         """The exposition (bytes)."""

@@ -117,6 +117,7 @@ class ProcessReplicas:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"`replicas` must be an integer >= 1. Received: replicas={size!r}")
         self.size = size
+        self.pids = []  # the workers' process ids, once started
         self._pool = concurrent.futures.ProcessPoolExecutor(
             size, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
             initargs=(artefact, threads, xla))
@@ -128,7 +129,8 @@ class ProcessReplicas:
         while len(pids) < self.size:
             futures = [self._pool.submit(_ready, 0.2) for _ in range(self.size)]
             pids.update(f.result() for f in futures)
-        return sorted(pids)
+        self.pids = sorted(pids)
+        return self.pids
 
     async def translate(self, texts, options, confidence=True, passthrough=None):
         loop = asyncio.get_running_loop()

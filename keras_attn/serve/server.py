@@ -6,11 +6,11 @@ shutdown stops the batcher and closes the replicas, and the process exits 0.
 
 Example:
     >>> serve("exported", port=5000)       # CLI: keras-attn serve exported
+    >>> serve(["runs/en-fr", "runs/fr-en"])  # keras-attn serve runs/en-fr runs/fr-en
 """
 import os
 
 from keras_attn.serve.app import Settings, create_app
-from keras_attn.serve.locate import locate
 
 
 def default_replicas():
@@ -65,12 +65,65 @@ def make_replicas(artefact, replicas, threads=None, log=print, xla=False):
     return pool
 
 
+def rss_mb(pid="self"):
+    """The resident memory of a process in MB (Linux's ``/proc``), or None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def load_models(paths, engine="savedmodel", replicas=1, threads=None, log=print, xla=False,
+                settings=None, make=None):
+    """Every model of ``paths``, loaded, each with its replicas and batcher; the memory
+    each takes is logged as it loads (``loaded en->fr from PATH (+310 MB)``: the growth of
+    this process, or the workers' memory with several replicas).
+
+    Args:
+        paths: a path or a list (:func:`~keras_attn.serve.models.find_artefacts`: run or
+            export directories, or folders of them); two models of one pair are refused
+            before any loads.
+        make: ``(artefact, replicas, threads, log, xla) -> replicas`` (default:
+            :func:`make_replicas`).
+        settings: :class:`~keras_attn.serve.app.Settings` (the batchers' sizes).
+
+    Returns:
+        :class:`~keras_attn.serve.models.Models`.
+    """
+    from keras_attn.serve.models import Models, find_artefacts
+
+    settings = settings or Settings()
+    make = make or make_replicas
+    found = find_artefacts(paths, engine)
+    entries = []
+    for path, artefact in found:
+        before = rss_mb()
+        pool = make(artefact, replicas, threads, log, xla)
+        label = f"{artefact.source[0]}->{artefact.target[0]}"
+        pids = getattr(pool, "pids", None)
+        if pids:
+            sizes = [rss_mb(pid) for pid in pids]
+            memory = (f"{round(sum(sizes))} MB in {len(pids)} worker processes"
+                      if None not in sizes else "in worker processes")
+        else:
+            after = rss_mb()
+            memory = (f"+{round(after - before)} MB" if None not in (before, after)
+                      else "memory not measured here")
+        log(f"loaded {label} from {path} ({memory})")
+        entries.append((artefact, pool))
+    return Models(entries, settings.max_batch, settings.batch_wait_ms, settings.queue_size)
+
+
 def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
           threads=None, settings=None, graceful_s=None, log=print, xla=False):
     """Serve ``path`` (a run or export directory) until SIGTERM / Ctrl-C.
 
     Args:
-        path: what :func:`~keras_attn.serve.locate.locate` resolves.
+        path: what :func:`~keras_attn.serve.locate.locate` resolves, or a list of them
+            (or folders of them): every model served, routed by language pair
+            (:func:`load_models`).
         engine: a name of :data:`~keras_attn.serve.engines.ENGINES` (``"savedmodel"``,
             ``"ctranslate2"``). host, port: where to listen.
         replicas: engine copies (default: one per core). threads: intra-op threads of each.
@@ -82,20 +135,21 @@ def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
     import uvicorn
 
     settings = settings or Settings()
-    artefact = locate(path, engine)
-    pool = make_replicas(artefact, default_replicas() if replicas is None else replicas,
-                         threads, log, xla)
-    app = create_app(artefact, pool, settings)
-    heatmaps = app.state.attention
-    if heatmaps.unavailable is None:
-        # Loaded by the first POST /attention, not here: the Keras model and its traces
-        # would add 50-80 MB to every server, most of which never draw a heatmap.
-        log(f"attention heatmaps from the Keras model of {heatmaps.run_dir} (loaded at the "
-            "first POST /attention)")
-    else:
-        log(f"POST /attention answers 501: {heatmaps.unavailable}")
+    models = load_models(path, engine, default_replicas() if replicas is None else replicas,
+                         threads, log, xla, settings)
+    app = create_app(models, settings=settings)
+    for model in models:
+        heatmaps = model.attention
+        if heatmaps.unavailable is None:
+            # Loaded by the first POST /attention, not here: the Keras model and its traces
+            # would add 50-80 MB to every server, most of which never draw a heatmap.
+            log(f"attention heatmaps from the Keras model of {heatmaps.run_dir} (loaded at "
+                "the first POST /attention)")
+        else:
+            log(f"POST /attention answers 501: {heatmaps.unavailable}")
     base = f"http://{host}:{port}{settings.url_prefix}"
-    log(f"serving {artefact.source[0]} -> {artefact.target[0]} on {base}/ (LibreTranslate's "
+    pairs = ", ".join(f"{s} -> {t}" for s, t in models.by_pair)
+    log(f"serving {pairs} on {base}/ (LibreTranslate's "
         f"API: POST /translate, /translate_file, /detect, ...; every route at {base}/docs)")
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning",

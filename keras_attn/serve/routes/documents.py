@@ -6,12 +6,10 @@ Example:
     ...            files={"file": ("dates.txt", b"3 March 2021")}).json()
     {'translatedFileUrl': 'http://.../download_file/<uuid>.dates.txt'}
 """
-import functools
-
 from starlette.responses import FileResponse, JSONResponse
 
 from keras_attn.serve import api, files, http, limits
-from keras_attn.serve.routes.translating import best, translated
+from keras_attn.serve.routes.translating import best, routed, translated
 
 
 async def translate_file(request):
@@ -29,14 +27,25 @@ async def translate_file(request):
     if files.extension(upload.filename) is None:
         raise api.bad_request("Invalid request: file format not supported")
 
+    route = []  # the models, routed at the first texts (``auto``: detected on them)
+
+    async def hops(texts):
+        if not route:
+            route.extend((await routed(state, source, target, texts))[0])
+        return route
+
+    async def plain(texts):
+        return await best(state, texts, await hops(texts))
+
     async def as_html(fragments):
         req = api.parse_fields({"q": fragments, "source": source, "target": target,
                                 "format": "html"}, state.languages)
-        return [hyps[0]["translation"] for hyps in await translated(state, req)]
+        return [hyps[0]["translation"]
+                for hyps in await translated(state, req, hops=await hops(fragments))]
 
     try:
-        data = await files.translate_file(upload.filename, await upload.read(),
-                                          functools.partial(best, state), as_html)
+        data = await files.translate_file(upload.filename, await upload.read(), plain,
+                                          as_html)
     except ValueError as e:
         raise api.bad_request(f"Invalid request: {e}") from None
     name = state.downloads.put(upload.filename, data)

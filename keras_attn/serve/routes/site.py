@@ -24,9 +24,9 @@ def _language(pair):
 
 
 async def languages(request):
-    source, target = request.app.state.artefact.source, request.app.state.artefact.target
-    return JSONResponse([{**_language(source), "targets": [target[0]]},
-                         {**_language(target), "targets": []}])
+    # Every language with the targets it reaches, directly or through a pivot language
+    # (one model: its source with [its target], then its target with []).
+    return JSONResponse(request.app.state.models.languages())
 
 
 async def frontend_settings(request):

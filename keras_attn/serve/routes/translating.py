@@ -1,11 +1,14 @@
 """``POST /translate``, ``/attention``, ``/detect`` and ``/suggest``: texts to and from the
-model (fields and answers: :mod:`keras_attn.serve.api`).
+models (fields and answers: :mod:`keras_attn.serve.api`), each request routed by its
+``source`` and ``target`` (:mod:`keras_attn.serve.models`: one model, or two through a
+pivot language; ``auto``: langid among the sources that reach the target).
 
 Example:
     >>> await best(request.app.state, ["3 March 2021"])
     ['2021-03-03']
 """
 import asyncio
+import dataclasses
 import time
 
 from starlette.responses import JSONResponse
@@ -15,28 +18,67 @@ from keras_attn.serve import api, engines, http, limits, markup
 from keras_attn.serve import detect as identify
 
 
-async def translated(state, req, timing=None):
-    """Per text of a checked ``TranslateRequest``, its hypotheses, once the engine's
-    capabilities allow its options (``timing``: as ``Batcher.submit``'s)."""
+async def routed(state, source, target, texts):
+    """``(models, detected)``: the models ``source`` -> ``target`` goes through
+    (:meth:`~keras_attn.serve.models.Models.route`: one, or two through a pivot) and, for
+    ``source="auto"``, ``(code, confidence)`` of the source chosen: a one-model server's
+    own (100), else langid's likeliest among the sources that reach ``target`` (detected
+    on ``texts``)."""
+    models, detected = state.models, None
+    if source == "auto":
+        if len(models) == 1:
+            detected = (models.first.pair[0], 100.0)
+        else:
+            among = models.sources_of(target)
+            if not among:
+                raise api.bad_request(f"no source of this server is translated into "
+                                      f"{target} (GET /languages)")
+            found = await asyncio.get_running_loop().run_in_executor(
+                None, identify.detect, texts, among)
+            detected = (found[0]["language"], found[0]["confidence"])
+        source = detected[0]
+    return models.route(source, target), detected
+
+
+async def _hop(state, model, req, timing=None):
+    """``req`` through one model (its options checked against that model's artefact)."""
     try:
-        engines.check_options(state.artefact, req.options)
+        engines.check_options(model.artefact, req.options)
     except ValueError as e:
         raise api.bad_request(f"Invalid request: {e}") from None
     if req.format == "html":
-        return await markup.translate_html(state.batcher, req, state.settings.timeout,
+        return await markup.translate_html(model.batcher, req, state.settings.timeout,
                                            alignments=state.capabilities.alignments)
     # Confidences only when the answer shows them (``hypotheses``): on CTranslate2 they
     # are one more pass over every hypothesis.
-    return await state.batcher.submit(req.texts, req.options, state.settings.timeout,
+    return await model.batcher.submit(req.texts, req.options, state.settings.timeout,
                                       confidence=req.hypotheses, timing=timing,
                                       **api.passthrough_of(req))
 
 
-async def best(state, texts):
-    """The engine's translation of each text with the default options (greedy)."""
-    results = await state.batcher.submit(texts, DecodingOptions(), state.settings.timeout,
-                                         confidence=False)
-    return [hyps[0]["translation"] for hyps in results]
+async def translated(state, req, timing=None, hops=None):
+    """Per text of a checked ``TranslateRequest``, its hypotheses, once the engine's
+    capabilities allow its options (``timing``: as ``Batcher.submit``'s). ``hops``: the
+    models it goes through (default: :func:`routed`'s); through a pivot, the first
+    model's greedy translation is what the second translates with the request's options."""
+    if hops is None:
+        hops, _ = await routed(state, req.source, req.target, req.texts)
+    for model in hops[:-1]:
+        first = dataclasses.replace(req, options=DecodingOptions(), alternatives=0,
+                                    hypotheses=False)
+        results = await _hop(state, model, first)
+        req = dataclasses.replace(req, texts=[hyps[0]["translation"] for hyps in results])
+    return await _hop(state, hops[-1], req, timing)
+
+
+async def best(state, texts, hops=None):
+    """The engine's translation of each text with the default options (greedy); through
+    ``hops`` (default: the first model)."""
+    for model in hops or [state.models.first]:
+        results = await model.batcher.submit(texts, DecodingOptions(), state.settings.timeout,
+                                             confidence=False)
+        texts = [hyps[0]["translation"] for hyps in results]
+    return texts
 
 
 async def translate(request):
@@ -52,7 +94,12 @@ async def translate(request):
     if answer is not None:
         timing["cache"] = time.perf_counter() - started - timing["read"]
     else:
-        answer = api.answer(req, await translated(state, req, timing), state.languages[0])
+        hops, detected = await routed(state, req.source, req.target, req.texts)
+        pivot = hops[0].pair[1] if len(hops) > 1 else None
+        results = await translated(state, req, timing, hops)
+        source, confidence = detected or (req.source, 100.0)
+        answer = api.answer(req, results, source, confidence, pivot)
+        state.metrics.observe_translation(len(req.texts), source, req.target, pivot)
         if key is not None:
             state.cache.put(key, answer)
     return JSONResponse(answer, headers=http.server_timing(timing, started))
@@ -62,13 +109,21 @@ async def attention(request):
     state = request.app.state
     fields, _, _ = await http.read_fields(request)
     limits.check_access(request, fields)
-    if state.attention.unavailable is not None:
-        raise api.ApiError(501, f"Cannot compute attention: {state.attention.unavailable}")
     text, translation = api.parse_attention_fields(fields, state.languages)
+    model = state.models.first
+    source, target = api.check_languages(fields, state.languages, required=False)
+    if len(state.models) > 1 and target is not None:
+        hops, _ = await routed(state, source or "auto", target, [text])
+        if len(hops) > 1:
+            raise api.bad_request(f"no one model translates {hops[0].pair[0]} -> {target}: "
+                                  "a heatmap is one model's attention")
+        model = hops[0]
+    if model.attention.unavailable is not None:
+        raise api.ApiError(501, f"Cannot compute attention: {model.attention.unavailable}")
     if translation is None:  # the engine's greedy translation, as /translate gives it
-        translation = (await best(state, [text]))[0]
+        translation = (await best(state, [text], [model]))[0]
     out = await asyncio.wait_for(
-        asyncio.wrap_future(state.attention.submit(text, translation)), state.settings.timeout)
+        asyncio.wrap_future(model.attention.submit(text, translation)), state.settings.timeout)
     return JSONResponse({"translatedText": translation, **out})
 
 
@@ -76,8 +131,11 @@ async def detect(request):
     fields, form, _ = await http.read_fields(request)
     limits.check_access(request, fields)
     texts, _ = api.texts_of(fields.get("q"), form)
+    # A server of several models names its sources only; one model: every language.
+    models = request.app.state.models
+    among = models.sources if len(models) > 1 else None
     loop = asyncio.get_running_loop()
-    return JSONResponse(await loop.run_in_executor(None, identify.detect, texts))
+    return JSONResponse(await loop.run_in_executor(None, identify.detect, texts, among))
 
 
 async def suggest(request):

@@ -1,0 +1,235 @@
+"""One server, many models: every model ``keras-attn serve PATH [PATH ...]`` was given, by
+language pair, each on its own engine and batcher, and the route a request takes.
+
+* :func:`find_artefacts`: each PATH (a run directory, an export directory, or a folder
+  whose subfolders are exports or runs) -> its :class:`~keras_attn.serve.locate.Artefact`
+  (:func:`~keras_attn.serve.locate.locate`); two models of one pair are refused before
+  anything loads (:func:`check_pairs`).
+* :class:`Models`: ``(source, target)`` -> :class:`Model` (artefact, replicas, batcher,
+  attention); :meth:`Models.route` gives the models a request goes through: the direct
+  one, or two chained through a pivot language when no model translates the pair;
+  :meth:`Models.languages` is ``GET /languages`` (one model: exactly what a one-model
+  server always answered).
+
+Imports neither TensorFlow nor CTranslate2.
+
+Example:
+    >>> models = Models([(locate("runs/en-fr"), en_fr), (locate("runs/fr-en"), fr_en)])
+    >>> [m.pair for m in models.route("en", "fr")]
+    [('en', 'fr')]
+    >>> models.languages()[0]
+    {'code': 'en', 'name': 'English', 'targets': ['fr']}
+"""
+import dataclasses
+import os
+
+from keras_attn.serve.api import ApiError
+from keras_attn.serve.attention import Attention
+from keras_attn.serve.batcher import Batcher
+from keras_attn.serve.locate import locate
+
+
+@dataclasses.dataclass
+class Model:
+    """One served model.
+
+    Args:
+        artefact: its :class:`~keras_attn.serve.locate.Artefact`.
+        replicas: ``InProcessReplicas`` / ``ProcessReplicas`` (its loaded engine).
+        batcher: its :class:`~keras_attn.serve.batcher.Batcher` (over ``replicas``).
+        attention: its :class:`~keras_attn.serve.attention.Attention` (``POST /attention``).
+
+    Example:
+        >>> model.pair, model.label
+        (('en', 'fr'), 'en->fr')
+    """
+
+    artefact: object
+    replicas: object
+    batcher: Batcher
+    attention: Attention
+
+    @property
+    def pair(self):
+        """``(source code, target code)``."""
+        return (self.artefact.source[0], self.artefact.target[0])
+
+    @property
+    def label(self):
+        return "->".join(self.pair)
+
+
+def check_pairs(artefacts, paths=None):
+    """Refuse two artefacts of one ``(source, target)`` pair (``ValueError`` naming both).
+
+    Args:
+        artefacts: :class:`~keras_attn.serve.locate.Artefact` list.
+        paths: what each came from (the message's names; default: their paths).
+    """
+    seen = {}
+    for i, artefact in enumerate(artefacts):
+        pair = (artefact.source[0], artefact.target[0])
+        where = paths[i] if paths else artefact.path
+        if pair in seen:
+            raise ValueError(
+                f"two models translate {pair[0]} -> {pair[1]}: {seen[pair]} and {where}; a "
+                "server routes a pair to one model: serve one of them (or set another pair "
+                "in one run's config.json: source_lang, target_lang)")
+        seen[pair] = where
+    return artefacts
+
+
+def find_artefacts(paths, engine="savedmodel"):
+    """The artefacts of ``paths``, in order: each path is what
+    :func:`~keras_attn.serve.locate.locate` resolves, or else a folder whose subfolders
+    are (each one holding an artefact, sorted by name).
+
+    Returns:
+        ``[(path, Artefact)]`` (path: the folder it was found in).
+
+    Raises:
+        FileNotFoundError: a path that is neither (the message is ``locate``'s).
+        ValueError: two of one pair (:func:`check_pairs`).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    found = []
+    for path in paths:
+        try:
+            found.append((os.fspath(path), locate(path, engine)))
+            continue
+        except FileNotFoundError as e:
+            error = e
+        inside = []
+        if os.path.isdir(path):
+            for name in sorted(os.listdir(path)):
+                sub = os.path.join(path, name)
+                if not os.path.isdir(sub) or name.startswith("."):
+                    continue
+                try:
+                    inside.append((sub, locate(sub, engine)))
+                except FileNotFoundError:
+                    pass
+        if not inside:
+            raise FileNotFoundError(f"{error} (nor do its subfolders hold one)") from None
+        found.extend(inside)
+    check_pairs([a for _, a in found], [p for p, _ in found])
+    return found
+
+
+class Models:
+    """The served models by language pair, and the routes between the languages.
+
+    Args:
+        entries: ``[(artefact, replicas)]`` in order (the first is the page's default
+            pair, and what a one-model server's ``app.state`` names).
+        max_batch, wait_ms, queue_size: each model's
+            :class:`~keras_attn.serve.batcher.Batcher`'s.
+
+    Raises:
+        ValueError: no entry, or two of one pair.
+
+    Example:
+        >>> models = Models([(en_fr, replicas_a), (fr_en, replicas_b)])
+        >>> models.route("en", "fr")[0].label
+        'en->fr'
+    """
+
+    def __init__(self, entries, max_batch=32, wait_ms=0.0, queue_size=256):
+        entries = list(entries)
+        if not entries:
+            raise ValueError("`entries` must hold at least one (artefact, replicas). "
+                             "Received: entries=[]")
+        check_pairs([a for a, _ in entries])
+        self.models = [Model(a, r, Batcher(r, max_batch, wait_ms, queue_size), Attention(a))
+                       for a, r in entries]
+        self.by_pair = {m.pair: m for m in self.models}
+        self.names = {}
+        for m in self.models:
+            for code, name in (m.artefact.source, m.artefact.target):
+                self.names.setdefault(code, name)
+
+    def __len__(self):
+        return len(self.models)
+
+    def __iter__(self):
+        return iter(self.models)
+
+    @property
+    def first(self):
+        return self.models[0]
+
+    @property
+    def sources(self):
+        """Source codes, in the models' order."""
+        return tuple(dict.fromkeys(m.pair[0] for m in self.models))
+
+    @property
+    def targets(self):
+        """Target codes, in the models' order."""
+        return tuple(dict.fromkeys(m.pair[1] for m in self.models))
+
+    @property
+    def codes(self):
+        """Every code, sources and targets, in the models' order."""
+        return tuple(dict.fromkeys(c for m in self.models for c in m.pair))
+
+    def route(self, source, target):
+        """The models ``source`` -> ``target`` goes through: ``[direct]``, or ``[source ->
+        pivot, pivot -> target]`` (the first pivot in the models' order) when no model
+        translates the pair (never a round trip back to ``source``).
+
+        Raises:
+            ApiError: 400 naming the pairs served, when neither exists.
+        """
+        direct = self.by_pair.get((source, target))
+        if direct is not None:
+            return [direct]
+        for first in self.models if source != target else ():
+            if first.pair[0] == source and first.pair[1] != target:
+                second = self.by_pair.get((first.pair[1], target))
+                if second is not None:
+                    return [first, second]
+        served = ", ".join(f"{s} -> {t}" for s, t in self.by_pair)
+        raise ApiError(400, f"{source} -> {target} is not supported: this server translates "
+                            f"{served} (and through a pivot language where two of them "
+                            "chain; GET /languages lists every target of each source)")
+
+    def reachable(self, source, target):
+        try:
+            self.route(source, target)
+        except ApiError:
+            return False
+        return True
+
+    def targets_of(self, source):
+        """The targets ``source`` reaches: direct first, then through a pivot."""
+        direct = [m.pair[1] for m in self.models if m.pair[0] == source]
+        pivoted = [c for c in self.codes if c != source and c not in direct
+                   and self.reachable(source, c)]
+        return direct + pivoted
+
+    def sources_of(self, target):
+        """The sources that reach ``target`` (``source: "auto"`` chooses among them)."""
+        return tuple(c for c in self.sources if c != target and self.reachable(c, target))
+
+    def languages(self):
+        """``GET /languages``: every language with the targets it reaches, in the models'
+        order (one model: its source with ``[target]``, then its target with ``[]``)."""
+        return [{"code": code, "name": self.names[code], "targets": self.targets_of(code)}
+                for code in self.codes]
+
+    # --- the app's lifespan -------------------------------------------------------------------
+    def start(self):
+        for m in self.models:
+            m.batcher.start()
+
+    async def stop(self):
+        for m in self.models:
+            await m.batcher.stop()
+
+    def close(self):
+        """Close every model's replicas and attention (blocking)."""
+        for m in self.models:
+            m.replicas.close()
+            m.attention.close()
