@@ -352,6 +352,53 @@ def test_keyboard_only(driver, server, translator):
     assert lit == aligned
 
 
+# --- many models: the pickers and the swap button ---------------------------------------------
+def test_the_language_pickers_and_the_swap_button(driver):
+    """A server of en->fr and fr->en (the tiny dates run relabelled,
+    tests/test_serve_models.py): the pickers list /languages, a pair is translated by its
+    model, and swap turns the pair around with the translation as the new text."""
+    from selenium.webdriver.support.ui import Select
+
+    from keras_attn.serve.app import Settings, create_app
+    from test_serve_models import models_of
+
+    tiny = tiny_translator()
+    models, engines = models_of(tiny, ("en", "fr"), ("fr", "en"))
+    with running(create_app(models, settings=Settings(timeout=guards.timeout(30)))) as url:
+        open_page(driver, url)
+        source, target = (Select(driver.find_element("id", i))
+                          for i in ("source-lang", "target-lang"))
+        assert [o.get_attribute("value") for o in source.options] == ["auto", "en", "fr"]
+        source.select_by_value("en")
+        assert [o.get_attribute("value") for o in target.options] == ["fr"]
+        set_text(driver, SENTENCE)
+        expected = tiny.translate([SENTENCE])[0]
+        shown_translation(driver, expected)
+        assert engines[("en", "fr")].calls and not engines[("fr", "en")].calls
+        swap = driver.find_element("id", "swap")
+        wait_for(driver, lambda d: swap.is_enabled(), "the swap button")
+        swap.click()
+        assert source.first_selected_option.get_attribute("value") == "fr"
+        assert target.first_selected_option.get_attribute("value") == "en"
+        assert driver.find_element("id", "text").get_attribute("value") == expected
+        shown_translation(driver, tiny.translate([expected])[0], "the swapped translation")
+        assert engines[("fr", "en")].calls
+        assert "French → English" in driver.find_element("id", "about").text
+
+
+def tiny_translator():
+    """The tiny dates run's ``Translator`` (one per process)."""
+    import run_fixtures
+    from keras_attn.translator import Translator
+
+    if not _TINY:
+        _TINY.append(Translator.from_run_dir(run_fixtures.TINY_DATES_RUN))
+    return _TINY[0]
+
+
+_TINY = []
+
+
 # --- the inspection view -----------------------------------------------------------------------
 def test_the_inspection_view_scores_aligns_and_draws_the_heatmap(driver, server, translator):
     from selenium.webdriver.common.action_chains import ActionChains
