@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+import guards
 from keras_attn.text import spans
 from keras_attn.translation import pipeline
 
@@ -200,14 +201,16 @@ def test_serve_passes_spans_through_when_asked():
     from starlette.testclient import TestClient
 
     from keras_attn.serve.app import Settings, create_app
-    from keras_attn.serve.engines import load_engine
+    from keras_attn.serve.engines import load_engine, warm_up
     from keras_attn.serve.locate import locate
     from keras_attn.serve.replicas import InProcessReplicas
 
     artefact = locate(EXPORTED)
     engine = load_engine(artefact)
     assert engine.passthrough is False
-    app = create_app(artefact, InProcessReplicas(engine), Settings())
+    warm_up(engine)  # the graph's first call (tens of seconds on busy cores), as serve does
+    app = create_app(artefact, InProcessReplicas(engine),
+                     Settings(timeout=guards.timeout(30)))
     body = {"source": "dates", "target": "iso"}
     with TestClient(app) as client:
         def ask(**fields):
