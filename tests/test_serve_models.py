@@ -12,6 +12,7 @@ test's (the SavedModel engines are tests/test_serve.py's).
 import dataclasses
 import json
 import os
+import re
 import shutil
 import threading
 
@@ -145,7 +146,12 @@ def test_a_pair_without_a_model_goes_through_the_pivot(chain, translator):
     assert sent(engines, ("fr", "de")) == [middle]
     # a direct pair says no pivot
     assert "pivot" not in translate(url, q=DATES[0], source="fr", target="de")
-    # the options are the last model's; alternatives too
+
+
+@pytest.mark.slow  # traces the beam search (~15 s)
+def test_through_the_pivot_the_options_are_the_last_models(chain, translator):
+    url, _, _ = chain
+    middle = translator.translate(DATES[:1])
     body = translate(url, q=DATES[0], source="en", target="de", alternatives=1)
     nbest = translator.translate_nbest(middle[:1], beam_size=2, num_hypotheses=2)[0]
     assert body == {"translatedText": nbest[0]["translation"],
@@ -318,3 +324,62 @@ def test_the_answer_carries_the_pivot_field():
                                (("en", "fr"), ("fr", "de")))
     assert api.answer(request, [[{"translation": "y"}]], "en", pivot="fr") == {
         "translatedText": "y", "pivot": "fr"}
+
+
+# --- the command, end to end ---------------------------------------------------------------------
+@pytest.mark.slow  # two SavedModels loaded by a server process (~30 s)
+def test_the_command_serves_two_savedmodels_from_one_process(tmp_path):
+    """``keras-attn serve exported COPY``: the committed dates model and a copy of it
+    labelled the other way (``iso -> dates`` in its run's config.json), each loaded with its
+    memory stated, both routed, ``/languages`` listing both, LibreTranslate's client."""
+    import subprocess
+    import sys
+    import time
+
+    from libretranslatepy import LibreTranslateAPI
+    from servers import free_port
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    exported = os.path.join(root, "exported")
+    copy = tmp_path / "iso-dates"
+    shutil.copytree(os.path.join(exported, "saved_model"), copy / "saved_model")
+    shutil.copytree(os.path.join(exported, "run"), copy / "run")
+    config = json.loads((copy / "run" / "config.json").read_text())
+    config.update(source_lang="iso", target_lang="dates")
+    (copy / "run" / "config.json").write_text(json.dumps(config))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = tmp_path / "serve.log"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "keras_attn.cli", "serve", exported,
+                                 str(copy), "--port", str(port), "--replicas", "1",
+                                 "--threads", "1"], cwd=root, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + guards.timeout(120)
+        while True:
+            assert proc.poll() is None, log_path.read_text()
+            try:
+                if httpx.get(url + "/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.2)
+        client = LibreTranslateAPI(url + "/")
+        assert client.languages() == [
+            {"code": "dates", "name": "Dates as people write them", "targets": ["iso"]},
+            {"code": "iso", "name": "ISO 8601 dates", "targets": ["dates"]}]
+        forward = client.translate("3 March 2021", "dates", "iso")
+        assert forward == client.translate("3 March 2021", "iso", "dates")  # the same weights
+        assert post(url, q="x", source="iso", target="iso").status_code == 400
+    finally:
+        proc.terminate()
+        proc.wait(guards.timeout(30))
+    text = log_path.read_text()
+    for label, path in (("dates->iso", exported), ("iso->dates", str(copy))):
+        assert re.search(rf"loaded {label} from {re.escape(path)} \(\+\d+ MB\)", text), text
+    assert "serving dates -> iso, iso -> dates on" in text
+    assert "Traceback" not in text, text
