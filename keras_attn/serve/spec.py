@@ -86,7 +86,9 @@ ENDPOINTS = (
         schema={"type": "object", "properties": {
             "translatedText": {"description": "Translated text(s)"},
             "alternatives": {"type": "array"}, "detectedLanguage": {},
-            "hypotheses": {"type": "array"}}},
+            "hypotheses": {"type": "array"},
+            "pivot": {"type": "string", "description": "The language between the two "
+                      "models that translated (no one model translates the pair)"}}},
         errors=_LIMITED + (500, 503, 504)),
     Endpoint("/translate_file", "POST", "translate_file", "Translate a file (.txt, .html, "
              ".docx, .odt)", fields=(Field("file", "file", True, "File to translate"),
