@@ -148,6 +148,16 @@ def test_a_pair_without_a_model_goes_through_the_pivot(chain, translator):
     assert "pivot" not in translate(url, q=DATES[0], source="fr", target="de")
 
 
+def test_a_file_goes_through_the_pivot_too(chain, translator):
+    url, _, _ = chain
+    response = httpx.post(url + "/translate_file", data={"source": "en", "target": "de"},
+                          files={"file": ("dates.txt", "\n".join(DATES).encode())},
+                          timeout=guards.timeout(30))
+    assert response.status_code == 200, response.text
+    download = httpx.get(response.json()["translatedFileUrl"], timeout=guards.timeout(30))
+    assert download.text.splitlines() == translator.translate(translator.translate(DATES))
+
+
 @pytest.mark.slow  # traces the beam search (~15 s)
 def test_through_the_pivot_the_options_are_the_last_models(chain, translator):
     url, _, _ = chain
