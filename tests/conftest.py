@@ -10,6 +10,12 @@
   decoding tokens, artefacts equal token for token). CI runs them again under other CPUs'
   kernels (``.ci/run``); the whole files listed in ``KERNEL_FILES`` carry it, other files
   mark single tests.
+- The ``heavy`` marker: tests that need no trained run of the session but take seconds of
+  compute each (a committed export loaded, many decoders traced, subprocesses). They count
+  as ``slow``: the README's ``-m "not slow"`` leaves them to CI's slow pass, and CI's
+  other-CPU passes, which run ``kernels and not slow``, take them back with ``or heavy``.
+  Every test that reads the ``tiny_dates`` export (built once, about two minutes on 2
+  cores) is heavy, and so is every test of ``HEAVY_FILES``; other files mark single tests.
 """
 import hashlib
 import json
@@ -31,12 +37,25 @@ KERNEL_FILES = {
     "test_bahdanau.py", "test_losses.py", "test_dropout.py", "test_positional.py",
     "test_schedules.py", "test_fastpath.py", "test_decoding.py",
 }
+# Every test of these files loads an export or traces decoders for seconds (the committed
+# model's SavedModel, TFLite files and CTranslate2 model; searches under XLA).
+HEAVY_FILES = {
+    "test_export.py", "test_exported.py", "test_signature.py", "test_request.py",
+    "test_scoring.py", "test_ctranslate2.py", "test_documents_artefacts.py",
+    "test_decoding.py", "test_decoding_options.py", "test_repetition.py",
+}
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in KERNEL_FILES:
             item.add_marker(pytest.mark.kernels)
+        if item.get_closest_marker("slow") is not None:
+            continue  # slow in its own right (a run trained for the session): not heavy
+        if item.path.name in HEAVY_FILES or "tiny_dates" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.heavy)
+        if item.get_closest_marker("heavy") is not None:
+            item.add_marker(pytest.mark.slow)
 
 
 _TF_SEEDED = []  # TensorFlow's global seed is set once per process (see _seed)

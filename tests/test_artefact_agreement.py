@@ -54,6 +54,7 @@ def test_every_float32_artefact_gives_the_translators_text(tiny_sentencepiece, t
         assert artefacts[name]["inputs"] == len(TEXTS), (name, artefacts[name])
 
 
+@pytest.mark.heavy  # decodes the tiny dates run's reference
 def test_a_missing_artefact_is_skipped_with_its_reason(tmp_path):
     """The committed tiny dates run, no export: every artefact skipped, saying what is
     missing; the reference still computed."""

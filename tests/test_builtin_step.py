@@ -33,6 +33,7 @@ def _rows(tokens):
 
 
 @pytest.mark.kernels
+@pytest.mark.heavy  # older TFLite files decoded
 def test_files_exported_before_the_step_state_still_run():
     """The runtime reads which inputs the step file has: the older file gets no tokens so
     far and ends at [END] (a character run: its controls are off, so the same decoding)."""

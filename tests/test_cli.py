@@ -405,7 +405,8 @@ TRANSLATE_FLAGS = {
     "--return-alignments": (["--return-alignments"], []),
     "--repetition-penalty": ([*CONTROLS, "--json"], ["--json"]),
 }
-FAST_FLAGS = ("--confidence", "--num-hypotheses")  # the ones --file ignored; the rest: slow
+# The ones --file ignored (heavy: the committed model decodes a file); the rest: slow.
+FAST_FLAGS = ("--confidence", "--num-hypotheses")
 
 
 @pytest.fixture(scope="module")
@@ -438,8 +439,8 @@ def test_every_translate_flag_is_checked_in_file_mode():
     assert shown - checked == {"-h", "--help", "--file", "--verbose"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST_FLAGS else
-                                               pytest.mark.slow) for n in TRANSLATE_FLAGS])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.heavy if n in FAST_FLAGS
+                                               else pytest.mark.slow) for n in TRANSLATE_FLAGS])
 def test_translate_file_mode_honours_every_flag(name, committed_translator, tmp_path,
                                                  monkeypatch, capsys):
     """``translate --file`` gives what the same text given as an argument gives, with every

@@ -138,6 +138,7 @@ NOT_DATES = ["<b>Hello</b> world.", 'Click <a href="x.html">here</a> to go home.
              "def f(x): return x + 1", "😀😀😀", "SELECT * FROM users;"]
 
 
+@pytest.mark.heavy  # decodes the committed run
 def test_committed_model_is_confident_on_dates_and_not_on_the_rest(committed):
     assert committed.calibrator.calibrated
     dates = ["3 March 2021", "le 4 juillet 1999", "2021-12-25", "Dec 1, 2000", "5/6/2007"]
@@ -147,6 +148,7 @@ def test_committed_model_is_confident_on_dates_and_not_on_the_rest(committed):
     assert max(unsure) < 0.1, list(zip(NOT_DATES, unsure))
 
 
+@pytest.mark.heavy  # decodes and scores the committed run
 def test_translate_and_score_give_the_same_confidence(committed):
     """A hypothesis of translate_nbest, scored again, gets its confidence back (the dates
     model's characters tokenize back to the decoder's ids): both read the same

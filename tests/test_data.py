@@ -297,6 +297,7 @@ def test_pipeline_shapes_shift_padding(date_pairs, char_tok):
     assert {t for _, t in pairs} >= targets and {s for s, _ in pairs} >= sources
 
 
+@pytest.mark.heavy  # builds the corpus pipeline twice
 def test_pipeline_deterministic(date_pairs, char_tok):
     def first_epoch(seed):
         ds = data.make_dataset(date_pairs, char_tok, char_tok, batch_size=16, seed=seed)

@@ -441,6 +441,7 @@ PLAIN = ["I quit.", "Tom isn't here.", "Is it true?", "Wait... what", "Is it? ye
          "3 March 2021", "Café crème brûlée!", "It’s 10:30 — “fine,” she said."]
 
 
+@pytest.mark.heavy  # every sentence rule over many texts
 def test_needs_split_flags_every_text_that_is_not_one_bare_sentence():
     texts = ([c[0] for c in CASES] + [c["text"] for c in GOLDEN["cases"]] + PLAIN
              + ["I wasn't fired. I quit.", "One's new. The other's old.", " I quit.",

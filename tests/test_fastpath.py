@@ -137,6 +137,7 @@ def test_dropout_paths_realise_the_same_rate(rate):
         np.testing.assert_allclose(np.unique(y[y != 0]), [1 / (1 - q)], rtol=EPS, atol=0)
 
 
+@pytest.mark.heavy  # traces both paths' searches
 def test_greedy_and_beam_decoding_agree():
     model = models.transformer_seq2seq(40, 40, num_hiddens=16, ffn_num_hiddens=32, num_heads=2,
                                        num_layers=2, dropout=0.0, max_len=24)
@@ -299,6 +300,7 @@ def test_cached_attention_with_several_queries_and_valid_lens(graph):
     assert (fast[3][1, :, :, 3:] == 0).all()  # keys beyond valid_lens get no weight
 
 
+@pytest.mark.heavy  # traces the searches in mixed float16
 def test_cached_decoding_in_mixed_float16():
     """Under mixed_float16 the fast step's kernels take float16 (``BatchMatMulV3`` has no
     float16 CPU kernel: ``tf.matmul`` there); eagerly and in a graph it decodes what the

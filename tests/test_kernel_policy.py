@@ -83,6 +83,7 @@ def test_growing_cache_only_in_a_traced_graph_with_dynamic_shapes():
         fastpath.KernelPolicy(compiled=1)
 
 
+@pytest.mark.heavy  # compiles the confidence pass
 def test_compiled_confidence_pass_reads_the_whole_buffer_alike():
     """Under ``compiled`` (XLA) the confidence pass is not cut to the longest hypothesis:
     the same features, the padding positions adding nothing (causal, masked)."""

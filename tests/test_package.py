@@ -2,6 +2,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import guards
 import keras_attn
 
@@ -17,6 +19,7 @@ print("reached", len(ka.SUBMODULES))
 """
 
 
+@pytest.mark.heavy  # imports every module in a fresh interpreter
 def test_every_submodule_is_an_attribute_in_a_fresh_interpreter():
     out = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True,
                          timeout=guards.timeout(10))

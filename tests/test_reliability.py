@@ -237,6 +237,7 @@ def check_decoded_rows(tokens, max_len):
 
 
 @pytest.mark.parametrize("kind", KINDS_FAST)
+@pytest.mark.heavy  # traces the searches
 def test_greedy_search_on_all_padding_source(kind):
     model = model_of(kind)
     source = np.array([[0, 0, 0, 0], [5, 6, 7, 0]], "int32")
@@ -289,6 +290,7 @@ def test_property_encoder_block_is_permutation_equivariant(data):
 @pytest.mark.parametrize("kind", KINDS_FAST)
 @settings(max_examples=15, deadline=None)
 @given(data=st.data())
+@pytest.mark.heavy  # a property over many paddings
 def test_property_padding_never_changes_real_positions(kind, data):
     """Whole model: more source padding, or more target padding, leaves the logits of
     every real target position unchanged."""

@@ -125,6 +125,7 @@ def in_flight(url):
 
 # --- LibreTranslate's API ---------------------------------------------------------------------
 @pytest.mark.kernels
+@pytest.mark.heavy  # the committed SavedModel served
 def test_json_and_form_bodies_give_the_translators_text(server, translator):
     expected = translator.translate(DATES)
     response = post(server, json={"q": DATES, **BODY})
@@ -151,6 +152,7 @@ def test_the_published_libretranslate_client(server, translator):
 
 
 @pytest.mark.kernels
+@pytest.mark.heavy  # beam search through the SavedModel
 def test_alternatives_are_the_translators_nbest(server, translator):
     nbest = translator.translate_nbest(DATES, beam_size=4, num_hypotheses=4)
     body = post(server, json={"q": DATES, "alternatives": 3, "return_scores": True,
@@ -172,6 +174,7 @@ def test_alternatives_are_the_translators_nbest(server, translator):
     dict(sampling_topk=5, sampling_temperature=1.5, seed=7),
     dict(target_prefix="19", max_length=12),
 ], ids=lambda o: ",".join(o))
+@pytest.mark.heavy  # every option through the SavedModel's graph
 def test_our_decoding_options_are_extra_fields(server, translator, options):
     expected = translator.translate_nbest(DATES, **options)
     body = post(server, json={"q": DATES, "return_scores": True, **options, **BODY}).json()
@@ -447,6 +450,7 @@ def ct2_run(tmp_path_factory):
 
 
 @pytest.mark.kernels
+@pytest.mark.heavy  # a CTranslate2 export of the committed run
 def test_the_ctranslate2_engine_gives_the_same_answers(ct2_run, server, translator):
     from keras_attn.serve.engines import load_engine
 

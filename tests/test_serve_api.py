@@ -67,6 +67,7 @@ def translate(url, **fields):
 
 
 # --- the published client ---------------------------------------------------------------------
+@pytest.mark.heavy  # a real server and LibreTranslate's client
 def test_the_published_client_detects_and_translates(server):
     from libretranslatepy import LibreTranslateAPI
 
@@ -79,6 +80,7 @@ def test_the_published_client_detects_and_translates(server):
 
 
 # --- /detect ------------------------------------------------------------------------------------
+@pytest.mark.heavy  # langid's model loaded
 def test_detect_names_the_language_of_real_sentences(server):
     """Each sentence's language, and langid's own module-level classifier agrees (another
     code path of the same library: unnormalised scores)."""

@@ -218,6 +218,7 @@ def test_inside_tf_function(word_tok, char_tok):
     assert concrete.structured_input_signature[0][0].shape.as_list() == [None]
 
 
+@pytest.mark.heavy  # a tokenizer saved and loaded as a SavedModel
 def test_saved_model_roundtrip(tmp_path, word_tok):
     word_tok.detokenize.get_concrete_function(tf.TensorSpec([None, None], tf.int32))
     tf.saved_model.save(word_tok, str(tmp_path / "tok"))

@@ -169,6 +169,7 @@ def test_incremental_decoding_matches_full_call(norm_first, tie):
         np.testing.assert_array_equal(lc.as_numpy(cross_w[0])[0, :, 0, 4:], 0.0)
 
 
+@pytest.mark.heavy  # compiles the step with XLA
 def test_incremental_step_under_xla():
     """Steps inside ``tf.function(jit_compile=True)`` with a tensor index equal eager ones."""
     src, _ = tokens()
@@ -216,6 +217,7 @@ test_config_round_trip, test_gradients_finite, test_dropout_only_in_training = c
 test_xla, test_mixed_float16 = stack_tests(CASES, CASE_TERMS, ["decoder"])
 
 
+@pytest.mark.heavy  # saves and loads the stacks
 def test_stacks_save_load_unknown_length(tmp_path):
     src = keras.Input((None,), dtype="int32")
     tgt = keras.Input((None,), dtype="int32")

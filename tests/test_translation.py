@@ -116,6 +116,7 @@ NO_TENSORFLOW = ("assert 'tensorflow' not in sys.modules and 'keras' not in sys.
                  "sorted(m for m in sys.modules if m.startswith(('tensorflow', 'keras.')))[:5]\n")
 
 
+@pytest.mark.heavy  # a fresh interpreter with CTranslate2
 def test_ctranslate2_imports_no_tensorflow(ct2_dates):
     """A CTranslate2 model translates (documents, n-best), scores and gives confidences
     in a process that never imports TensorFlow (nor Keras), as Translator does."""

@@ -23,6 +23,7 @@ def translator():
     return Translator.from_run_dir(str(RUN))
 
 
+@pytest.mark.heavy  # decodes held-out dates with the committed run
 def test_from_run_dir_translates_dates(translator):
     assert translator.translate(["3 March 2021"]) == ["2021-03-03"]
     assert translator.translate(DATES) == EXPECTED
@@ -68,6 +69,7 @@ def _copy_run_without_model(tmp_path):
     return run
 
 
+@pytest.mark.heavy  # rebuilds and decodes the committed run
 def test_run_with_only_the_best_checkpoint_loads_through_build_model(tmp_path, translator):
     run = _copy_run_without_model(tmp_path)
     from_checkpoint = Translator.from_run_dir(str(run))
@@ -105,6 +107,7 @@ def test_length_penalty_reaches_the_engine_by_its_own_name(translator, monkeypat
     assert seen == [1.5, 0.3, 0.3, 0.6]
 
 
+@pytest.mark.heavy  # decodes the committed run twice
 def test_a_calibrator_set_on_the_translator_is_the_one_its_engine_decodes_with(translator):
     """Settings are the engine's: a calibrator set on the Translator gives the confidences
     that a translator loaded with that calibrator gives."""
