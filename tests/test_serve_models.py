@@ -75,22 +75,24 @@ def models_of(translator, *pairs):
         engines
 
 
-@pytest.fixture(scope="module")
-def two(translator):
-    """A real server of en->fr and fr->en: ``(url, engines, app)``."""
-    models, engines = models_of(translator, ("en", "fr"), ("fr", "en"))
+def serving_models(translator, *pairs):
+    """A real server of relabelled copies of the tiny run: yields ``(url, engines, app)``."""
+    models, engines = models_of(translator, *pairs)
     app = create_app(models, settings=Settings(timeout=guards.timeout(30)))
     with running(app) as url:
         yield url, engines, app
+
+
+@pytest.fixture(scope="module")
+def two(translator):
+    """A real server of en->fr and fr->en."""
+    yield from serving_models(translator, ("en", "fr"), ("fr", "en"))
 
 
 @pytest.fixture(scope="module")
 def chain(translator):
     """A real server of en->fr and fr->de (en->de only through fr)."""
-    models, engines = models_of(translator, ("en", "fr"), ("fr", "de"))
-    app = create_app(models, settings=Settings(timeout=guards.timeout(30)))
-    with running(app) as url:
-        yield url, engines, app
+    yield from serving_models(translator, ("en", "fr"), ("fr", "de"))
 
 
 def post(url, route="/translate", **body):
