@@ -71,3 +71,10 @@ def test_every_package_says_what_it_holds_and_may_import():
     for init in sorted(PACKAGE.glob("*/__init__.py")):
         doc = init.read_text(encoding="utf-8").split('"""')[1]
         assert "May import:" in doc, f"{init.relative_to(ROOT)}: no word on what it may import"
+
+
+def test_no_module_passes_400_lines():
+    # Issue 53's bound: a module past it holds more than one job (split it by job).
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
+    assert not long, f"modules over 400 lines: {long}"

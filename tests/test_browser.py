@@ -17,16 +17,13 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import subprocess
-import sys
-import time
 
 import httpx
 import numpy as np
 import pytest
 
 import guards
-from servers import free_port, running
+from servers import running, serve_process
 
 pytestmark = pytest.mark.browser
 
@@ -101,35 +98,10 @@ def wait_for(driver, condition, what, seconds=30):
 @contextlib.contextmanager
 def serving(log_dir, *flags):
     """``keras-attn serve exported FLAGS`` in a process of its own, as a user starts it."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     log_path = log_dir / "serve.log"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "keras_attn.cli", "serve", EXPORTED,
-                                 "--port", str(port), "--replicas", "1", "--threads", "1",
-                                 *flags], cwd=ROOT, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + guards.timeout(40)
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                if httpx.get(url + "/health", timeout=5).json()["status"] == "ok":
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the server did not answer /health"
-            time.sleep(0.1)
+    with serve_process([EXPORTED, "--replicas", "1", "--threads", "1", *flags], log_path,
+                       seconds=40) as (url, _):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(guards.timeout(10))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
     assert "Traceback" not in log_path.read_text(), log_path.read_text()
 
 

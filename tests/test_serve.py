@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import guards
-from servers import free_port, running, wait_until
+from servers import running, serve_process, wait_until
 from keras_attn.decoding.options import DecodingOptions
 from keras_attn.serve import api, limits
 from keras_attn.serve.app import Settings, create_app
@@ -405,21 +405,9 @@ def test_parse_fields_maps_alternatives_to_the_beam():
 # --- the process: SIGTERM, the CLI, the CTranslate2 engine -----------------------------------
 @pytest.mark.slow  # starts a keras-attn process (~25 s on a loaded 2-core machine)
 def test_sigterm_answers_the_request_in_flight_then_exits(tmp_path):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(tmp_path / "serve.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "keras_attn.cli", "serve", EXPORTED,
-                             "--port", str(port), "--replicas", "1", "--threads", "1"],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        def up():
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-            try:
-                return health(url)["status"] == "ok"
-            except httpx.HTTPError:
-                return False
-
-        wait_until(up, "the server to answer /health", seconds=20)
+    log_path = tmp_path / "serve.log"
+    with serve_process([EXPORTED, "--replicas", "1", "--threads", "1"], log_path,
+                       seconds=20) as (url, proc):
         texts = DATES * 20
         with concurrent_posts(url) as submit:
             future = submit({"q": texts, "beam_size": 8, "num_hypotheses": 8, **BODY})
@@ -431,11 +419,7 @@ def test_sigterm_answers_the_request_in_flight_then_exits(tmp_path):
         # uvicorn re-raises the signal once it has shut down: the status of a process
         # stopped by SIGTERM (0 if it is ever caught), never a crash.
         assert proc.wait(guards.timeout(10)) in (0, -signal.SIGTERM)
-        assert "Traceback" not in (tmp_path / "serve.log").read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
+    assert "Traceback" not in log_path.read_text()
 
 
 @pytest.fixture(scope="module")

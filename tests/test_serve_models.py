@@ -344,12 +344,8 @@ def test_the_command_serves_two_savedmodels_from_one_process(tmp_path):
     """``keras-attn serve exported COPY``: the committed dates model and a copy of it
     labelled the other way (``iso -> dates`` in its run's config.json), each loaded with its
     memory stated, both routed, ``/languages`` listing both, LibreTranslate's client."""
-    import subprocess
-    import sys
-    import time
-
     from libretranslatepy import LibreTranslateAPI
-    from servers import free_port
+    from servers import serve_process
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     exported = os.path.join(root, "exported")
@@ -359,27 +355,9 @@ def test_the_command_serves_two_savedmodels_from_one_process(tmp_path):
     config = json.loads((copy / "run" / "config.json").read_text())
     config.update(source_lang="iso", target_lang="dates")
     (copy / "run" / "config.json").write_text(json.dumps(config))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     log_path = tmp_path / "serve.log"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "keras_attn.cli", "serve", exported,
-                                 str(copy), "--port", str(port), "--replicas", "1",
-                                 "--threads", "1"], cwd=root, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + guards.timeout(120)
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.2)
+    with serve_process([exported, copy, "--replicas", "1", "--threads", "1"], log_path,
+                       seconds=120) as (url, _):
         client = LibreTranslateAPI(url + "/")
         assert client.languages() == [
             {"code": "dates", "name": "Dates as people write them", "targets": ["iso"]},
@@ -387,9 +365,6 @@ def test_the_command_serves_two_savedmodels_from_one_process(tmp_path):
         forward = client.translate("3 March 2021", "dates", "iso")
         assert forward == client.translate("3 March 2021", "iso", "dates")  # the same weights
         assert post(url, q="x", source="iso", target="iso").status_code == 400
-    finally:
-        proc.terminate()
-        proc.wait(guards.timeout(30))
     text = log_path.read_text()
     for label, path in (("dates->iso", exported), ("iso->dates", str(copy))):
         assert re.search(rf"loaded {label} from {re.escape(path)} \(\+\d+ MB\)", text), text

@@ -17,7 +17,7 @@ import pytest
 
 import guards
 import run_fixtures
-from servers import free_port, wait_until
+from servers import serve_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(ROOT, "docs", "train_your_pair.md")
@@ -83,37 +83,21 @@ def test_the_pages_commands_on_a_tiny_slice(tmp_path):
     assert json.loads(assets.read_text()) == {"languages": expected}
 
     # keras-attn serve runs/en-fr runs/fr-en: one process, both directions.
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(tmp_path / "serve.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "keras_attn.cli", "serve",
-                                 "runs/en-fr", "runs/fr-en", "--port", str(port)],
-                                cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            def up():
-                assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-                try:
-                    return httpx.get(f"{url}/health").status_code == 200
-                except httpx.HTTPError:
-                    return False
-
-            wait_until(up, "keras-attn serve to answer /health", seconds=60)
-            languages = httpx.get(f"{url}/languages").json()
-            page = open(PAGE, encoding="utf-8").read()
-            assert f"# {json.dumps(languages, ensure_ascii=False)}" in page, languages
-            for source, target, text in (("fr", "en", "Je suis chez moi."),
-                                         ("en", "fr", "I'm home.")):
-                answer = httpx.post(f"{url}/translate", timeout=guards.timeout(30), json={
-                    "q": text, "source": source, "target": target})
-                assert answer.status_code == 200, answer.text
-                assert isinstance(answer.json()["translatedText"], str)
-                assert "pivot" not in answer.json()
-            refused = httpx.post(f"{url}/translate", json={"q": "Hallo", "source": "de",
-                                                            "target": "en"})
-            assert refused.status_code == 400
-        finally:
-            proc.terminate()
-            proc.wait(guards.timeout(10))
+    with serve_process(["runs/en-fr", "runs/fr-en"], tmp_path / "serve.log", cwd=tmp_path,
+                       seconds=60) as (url, _):
+        languages = httpx.get(f"{url}/languages").json()
+        page = open(PAGE, encoding="utf-8").read()
+        assert f"# {json.dumps(languages, ensure_ascii=False)}" in page, languages
+        for source, target, text in (("fr", "en", "Je suis chez moi."),
+                                     ("en", "fr", "I'm home.")):
+            answer = httpx.post(f"{url}/translate", timeout=guards.timeout(30), json={
+                "q": text, "source": source, "target": target})
+            assert answer.status_code == 200, answer.text
+            assert isinstance(answer.json()["translatedText"], str)
+            assert "pivot" not in answer.json()
+        refused = httpx.post(f"{url}/translate", json={"q": "Hallo", "source": "de",
+                                                        "target": "en"})
+        assert refused.status_code == 400
     log_text = (tmp_path / "serve.log").read_text()
     assert "loaded en->fr from runs/en-fr" in log_text, log_text
     assert "loaded fr->en from runs/fr-en" in log_text, log_text

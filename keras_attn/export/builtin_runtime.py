@@ -1,0 +1,119 @@
+"""The loop an app on a phone runs over the builtin TFLite target (two files: an encoder and
+a decoder step), with ``ai_edge_litert`` and numpy only: the step file applies the
+processors, chooses each token, sums its log-probability and says when the output ends
+itself (``keras_attn.export.builtin.BuiltinModule``); :func:`run_tflite_builtin` encodes,
+then feeds the step what it returned until it says ``finished``.
+
+Example:
+    >>> out = run_tflite_builtin("exported/tflite/builtin_float32", [[5, 6, 7, 3]])
+    >>> sorted(out)
+    ['confidence', 'lengths', 'log_prob', 'tokens']
+"""
+import json
+import os
+
+import numpy as np
+
+from keras_attn.core.special_tokens import END_ID, START_ID
+
+TFLITE_ENCODER_SIGNATURE = "encode"
+# The builtin step file's signatures: decode_step as first shipped (frozen: no repetition
+# controls), decode_step_v2 the step with the tokens so far (every processor).
+TFLITE_FROZEN_STEP_SIGNATURE = "decode_step"
+TFLITE_STEP_SIGNATURE = "decode_step_v2"
+BUILTIN_FILES = ("encoder.tflite", "decoder_step.tflite")
+BUILTIN_METADATA = "metadata.json"
+
+
+def _builtin_paths(paths):
+    """``(encoder, decoder_step, metadata or None)`` of a builtin folder or a file pair."""
+    if isinstance(paths, (str, os.PathLike)):
+        folder = os.fspath(paths)
+        meta_path = os.path.join(folder, BUILTIN_METADATA)
+        meta = None
+        if os.path.exists(meta_path):
+            with open(meta_path, encoding="utf-8") as f:
+                meta = json.load(f)
+        return (*(os.path.join(folder, name) for name in BUILTIN_FILES), meta)
+    return os.fspath(paths[0]), os.fspath(paths[1]), None
+
+
+def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=None):
+    """The loop over the builtin target (what an app does), one row at a time: encode, then
+    call the step with what it returned (the token, the score, the tokens so far, the
+    caches) until it says ``finished`` or ``max_len`` tokens are written.
+
+    Args:
+        paths: the builtin folder, or ``(encoder_path, decoder_step_path)``.
+        source_ids: int ``(B, S)`` source ids (``[END]`` included, 0 = padding), e.g.
+            ``Translator.encode``; each row is padded/cut to the encoder's width.
+        max_len: most tokens generated (default and maximum: the exported ``max_len``).
+        start_id, end_id: the target ``[START]`` / ``[END]`` ids (default: the folder's
+            ``metadata.json``, else ``keras_attn.core.special_tokens``).
+
+    Returns:
+        dict of numpy arrays: ``tokens`` int32 ``(B, max_len)`` (0 after ``end_id``),
+        ``lengths`` int32 ``(B,)``, ``log_prob`` float32 ``(B,)``; the same conventions as
+        ``keras_attn.decoding.greedy_decode_fixed``, whose step, processors and choice the
+        file runs (the export's default options); and ``confidence`` float32 ``(B,)``, the
+        last step's. Files exported before the step kept a state of its own run too (a
+        step without a ``history`` input decodes without the repetition controls and ends
+        at ``end_id``; one without ``lowest`` returns no ``confidence``): the loop feeds
+        back whichever of them the step file has.
+
+    Example:
+        >>> out = run_tflite_builtin("export/tflite/builtin_float32", tr.encode(["3 May 1999"]))
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    encoder_path, step_path, meta = _builtin_paths(paths)
+    meta = meta or {}
+    start_id = meta.get("start_id", START_ID) if start_id is None else start_id
+    end_id = meta.get("end_id", END_ID) if end_id is None else end_id
+    encoder = Interpreter(model_path=encoder_path).get_signature_runner(
+        TFLITE_ENCODER_SIGNATURE)
+    step_file = Interpreter(model_path=step_path)
+    step = step_file.get_signature_runner(
+        TFLITE_STEP_SIGNATURE if TFLITE_STEP_SIGNATURE in step_file.get_signature_list()
+        else TFLITE_FROZEN_STEP_SIGNATURE)  # a file exported before the controls
+    width = int(encoder.get_input_details()["source"]["shape"][1])
+    step_inputs = step.get_input_details()
+    # What the step rewrites and gets back at the next call: the caches, and in newer files
+    # the confidence's running statistics and the tokens so far. Each starts at zero.
+    fed_back = sorted(n for n in step_inputs
+                      if n.startswith("cache_") or n in ("lowest", "unsure", "history"))
+    # The caches hold as many positions as the encoder's source (BuiltinModule: max_len
+    # both), whatever their layout ((1, L, H, d_h), or heads-first (1, H, L, d_h)).
+    max_len = width if max_len is None else min(int(max_len), width)
+    source_ids = np.asarray(source_ids, dtype=np.int32).reshape(len(source_ids), -1)
+    batch = source_ids.shape[0]
+    tokens = np.zeros((batch, max_len), np.int32)
+    lengths = np.zeros((batch,), np.int32)
+    log_probs = np.zeros((batch,), np.float32)
+    confidences = np.zeros((batch,), np.float32)
+    with_confidence = "lowest" in step_inputs
+    for b in range(batch):
+        row = np.zeros((1, width), np.int32)
+        n = min(width, source_ids.shape[1])
+        row[0, :n] = source_ids[b, :n]
+        enc = encoder(source=row)
+        consts = {k: v for k, v in enc.items() if k in step_inputs and k not in fed_back}
+        state = {k: np.zeros(step_inputs[k]["shape"], step_inputs[k]["dtype"])
+                 for k in fed_back}
+        token, score = np.array([[start_id]], np.int32), np.zeros((1,), np.float32)
+        for i in range(max_len):
+            out = step(token=token, index=np.array(i, np.int32), score=score, **state,
+                       **consts)
+            state = {k: out[k] for k in fed_back}
+            token, score = out["next_token"].reshape(1, 1), out["score"]
+            if with_confidence:
+                confidences[b] = out["confidence"][0]
+            tokens[b, i] = token[0, 0]
+            lengths[b] = i + 1
+            if out["finished"][0] if "finished" in out else token[0, 0] == end_id:
+                break
+        log_probs[b] = score[0]
+    result = {"tokens": tokens, "lengths": lengths, "log_prob": log_probs}
+    if with_confidence:
+        result["confidence"] = confidences
+    return result

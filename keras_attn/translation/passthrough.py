@@ -1,0 +1,76 @@
+"""What must not be translated passes through a translation unchanged: URLs, e-mail
+addresses, inline code, markup tags, numbers and emoji (:data:`keras_attn.text.spans.RULES`)
+are cut out of each sentence, the rest translated, and each group put back after the target
+word aligned with the source word before it (docs/real_text.md). Pure Python: the engines'
+hypotheses in, hypotheses out; :func:`keras_attn.translation.pipeline.split_and_join` calls it.
+"""
+from keras_attn.text import spans
+
+
+def passed_through(sentences, translate, num_hypotheses=1, keep_alignments=True,
+                   confidence=None, rules=spans.RULES):
+    """Per sentence its hypotheses, what must not be translated passed through: URLs,
+    e-mail addresses, inline code, markup tags, numbers and emoji
+    (:data:`keras_attn.text.spans.RULES`) are cut out of each sentence
+    (:func:`keras_attn.text.spans.cut`), the rest translated, and each group of spans put
+    back byte-identical after the target word aligned with the source word before it
+    (:func:`keras_attn.text.spans.put_back`), a sentence's closing punctuation kept last.
+    Alignments come from the hypotheses' ``"alignment"`` (the caller asks the engine for
+    them; CTranslate2's come from its own attention head); where an engine gives none (the
+    TFLite text file's ``serving_default``, ``engine.aligns`` False) each group is put at
+    its proportional place in the translation instead.
+    A sentence of spans alone (with punctuation and whitespace) is its own translation,
+    score 0, and is never sent to the model.
+
+    Args:
+        sentences: list of str. translate: ``sentences -> per sentence num_hypotheses
+            dicts`` (:func:`split_and_join`). num_hypotheses: per sentence.
+        keep_alignments: False: ``"alignment"`` is dropped from every hypothesis.
+        confidence: a sentence of spans alone gets ``"confidence": 1.0`` (None: when the
+            translated sentences have one).
+        rules: ordered ``(name, pattern)`` pairs.
+
+    Example:
+        >>> passed_through(["Call me at 10:30."], lambda s: [[{"translation": "Appelle-moi "
+        ...     "à.", "score": -1.0, "alignment": "0-0 1-0 2-1"}] for _ in s])[0][0]["translation"]
+        'Appelle-moi à 10:30.'
+    """
+    cuts = [spans.cut(s, rules) for s in sentences]
+    todo = [k for k, c in enumerate(cuts) if not c.only_spans and c.rest.strip()]
+    done = translate([cuts[k].rest for k in todo]) if todo else []
+    if confidence is None:
+        confidence = any("confidence" in h for hyps in done for h in hyps)
+    out = [None] * len(sentences)
+    for k, hyps in zip(todo, done):
+        row = []
+        for h in hyps:
+            translation, alignment = spans.put_back(cuts[k], h["translation"],
+                                                    h.get("alignment"))
+            h = dict(h, translation=translation)
+            if alignment is not None:
+                h["alignment"] = alignment
+            if not keep_alignments:
+                h.pop("alignment", None)
+            row.append(h)
+        out[k] = row
+    for k, c in enumerate(cuts):
+        if out[k] is None:  # spans alone: itself
+            h = {"translation": c.source, "score": 0.0, "truncated": False,
+                 **({"confidence": 1.0} if confidence else {}),
+                 **({"alignment": spans.put_back(c, "", "")[1]} if keep_alignments else {})}
+            out[k] = [dict(h) for _ in range(num_hypotheses)]
+    return out
+
+
+def has_spans(texts, rules=spans.RULES):
+    """Whether any of ``texts`` holds a span that passes through (the engine is then asked
+    for alignments, to place them)."""
+    pattern = spans.compiled(tuple(rules))
+    return any(pattern.search(t) for t in texts)
+
+
+def passthrough_default(engine):
+    """Whether an engine passes spans through when a request does not say: its
+    ``passthrough`` attribute (:func:`keras_attn.text.spans.default_for` its source
+    tokenizer: off on characters), False for an engine without one."""
+    return bool(getattr(engine, "passthrough", False))
