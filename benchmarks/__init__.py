@@ -8,6 +8,9 @@ the tests find it through ``pytest.ini``'s ``pythonpath``). Commands: docs/bench
   encoder-decoder and keras_hub's. ``report``: results -> Markdown.
 - ``serve_load``: ``keras-attn serve`` and LibreTranslate under HTTP load.
 - ``artefact_agreement``: every artefact of a run against ``Translator``.
+- ``step_ops``: the ops and milliseconds one decoding step adds in the SavedModel, run in a
+  session as TF Serving runs it.
+- ``passthrough``: spans that must not be translated, through a run's artefacts.
 - ``results``: where a run writes (a new folder under ``benchmarks/results/``).
 
 Nothing here imports ``scripts/``; scripts may import from here.

@@ -134,3 +134,41 @@ def test_benchmarks_never_import_scripts():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "scripts"]
     assert not found, found
+
+
+def test_step_ops_counts_a_loops_body_once_per_iteration():
+    """benchmarks.step_ops reads the ops a session ran from its trace: a while loop whose
+    body multiplies once and adds twice (the value, the counter), lowered as a session
+    lowers TF2's functional While (which keeps an iteration counter and its bound as two
+    more loop variables), runs per extra iteration one Mul, three AddV2 (the third: the
+    While's own counter), one Less and one LoopCond, and moves four loop variables."""
+    from benchmarks.step_ops import executed_ops
+
+    graph = tf.Graph()
+    with graph.as_default():
+        n = tf.compat.v1.placeholder(tf.int32, ())
+        _, x = tf.compat.v1.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, x * 3.0 + 1.0),
+                                       (tf.constant(0), tf.constant(1.0)))
+    with tf.compat.v1.Session(graph=graph) as sess:
+        assert sess.run(x, {n: 2}) == 13.0  # (1 * 3 + 1) * 3 + 1
+        counts = {k: executed_ops(sess.run, x, {n: k}) for k in (3, 7)}
+    per_iteration = {op: (counts[7][op] - counts[3][op]) / 4 for op in counts[7]}
+    assert {op: per_iteration[op] for op in ("Mul", "AddV2", "Less", "LoopCond")} == {
+        "Mul": 1, "AddV2": 3, "Less": 1, "LoopCond": 1}, per_iteration
+    assert per_iteration["Switch"] == per_iteration["Merge"] == per_iteration["NextIteration"] == 4
+
+
+@pytest.mark.slow  # the committed SavedModel loaded in a session and traced (~1 minute)
+def test_step_ops_of_the_committed_savedmodel():
+    from benchmarks.step_ops import measure
+
+    result = measure(os.path.join(REPO, "exported", "saved_model", "translator", "1"),
+                     "3 March 2021", short=3, long=6, repeats=1)
+    per_step = result["ops_per_step"]
+    # Every loop variable goes through Switch, NextIteration and Merge once a step (a cond
+    # inside the step adds Switch and Merge of its own).
+    assert per_step["Switch"] >= per_step["NextIteration"] > 0, per_step
+    assert per_step["Merge"] >= per_step["NextIteration"], per_step
+    assert per_step["BatchMatMulV3"] > 0, per_step
+    assert all(float(n).is_integer() for n in per_step.values()), per_step
+    assert result["total_per_step"] == sum(per_step.values())

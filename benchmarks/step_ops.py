@@ -1,0 +1,128 @@
+"""Ops per decoding step in the served graph, beside the time per step.
+
+The SavedModel is loaded in a ``tf.compat.v1.Session`` as TF Serving loads it (Grappler's
+rewrites applied, the functional loops lowered), and the ``translate`` signature runs one
+sentence cut at ``max_length`` a and at b (below the length of its translation, so the loop
+ran exactly a and b steps). The nodes one run executes are
+read from its trace (``RunOptions(trace_level=FULL_TRACE)``): what a step costs is the
+difference of the two runs over ``b - a`` steps, and the same difference of the runs'
+medians times the step. Writes
+the count by op type, the total and ms per step as JSON.
+
+    python -m benchmarks.step_ops exported/saved_model/translator/1 --text "3 March 2021" \\
+        --json docs/benchmarks/step_ops.json
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import time
+
+import numpy as np
+
+# "name = OpType(inputs)" in a NodeExecStats' timeline_label.
+_OP_TYPE = re.compile(r"=\s*([A-Za-z0-9_]+)\(")
+
+
+def executed_ops(run, fetches, feeds):
+    """``collections.Counter`` of the op types one ``session.run`` executed (every node of
+    every loop iteration: the trace's step stats)."""
+    import tensorflow as tf
+
+    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    metadata = tf.compat.v1.RunMetadata()
+    run(fetches, feeds, options=options, run_metadata=metadata)
+    ops = collections.Counter()
+    for device in metadata.step_stats.dev_stats:
+        for node in device.node_stats:
+            found = _OP_TYPE.search(node.timeline_label)
+            if found and node.node_name != "_SOURCE":
+                ops[found.group(1)] += 1
+    return ops
+
+
+def measure(path, text, short=4, long=12, signature="translate", repeats=30, threads=2):
+    """Ops and milliseconds per decoding step of ``signature`` in the SavedModel at ``path``
+    (see the module docstring). Returns a dict: ``ops_per_step`` (op type -> count, the
+    non-zero ones), ``total_per_step``, ``ms_per_step``, ``steps`` ``(short, long)``."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
+
+    from keras_attn.decoding.options import DecodingOptions
+    from keras_attn.export.runtime import option_inputs, text_array
+
+    tf.compat.v1.disable_eager_execution()
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads,
+                                      inter_op_parallelism_threads=threads)
+    with tf.compat.v1.Session(graph=tf.Graph(), config=config) as sess:
+        meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
+        sig = meta.signature_def[signature]
+        graph = sess.graph
+        fetches = {k: graph.get_tensor_by_name(v.name) for k, v in sig.outputs.items()}
+        inputs = {k: graph.get_tensor_by_name(v.name) for k, v in sig.inputs.items()}
+
+        def feeds(max_length):
+            options = option_inputs(DecodingOptions(max_length=max_length or None),
+                                    accepted=set(inputs) - {"text"})
+            return {inputs["text"]: text_array([text]),
+                    **{inputs[name]: value for name, value in options.items()}}
+
+        def translation(max_length):
+            return np.ravel(sess.run(fetches["translations"], feeds(max_length)))[0]
+
+        # Each cut ends the loop before the translation ends by itself: shorter output.
+        full = translation(0)  # the export's maximum
+        if not len(translation(short)) < len(translation(long)) < len(full):
+            raise ValueError(f"The translation of {text!r} ({full!r}) is not longer than "
+                             f"max_length={long} tokens: take a longer text or smaller --steps")
+        counts, times = {}, {}
+        for n in (short, long):
+            counts[n] = executed_ops(sess.run, fetches, feeds(n))
+            samples = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                sess.run(fetches, feeds(n))
+                samples.append(time.perf_counter() - start)
+            times[n] = float(np.median(samples))
+    steps = long - short
+    per_step = {op: (counts[long][op] - counts[short][op]) / steps
+                for op in set(counts[long]) | set(counts[short])}
+    per_step = dict(sorted(((op, n) for op, n in per_step.items() if n),
+                           key=lambda item: (-item[1], item[0])))
+    return {"signature": signature, "steps": [short, long], "threads": threads,
+            "ops_per_step": per_step, "total_per_step": sum(per_step.values()),
+            "ms_per_step": round(1000 * (times[long] - times[short]) / steps, 4),
+            "ms_per_request": {str(n): round(1000 * t, 3) for n, t in times.items()}}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("saved_model", help="a SavedModel version folder (.../translator/1)")
+    ap.add_argument("--text", default="3 March 2021",
+                    help="one sentence whose translation is longer than the longer cut")
+    ap.add_argument("--steps", default="4,8", help="the two max_length cuts (default 4,8)")
+    ap.add_argument("--signature", default="translate")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--json", help="write the result here")
+    args = ap.parse_args(argv)
+    short, long = (int(s) for s in args.steps.split(","))
+    if not 0 < short < long:
+        ap.error(f"--steps takes two cuts, the first smaller. Received: {args.steps!r}")
+    result = measure(args.saved_model, args.text, short, long, args.signature,
+                     args.repeats, args.threads)
+    result["saved_model"] = os.path.relpath(args.saved_model)
+    print(f"{result['total_per_step']:.0f} ops per step, {result['ms_per_step']} ms per step "
+          f"({args.signature}, {args.threads} threads)")
+    for op, n in list(result["ops_per_step"].items())[:12]:
+        print(f"  {n:6.1f} {op}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
