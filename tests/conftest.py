@@ -12,14 +12,14 @@
   mark single tests.
 - The ``heavy`` marker: tests that need no trained run of the session but take seconds of
   compute each (a committed export loaded, many decoders traced, subprocesses). They count
-  as ``slow``: the README's ``-m "not slow"`` leaves them to CI's heavy pass (``-m "heavy or
-  smoke"``), and the extended other-CPU passes, which run ``kernels and not slow``, take them
+  as ``slow``: the README's ``-m "not slow"`` leaves them to ``.ci/run --extended`` (CI runs
+  those of ``SMOKE``), whose other-CPU passes, which run ``kernels and not slow``, take them
   back with ``or heavy``.
   Every test that reads the ``tiny_dates`` export (built once, about two minutes on 2
   cores) is heavy, and so is every test of ``HEAVY_FILES``; other files mark single tests.
-- The ``smoke`` marker: the slow tests CI runs (``SMOKE``: one per end-to-end path, none
-  that trains for minutes), beside every heavy test; ``.ci/run --extended`` runs every slow
-  test. A name in ``SMOKE`` that its file no longer holds fails the collection.
+- The ``smoke`` marker: the slow and heavy tests CI runs (``SMOKE``: one per end-to-end
+  path on the committed export, none that trains or exports); ``.ci/run --extended`` runs
+  every slow test. A name in ``SMOKE`` that its file no longer holds fails the collection.
 """
 import hashlib
 import json
@@ -48,26 +48,23 @@ HEAVY_FILES = {
     "test_scoring.py", "test_ctranslate2.py", "test_documents_artefacts.py",
     "test_decoding.py", "test_decoding_options.py", "test_repetition.py",
 }
-# The slow tests CI's pass runs (with every heavy one): an artefact, a route or a command per
-# end-to-end path, each a minute or less on 2 cores. The others (training for minutes, every
-# architecture through every artefact, killed and resumed runs, every page's examples) run in
-# ``.ci/run --extended``.
+# The slow and heavy tests CI runs (a test id, or a file for all of its tests): a route, a
+# command or an artefact of the committed export per end-to-end path, each a minute or less
+# on 2 cores, none that trains or exports. The others (the tiny dates and SentencePiece runs
+# exported for the session and every decoding option through their artefacts, training for
+# minutes, every architecture through every artefact, killed and resumed runs, every page's
+# examples) run in ``.ci/run --extended``.
 SMOKE = {
-    "tests/test_artefact_agreement.py::test_every_float32_artefact_gives_the_translators_text",
+    "tests/test_exported.py",
     "tests/test_engines_agree.py::test_savedmodel_engine_and_its_graph",
-    "tests/test_compiled_signature.py::test_compiled_signature_answers_as_translate_v2"
-    "[dates-defaults]",
-    "tests/test_raw_text_export.py::test_translator_and_saved_model_agree",
     "tests/test_exported_readme.py::test_rest_stand_in_maps_json_as_tf_serving",
     "tests/test_models.py::test_trained_model_save_load[bahdanau]",
-    "tests/test_backends.py::test_across_backends_same_outputs_and_gradients[jax]",
     "tests/test_cli.py::test_translate_file_mode_honours_every_flag[plain]",
     "tests/test_serve.py::test_the_savedmodel_engine_calls_the_signature_it_is_given",
     "tests/test_serve_load.py::test_wrk_counts_what_the_server_answered",
     "tests/test_serve_models.py::test_the_command_serves_two_savedmodels_from_one_process",
     "tests/test_translation.py::test_serve_ctranslate2_imports_no_tensorflow[1]",
     "tests/test_passthrough.py::test_serve_passes_spans_through_when_asked",
-    "tests/test_languages.py::test_every_artefact_of_a_run_holds_its_languages",
     "tests/test_docs.py::test_the_site_builds_strictly",
 }
 
@@ -76,11 +73,11 @@ def pytest_collection_modifyitems(config, items):
     if not any("::" in str(arg) for arg in config.args):  # whole files collected
         ids = {item.nodeid for item in items}
         files = {item.nodeid.split("::")[0] for item in items}
-        lost = sorted(n for n in SMOKE if n.split("::")[0] in files and n not in ids)
+        lost = sorted(n for n in SMOKE if n.split("::")[0] in files and n not in ids | files)
         if lost:
             raise pytest.UsageError(f"tests/conftest.py SMOKE names tests that are gone: {lost}")
     for item in items:
-        if item.nodeid in SMOKE:
+        if item.nodeid in SMOKE or item.nodeid.split("::")[0] in SMOKE:
             item.add_marker(pytest.mark.smoke)
         if item.path.name in KERNEL_FILES:
             item.add_marker(pytest.mark.kernels)
