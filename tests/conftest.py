@@ -60,7 +60,6 @@ SMOKE = {
     "tests/test_exported_readme.py::test_rest_stand_in_maps_json_as_tf_serving",
     "tests/test_models.py::test_trained_model_save_load[bahdanau]",
     "tests/test_cli.py::test_translate_file_mode_honours_every_flag[plain]",
-    "tests/test_serve.py::test_the_savedmodel_engine_calls_the_signature_it_is_given",
     "tests/test_serve_load.py::test_wrk_counts_what_the_server_answered",
     "tests/test_serve_models.py::test_the_command_serves_two_savedmodels_from_one_process",
     "tests/test_translation.py::test_serve_ctranslate2_imports_no_tensorflow[1]",
