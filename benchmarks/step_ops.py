@@ -6,7 +6,7 @@ sentence cut at ``max_length`` a and at b (below the length of its translation, 
 ran exactly a and b steps). The nodes one run executes are
 read from its trace (``RunOptions(trace_level=FULL_TRACE)``): what a step costs is the
 difference of the two runs over ``b - a`` steps, and the same difference of the runs'
-medians times the step. Writes
+medians (the two alternating, their spread reported) times the step. Writes
 the count by op type, the total and ms per step as JSON.
 
     python -m benchmarks.step_ops exported/saved_model/translator/1 --text "3 March 2021" \\
@@ -17,9 +17,10 @@ import collections
 import json
 import os
 import re
-import time
 
 import numpy as np
+
+from benchmarks.timing import interleaved, summarize
 
 # "name = OpType(inputs)" in a NodeExecStats' timeline_label.
 _OP_TYPE = re.compile(r"=\s*([A-Za-z0-9_]+)\(")
@@ -76,15 +77,10 @@ def measure(path, text, short=4, long=12, signature="translate", repeats=30, thr
         if not len(translation(short)) < len(translation(long)) < len(full):
             raise ValueError(f"The translation of {text!r} ({full!r}) is not longer than "
                              f"max_length={long} tokens: take a longer text or smaller --steps")
-        counts, times = {}, {}
-        for n in (short, long):
-            counts[n] = executed_ops(sess.run, fetches, feeds(n))
-            samples = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                sess.run(fetches, feeds(n))
-                samples.append(time.perf_counter() - start)
-            times[n] = float(np.median(samples))
+        counts = {n: executed_ops(sess.run, fetches, feeds(n)) for n in (short, long)}
+        # The two cuts alternate (benchmarks.timing), so neither always runs first.
+        times = interleaved({n: lambda n=n: sess.run(fetches, feeds(n)) for n in (short, long)},
+                            repeats=repeats)
     steps = long - short
     per_step = {op: (counts[long][op] - counts[short][op]) / steps
                 for op in set(counts[long]) | set(counts[short])}
@@ -92,8 +88,9 @@ def measure(path, text, short=4, long=12, signature="translate", repeats=30, thr
                            key=lambda item: (-item[1], item[0])))
     return {"signature": signature, "steps": [short, long], "threads": threads,
             "ops_per_step": per_step, "total_per_step": sum(per_step.values()),
-            "ms_per_step": round(1000 * (times[long] - times[short]) / steps, 4),
-            "ms_per_request": {str(n): round(1000 * t, 3) for n, t in times.items()}}
+            "ms_per_step": round(1000 * (np.median(times[long]) - np.median(times[short]))
+                                 / steps, 4),
+            "ms_per_request": {str(n): summarize(t) for n, t in times.items()}}
 
 
 def main(argv=None):
