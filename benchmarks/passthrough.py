@@ -17,9 +17,16 @@ word boundary, the kinds in turn (N/5 of each: ``url``, ``email``, ``number``, `
 * the same with ``passthrough=False`` (the model left to translate the spans), to show
   what passing through changes.
 
+With ``--plain`` the whole held-out file is translated as it is, with and without
+passing through, and scored against all its references (``plain_bleu``: the issue asks
+that passing through costs plain text nothing). With ``--saved-model`` the translations
+with passing through come from the SavedModel's ``serving_default`` (the graph's own
+pass-through, :mod:`keras_attn.export.spans_graph`) instead of the run's Translator.
+
 Usage:
     python -m benchmarks.passthrough --run-dir RUN [--data ../shared/data/fra-eng/dev.txt]
-        [--n 200] [--out results.json]
+        [--n 200] [--plain] [--saved-model RUN/export/saved_model/translator/1]
+        [--out results.json]
 
 The corpus is read where it lies and never copied. Without it the script says so and exits
 with status 0 (``"skipped"`` in the JSON).
@@ -143,6 +150,44 @@ def measure(translate, pairs, seed=0):
     return report
 
 
+def plain_bleu(translate, path):
+    """BLEU and chrF (all references) of the held-out file's sources translated with and
+    without passing through, and how many sentences hold a span."""
+    from keras_attn.text import spans
+    from keras_attn.training.calibration import grouped
+    from keras_attn.training.evaluation import corpus_scores
+
+    with open(path, encoding="utf-8") as f:
+        pairs = [tuple(line.rstrip("\n").split("\t")[:2]) for line in f if "\t" in line]
+    sources, references = grouped(pairs)
+    report = {"sentences": len(sources),
+              "with_spans": sum(1 for s in sources if spans.find(s))}
+    for name, on in (("passthrough", True), ("passthrough_off", False)):
+        scores = corpus_scores(translate(sources, on), references)
+        report[name] = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+    return report
+
+
+def saved_model_translate(path, batch_size, fallback):
+    """``translate(texts, passthrough)``: passing through, the SavedModel's
+    ``serving_default``; without, ``fallback`` (its options signatures need every input
+    from Python)."""
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+
+    def translate(texts, on):
+        if not on:
+            return fallback(texts, False)
+        out = []
+        for i in range(0, len(texts), batch_size):
+            batch = tf.constant(texts[i: i + batch_size], tf.string)
+            out += [t.decode("utf-8") for t in serve(text=batch)["translation"].numpy()]
+        return out
+
+    return translate
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", required=True, help="the run directory to translate with")
@@ -151,6 +196,10 @@ def main(argv=None):
     parser.add_argument("--skip", type=int, default=0, help="lines of --data skipped first")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plain", action="store_true",
+                        help="also the whole --data file's BLEU with and without passing through")
+    parser.add_argument("--saved-model", help="passing through with this SavedModel's "
+                        "serving_default (its graph's pass-through)")
     parser.add_argument("--out", help="write the JSON here too")
     args = parser.parse_args(argv)
     if not os.path.exists(args.data):
@@ -163,9 +212,17 @@ def main(argv=None):
 
     translator = Translator.from_run_dir(args.run_dir)
     pairs = read_pairs(args.data, args.n, args.skip)
+    def translate(texts, on):
+        return translator.translate(texts, batch_size=args.batch_size, passthrough=on)
+
+    engine = "Translator"
+    if args.saved_model:
+        translate = saved_model_translate(args.saved_model, args.batch_size, translate)
+        engine = "SavedModel serving_default (off: Translator)"
     result = {"run_dir": os.path.abspath(args.run_dir), "data": os.path.abspath(args.data),
-              **measure(lambda texts, on: translator.translate(
-                  texts, batch_size=args.batch_size, passthrough=on), pairs, args.seed)}
+              "engine": engine, **measure(translate, pairs, args.seed)}
+    if args.plain:
+        result["plain_bleu"] = plain_bleu(translate, args.data)
     text = json.dumps(result, indent=1, ensure_ascii=False)
     print(text)
     if args.out:

@@ -172,3 +172,44 @@ def test_step_ops_of_the_committed_savedmodel():
     assert per_step["BatchMatMulV3"] > 0, per_step
     assert all(float(n).is_integer() for n in per_step.values()), per_step
     assert result["total_per_step"] == sum(per_step.values())
+
+
+# --- benchmarks.passthrough ------------------------------------------------------------------
+def test_passthrough_measure_counts_spans_and_the_words_around_them():
+    """An engine that keeps spans when asked and drops every span otherwise: 1.0 and 0.0
+    of the spans back, and the words around them the same translation either way."""
+    from benchmarks.passthrough import measure
+    from keras_attn.text import spans
+
+    def translate(texts, on):
+        if on:
+            return [t.upper() if not spans.find(t) else t for t in texts]
+        return [spans.cut(t).rest for t in texts]
+
+    pairs = [(f"the cat number {k} sat here", f"le chat {k}") for k in range(10)]
+    report = measure(translate, pairs)
+    assert report["spans_per_kind"] == {kind: 2 for kind in ("url", "email", "number",
+                                                            "code", "emoji")}
+    assert report["passthrough"]["identical"] == 1.0
+    assert report["passthrough_off"]["identical"] == 0.0
+
+
+def test_plain_bleu_scores_every_reference_with_and_without(tmp_path):
+    from benchmarks.passthrough import plain_bleu
+
+    data = tmp_path / "dev.txt"
+    first, second = "le train part à 5 heures du matin", "nous avons un très grand chat noir"
+    data.write_text(f"It leaves at 5.\tIl part à 5 heures.\nIt leaves at 5.\t{first}\n"
+                    f"We have a cat.\t{second}\n", encoding="utf-8")
+    seen = []
+
+    def translate(texts, on):
+        seen.append((tuple(texts), on))
+        return [first if "5" in t else (second if on else "un chat") for t in texts]
+
+    report = plain_bleu(translate, str(data))
+    assert seen == [(("It leaves at 5.", "We have a cat."), True),
+                    (("It leaves at 5.", "We have a cat."), False)]
+    assert report["sentences"] == 2 and report["with_spans"] == 1
+    assert report["passthrough"]["bleu"] == 100.0
+    assert report["passthrough_off"]["bleu"] < 100.0

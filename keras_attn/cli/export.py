@@ -8,7 +8,11 @@ from keras_attn.export import DEFAULT_TARGET, EXPORT_TARGETS
 # The options a target may take (keras_attn.export.ExportTarget.options), as flags.
 FLAGS = {"version": dict(type=int, help="SavedModel version"),
          "beam_size": dict(type=int, help="decoding inside the SavedModel/TFLite graphs"),
-         "quantization": dict(choices=["float32", "int8"], help="CTranslate2 weights")}
+         "quantization": dict(choices=["float32", "int8"], help="CTranslate2 weights"),
+         "passthrough": dict(choices=["auto", "on", "off"],
+                             help="URLs, e-mail addresses, code, tags, numbers and emoji "
+                                  "passed through in serving_default's graph (auto: for "
+                                  "subword and word models)")}
 
 
 def _formats(option):

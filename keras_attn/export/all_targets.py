@@ -42,7 +42,8 @@ class ExportCheckError(RuntimeError):
 
 
 def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1,
-               quantizations=("float32", "int8"), log=print, request_signature=True):
+               quantizations=("float32", "int8"), log=print, request_signature=True,
+               passthrough="auto"):
     """Export a training run: SavedModel, TFLite text/builtin targets and one report.
 
     Writes under ``export_dir`` (default ``RUN_DIR/export``): ``saved_model/translator/
@@ -59,6 +60,9 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
         request_signature: give the SavedModel and the text files the ``translate``
             signature (every decoding option per request); False exports in about half the
             time, with ``serving_default`` alone.
+        passthrough: ``"auto"`` (subword and word models), ``"on"`` or ``"off"`` (or a
+            bool): the SavedModel's ``serving_default`` passes URLs, e-mail addresses, code,
+            tags, numbers and emoji through in the graph (docs/real_text.md).
 
     Returns:
         The combined report dict (also ``export_dir/export_report.json``).
@@ -69,8 +73,13 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
     from keras_attn.translator import Translator
 
     # Every option is checked (by the exporters' constructors) before any work.
+    switch = {"auto": None, "on": True, "off": False}
+    if not isinstance(passthrough, bool) and passthrough not in switch:
+        raise ValueError(f"`passthrough` must be one of {tuple(switch)} or a bool. "
+                         f"Received: passthrough={passthrough!r}")
     saved = SavedModelExporter(MODEL_NAME, version, beam_size, overwrite=overwrite,
-                               request_signature=request_signature)
+                               request_signature=request_signature,
+                               passthrough=switch.get(passthrough, passthrough))
     if isinstance(quantizations, str):
         raise ValueError(f"`quantizations` must be a list drawn from {QUANTIZATIONS}. "
                          f"Received: quantizations={quantizations!r}")

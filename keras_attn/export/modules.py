@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from keras_attn.kernels import fastpath
 
+from keras_attn.text import spans
 from keras_attn.text import tokenizers as text
 from keras_attn.decoding.confidence import Calibrator
 from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
@@ -85,7 +86,7 @@ class TranslatorModule(tf.Module):
 
     def __init__(self, parts, beam_size=1, alpha=LENGTH_PENALTY, for_tflite=False, text_ops="auto",
                  batch_size=None, max_beam_size=DEFAULT_MAX_BEAM, request_signature=True,
-                 name="translator"):
+                 passthrough=None, name="translator"):
         super().__init__(name=name)
         check_beam(beam_size)
         check_beam(max_beam_size, "max_beam_size")
@@ -104,6 +105,11 @@ class TranslatorModule(tf.Module):
         # Its weights become constants of the graphs (keras_attn.decoding.confidence).
         self._calibrator = _Untracked(parts.calibrator or Calibrator.uncalibrated())
         self.text_ops = resolve_text_ops(text_ops, parts, for_tflite)
+        # serving_default passes spans through in the graph (keras_attn.export.spans_graph):
+        # by default where the source is subwords or words; TFLite runs no regex op.
+        if passthrough is None:
+            passthrough = spans.default_for(parts.src_tokenizer)
+        self.passthrough = bool(passthrough) and not self.for_tflite
         if self.text_ops == "core":
             self.src_tokenizer = CoreCharTokenizer(parts.src_tokenizer)
             self.tgt_tokenizer = CoreCharTokenizer(parts.tgt_tokenizer)
@@ -231,7 +237,7 @@ class TranslatorModule(tf.Module):
         source = tf.where(pos == n[:, tf.newaxis], text.END_ID, dense)
         return source, truncated
 
-    def decode(self, source, confidence=False):
+    def decode(self, source, confidence=False, return_alignments=False):
         """The export's own decoding of source ids ``(B, S)`` (``serving_default``'s and
         ``translate_ids``'s: its ``beam_size`` and ``alpha``, every other option's default):
         :meth:`keras_attn.translator.Translator.search`'s outputs for the best hypothesis,
@@ -240,6 +246,8 @@ class TranslatorModule(tf.Module):
         under their kernel policy)."""
         opts = DecodingOptions(beam_size=self.beam_size).resolve(self.max_len, self.alpha,
                                                                  self.controls)
+        if return_alignments is not False:  # a bool tensor: the pair codes when True
+            opts = opts.replaced(return_alignments=return_alignments)
         out = self.translator.search(source, None, opts, confidence)
         return {name: value[:, 0] for name, value in out.items()}
 
@@ -260,7 +268,31 @@ class TranslatorModule(tf.Module):
 
     def _serve_sentences(self, strings):
         """Sentences ``(B,)`` -> ``translation``, ``score``, ``confidence``, ``truncated``
-        ``(B,)``."""
+        ``(B,)``; with :attr:`passthrough`, what must not be translated cut out of the
+        sentences that hold it and put back into their translations by the alignments
+        (:mod:`keras_attn.export.spans_graph`; a sentence of spans alone is itself, score
+        0, confidence 1)."""
+        if not self.passthrough:
+            return self._decode_sentences(strings)
+        from keras_attn.export import spans_graph
+
+        rows = tf.cast(tf.where(spans_graph.may_hold_spans(strings))[:, 0], tf.int32)
+        plan = spans_graph.cut(tf.gather(strings, rows))
+        at = rows[:, tf.newaxis]
+        out = self._decode_sentences(tf.tensor_scatter_nd_update(strings, at, plan["rest"]),
+                                     return_alignments=tf.size(rows) > 0)
+        alignments = out.pop("alignments")
+        placed, _ = spans_graph.put_back(plan, tf.gather(out["translation"], rows),
+                                         tf.gather(alignments, rows), tf.range(tf.size(rows)))
+        only = tf.scatter_nd(at, plan["only_spans"], tf.shape(strings))
+        return {"translation": tf.tensor_scatter_nd_update(out["translation"], at, placed),
+                "score": tf.where(only, 0.0, out["score"]),
+                "confidence": tf.where(only, 1.0, out["confidence"]),
+                "truncated": out["truncated"] & ~only}
+
+    def _decode_sentences(self, strings, return_alignments=False):
+        """:meth:`_serve_sentences` without the pass-through (``return_alignments``: a bool
+        tensor, also ``alignments`` ``(B,)``, Pharaoh pairs, "" when False)."""
         batch = tf.shape(strings)[0]
         source, truncated = self.encode_text(strings)
         if self.for_tflite:
@@ -271,7 +303,7 @@ class TranslatorModule(tf.Module):
         # teacher-forced GRU pass (tflite_functions), so the search's own geometric mean of
         # the tokens' probabilities stands in, uncalibrated.
         geometric = self.for_tflite and self.batch_size is not None
-        out = self.decode(source, confidence=not geometric)
+        out = self.decode(source, confidence=not geometric, return_alignments=return_alignments)
         tokens, score = out["tokens"], out["scores"]
         if geometric:
             confidence = tf.exp(score / tf.cast(tf.maximum(out["lengths"], 1), tf.float32))
@@ -283,8 +315,11 @@ class TranslatorModule(tf.Module):
                 t[:batch] for t in (translation, score, confidence, truncated))
         else:
             translation = self.tgt_tokenizer.detokenize(tokens)
-        return {"translation": translation, "score": score, "confidence": confidence,
-                "truncated": truncated}
+        result = {"translation": translation, "score": score, "confidence": confidence,
+                  "truncated": truncated}
+        if return_alignments is not False:
+            result["alignments"] = self._request.value.pharaoh(out["codes"])
+        return result
 
     def _score(self, source, target):
         """The ``score`` signature: ``source`` and ``target`` strings ``(B,)`` -> ``tokens``

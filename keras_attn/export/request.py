@@ -244,7 +244,7 @@ class RequestDecoder:
             words = m.tgt_tokenizer.detokenize(flat)
         out = {"translations": tf.reshape(words, [rows, n]), "scores": scores,
                "confidences": confidences,
-               "alignments": tf.reshape(self._pharaoh(tf.reshape(codes, [rows * n, -1])),
+               "alignments": tf.reshape(self.pharaoh(tf.reshape(codes, [rows * n, -1])),
                                         [rows, n]),
                "truncated": truncated}
         if m.for_tflite:
@@ -303,7 +303,7 @@ class RequestDecoder:
                                                  tf.int32)), len(COMPILED_BUCKETS) - 1)
         return tf.switch_case(which, [bucket(size) for size in COMPILED_BUCKETS])
 
-    def _pharaoh(self, codes):
+    def pharaoh(self, codes):
         """Pair codes ``(N, T)`` -> Pharaoh strings ``(N,)``."""
         counts = tf.reduce_sum(tf.cast(codes > 0, tf.int32), axis=1)
         if self.module.for_tflite:

@@ -73,6 +73,9 @@ class SavedModelExporter(Exporter):
         overwrite: replace an existing version (otherwise ``FileExistsError``).
         request_signature: also the ``translate`` signature (every decoding option per
             request); False: ``serving_default``, ``translate_ids`` and ``score`` alone.
+        passthrough: ``serving_default`` passes URLs, e-mail addresses, code, tags, numbers
+            and emoji through in the graph (None: where the source vocabulary is subwords
+            or words, :func:`keras_attn.text.spans.default_for`).
 
     Example:
         >>> SavedModelExporter(version=2).export(translator, "exported/saved_model")
@@ -81,7 +84,7 @@ class SavedModelExporter(Exporter):
     format = "tf_saved_model"
 
     def __init__(self, model_name=MODEL_NAME, version=1, beam_size=1, alpha=LENGTH_PENALTY,
-                 text_ops="auto", overwrite=False, request_signature=True):
+                 text_ops="auto", overwrite=False, request_signature=True, passthrough=None):
         super().__init__(overwrite)
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"`version` must be a non-negative integer (TF Serving reads "
@@ -97,6 +100,7 @@ class SavedModelExporter(Exporter):
         self.text_ops = check_choice("text_ops", text_ops, TEXT_OPS)
         self.request_signature = check_choice("request_signature", request_signature,
                                               (True, False))
+        self.passthrough = check_choice("passthrough", passthrough, (None, True, False))
 
     def options(self):
         return {"tag_set": "serve", "model_name": self.model_name, "version": self.version}
@@ -108,12 +112,13 @@ class SavedModelExporter(Exporter):
     def write(self, parts, path):
         module = TranslatorModule(parts, self.beam_size, self.alpha, for_tflite=False,
                                   text_ops=self.text_ops,
-                                  request_signature=self.request_signature)
+                                  request_signature=self.request_signature,
+                                  passthrough=self.passthrough)
         self._save(module, path, module.signatures())
         if parts.languages:
             runs.write_json(os.path.join(path, METADATA), {"languages": parts.languages})
         return {"decoding": decoding_info(parts, self.beam_size, self.alpha, module.normalize),
-                "text_ops": module.text_ops}
+                "text_ops": module.text_ops, "passthrough": module.passthrough}
 
     @staticmethod
     def _save(module, path, signatures):
@@ -155,7 +160,7 @@ class SavedModelExporter(Exporter):
 
 def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, version=1,
                        overwrite=False, beam_size=1, max_len=None, alpha=LENGTH_PENALTY, text_ops="auto",
-                       request_signature=True):
+                       request_signature=True, passthrough=None):
     """Write a TF-Serving SavedModel to ``export_dir/model_name/version/``
     (:class:`SavedModelExporter`; ``max_len`` overrides the translator's).
 
@@ -167,7 +172,7 @@ def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, v
         >>> export_saved_model(Translator.from_run_dir("runs/dates"), "exported/saved_model")
     """
     exporter = SavedModelExporter(model_name, version, beam_size, alpha, text_ops, overwrite,
-                                  request_signature)
+                                  request_signature, passthrough)
     return exporter.export(as_parts(translator_or_parts, max_len), export_dir)
 
 

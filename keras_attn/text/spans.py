@@ -31,35 +31,8 @@ import re
 import unicodedata
 from typing import Tuple
 
-# --- the rules, as data -----------------------------------------------------------------
-# Emoji: Unicode's Extended_Pictographic ranges (without (c), (R) and TM, which are
-# typography), each with an optional variation selector or skin tone, joined by ZWJ;
-# regional-indicator pairs (flags) and keycaps ("1\ufe0f\u20e3").
-_PICTO = ("\u203c\u2049\u2194-\u2199\u21a9\u21aa\u231a\u231b\u2328\u23cf\u23e9-\u23f3"
-          "\u23f8-\u23fa\u24c2\u25aa\u25ab\u25b6\u25c0\u25fb-\u25fe\u2600-\u27bf\u2934\u2935"
-          "\u2b05-\u2b07\u2b1b\u2b1c\u2b50\u2b55\u3030\u303d\u3297\u3299"
-          "\U0001f000-\U0001f1e5\U0001f200-\U0001faff")
-_MOD = "(?:\ufe0f|[\U0001f3fb-\U0001f3ff])?[\U000e0020-\U000e007f]*"
-_EMOJI = (f"(?:[\U0001f1e6-\U0001f1ff]{{2}}|[0-9#*]\ufe0f?\u20e3"
-          f"|[{_PICTO}]{_MOD}(?:\u200d[{_PICTO}]{_MOD})*)")
-
-RULES: Tuple[Tuple[str, str], ...] = (
-    # scheme://... or www...., without the closing punctuation that follows a link in prose
-    ("url", r"(?:(?:https?|ftp)://|www\.)[^\s<>\"'`]*[^\s<>\"'`.,;:!?)\]}]"),
-    ("email", r"(?:mailto:)?[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
-              r"\.[A-Za-z]{2,}"),
-    ("code", r"`[^`\n]+`"),
-    # <b>, </b>, <br/>, <a href="...">: a letter right after "<" ("a < b" is no tag)
-    ("tag", r"</?[A-Za-z][A-Za-z0-9-]*(?:\s+[^<>]*)?/?>"),
-    ("emoji", _EMOJI),
-    # digits with . , : / - between them (9,116  3.14  10:30  2008-11-05  1/2), a sign
-    # before; never inside a word ("MP3", "COVID-19", "3rd" stay the model's)
-    ("number", r"(?<![\w-])[-+\u2212]?[0-9]+(?:[.,:/-][0-9]+)*(?![\w])"),
-)
-"""Ordered ``(name, pattern)`` pairs (Python ``re``); the first that matches at a position
-wins."""
-
-KINDS = tuple(name for name, _ in RULES)
+# The rules, as data (keras_attn.text.span_rules).
+from keras_attn.text.span_rules import KINDS, RULES, SPACE, WORD_BOUND  # noqa: F401
 
 
 @functools.lru_cache(maxsize=8)
@@ -89,8 +62,15 @@ def find(text, rules=RULES):
         >>> [(s.kind, s.text) for s in find("Mail a@b.org at 9:30 🙂")]
         [('email', 'a@b.org'), ('number', '9:30'), ('emoji', '🙂')]
     """
-    return [Span(m.lastgroup, m.start(), m.end(), m.group())
-            for m in compiled(tuple(rules)).finditer(text)]
+    found = []
+    for m in compiled(tuple(rules)).finditer(text):
+        a, b = m.start(), m.end()
+        if m.lastgroup in WORD_BOUND and (
+                (a > 0 and (text[a - 1].isalnum() or text[a - 1] in "_-"))
+                or (b < len(text) and (text[b].isalnum() or text[b] == "_"))):
+            continue  # inside a word: the model's
+        found.append(Span(m.lastgroup, a, b, m.group()))
+    return found
 
 
 @dataclasses.dataclass(frozen=True)

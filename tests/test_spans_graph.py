@@ -1,0 +1,132 @@
+"""What must not be translated, passed through inside the SavedModel's graph
+(keras_attn.export.spans_graph): the TensorFlow cut and put-back give what the Python ones
+(keras_attn.text.spans, the reference) give, on odd sentences written here and on held-out
+sentences with spans inserted, with translations and alignments made up here; the tiny
+SentencePiece run's ``serving_default`` gives every span back as the Translator does (slow).
+"""
+import os
+import random
+
+import pytest
+
+from keras_attn.text import spans
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEV = os.path.join(ROOT, "..", "shared", "data", "fra-eng", "dev.txt")
+MODES = {"after": 0, "before": 1, "glued": 2}
+ODD = [
+    "Call me at 10:30.", "Visit https://x.org today.", "https://x.org is down.",
+    "It ends here https://x.org", "Make it <b>bold</b> now.", "Mail a@b.org at 9:30 \U0001f642",
+    "No span at all.", "", "1 2 3 4 5 6 7 8 9 10", "COVID-19 spreads.", "An MP3 player.",
+    "The 3rd time.", "x = foo(bar, 3) + 1", "Hello \U0001f44b world \U0001f30d.",
+    "  spaced  1  out  ", "Il a dit\u202f: 42\u202f!", "10:30\U0001f642.", "<br/>", "`x` `y`",
+    "42!", "a<b>b</b>c 5", "It was 1.5a or 3 .", "caf\u00e9 3 \u00e9t\u00e9 4\u00e9",
+    "Write to tom.smith+news@mail.example.co.uk (or www.example.org), 9,116 times.",
+    "\u00a0 https://a.org\u00a0x", "He said: fine.", "Keras\u2122 and (c) 2024-ish",
+]
+
+
+def made_up(texts, seed=0):
+    """Per text a translation of what its cut leaves (its words upper-cased, sometimes
+    reversed, sometimes with French spacing before a final "!") and an alignment (random
+    pairs, sometimes none)."""
+    rng = random.Random(seed)
+    translations, alignments = [], []
+    for text in texts:
+        words = [w.upper() for w in spans.cut(text).rest.split()]
+        if rng.random() < 0.3:
+            words = words[::-1]
+        if rng.random() < 0.2:
+            words.append("\u202f!")
+        translations.append(" ".join(words))
+        pairs = [f"{i}-{rng.randrange(max(len(words), 1))}"
+                 for i in range(len(words)) if rng.random() < 0.8]
+        alignments.append(" ".join(pairs) if rng.random() < 0.9 else "")
+    return translations, alignments
+
+
+def both_ways(texts):
+    """The graph's cut and put-back of ``texts`` with :func:`made_up` translations, in one
+    traced function, beside the Python ones: two lists of per-text tuples."""
+    import tensorflow as tf
+
+    from keras_attn.export import spans_graph
+
+    translations, alignments = made_up(texts)
+
+    @tf.function
+    def graph(texts, translations, alignments):
+        plan = spans_graph.cut(texts)
+        placed = spans_graph.put_back(plan, translations, alignments,
+                                      tf.range(tf.shape(texts)[0]))
+        return plan, placed
+
+    plan, (placed, renumbered) = graph(tf.constant(texts, tf.string),
+                                       tf.constant(translations), tf.constant(alignments))
+    got, expected = [], []
+    for k, text in enumerate(texts):
+        c = spans.cut(text)
+        expected.append((c.rest, c.only_spans, [MODES[g.mode] for g in c.groups],
+                         [g.anchor for g in c.groups],
+                         *spans.put_back(c, translations[k], alignments[k])))
+        got.append((plan["rest"][k].numpy().decode(), bool(plan["only_spans"][k]),
+                    plan["mode"][k].numpy().tolist(), plan["anchor"][k].numpy().tolist(),
+                    placed[k].numpy().decode(), renumbered[k].numpy().decode()))
+    return got, expected
+
+
+def test_the_graph_cuts_and_puts_back_as_python_does():
+    got, expected = both_ways(ODD)
+    assert got == expected
+    # The cases the sentences stand for are there: groups of each mode, spans alone.
+    assert {m for row in expected for m in row[2]} == {0, 1, 2}
+    assert any(row[1] for row in expected)
+
+
+@pytest.mark.slow  # ~200 sentences through the traced functions
+@pytest.mark.skipif(not os.path.exists(DEV), reason="the fra-eng corpus (../shared/data) is "
+                    "not on this machine")
+def test_the_graph_agrees_on_held_out_sentences_with_spans():
+    from benchmarks.passthrough import spans_of
+
+    with open(DEV, encoding="utf-8") as f:
+        english = [line.split("\t")[0] for line in f][:200]
+    texts = [text for text, _, _ in spans_of(english, seed=3)]
+    got, expected = both_ways(texts)
+    assert [k for k in range(len(texts)) if got[k] != expected[k]] == []
+
+
+def test_rules_read_alike_by_re_and_re2():
+    """The rules keep to what both engines read: RE2 (TensorFlow's) accepts each, and
+    finds where ``re`` does on a line of every kind."""
+    import tensorflow as tf
+
+    line = ("See https://example.com/a?b=1, mail tom@example.org, run `ls -la`, <b>bold</b>, "
+            "\U0001f44d\U0001f3fd and 9,116.")
+    for name, pattern in spans.RULES:
+        found = [s.text for s in spans.find(line) if s.kind == name]
+        assert found, name
+        matched = tf.strings.regex_full_match(tf.constant(found), pattern).numpy()
+        assert matched.all(), (name, found)
+
+
+@pytest.mark.slow  # the tiny SentencePiece run, trained and exported for the session
+def test_serving_default_passes_spans_through_as_the_translator_does(tiny_sentencepiece):
+    import tensorflow as tf
+
+    from keras_attn.translator import Translator
+
+    run_dir = tiny_sentencepiece["run_dir"]
+    texts = ["Visit https://example.com/path?q=1 today.", "Send it to tom@example.com please.",
+             "1 2 3 4 5 6 7 8 9 10", "Run `pip install keras` now \U0001f642.",
+             "He paid 9,116 dollars. Call me at 10:30!", "I like cats.", ""]
+    loaded = tf.saved_model.load(os.path.join(run_dir, "export", "saved_model", "translator",
+                                              "1"))
+    out = loaded.signatures["serving_default"](text=tf.constant(texts))
+    served = [t.decode() for t in out["translation"].numpy()]
+    assert served == Translator.from_run_dir(run_dir).translate(texts, passthrough=True)
+    for text, translation in zip(texts, served):
+        for span in spans.find(text):
+            assert span.text in translation, (text, translation)
+    assert served[2] == texts[2]  # spans alone: itself, score 0, confidence 1
+    assert float(out["score"][2]) == 0.0 and float(out["confidence"][2]) == 1.0
