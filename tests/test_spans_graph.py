@@ -130,3 +130,30 @@ def test_serving_default_passes_spans_through_as_the_translator_does(tiny_senten
             assert span.text in translation, (text, translation)
     assert served[2] == texts[2]  # spans alone: itself, score 0, confidence 1
     assert float(out["score"][2]) == 0.0 and float(out["confidence"][2]) == 1.0
+
+
+@pytest.mark.parametrize("passthrough", [True, False])
+def test_the_export_check_reads_the_text_files_as_serving_default_reads(passthrough):
+    """export_run's sample agreement: the text files' runtime passes spans through exactly
+    when the SavedModel's serving_default does (else a number in a sample would fail a
+    float32 file that decodes the same)."""
+    from keras_attn.export.all_targets import compare_samples
+
+    seen = []
+
+    class SavedModel:
+        def run_samples(self, path, translator, sources):
+            return {"translation": ["at 5" if passthrough else "at five"]}
+
+    class TextFile:
+        key, agreement_on = "text_float32", "translation"
+
+        def run_samples(self, path, translator, sources, passthrough=False):
+            seen.append(passthrough)
+            return {"translation": ["at 5" if passthrough else "at five"]}
+
+    report = {"saved_model": {"path": "sm", "passthrough": passthrough},
+              "tflite": {"text_float32": {"path": "text.tflite"}}}
+    out = compare_samples(None, SavedModel(), report, [TextFile()], ["at 5"])
+    assert seen == [passthrough]
+    assert out["agreement_with_saved_model"] == {"text_float32": 1.0}

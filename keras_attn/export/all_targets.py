@@ -188,8 +188,12 @@ def compare_samples(translator, saved, report, exporters, sources):
     reference = saved.run_samples(report["saved_model"]["path"], translator, sources)
     translations = {"saved_model": reference["translation"]}
     agreement, measured_on = {}, {}
+    # serving_default's graph passes spans through (saved_model.passthrough): the text
+    # files' runtime does too, so that the two read the same sentences.
+    passthrough = bool(report["saved_model"].get("passthrough", False))
     for exporter in exporters:
-        out = exporter.run_samples(report["tflite"][exporter.key]["path"], translator, sources)
+        out = exporter.run_samples(report["tflite"][exporter.key]["path"], translator, sources,
+                                   passthrough=passthrough)
         translations[exporter.key] = out["translation"]
         on = exporter.agreement_on
         same = [a == b for a, b in zip(out[on], reference[on])]

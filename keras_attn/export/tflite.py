@@ -292,9 +292,11 @@ class TFLiteTextExporter(TFLiteExporter):
         if out["translation"].shape != (len(samples),):
             raise RuntimeError(f"the text TFLite model returned {out}")
 
-    def run_samples(self, path, translator, sources):
-        """The raw ``sources``, exactly what an app passes."""
-        out = runtime.run_tflite_text(path, sources)["translation"].tolist()
+    def run_samples(self, path, translator, sources, passthrough=False):
+        """The raw ``sources``, exactly what an app passes (``passthrough``: the runtime
+        passes spans through, as the SavedModel's ``serving_default`` does in its graph)."""
+        out = runtime.run_tflite_text(path, sources, passthrough=passthrough)[
+            "translation"].tolist()
         return {"translation": [t.decode("utf-8", "replace") for t in out]}
 
 
@@ -356,8 +358,9 @@ class TFLiteBuiltinExporter(TFLiteExporter):
         if out["tokens"].shape != (1, 2):
             raise RuntimeError(f"the builtin TFLite files returned {out}")
 
-    def run_samples(self, path, translator, sources):
-        """``translator.encode(sources)``: the ids the SavedModel's ``translate_ids`` gets."""
+    def run_samples(self, path, translator, sources, passthrough=False):
+        """``translator.encode(sources)``: the ids the SavedModel's ``translate_ids`` gets
+        (ids: nothing passes through, ``passthrough`` is not read)."""
         out = runtime.run_tflite_builtin(path, translator.encode(sources).numpy())["tokens"]
         text = translator.tgt_tokenizer.detokenize(tf.constant(out)).numpy().tolist()
         return {"translation": [t.decode("utf-8", "replace") for t in text],
