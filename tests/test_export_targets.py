@@ -66,3 +66,30 @@ def test_parser_choices_are_the_registry():
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     formats = next(a for a in sub.choices["export"]._actions if a.dest == "format")
     assert list(formats.choices) == list(EXPORT_TARGETS)
+
+
+def test_passthrough_reaches_the_savedmodel_exporter(monkeypatch, tmp_path):
+    """``--passthrough`` is a flag of the SavedModel's targets only, its three values reach
+    the exporter (auto: None, on: True, off: False), and a bad one is refused before any
+    work."""
+    from keras_attn.export import all_targets
+
+    monkeypatch.setattr(all_targets, "export_run", fake_export)
+    CALLS.clear()
+    for value in ("on", "off"):
+        assert cli.main(["export", str(tmp_path), "--format", "saved_model",
+                         "--passthrough", value]) == 0
+    assert cli.main(["export", str(tmp_path), "--format", "tf"]) == 0
+    assert [c[1]["passthrough"] for c in CALLS] == ["on", "off", "auto"]
+    assert cli.main(["export", str(tmp_path), "--format", "ctranslate2",
+                     "--passthrough", "on"]) == 1
+    monkeypatch.undo()
+    seen = []
+    monkeypatch.setattr(all_targets, "SavedModelExporter",
+                        lambda *a, **k: seen.append(k["passthrough"]) or 1 / 0)
+    for value in ("auto", "on", False):
+        with pytest.raises(ZeroDivisionError):
+            all_targets.export_run(str(tmp_path), passthrough=value)
+    assert seen == [None, True, False]
+    with pytest.raises(ValueError, match="passthrough"):
+        all_targets.export_run(str(tmp_path), passthrough="yes")
