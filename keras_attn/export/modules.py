@@ -286,7 +286,8 @@ class TranslatorModule(tf.Module):
                                      return_alignments=tf.size(rows) > 0)
         alignments = out.pop("alignments")
         placed, _ = spans_graph.put_back(plan, tf.gather(out["translation"], rows),
-                                         tf.gather(alignments, rows), tf.range(tf.size(rows)))
+                                         tf.gather(alignments, rows), tf.range(tf.size(rows)),
+                                         renumber=False)
         only = tf.scatter_nd(at, plan["only_spans"], tf.shape(strings))
         return {"translation": tf.tensor_scatter_nd_update(out["translation"], at, placed),
                 "score": tf.where(only, 0.0, out["score"]),

@@ -186,28 +186,20 @@ def _pairs(alignment):
     return numbers[:, 0], numbers[:, 1]
 
 
-def _put_back_one(row):
+def _put_back_one(row, renumber):
     """:func:`keras_attn.text.spans.put_back` of one hypothesis (``row``: its plan's
-    fields, ``translation`` and ``alignment``): ``(translation, alignment)``."""
+    fields, ``translation`` and ``alignment``): ``(translation, alignment)``, the
+    alignment as given unless ``renumber``."""
     t, source = row["translation"], row["source"]
     blank = tf.strings.length(tf.strings.regex_replace(t, f"{_SPACE}+", "")) == 0
-    count = tf.size(row["mode"])
-
-    def unchanged():
-        return t, row["alignment"]
-
-    def itself():
-        return source, _identity(source)
-
-    def placed():
-        return _placed(row)
-
-    return tf.cond(count == 0, unchanged,
-                   lambda: tf.cond(row["only_spans"] | blank, itself, placed))
+    alone = row["only_spans"] | blank
+    return tf.cond(tf.size(row["mode"]) == 0, lambda: (t, row["alignment"]), lambda: tf.cond(
+        alone, lambda: (source, _identity(source) if renumber else row["alignment"]),
+        lambda: _placed(row, renumber)))
 
 
-def _placed(row):
-    t, source = row["translation"], row["source"]
+def _placed(row, renumber):
+    t = row["translation"]
     mode, anchor, text = row["mode"], row["anchor"], row["text"]
     starts, ends = _words(t)
     n_target = tf.size(starts)
@@ -256,6 +248,8 @@ def _placed(row):
     pieces = tf.reshape(tf.stack([_substr(t, since, at - since), insert], axis=1), [-1])
     final = tf.strings.join([tf.strings.reduce_join(pieces),
                              tf.strings.substr(t, at[-1], tf.strings.length(t) - at[-1])])
+    if not renumber:
+        return final, row["alignment"]
     return final, _renumbered(row, final, i, j, at, insert, order)
 
 
@@ -263,8 +257,7 @@ def _renumbered(row, final, i, j, at, insert, order):
     """:func:`keras_attn.text.spans._renumbered`: the rest's pairs over the sentence's and
     the final translation's words, each group's words with the words it became."""
     source, t = row["source"], row["translation"]
-    _, src_ends = _words(source)
-    src_starts, _ = _words(source)
+    src_starts, src_ends = _words(source)
     rest_starts, _ = _words(row["rest"])
     base_starts, _ = _words(t)
     final_starts, final_ends = _words(final)
@@ -297,7 +290,7 @@ def _renumbered(row, final, i, j, at, insert, order):
     return tf.strings.reduce_join(strings, separator=" ")
 
 
-def put_back(plan, translations, alignments, owner):
+def put_back(plan, translations, alignments, owner, renumber=True):
     """The translations of the plan's ``rest`` with the groups put back, and their
     alignments renumbered over the whole sentence and translation.
 
@@ -307,10 +300,13 @@ def put_back(plan, translations, alignments, owner):
         alignments: string ``(H,)``, their Pharaoh pairs ("" places each group at its
             proportional place).
         owner: int32 ``(H,)``, the sentence of each hypothesis.
+        renumber: False: the alignments are not needed and come back as given (no ops
+            spent renumbering them).
 
     Returns:
         ``(translations, alignments)``, string ``(H,)`` each.
     """
     rows = {name: tf.gather(plan[name], owner) for name in (*PLAN_SPEC, "source")}
     rows["translation"], rows["alignment"] = translations, alignments
-    return tf.map_fn(_put_back_one, rows, fn_output_signature=(tf.string, tf.string))
+    return tf.map_fn(lambda row: _put_back_one(row, renumber), rows,
+                     fn_output_signature=(tf.string, tf.string))
