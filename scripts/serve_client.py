@@ -37,6 +37,7 @@ import urllib.request
 
 from keras_attn.decoding.options import OPTIONS
 from keras_attn.export.contract import LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES
+from keras_attn.export.option_sets import PASSTHROUGH_SIGNATURE
 
 MODEL_NAME = "translator"
 SIGNATURE = "serving_default"
@@ -50,6 +51,14 @@ TRANSLATE_SIGNATURE = LATEST_OPTIONS_SIGNATURE  # what ``options=`` go to by def
 # sentence; B strings: one each).
 OPTION_DEFAULTS = {name: [] if opt.dtype == "string" else opt.signature_value(opt.default)
                    for name, opt in OPTIONS.items()}
+# translate_v3's: spans pass through (only an export that passes them through has it).
+OPTION_DEFAULTS["passthrough"] = True
+
+
+def options_signature(options):
+    """The signature ``options`` go to when none is named: :data:`TRANSLATE_SIGNATURE`, or
+    ``translate_v3`` when they set ``passthrough``."""
+    return PASSTHROUGH_SIGNATURE if "passthrough" in (options or {}) else TRANSLATE_SIGNATURE
 
 
 def _as_bytes(text):
@@ -114,7 +123,7 @@ def build_rest_request(texts, model_name=MODEL_NAME, signature=None,
         >>> build_rest_request(["3 March 2021"], options={"beam_size": 4})[1]["inputs"]["beam_size"]
         4
     """
-    signature = signature or (SIGNATURE if options is None else TRANSLATE_SIGNATURE)
+    signature = signature or (SIGNATURE if options is None else options_signature(options))
     values = [_json_string(t) for t in texts]
     url = f"http://{host}/v1/models/{model_name}:predict"
     if options is not None or signature in OPTION_SIGNATURES:
@@ -193,7 +202,7 @@ def build_grpc_request(texts, model_name=MODEL_NAME, signature=None, options=Non
         >>> request.inputs["text"].string_val
         [b'3 March 2021']
     """
-    signature = signature or (SIGNATURE if options is None else TRANSLATE_SIGNATURE)
+    signature = signature or (SIGNATURE if options is None else options_signature(options))
     _, predict_pb2, _ = _serving_api()
     from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
@@ -294,7 +303,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         options = dict(_parse_option(o) for o in args.option)
-        signature = args.signature or (TRANSLATE_SIGNATURE if options else SIGNATURE)
+        signature = args.signature or (options_signature(options) if options else SIGNATURE)
         if options and signature not in OPTION_SIGNATURES:
             raise ValueError(f"--option is for an options signature {list(OPTION_SIGNATURES)}")
         if signature in OPTION_SIGNATURES:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from keras_attn.decoding.options import OPTIONS
-from keras_attn.export import contract
+from keras_attn.export import contract, option_sets
 from keras_attn.export.option_sets import COMPILED_SIGNATURES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -85,19 +85,27 @@ def test_options_signatures_are_frozen_in_the_snapshot():
     """Each options signature's inputs are the code's frozen set; the newest takes every
     option (a new option of keras_attn.decoding.options needs a new signature)."""
     snapshot = contract.load_snapshot()
+    # The committed export is a character model: no pass-through, no translate_v3.
+    shipped = option_sets.exported_options_signatures(for_tflite=False, passthrough=False)
     for artefact in ("saved_model", "tflite_text_float32", "tflite_text_int8"):
-        for name, options in contract.OPTION_SIGNATURES.items():
+        for name in shipped:
+            options = contract.OPTION_SIGNATURES[name]
             assert set(snapshot[artefact][name]["inputs"]) == {"text", *options}, (artefact,
                                                                                    name)
+        assert option_sets.PASSTHROUGH_SIGNATURE not in snapshot[artefact]
     assert set(contract.OPTION_SIGNATURES[contract.LATEST_OPTIONS_SIGNATURE]) == set(OPTIONS)
-    assert list(contract.OPTION_SIGNATURES) == ["translate", "translate_v2"]
+    assert list(contract.OPTION_SIGNATURES) == ["translate", "translate_v2", "translate_v3"]
     assert len(contract.OPTION_SIGNATURES["translate"]) == 10  # as it first shipped
+    assert contract.OPTION_SIGNATURES["translate_v3"] == (
+        *contract.OPTION_SIGNATURES["translate_v2"], "passthrough")
+    assert option_sets.exported_options_signatures(True, True) == shipped
     # A compiled twin (translate_v2_xla) takes and gives exactly what its signature does.
     for name, twin in COMPILED_SIGNATURES.items():
-        assert snapshot["saved_model"][name] == snapshot["saved_model"][twin], name
+        if twin in shipped:
+            assert snapshot["saved_model"][name] == snapshot["saved_model"][twin], name
         assert name not in snapshot["tflite_text_float32"]
     # Every option input of the SavedModel has its default (TF Serving fills it in).
-    for name in contract.OPTION_SIGNATURES:
+    for name in shipped:
         inputs = snapshot["saved_model"][name]["inputs"]
         assert [k for k, v in inputs.items() if not v.get("default")] == ["text"], name
 

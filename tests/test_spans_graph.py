@@ -157,3 +157,56 @@ def test_the_export_check_reads_the_text_files_as_serving_default_reads(passthro
     out = compare_samples(None, SavedModel(), report, [TextFile()], ["at 5"])
     assert seen == [passthrough]
     assert out["agreement_with_saved_model"] == {"text_float32": 1.0}
+
+
+@pytest.mark.slow  # the tiny SentencePiece run, trained and exported for the session
+def test_translate_v3_passes_spans_through_as_the_translator_does(tiny_sentencepiece):
+    """The options signature with ``passthrough`` (translate_v3): n-best hypotheses and
+    their alignments as the Python pipeline gives them; off, it is translate_v2; the
+    older signatures and the compiled twins keep their answers."""
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_attn.decoding.options import DecodingOptions
+    from keras_attn.export import runtime, saved_model
+    from keras_attn.export.option_sets import OPTION_SIGNATURES
+    from keras_attn.translator import Translator
+
+    run_dir = tiny_sentencepiece["run_dir"]
+    path = os.path.join(run_dir, "export", "saved_model", "translator", "1")
+    loaded = tf.saved_model.load(path)
+    sigs = saved_model.saved_model_signatures(path)
+    assert {"translate_v3", "translate_v3_xla", "translate_v2", "translate_v2_xla"} <= set(sigs)
+    assert sigs["translate_v3"]["inputs"]["passthrough"]["default"] is True
+    translator = Translator.from_run_dir(run_dir)
+    texts = ["Visit https://example.com/path?q=1 today.", "1 2 3 4 5 6 7 8 9 10",
+             "He paid 9,116 dollars. Call me at 10:30!", "I like cats.", ""]
+
+    def call(name, opts, passthrough=False):
+        inputs = runtime.option_inputs(opts, OPTION_SIGNATURES[name.replace("_xla", "")],
+                                       passthrough)
+        out = loaded.signatures[name](text=tf.constant(texts), **inputs)
+        return ([[t.decode() for t in row] for row in out["translations"].numpy()],
+                [[a.decode() for a in row] for row in out["alignments"].numpy()],
+                out["scores"].numpy().tolist())
+
+    for asked in (False, True):
+        opts = DecodingOptions(beam_size=2, num_hypotheses=2, return_alignments=asked)
+        translations, alignments, scores = call("translate_v3", opts, passthrough=True)
+        want = translator.translate_nbest(texts, passthrough=True, confidence=False,
+                                          beam_size=2, num_hypotheses=2,
+                                          return_alignments=asked)
+        assert translations == [[h["translation"] for h in hyps] for hyps in want]
+        if asked:  # (not asked: as translate_v2's, below)
+            assert alignments == [[h.get("alignment", "") for h in hyps] for hyps in want]
+        assert scores[1] == [0.0, 0.0]  # spans alone: itself
+        for text, row in zip(texts, translations):
+            for span in spans.find(text):
+                assert all(span.text in t for t in row), (text, row)
+        assert call("translate_v3", opts) == call("translate_v2", opts)
+    greedy = DecodingOptions()
+    for twin, passthrough in (("translate_v3", True), ("translate_v2", False)):
+        compiled, plain = (call(name, greedy, passthrough) for name in (twin + "_xla", twin))
+        assert compiled[:2] == plain[:2]
+        # XLA rounds the scores' sums in its own order (float32, terms of order 1).
+        assert np.allclose(compiled[2], plain[2], rtol=0, atol=1e-4)

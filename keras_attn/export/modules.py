@@ -33,8 +33,8 @@ from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control
 from keras_attn.export.base import check_beam
 from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
-from keras_attn.export.option_sets import (COMPILED_SIGNATURES, LATEST_OPTIONS_SIGNATURE,
-                                            OPTION_SIGNATURES)
+from keras_attn.export.option_sets import (COMPILED_SIGNATURES, COMPILED_SUFFIX,
+                                            OPTION_SIGNATURES, exported_options_signatures)
 from keras_attn.translator import Translator
 
 SERVING_SIGNATURE = "serving_default"
@@ -143,26 +143,34 @@ class TranslatorModule(tf.Module):
         self._translator = _Untracked(Translator(parts.model, parts.src_tokenizer,
                                                  parts.tgt_tokenizer, self.max_len))
         self._request = _Untracked(request.RequestDecoder(self, max_beam_size))
-        # The options signatures (keras_attn.export.contract), the options each lacks left
+        # The options signatures (keras_attn.export.contract), the inputs each lacks left
         # to the export. In a SavedModel an older one calls the newest (one decoder in the
         # file); TFLite's converter refuses a call of another function: each is traced.
         self.requests = {}
-        newest_first = sorted(OPTION_SIGNATURES, key=lambda n: n != LATEST_OPTIONS_SIGNATURE)
-        for name in newest_first if self.request_signature else ():
-            latest = self.requests.get(LATEST_OPTIONS_SIGNATURE)
-            if latest is None or self.for_tflite:
+        names = exported_options_signatures(self.for_tflite, self.passthrough)
+        newest = names[-1]
+        for name in reversed(names) if self.request_signature else ():
+            if name == newest or self.for_tflite:
                 body = forward_only(request.signature_function(
-                    self._request.value.translate, name), dynamic)
+                    self._request.value.translate, name, newest=newest), dynamic)
             else:
-                body = request.signature_function(latest, name)
+                body = request.signature_function(self.requests[newest], name, newest=newest)
             self.requests[name] = tf.function(
                 body, input_signature=request.input_signature(batch_size, name))
         # A SavedModel's compiled twins (``translate_v2_xla``): greedy decoding in one XLA
-        # cluster, beam search and sampling by the signature they twin (its function).
-        for name, twin in COMPILED_SIGNATURES.items() if self.requests and not for_tflite else ():
-            self.requests[name] = tf.function(forward_only(request.signature_function(
-                self._compiled_body(twin), twin, name), dynamic),
-                input_signature=request.input_signature(batch_size, twin))
+        # cluster, beam search and sampling by the signature they twin (its function); an
+        # older twin calls the newest.
+        twins = [(twin, name) for twin, name in COMPILED_SIGNATURES.items()
+                 if name in self.requests and not for_tflite]
+        for twin, name in sorted(twins, key=lambda pair: pair[1] != newest):
+            if name == newest:
+                body = forward_only(request.signature_function(
+                    self._compiled_body(name), name, twin, newest=newest), dynamic)
+            else:
+                body = request.signature_function(self.requests[newest + COMPILED_SUFFIX],
+                                                  name, twin, newest=newest)
+            self.requests[twin] = tf.function(
+                body, input_signature=request.input_signature(batch_size, name))
 
     def _compiled_body(self, twin):
         """``(text, **options) ->`` the compiled twin of options signature ``twin``
@@ -279,20 +287,17 @@ class TranslatorModule(tf.Module):
             return self._decode_sentences(strings)
         from keras_attn.export import spans_graph
 
-        rows = tf.cast(tf.where(spans_graph.may_hold_spans(strings))[:, 0], tf.int32)
-        plan = spans_graph.cut(tf.gather(strings, rows))
-        at = rows[:, tf.newaxis]
-        out = self._decode_sentences(tf.tensor_scatter_nd_update(strings, at, plan["rest"]),
-                                     return_alignments=tf.size(rows) > 0)
-        alignments = out.pop("alignments")
-        placed, _ = spans_graph.put_back(plan, tf.gather(out["translation"], rows),
-                                         tf.gather(alignments, rows), tf.range(tf.size(rows)),
-                                         renumber=False)
-        only = tf.scatter_nd(at, plan["only_spans"], tf.shape(strings))
-        return {"translation": tf.tensor_scatter_nd_update(out["translation"], at, placed),
-                "score": tf.where(only, 0.0, out["score"]),
-                "confidence": tf.where(only, 1.0, out["confidence"]),
-                "truncated": out["truncated"] & ~only}
+        def decode(rest, return_alignments):
+            out = self._decode_sentences(rest, return_alignments=return_alignments)
+            return {"translations": out["translation"][:, tf.newaxis],
+                    "scores": out["score"][:, tf.newaxis],
+                    "confidences": out["confidence"][:, tf.newaxis],
+                    "alignments": out["alignments"][:, tf.newaxis],
+                    "truncated": out["truncated"]}
+
+        out = spans_graph.passed_through(strings, decode)
+        return {"translation": out["translations"][:, 0], "score": out["scores"][:, 0],
+                "confidence": out["confidences"][:, 0], "truncated": out["truncated"]}
 
     def _decode_sentences(self, strings, return_alignments=False):
         """:meth:`_serve_sentences` without the pass-through (``return_alignments``: a bool

@@ -10,6 +10,8 @@ Example:
     'translate'
     >>> compiled_signature("translate_v2", ["translate_v2", "translate_v2_xla"])
     'translate_v2_xla'
+    >>> exported_options_signatures(for_tflite=False, passthrough=True)[-1]
+    'translate_v3'
 """
 
 # Every options signature of the SavedModel and of the TFLite text file, oldest first, with
@@ -23,14 +25,27 @@ OPTION_SIGNATURES = {
                      "target_prefix", "sampling_topk", "sampling_topp",
                      "sampling_temperature", "seed", "return_alignments",
                      "repetition_penalty", "no_repeat_ngram_size", "max_length_factor"),
+    # Every decoding option and the request pipeline's `passthrough` (URLs, addresses,
+    # numbers, code, tags and emoji pass through in the graph: keras_attn.export.
+    # spans_graph). Only a SavedModel exported with pass-through has it (PASSTHROUGH_SIGNATURE).
+    "translate_v3": ("beam_size", "num_hypotheses", "length_penalty", "max_length",
+                     "target_prefix", "sampling_topk", "sampling_topp",
+                     "sampling_temperature", "seed", "return_alignments",
+                     "repetition_penalty", "no_repeat_ngram_size", "max_length_factor",
+                     "passthrough"),
 }
-# The signature that takes every option (what the package's own engines call).
-LATEST_OPTIONS_SIGNATURE = list(OPTION_SIGNATURES)[-1]
+# The newest signature every export with options signatures has (TFLite's newest): every
+# decoding option of keras_attn.decoding.options.
+LATEST_OPTIONS_SIGNATURE = "translate_v2"
+# The signature with a `passthrough` input: only in a SavedModel whose serving_default
+# passes spans through (no regex op elsewhere: a character export stays plain TensorFlow).
+PASSTHROUGH_SIGNATURE = "translate_v3"
 # The SavedModel's XLA-compiled options signatures (keras_attn.export.request): each has
 # the inputs and outputs of the signature it is named after, its greedy decoding compiled
 # by XLA (a server runs it with XLA JIT on: TF Serving's --xla_cpu_compilation_enabled).
 COMPILED_SUFFIX = "_xla"
-COMPILED_SIGNATURES = {LATEST_OPTIONS_SIGNATURE + COMPILED_SUFFIX: LATEST_OPTIONS_SIGNATURE}
+COMPILED_SIGNATURES = {name + COMPILED_SUFFIX: name
+                       for name in (LATEST_OPTIONS_SIGNATURE, PASSTHROUGH_SIGNATURE)}
 # The numbers of sentences their compiled decoding runs (XLA compiles once per shape): a
 # request's sentences are padded to the next one; more than the last run in chunks of it.
 COMPILED_BUCKETS = (1, 2, 4, 8, 16, 32)
@@ -57,3 +72,10 @@ def compiled_signature(name, available):
     file)."""
     twin = name + COMPILED_SUFFIX
     return twin if COMPILED_SIGNATURES.get(twin) == name and twin in available else None
+
+
+def exported_options_signatures(for_tflite, passthrough):
+    """The options signatures an export carries, oldest first: every one but
+    :data:`PASSTHROUGH_SIGNATURE`, which only a SavedModel with ``passthrough`` has."""
+    return [name for name in OPTION_SIGNATURES
+            if name != PASSTHROUGH_SIGNATURE or (passthrough and not for_tflite)]

@@ -48,8 +48,10 @@ from keras_attn.decoding.options import OPTIONS, DecodingOptions
 from keras_attn.export.option_sets import (COMPILED_BUCKETS, LATEST_OPTIONS_SIGNATURE,
                                             OPTION_SIGNATURES)
 
-# Every option of keras_attn.decoding.options and its dtype in the signature.
-OPTION_SPECS = {name: tf.as_dtype(opt.dtype) for name, opt in OPTIONS.items()}
+# Every input of an options signature but ``text`` and its dtype: the options of
+# keras_attn.decoding.options and ``passthrough`` (PASSTHROUGH_SIGNATURE's).
+OPTION_SPECS = {**{name: tf.as_dtype(opt.dtype) for name, opt in OPTIONS.items()},
+                "passthrough": tf.bool}
 TRANSLATE_SIGNATURE = "translate"  # the first options signature (frozen, as all are)
 
 
@@ -66,29 +68,37 @@ def input_signature(batch_size=None, signature=LATEST_OPTIONS_SIGNATURE):
 
 def unset_value(name):
     """The tensor that leaves option ``name`` to the export (its ``unset`` value, or its
-    default: ``target_prefix`` no string)."""
+    default: ``target_prefix`` no string); ``passthrough`` False (what a signature without
+    the input does)."""
+    if name == "passthrough":
+        return tf.constant(False)
     opt = OPTIONS[name]
     value = opt.signature_value(opt.default)
     return tf.constant([] if opt.dtype == "string" else value, OPTION_SPECS[name])
 
 
-def signature_function(translate, signature, name=None):
-    """The Python function of the options signature ``signature``: ``(text, *its options)``
-    -> ``translate(text, **every option)``, the options it lacks at :func:`unset_value`.
-    Its option arguments default to :func:`unset_value` too, so a SavedModel saved with the
+def signature_function(translate, signature, name=None, newest=LATEST_OPTIONS_SIGNATURE):
+    """The Python function of the options signature ``signature``: ``(text, *its inputs)``
+    -> ``translate(text, **every input of newest)``, those it lacks at :func:`unset_value`.
+    Its option arguments default to :func:`unset_value` too (``passthrough`` to True: only
+    an export that passes spans through has it), so a SavedModel saved with the
     ``tf.function`` of it records them as the SignatureDef's ``defaults``. ``name``: the
-    function's (default ``signature``; the compiled twin's own)."""
+    function's (default ``signature``; the compiled twin's own). ``newest``: the signature
+    ``translate`` takes."""
     names = OPTION_SIGNATURES[signature]
 
     def call(text_input, *options):
-        values = {name: unset_value(name) for name in OPTIONS}
+        values = {name: unset_value(name) for name in OPTION_SIGNATURES[newest]}
         values.update(zip(names, options))
         return translate(text_input, **values)
+
+    def default(name):
+        return tf.constant(True) if name == "passthrough" else unset_value(name)
 
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     call.__signature__ = inspect.Signature(
         [inspect.Parameter("text", kind)]
-        + [inspect.Parameter(name, kind, default=unset_value(name)) for name in names])
+        + [inspect.Parameter(name, kind, default=default(name)) for name in names])
     call.__name__ = name or signature
     return call
 
@@ -177,7 +187,7 @@ class RequestDecoder:
         return tf.cond(search, lambda: fallback(strings, **options),
                        lambda: self.translate(strings, compiled=True, **options))
 
-    def translate(self, strings, compiled=False, **options):
+    def translate(self, strings, compiled=False, passthrough=False, **options):
         """The ``translate`` signature's body (module docstring). In a SavedModel each text
         is split into sentences in the graph (:mod:`keras_attn.export.documents`), every
         sentence of the request decoded as one batch, and hypothesis ``j`` of a text is
@@ -186,17 +196,31 @@ class RequestDecoder:
         `` | ``, truncated if any was);
         a TFLite file translates sentences (``keras_attn.export.runtime`` splits) and
         returns ``needs_split`` (:func:`keras_attn.export.documents.needs_split_tensor`).
-        ``compiled``: greedy decoding only, XLA-compiled (:meth:`translate_compiled`)."""
+        ``compiled``: greedy decoding only, XLA-compiled (:meth:`translate_compiled`).
+        ``passthrough``: a bool (tensor), spans pass through each sentence
+        (:func:`keras_attn.export.spans_graph.passed_through`; a SavedModel only)."""
         from keras_attn.export import documents
 
         if self.module.for_tflite:  # True where a text may not be one sentence: split first
             return dict(self.translate_sentences(strings, **options),
                         needs_split=documents.needs_split_tensor(strings))
 
-        return documents.translate_documents_tensor(strings, lambda sentences: (
-            self.translate_sentences(sentences.flat_values,
-                                     tf.cast(sentences.value_rowids(), tf.int32),
-                                     tf.shape(strings)[0], compiled, **options)))
+        def sentences_of(sentences):
+            owner = tf.cast(sentences.value_rowids(), tf.int32)
+
+            def decode(rest, return_alignments):
+                return self.translate_sentences(rest, owner, tf.shape(strings)[0], compiled,
+                                                **dict(options,
+                                                       return_alignments=return_alignments))
+
+            if passthrough is False:
+                return decode(sentences.flat_values, options["return_alignments"])
+            from keras_attn.export import spans_graph
+
+            return spans_graph.passed_through(sentences.flat_values, decode, passthrough,
+                                              options["return_alignments"])
+
+        return documents.translate_documents_tensor(strings, sentences_of)
 
     def translate_sentences(self, strings, owner=None, texts=None, compiled=False, **options):
         """Decode sentences ``(S,)``; ``owner`` int32 ``(S,)`` the text each belongs to

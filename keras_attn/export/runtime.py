@@ -167,7 +167,7 @@ def run_tflite_score(model, sources, targets):
     return runner(source=text_array(sources), target=text_array(targets))
 
 
-def option_inputs(opts, accepted=None):
+def option_inputs(opts, accepted=None, passthrough=False):
     """An options signature's inputs (numpy scalars) for ``DecodingOptions`` ``opts``, one
     per declared option (``keras_attn.decoding.options.OPTIONS``): its ``unset`` value
     (``max_length`` 0, ``length_penalty`` -1) where ``opts`` leaves it to the artefact;
@@ -176,6 +176,8 @@ def option_inputs(opts, accepted=None):
     Args:
         accepted: the input names of the signature called (None: every option); an option
             it lacks is left out, and must then be left to the artefact.
+        passthrough: the ``passthrough`` input, where ``accepted`` has it
+            (``translate_v3``).
 
     Raises:
         ValueError: ``opts`` sets an option that ``accepted`` lacks (an older export).
@@ -196,6 +198,8 @@ def option_inputs(opts, accepted=None):
         else:
             inputs[name] = np.dtype({"int32": np.int32, "float32": np.float32,
                                      "bool": np.bool_}[opt.dtype]).type(value)
+    if accepted is not None and "passthrough" in accepted:
+        inputs["passthrough"] = np.bool_(passthrough)
     return inputs
 
 

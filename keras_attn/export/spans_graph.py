@@ -310,3 +310,46 @@ def put_back(plan, translations, alignments, owner, renumber=True):
     rows["translation"], rows["alignment"] = translations, alignments
     return tf.map_fn(lambda row: _put_back_one(row, renumber), rows,
                      fn_output_signature=(tf.string, tf.string))
+
+
+def passed_through(sentences, decode, enabled=True, keep_alignments=False):
+    """Sentences decoded with what must not be translated passed through: each sentence
+    that holds a span (:func:`may_hold_spans`) decoded without its spans (:func:`cut`) and
+    every hypothesis given them back by its alignments (:func:`put_back`); a sentence of
+    spans alone is itself, score 0, confidence 1, not truncated. The graphs' one rule
+    (``serving_default`` and the options signature ``translate_v3``), as the pipeline's
+    :func:`keras_attn.translation.passthrough.passed_through` is Python's.
+
+    Args:
+        sentences: string ``(S,)``.
+        decode: ``(sentences (S,), return_alignments: bool tensor) -> dict``:
+            ``translations``, ``scores``, ``confidences``, ``alignments`` ``(S, N)`` and
+            ``truncated`` ``(S,)``.
+        enabled: bool (a scalar tensor or Python): False decodes every sentence as it is.
+        keep_alignments: bool (a scalar tensor or Python): the answer's ``alignments``,
+            renumbered over the whole sentence and translation; False: "" (they were asked
+            only to place the spans).
+
+    Returns:
+        ``decode``'s dict for ``sentences``.
+    """
+    rows = tf.cast(tf.where(enabled & may_hold_spans(sentences))[:, 0], tf.int32)
+    plan = cut(tf.gather(sentences, rows))
+    at = rows[:, tf.newaxis]
+    out = decode(tf.tensor_scatter_nd_update(sentences, at, plan["rest"]),
+                 keep_alignments | (tf.size(rows) > 0))
+    n = tf.shape(out["translations"])[1]
+    hypotheses = lambda t: tf.reshape(tf.gather(t, rows), [-1])  # noqa: E731  (R * N,)
+    placed, aligned = put_back(plan, hypotheses(out["translations"]),
+                               hypotheses(out["alignments"]),
+                               tf.repeat(tf.range(tf.size(rows)), n),
+                               renumber=keep_alignments is not False)
+    shape = [tf.size(rows), n]
+    only = tf.scatter_nd(at, plan["only_spans"], tf.shape(sentences))
+    alignments = tf.tensor_scatter_nd_update(out["alignments"], at, tf.reshape(aligned, shape))
+    return {"translations": tf.tensor_scatter_nd_update(out["translations"], at,
+                                                        tf.reshape(placed, shape)),
+            "scores": tf.where(only[:, tf.newaxis], 0.0, out["scores"]),
+            "confidences": tf.where(only[:, tf.newaxis], 1.0, out["confidences"]),
+            "alignments": tf.where(keep_alignments, alignments, ""),
+            "truncated": out["truncated"] & ~only}

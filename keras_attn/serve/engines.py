@@ -162,9 +162,11 @@ class SavedModelEngine:
         self.warm_sizes = COMPILED_BUCKETS if compiled else (1,)
         self._signature = SignatureRunner(path, self.signature_name, threads, meta_graph)
         self._dtypes = self._signature.input_dtypes
-        # Spans pass through by default unless the run's source vocabulary is characters
-        # (or the run cannot be found beside the export: off, the graph's own behaviour).
-        self.passthrough = spans.default_for_run(_run_dir_beside(path))
+        # Spans pass through by default where the export's translate_v3 does (it has one
+        # only then), else unless the run's source vocabulary is characters (off when the
+        # run cannot be found beside the export: the graph's own behaviour).
+        self.passthrough = ("passthrough" in self._dtypes
+                            or spans.default_for_run(_run_dir_beside(path)))
 
     @staticmethod
     def find(folder):
@@ -195,22 +197,26 @@ class SavedModelEngine:
 
     def translate(self, texts, options, confidence=True, passthrough=None):
         """:meth:`Engine.translate`: the graph answers sentences, the pipeline splits and
-        joins the documents and passes spans through, placed by the graph's alignments
-        (``keras_attn.translation.pipeline.split_and_join``)."""
+        joins the documents (``keras_attn.translation.pipeline.split_and_join``). Spans
+        pass through in the graph where the signature has a ``passthrough`` input
+        (``translate_v3``), else in the pipeline, placed by the graph's alignments."""
         if not texts:
             return []
         passthrough = self.passthrough if passthrough is None else bool(passthrough)
+        in_graph = "passthrough" in self._dtypes
         asked = options.return_alignments
-        if passthrough and not asked and self._pipeline.has_spans(texts):
+        if passthrough and not in_graph and not asked and self._pipeline.has_spans(texts):
             options = dataclasses.replace(options, return_alignments=True)
         return self._pipeline.answers(self._pipeline.split_and_join(
-            texts, lambda sentences: self._sentences(sentences, options, confidence),
-            options.num_hypotheses, passthrough, asked, confidence))
+            texts, lambda sentences: self._sentences(sentences, options, confidence,
+                                                     passthrough and in_graph),
+            options.num_hypotheses, passthrough and not in_graph, asked, confidence))
 
-    def _sentences(self, sentences, options, confidence):
+    def _sentences(self, sentences, options, confidence, passthrough=False):
         strings = self._np.array([t.encode("utf-8") for t in sentences], dtype=object)
         try:
-            out = self._signature(text=strings, **self._option_inputs(options, self._dtypes))
+            out = self._signature(text=strings, **self._option_inputs(
+                options, self._dtypes, passthrough))
         except self._tf.errors.InvalidArgumentError as e:
             raise ValueError(_graph_message(e.message)) from None
         utf8 = lambda t: t.decode("utf-8", errors="replace")  # noqa: E731
