@@ -1,29 +1,13 @@
 """Every artefact of a run against ``Translator`` with its defaults: the same translations?
 
-For every distinct English input of a Tatoeba file (``dev.txt``: 2,000, as written; some hold
-two sentences), the reference is ``Translator.from_run_dir(RUN).translate`` with no options
-(greedy, the run's repetition controls on), and each artefact answers the same input as its
-documentation calls it, with no options either:
-
-- ``saved_model/serving_default``: ``text`` alone;
-- ``saved_model/<options signature>`` (``translate``, ``translate_v2``, ...): ``text`` and each
-  option at its unset value (``keras_attn.serve.engines.SavedModelEngine``, the server's
-  caller, given ``DecodingOptions()``);
-- ``tflite/text_<q>``: :func:`text_file`, the call of docs/tflite.md (``split_for_tflite``, the
-  ``translate_sentences`` signature, ``join_from_tflite``);
-- ``tflite/builtin_<q>``: :func:`builtin_files`, the reference loop
-  ``runtime.run_tflite_builtin`` on every sentence, joined alike (one interpreter call per
-  token: ``--builtin-limit`` compares the first N inputs only);
-- ``ctranslate2/<q>``: ``CTranslate2Translator.translate`` (float32 in ``--ct2-dir``, int8 in
-  the folder of that name + ``_int8``, as ``keras-attn export --format ctranslate2`` names them).
-
-Spans that the pipeline passes through (docs/real_text.md) are not passed through on any
-side: the signatures called directly do not, so the decoding alone is compared.
-
-An artefact that is missing is reported as skipped, with the reason. Per artefact: the inputs
-compared, the share identical to the reference, and the first differences (the input and
-both outputs). Every float32 artefact should give every input's reference; int8 files report
-their share.
+For every distinct English input of a Tatoeba file, the reference is
+``Translator.from_run_dir(RUN).translate`` with no options, and each artefact answers the
+same input as its documentation calls it, with no options either: ``serving_default``,
+the options signatures (as ``SavedModelEngine`` calls them), ``tflite/text_<q>``
+(:func:`text_file`), ``tflite/builtin_<q>`` (:func:`builtin_files`; ``--builtin-limit``:
+the first N inputs) and ``ctranslate2/<q>`` (``--ct2-dir``, int8 beside it with
+``_int8``). Spans are not passed through on any side. A missing artefact is reported as
+skipped; per artefact: the inputs compared, the share identical and the first differences.
 
 Usage:
     python -m benchmarks.artefact_agreement runs/fra --data fra-eng/dev.txt \\

@@ -1,38 +1,16 @@
 """Benchmark suite: keras_attn against Keras / keras_hub, one process, interleaved.
 
-Sections (``--sections``, comma-separated; default all but ``serve``):
-
-* ``mha``: ``MultiHeadAttention`` vs ``keras.layers.MultiHeadAttention(num_heads=8,
-  key_dim=64)``, self-attention, B=16, d=512, L=64/128/256/512, dropout 0, forward and
-  forward+backward (grads wrt input and weights), ``tf.function`` with and without XLA.
-* ``train``: a training step of ``keras_attn.models.transformer_seq2seq`` vs the same
-  config built from keras_hub layers (d 256, 4 heads, FFN 1024, 2+2 layers, vocab 8000,
-  batch 32, lengths 64, Adam, dropout 0.1, post-norm), float32 and mixed_bfloat16, with
-  and without XLA: target tokens/s and model FLOP utilisation.
-* ``decode``: greedy decoding of 64 tokens, batch 8, same config, random weights (the end
-  id is never produced): ours cached (``tf.function``, XLA), ours naive (``use_cache=False``)
-  and keras_hub's cached ``TransformerDecoder`` loop: ms/token overall and per step at
-  positions 8, 32, 64 (8-step windows of the loop ending there).
-* ``serve`` (not in the default set): greedy translation of the same sources with the same
-  weights through our SavedModel (``translate_ids``, ``serving_default``), our TFLite text
-  targets (float32, int8) and CTranslate2 (float32, int8), same threads, batch 1 and 32:
-  ms per sentence and target tokens/s, the ratio to CTranslate2 of the same precision
-  (median and min-max over rounds; each engine alone in a fresh process per round), and how
-  often each engine's output equals the SavedModel's; for the dates run and an
-  English-French-sized model (see ``bench_serve``).
-
-Every comparison alternates the two sides on every repeat after warm-up and reports the
-median, the ratio ours/theirs (< 1: ours is faster) and GFLOP/s against the measured
-float32 matmul peak. Writes ``--json`` and a Markdown table ``--md``.
+Sections (``--sections``; default all but ``serve``): ``mha`` (``MultiHeadAttention``
+against Keras's), ``train`` (a training step against the same config built from keras_hub
+layers), ``decode`` (greedy decoding, cached and naive, against keras_hub's loop) and
+``serve`` (every artefact translating the same sources, against CTranslate2; see
+:func:`benchmarks.serve.bench_serve`). Every comparison alternates the sides on every
+repeat and reports the median, the ratio ours/theirs and GFLOP/s against the float32
+matmul peak; writes ``--json`` and ``--md`` (docs/benchmarks.md).
 
     python scripts/bench.py                          # full suite (quiet machine!)
     python scripts/bench.py --quick                  # smoke run, tiny sizes
     python scripts/bench.py --sections mha,decode --threads 1 --clock cpu
-    python scripts/bench.py --sections serve --threads 2 --json docs/benchmarks/serve.json \
-        --md docs/benchmarks/serve.md             # engines for serving (needs ctranslate2)
-
-On a busy machine ``--threads 1 --clock cpu`` gives steadier relative numbers (CPU seconds
-of this process); the headline numbers are wall-clock with TensorFlow's default threads.
 """
 import argparse
 import datetime

@@ -1,9 +1,6 @@
 """TensorFlow-only measuring tools of the suite: threads, machine, matmul peak, FLOP counts,
 the MHA matmul floor and op profiles (timing itself: :mod:`benchmarks.timing`).
 
-Throughput is given against the machine's measured float32 matmul peak
-(:func:`matmul_peak`); :func:`op_profile` says where a ``tf.function``'s time goes.
-
 Example:
     >>> configure_threads(1)
     >>> matmul_peak(1024)["gflops"]
@@ -24,10 +21,7 @@ from benchmarks.timing import block, gflops, interleaved, log
 
 # --- setup -----------------------------------------------------------------------------
 def configure_threads(threads):
-    """Intra- and inter-op threads of TensorFlow (0 = TensorFlow's default).
-
-    Must run before the first TensorFlow op executes.
-    """
+    """Intra- and inter-op threads of TensorFlow (0 = its default), before its first op."""
     if threads:
         tf.config.threading.set_intra_op_parallelism_threads(int(threads))
         tf.config.threading.set_inter_op_parallelism_threads(int(threads))
@@ -81,16 +75,10 @@ def mha_flops(batch, length, d_model, backward=False):
 def mha_matmul_floor(batch, length, d_model, heads, backward=False, seed=0):
     """Only the matmuls of a self-attention layer: a lower bound on its time.
 
-    The returned function takes ``x (batch, length, d_model)`` and runs the four
-    projections and the two attention batched matmuls of multi-head self-attention, and
-    with ``backward`` the twelve matmuls of the backward pass (a weight gradient and an
-    input gradient per projection, four attention batched matmuls, the input gradient
-    summed over Q, K and V), with the layer's shapes and dependencies and nothing else:
-    no bias, scale, softmax, transpose or copy (heads are split by reshapes, the scores
-    stand in for the weights and the output for its own gradient). Its FLOPs are exactly
-    :func:`mha_flops`. Whatever a real layer does beyond its matmuls costs time on top,
-    so ``time(floor) / time(other layer)`` bounds the ratio any layer built on these
-    kernels can reach on this machine.
+    The returned function takes ``x (batch, length, d_model)`` and runs the six matmuls of
+    multi-head self-attention (with ``backward`` the twelve of the backward pass too), with
+    the layer's shapes and dependencies and nothing else (no bias, scale, softmax,
+    transpose or copy): exactly :func:`mha_flops`.
     """
     b, n, d, h = batch, length, d_model, heads
     dh = d // h
@@ -129,15 +117,8 @@ def mha_matmul_floor(batch, length, d_model, heads, backward=False, seed=0):
 
 
 def seq2seq_forward_flops(batch, src_len, tgt_len, d_model, ffn, num_layers, vocab):
-    """Forward FLOPs of an encoder-decoder Transformer (matmuls only, full attention).
-
-    Encoder layer, per source token: projections ``4*2*d^2``, attention ``2*2*S*d``, FFN
-    ``2*2*d*f``. Decoder layer, per target token: self projections ``4*2*d^2``, self
-    attention ``2*2*T*d`` (counted in full, not halved for the causal mask), cross
-    ``Q``/``O`` projections ``2*2*d^2`` and attention ``2*2*S*d``, FFN ``2*2*d*f``; plus
-    the cross ``K``/``V`` projections ``2*2*d^2`` per source token. Output projection
-    ``2*d*V`` per target token. Embedding lookups, LayerNorm and softmax are not counted.
-    """
+    """Forward FLOPs of an encoder-decoder Transformer: the matmuls only (projections,
+    full attention, not halved for the causal mask, FFN, output projection)."""
     d, f, S, T = d_model, ffn, src_len, tgt_len
     enc = S * (8 * d * d + 4 * S * d + 4 * d * f)
     dec = T * (8 * d * d + 4 * T * d + 4 * d * d + 4 * S * d + 4 * d * f) + S * 4 * d * d
@@ -151,11 +132,8 @@ def seq2seq_train_flops(*args, **kwargs):
 
 # --- where the time goes -----------------------------------------------------------------------
 def op_profile(fn, steps=3, top=15):
-    """Time per TensorFlow op type (ms per call of ``fn()``) from ``tf.profiler`` traces.
-
-    Durations are wall times of the op kernels on their threads; each op instance counts
-    its median duration times its runs per call, so a thread descheduled now and then on a
-    loaded machine does not dominate. Use the shares more than the sums.
+    """Time per TensorFlow op type (ms per call of ``fn()``) from ``tf.profiler`` traces,
+    each op instance counted as its median duration times its runs per call.
 
     Returns: list of ``(op_type, ms)`` sorted by time, and the list of
     ``(op_name:op_type, ms)`` for the ``top`` most expensive op instances.
@@ -190,7 +168,6 @@ def op_profile(fn, steps=3, top=15):
                     op_type = name.rsplit(":", 1)[1]
                     if op_type and (op_type[0].isupper() or op_type[0] == "_"):
                         durations[name].append(event.duration_ps / 1e9)
-    # Per op: median duration x runs per call (robust to a thread descheduled once).
     by_type, by_name = collections.Counter(), collections.Counter()
     for name, ms in durations.items():
         cost = float(np.median(ms)) * len(ms) / steps
@@ -201,10 +178,8 @@ def op_profile(fn, steps=3, top=15):
 
 
 def profiles(args, fns):
-    """With ``--profile``: the op types taking most time in each of ``fns`` (name -> ms, %).
-
-    Under XLA the compiled cluster shows as one op.
-    """
+    """With ``--profile``: the op types taking most time in each of ``fns`` (name -> ms, %;
+    under XLA the compiled cluster is one op)."""
     if not args.profile:
         return None
     out = {}

@@ -9,12 +9,8 @@ from benchmarks.timing import interleaved, log, summarize
 
 class KerasHubGreedy(KerasHubDecoding):
     """Cached greedy decoding with keras_hub's ``TransformerDecoder`` caches, as a
-    ``tf.while_loop``.
-
-    ``decode`` runs the encoder, seeds the cross-attention caches with the first step
-    (``cross_attention_cache_update_index=0``) and then runs a ``tf.while_loop`` that reuses
-    them (index ``None``) and writes the self-attention caches at the step index.
-    """
+    ``tf.while_loop`` (the first step seeds the cross-attention caches, the loop reuses
+    them and writes the self-attention caches at the step index)."""
 
     def step(self, token, index, enc, enc_mask, self_caches, cross_caches, cross_index):
         logits, new_self, new_cross = self.logits(token, index, enc, enc_mask, self_caches,

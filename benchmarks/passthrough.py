@@ -1,35 +1,19 @@
 """What must not be translated passes through: held-out sentences with a link, an e-mail
-address, a number, inline code or an emoji inserted, translated by a run (issue 57).
+address, a number, inline code or an emoji inserted (the kinds in turn), translated by a
+run with and without ``passthrough``.
 
-Each of N held-out English sentences of ``dev.txt`` (tab-separated English, French; spread
-evenly over the file, one line per English sentence) gets one span inserted at a
-word boundary, the kinds in turn (N/5 of each: ``url``, ``email``, ``number``, ``code``,
-``emoji``). The same sentences are translated with and without their span, with
-``passthrough`` on; reported:
-
-* ``identical``: the share of spans found byte-identical in their sentence's translation
-  (per kind and overall; the issue asks >= 0.99);
-* ``bleu_with_spans``: BLEU (sacrebleu) of the translations of the sentences with spans,
-  each span removed from its translation, against the translations of the same sentences
-  without spans; ``bleu_around_spans_delta``: the BLEU of those stripped translations
-  against the references minus the BLEU of the span-less translations against them (the
-  issue asks within 1);
-* the same with ``passthrough=False`` (the model left to translate the spans), to show
-  what passing through changes.
-
-With ``--plain`` the whole held-out file is translated as it is, with and without
-passing through, and scored against all its references (``plain_bleu``: the issue asks
-that passing through costs plain text nothing). With ``--saved-model`` the translations
-with passing through come from the SavedModel's ``serving_default`` (the graph's own
-pass-through, :mod:`keras_attn.export.spans_graph`) instead of the run's Translator.
+Reported: ``identical`` (the share of spans found byte-identical in the translation, per
+kind and overall); ``bleu_with_spans`` (the translations with each span removed, against
+those of the sentences without spans) and ``bleu_around_spans_delta`` (their BLEU against
+the references minus the span-less translations'); the same with ``passthrough=False``.
+``--plain``: the whole file with and without passing through, against its references.
+``--saved-model``: the translations with passing through from ``serving_default``.
+Without the corpus the script says so and exits 0 (``"skipped"``).
 
 Usage:
     python -m benchmarks.passthrough --run-dir RUN [--data ../shared/data/fra-eng/dev.txt]
         [--n 200] [--plain] [--saved-model RUN/export/saved_model/translator/1]
         [--out results.json]
-
-The corpus is read where it lies and never copied. Without it the script says so and exits
-with status 0 (``"skipped"`` in the JSON).
 
 Example:
     >>> text, span, kind = spans_of(["Hello there."])[0]

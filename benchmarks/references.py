@@ -1,15 +1,11 @@
 """The models the suite compares: ours and the same encoder-decoder from keras_hub layers.
 
-Backend-neutral (``keras.ops``): the ``train`` and ``decode`` sections use it on TensorFlow,
-the ``backends`` section on TensorFlow, JAX and PyTorch.
-
 Example:
     >>> ours, theirs = seq2seq_models(SEQ2SEQ, dropout=0.1, max_len=64)
     >>> KerasHubDecoding(theirs, num_tokens=64, start_id=2).greedy(source)   # (B, 64)
 """
 from keras import ops
 
-# The issue's configuration: d 256, 4 heads, FFN 1024, 2+2 layers, vocab 8000.
 SEQ2SEQ = dict(vocab=8000, d=256, heads=4, ffn=1024, layers=2)
 QUICK_SEQ2SEQ = dict(SEQ2SEQ, vocab=500, d=64, ffn=128)
 
@@ -49,14 +45,9 @@ def seq2seq_models(cfg, dropout, max_len, ffn_dropout=0.0):
 
 
 class KerasHubDecoding:
-    """Cached decoding steps of a :func:`keras_hub_seq2seq` model, with keras_hub's caches.
-
-    ``encode`` runs the encoder; ``step`` runs the decoder on one token per row, writing the
-    self-attention caches ``(B, 2, num_tokens, H, d_h)`` at ``index`` and, with
-    ``cross_index=0``, filling the cross-attention caches ``(B, 2, S, H, d_h)`` (``None``
-    reuses them). Same token rules as ours: 0 and ``start_id`` are never chosen.
-    :meth:`greedy` is the whole loop through keras_hub's ``GreedySampler``.
-    """
+    """Cached decoding steps of a :func:`keras_hub_seq2seq` model, with keras_hub's caches
+    (self-attention ``(B, 2, num_tokens, H, d_h)``, cross-attention ``(B, 2, S, H, d_h)``);
+    0 and ``start_id`` are never chosen, as in ours. :meth:`greedy`: the whole loop."""
 
     def __init__(self, model, num_tokens, start_id):
         import keras_hub
@@ -108,13 +99,9 @@ class KerasHubDecoding:
         return ops.where(banned[None], -1e9, logits), new_self, new_cross
 
     def greedy(self, source):
-        """``num_tokens`` greedy tokens ``(B, num_tokens)`` through ``GreedySampler``.
-
-        As keras_hub's seq2seq models: a first step seeds the cross-attention caches (and
-        gives the first token), then the sampler's loop runs from index 2 of the prompt
-        ``[start, first, 0, ...]``, each step reading the token before ``index``. No stop
-        ids: every row gets ``num_tokens`` tokens.
-        """
+        """``num_tokens`` greedy tokens ``(B, num_tokens)`` through ``GreedySampler``, as
+        keras_hub's seq2seq models run it (a first step seeds the cross-attention caches;
+        no stop ids)."""
         enc, enc_mask = self.encode(source)
         batch, src_len = ops.shape(source)[0], ops.shape(source)[1]
         self_caches, cross_caches = self.init_caches(batch, src_len)

@@ -1,8 +1,6 @@
-"""Where a benchmark writes when no output is given: a new folder per run.
-
-``benchmarks/results/<UTC date and time>-<name>/`` (ignored by git), so that running a
-benchmark never overwrites the figures committed under ``docs/benchmarks/``; pass the
-command's output option to write elsewhere.
+"""Where a benchmark writes when no output is given: a new folder per run,
+``benchmarks/results/<UTC date and time>-<name>/`` (ignored by git), never the figures
+committed under ``docs/benchmarks/``.
 """
 import datetime
 import json

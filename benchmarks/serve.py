@@ -1,11 +1,7 @@
-"""Section ``serve`` (TensorFlow, opt-in): the same weights through every serving engine.
-
-Our SavedModel (``translate_ids``, ``serving_default``), our TFLite text targets (float32,
-int8) and CTranslate2 (float32, int8), same threads, for the dates run and an
-English-French-sized model: ms per sentence, target tokens/s, the ratio to CTranslate2 of
-the same precision, and agreement with the SavedModel. Every engine runs alone in a fresh
-process (``benchmarks.serve_engine``), the engines alternating round by round: in one
-shared process TensorFlow's idle thread pools slowed CTranslate2 up to 10x.
+"""Section ``serve`` (TensorFlow, opt-in): the same weights through every serving engine,
+each alone in a fresh process (``benchmarks.serve_engine``; in one shared process
+TensorFlow's idle thread pools slowed CTranslate2 up to 10x): ms per sentence, target
+tokens/s, the ratio to CTranslate2 of the same precision, and agreement.
 """
 import json
 import os
@@ -18,25 +14,19 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks.timing import log
+from keras_attn.core.runs import read_json
+from keras_attn.translation.pipeline import pad
 
 FRA_SIZE = dict(num_hiddens=256, ffn_num_hiddens=1024, num_heads=4, num_layers=2)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def bench_serve(args, peak):
-    """Greedy translation through every serving artefact of the same weights.
-
-    Engines: our SavedModel's ``translate_ids`` (ids in, ids out) and ``serving_default``
-    (strings in, strings out: tokenizer and detokenizer in the graph), our TFLite ``text``
-    targets (float32, int8; strings in and out) and CTranslate2 (float32, int8; token
-    strings in and out, its native API). All get the same sources (``Translator.encode``'s
-    ids, or the strings they come from) and the same threads, each engine alone in a fresh
-    process per round (``benchmarks.serve_engine``; see ``_serve_one``). Models: (a) the dates run
-    (``--run-dir``, else the committed ``exported/run``, else trained here briefly) and
-    (b) an English-French-sized model (d 256, FFN 1024, 4 heads, 2+2 layers):
-    ``--serve-fra-run-dir``, else trained here for ``--serve-train-steps`` on
-    ``--serve-data``; with ``--quick`` a random-init small model on the dates vocabularies.
-    """
+    """Greedy translation of the same sources through every serving artefact of the same
+    weights (:data:`ENGINES`), with the same threads. Models: the dates run (``--run-dir``,
+    else ``exported/run``, else trained here briefly) and an English-French-sized one
+    (``--serve-fra-run-dir``, else trained for ``--serve-train-steps`` on ``--serve-data``;
+    ``--quick``: random init on the dates vocabularies)."""
     try:
         from keras_attn.export import ctranslate2 as ct2_export
     except ImportError as e:
@@ -208,13 +198,9 @@ def _run_engine(spec, work):
 
 
 def _serve_one(args, ct2_export, run_dir, work, label, threads):
-    """Export ``run_dir`` to every engine, then time each alone in its own process.
-
-    Round ``r`` runs every engine once, each in a fresh process (the order rotated round by
-    round and reversed on odd rounds); a process times ``--repeats`` passes over all
-    sentences at each batch size after ``--warmup`` passes. Ratios to CTranslate2 are taken
-    within a round (both sides on the same machine state), then summarised over rounds.
-    """
+    """Export ``run_dir`` to every engine, then time each alone in a fresh process per
+    round (the order rotated each round); ratios are taken within a round, then summarised
+    over the rounds."""
     from keras_attn import export
     from keras_attn.text import tokenizers as text
     from keras_attn.export import runtime
@@ -267,7 +253,7 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads):
     for e in engines:
         if e.startswith("ctranslate2"):
             ids[e] = [[ct2.tgt_ids[t] for t in row] for row in outputs[e]]
-    texts = {e: _strings(decode(tf.constant(_pad_rows(rows)))) for e, rows in ids.items()}
+    texts = {e: _strings(decode(tf.constant(pad(rows)))) for e, rows in ids.items()}
     texts.update({e: outputs[e] for e in engines if e not in ids})
     ref_text = texts["saved_model_serving_default"]
     agreement = {e: {"text_vs_serving_default": _agree(texts[e], ref_text)} for e in engines}
@@ -279,7 +265,7 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads):
 
     result = {"run_dir": os.path.abspath(run_dir), "sentences": len(sentences),
               "target_tokens": target_tokens, "max_len": translator.max_len, "rounds": rounds,
-              "model": {k: v for k, v in _run_config(run_dir).items()
+              "model": {k: v for k, v in read_json(os.path.join(run_dir, "config.json")).items()
                         if k in ("task", "num_hiddens", "ffn_num_hiddens", "num_heads",
                                  "num_layers", "src_vocab_size", "tgt_vocab_size")},
               "bytes": sizes, "agreement": agreement, "unavailable": unavailable,
@@ -312,23 +298,6 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads):
                 f"{yardstick(e)} ({v['min']}-{v['max']})")
         result["batches"][str(b)] = rows
     return result
-
-
-def _run_config(run_dir):
-    with open(os.path.join(run_dir, "config.json")) as f:
-        return json.load(f)
-
-
-def _ids_rows(tokens):
-    """(B, T) ids (0 after [END]) -> lists without the padding."""
-    return [[int(t) for t in row if t != 0] for row in np.asarray(tokens).tolist()]
-
-
-def _pad_rows(rows):
-    out = np.zeros((len(rows), max([len(r) for r in rows] + [1])), np.int32)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
-    return out
 
 
 def _strings(values):

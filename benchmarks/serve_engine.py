@@ -1,20 +1,13 @@
-"""One serving engine, alone in its process: the child the ``serve`` section starts per round.
-
-Each engine runs in a fresh process that loads only what it needs: CTranslate2's process
-never imports TensorFlow, and TensorFlow's thread pools never compete with CTranslate2's
-(in one shared process they did, and CTranslate2 ran up to 10x slower than alone).
+"""One serving engine, alone in its process: the child the ``serve`` section starts per
+round (CTranslate2's process never imports TensorFlow).
 
 Usage (``benchmarks.serve`` writes the spec and reads the result):
     python -m benchmarks.serve_engine SPEC.json RESULT.json
 
-The spec: ``engine`` (``saved_model_translate_ids``, ``saved_model_serving_default``,
-``saved_model_translate`` (the options signature, every option at its default),
-``saved_model_translate_xla`` (its XLA-compiled twin, alike),
-``tflite_text_float32``/``_int8``, ``ctranslate2_float32``/``_int8``), ``path`` (the
-artefact), ``signature`` (of the SavedModel or the TFLite file), ``inputs`` (a JSON file with
-``source_ids``, ``sentences``, ``tflite_sentences`` and ``ct2_tokens``), ``batches``, ``repeats``, ``warmup``, ``threads``, ``clock``,
-``ct2_options``. The result: seconds per pass over all sentences, for each batch size, and
-the outputs of one pass at the largest batch (ids, strings or CTranslate2 token strings).
+The spec: ``engine`` (a name of ``benchmarks.serve.ENGINES``), ``path``, ``signature``,
+``inputs`` (a JSON file of ``source_ids``, ``sentences``, ``tflite_sentences``,
+``ct2_tokens``), ``batches``, ``repeats``, ``warmup``, ``threads``, ``clock``,
+``ct2_options``. The result: seconds per pass for each batch size, and one pass's outputs.
 """
 import json
 import os
@@ -23,7 +16,7 @@ import time
 
 import numpy as np
 
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+from benchmarks.timing import CLOCKS
 
 
 def _tensorflow(threads):

@@ -1,33 +1,17 @@
 """``keras-attn serve`` under load, beside LibreTranslate serving the same weights.
 
-Each server is started in its own process and loaded by ``wrk`` (Debian's package: a C load
-generator that costs the 2 cores almost nothing), keep-alive connections each sending one
-held-out sentence a request as JSON (``{"q", "source", "target"}``), the next as soon as the
-answer comes: ``--warmup`` seconds at 16 connections, then ``--duration`` seconds at each
-``--clients`` count. Measured per point: answered requests a second, p50/p90/p99 latency (wrk's
-own), failed requests (non-2xx, socket errors), and the server's resident memory (its process
-and children, sampled every second; the largest). The servers:
-
-* ``libretranslate``: LibreTranslate 1.9 (Argos Translate on CTranslate2) serving our
-  CTranslate2 export as an Argos package, greedy (``ARGOS_BEAM_SIZE=1``), started by the
-  anchor script given with ``--anchor`` in the Python given with ``--anchor-python`` (its own
-  virtual environment: ``pip install libretranslate``);
-* ``ctranslate2`` and ``savedmodel``: ``keras-attn serve --engine ...`` with its defaults.
-
-A server may carry options: ``ctranslate2:threads=1``, ``savedmodel:replicas=2``,
-``ctranslate2:batch_wait_ms=5`` (``keras-attn serve`` flags; ``flag=`` with no value: a
-flag alone), ``libretranslate:threads=2``.
-Every server runs once per repeat, the repeats interleaved (``--repeats``), so that the ratios
-are taken side by side; the report gives each figure's median and range over the repeats. The
-engines' own offline throughput (batches of 32 back to back, no HTTP) and single-sentence
-latency are measured in the same run, with the threads the server uses.
+Each server runs in its own process, loaded by ``wrk`` (keep-alive connections, one
+held-out sentence a request): ``--warmup`` seconds at 16 connections, then ``--duration``
+seconds at each ``--clients`` count; per point requests/s, p50/p90/p99 latency, failures
+and the largest resident memory. Servers: ``libretranslate`` (our CTranslate2 export as an
+Argos package, greedy, started by ``--anchor`` in ``--anchor-python``), ``ctranslate2`` and
+``savedmodel`` (``keras-attn serve --engine ...``); options as ``savedmodel:replicas=2``
+(``keras-attn serve`` flags; ``xla=``: a bare flag). The repeats are interleaved; the
+engines' offline throughput is measured in the same run.
 
 Usage:
     python -m benchmarks.serve_load RUN_DIR --data DEV_FILE \\
         --anchor ANCHOR.py --anchor-python LT_VENV/bin/python --repeats 3
-
-Writes ``serve_load.json`` and ``serve_load.md`` into ``--out-dir`` (default: a new
-``benchmarks/results/<date>-serve_load/`` folder).
 """
 import argparse
 import json

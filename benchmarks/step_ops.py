@@ -1,13 +1,9 @@
 """Ops per decoding step in the served graph, beside the time per step.
 
-The SavedModel is loaded in a ``tf.compat.v1.Session`` as TF Serving loads it (Grappler's
-rewrites applied, the functional loops lowered), and the ``translate`` signature runs one
-sentence cut at ``max_length`` a and at b (below the length of its translation, so the loop
-ran exactly a and b steps). The nodes one run executes are
-read from its trace (``RunOptions(trace_level=FULL_TRACE)``): what a step costs is the
-difference of the two runs over ``b - a`` steps, and the same difference of the runs'
-medians (the two alternating, their spread reported) times the step. Writes
-the count by op type, the total and ms per step as JSON.
+The SavedModel runs in a ``tf.compat.v1.Session`` as TF Serving loads it; one sentence is
+cut at ``max_length`` a and b (below its translation's length, so the loop ran exactly a
+and b steps), the ops each run executed read from its trace; a step costs the difference
+over ``b - a`` steps (ops, and the runs' median milliseconds, the two alternating).
 
     python -m benchmarks.step_ops exported/saved_model/translator/1 --text "3 March 2021" \\
         --json docs/benchmarks/step_ops.json

@@ -1,13 +1,8 @@
 """Interleaved timing and its summaries, on any Keras backend (imports no framework).
 
-Every comparison runs both sides in one process, interleaved (ours, theirs, theirs, ours,
-...), after warm-up, and reports medians.
-
-Clocks: ``"wall"`` (``time.perf_counter``, what users see) or ``"cpu"``
-(``time.process_time``: CPU seconds of this process, all threads). On a loaded machine the
-CPU clock with one thread (``common.configure_threads(1)``) is far steadier than the wall
-clock for *relative* comparisons; with more threads it also counts the threadpool's
-spin-waiting, so use it with one thread only.
+Both sides of a comparison run in one process, interleaved after warm-up; medians are
+reported. Clocks: ``"wall"`` (``time.perf_counter``) or ``"cpu"`` (``time.process_time``,
+steadier on a loaded machine with one thread; with more it counts spin-waiting).
 
 Example:
     >>> times = interleaved({"ours": f, "theirs": g}, repeats=9, warmup=2, clock="cpu")

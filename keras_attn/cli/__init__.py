@@ -4,30 +4,15 @@ Examples::
 
     keras-attn train                                  # dates task, defaults, ./runs/dates
     keras-attn train --task tatoeba --data fra-eng --output runs/fra
-    keras-attn --version
     keras-attn translate runs/dates "3 March 2021"    # or lines on stdin
-    keras-attn translate runs/dates --file notes.txt --json   # any flag, any input mode
-    keras-attn translate runs/dates "3 March 2021" "<b>Hi</b>" --confidence  # 0.98, 0.00
     keras-attn evaluate runs/dates --split test       # one JSON object
-    keras-attn score runs/dates --source "3 March 2021" --target 2021-03-03   # or TSV stdin
-    keras-attn calibrate runs/dates                   # the confidence's calibrator, again
-    keras-attn export runs/dates
+    keras-attn score runs/dates --source "3 March 2021" --target 2021-03-03
+    keras-attn calibrate runs/dates
     keras-attn export runs/dates --format ctranslate2 --quantization int8
     keras-attn serve exported --port 5000             # LibreTranslate's API over HTTP
 
-The parser imports neither TensorFlow nor Keras (the options and their defaults come from
-:mod:`keras_attn.core.config`), so ``--help`` answers at once; each command imports what it runs.
-TensorFlow's C++ log lines are hidden unless ``--verbose`` is given or
-``TF_CPP_MIN_LOG_LEVEL`` is set; long work draws a progress bar when stderr is a terminal.
-
-One module per command: :mod:`.train`, :mod:`.export`, :mod:`.score`, :mod:`.serve` and
-:mod:`.calibrate`, each with
-``add_parser(subparsers)`` and ``run(args)``, and :mod:`.decode` for the two decoding
-commands (``add_parsers(subparsers)`` returns both parsers; ``run_translate``,
-``run_evaluate``); :data:`COMMANDS` maps each name to its ``run``. :mod:`.console` holds
-what they share (``--verbose``, TensorFlow's quiet import, the progress bar). The Keras
-backend of ``train --backend`` is set by ``train.select_backend`` before anything imports
-Keras.
+The parser imports neither TensorFlow nor Keras, so ``--help`` answers at once; each
+command (one module each, :data:`COMMANDS`) imports what it runs.
 
 May import: every other package (it is the top); nothing imports it.
 """

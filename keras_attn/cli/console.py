@@ -20,12 +20,9 @@ def add_verbose(parser, default):
 
 
 def quiet_tensorflow(verbose):
-    """Import TensorFlow with its C++ log lines hidden (unless ``verbose``).
-
-    ``TF_CPP_MIN_LOG_LEVEL`` 3 hides the lines TensorFlow writes once loaded (``E0000 ...
-    failed call to cuInit``); the ones it writes while loading ignore that level and are
-    filtered out of stderr here. A ``TF_CPP_MIN_LOG_LEVEL`` set by the user is kept.
-    """
+    """Import TensorFlow with its C++ log lines hidden (unless ``verbose``): the lines it
+    writes while loading are filtered out of stderr, later ones hidden by
+    ``TF_CPP_MIN_LOG_LEVEL`` 3 (unless the user set it)."""
     if verbose or "tensorflow" in sys.modules:
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

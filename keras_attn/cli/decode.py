@@ -1,10 +1,6 @@
-"""``keras-attn translate`` and ``keras-attn evaluate``: a trained run's decoder, on
-sentences, on a file or on a split; and the decoding options' flags that ``score`` shares.
-
-Every decoding option is one flag named after its declaration in
-:data:`keras_attn.decoding.options.OPTIONS` (``--beam-size``, ``--length-penalty``, ...), the
-same in every command that takes it; an earlier name of a flag (:data:`ALIASES`) sets the
-same option and says on stderr that it is deprecated.
+"""``keras-attn translate`` and ``keras-attn evaluate``, and the decoding options' flags
+(one per :data:`keras_attn.decoding.options.OPTIONS` entry, shared with ``score``; an
+earlier name in :data:`ALIASES` still works, with a warning).
 """
 import argparse
 import functools
@@ -155,8 +151,7 @@ def write_hypotheses(args, texts, results, out=None):
 
 
 def languages_line(languages, run_dir):
-    """``"English (en) -> German (de): runs/en-de"``: what a run translates (its
-    config.json's languages, :func:`keras_attn.translation.run.languages`)."""
+    """``"English (en) -> German (de): runs/en-de"``: what a run translates."""
     source, target = languages["source"], languages["target"]
     return (f"{source['name']} ({source['code']}) -> {target['name']} ({target['code']}): "
             f"{run_dir}")

@@ -1,15 +1,7 @@
-"""``keras-attn serve``: a run or export directory as a LibreTranslate-compatible HTTP
-service (:mod:`keras_attn.serve`); several (``keras-attn serve runs/en-fr runs/fr-en``),
-or a folder of exports, served from one process and routed by language pair.
-
-LibreTranslate's options have its names and its environment variables (``LT_CHAR_LIMIT``,
-...: the default of the flag, as LibreTranslate reads them); the others read
-``KERAS_ATTN_SERVE_<NAME>``. Two more forms manage the state servers share:
-
-    keras-attn serve keys add REQ_LIMIT [KEY] [--char-limit N]   # prints the key
-    keras-attn serve keys remove KEY
-    keras-attn serve keys list
-    keras-attn serve suggestions export OUT.tsv    # a corpus `keras-attn train --data` reads
+"""``keras-attn serve``: run or export directories as a LibreTranslate-compatible HTTP
+service (:mod:`keras_attn.serve`), and ``keras-attn serve keys add/remove/list`` and
+``suggestions export FILE`` for the state servers share. LibreTranslate's options read its
+``LT_*`` variables, the others ``KERAS_ATTN_SERVE_<NAME>``.
 """
 import argparse
 import dataclasses
@@ -18,12 +10,7 @@ import os
 from keras_attn.cli.console import add_verbose
 from keras_attn.serve.engines import ENGINES  # imports neither TensorFlow nor CTranslate2
 
-# One replica: on the 2-core CPUs of docs/benchmarks/serve_load_fra30.md and _dates.md the
-# best one-replica layout served more requests a second at 16 clients than two replicas on
-# both engines and both models (English-French: SavedModel 211 against 132, CTranslate2 266
-# against 191; dates: 475 against 301, 429 against 335) and held a third of the memory: each
-# replica is a process with its own engine and TensorFlow, 1.1-1.5 GB (3.0-3.7 GB for two).
-# Layouts on more than 2 cores are not measured; --replicas N is there for them.
+# One replica: the fastest layout measured on 2 cores (docs/cli.md); --replicas N for more.
 DEFAULT_REPLICAS = 1
 
 

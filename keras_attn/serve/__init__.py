@@ -1,25 +1,11 @@
-"""``keras-attn serve``: a translation service speaking LibreTranslate's API.
+"""``keras-attn serve``: a translation service speaking LibreTranslate's API, over the
+exported artefacts (no decoding of its own).
 
-A thin layer over the exported artefacts (no decoding of its own): the SavedModel's
-``translate`` signature or the CTranslate2 model decode; this package batches the requests
-of concurrent clients and answers HTTP.
-
-Modules, one job each:
-
-* :mod:`.locate`: a run or export directory -> the artefact to load (``Artefact``).
-* :mod:`.models`: every model served, by language pair, and a request's route (one model,
-  or two through a pivot language).
-* :mod:`.engines`: the registry of engines (``SavedModelEngine``, ``CTranslate2Engine``)
-  and what each can do: texts + ``DecodingOptions`` -> n-best lists.
-* :mod:`.replicas`: the engine in this process, or in ``--replicas`` worker processes.
-* :mod:`.batcher`: requests decoded together, by option set; bounded queue and timeouts.
-* :mod:`.app`: the Starlette application; :mod:`.routes`: its routes, by concern;
-  :mod:`.spec`: their declarations and OpenAPI document; :mod:`.http`: bodies, fields,
-  errors; :mod:`.api`: LibreTranslate's fields and answers; :mod:`.limits`, :mod:`.store`,
-  :mod:`.cache`: keys, request limits, suggestions and cached answers (in this process,
-  SQLite or Redis); :mod:`.files`, :mod:`.markup`: documents and HTML with their
-  formatting; :mod:`.detect`, :mod:`.metrics`, :mod:`.attention`: ``/detect``,
-  ``/metrics``, the page's heatmap. :mod:`.server`: uvicorn and the replicas.
+:mod:`.locate` and :mod:`.models` find what is served; :mod:`.engines`, :mod:`.replicas`
+and :mod:`.batcher` decode; :mod:`.app`, :mod:`.routes`, :mod:`.spec`, :mod:`.http` and
+:mod:`.api` answer HTTP; :mod:`.limits`, :mod:`.store`, :mod:`.cache`, :mod:`.files`,
+:mod:`.markup`, :mod:`.detect`, :mod:`.metrics` and :mod:`.attention` serve one feature
+each; :mod:`.server` runs it under uvicorn.
 
 Example:
     >>> from keras_attn.serve import serve

@@ -1,26 +1,14 @@
 """LibreTranslate's ``POST /translate`` fields, read and checked, and its answer built.
 
-Fields (JSON object, ``application/x-www-form-urlencoded`` or ``multipart/form-data``):
+Fields (JSON, urlencoded or multipart form): LibreTranslate's ``q`` (a string or a list),
+``source`` (or ``auto``), ``target``, ``format`` (``text`` | ``html``), ``alternatives``,
+``api_key``; ours: every decoding option of :data:`keras_attn.decoding.options.OPTIONS`,
+``return_scores`` and ``passthrough`` (docs/real_text.md).
 
-* LibreTranslate's: ``q`` (a string, or in JSON a list of strings), ``source``, ``target``
-  (codes of ``GET /languages``; ``source`` may be ``auto``), ``format`` (``text`` |
-  ``html``: :mod:`keras_attn.serve.markup`), ``alternatives`` (N more translations: the
-  n-best list after the best), ``api_key``.
-* ours: every decoding option of :data:`keras_attn.decoding.options.OPTIONS` under its
-  name and of its type (API.md, "Decoding options per request"), ``return_scores``, and
-  ``passthrough`` (true / false: URLs, e-mail addresses, code, tags, numbers and emoji
-  pass through unchanged; absent: the engine's default, on for subword and word models,
-  off on characters; docs/real_text.md). ``passthrough`` is the pipeline's, not a
-  decoding option: the served graphs do not run it (their callers' pipeline does).
-
-The answer: ``{"translatedText": str}`` (a list when ``q`` is a list), ``alternatives``
-(a list, or a list per text) when asked, ``detectedLanguage`` for ``source=auto``,
-``pivot`` (ours: the language code between two chained models) when no one model
-translates the pair, and
-``hypotheses`` (per text, the n-best list ``[{"translation", "score", "alignment"?,
-"confidence"?}]``) when ``return_scores``, ``return_alignments`` or ``num_hypotheses > 1``
-asks for it. Errors are LibreTranslate's: ``{"error": "..."}`` with the status code
-(:class:`ApiError`), the message naming the field.
+The answer: ``{"translatedText"}`` (a list when ``q`` is), ``alternatives`` when asked,
+``detectedLanguage`` for ``source=auto``, ``pivot`` when two models chain, and
+``hypotheses`` (per text, the n-best list) when ``return_scores``, ``return_alignments``
+or ``num_hypotheses > 1`` asks for it. Errors: ``{"error": "..."}`` (:class:`ApiError`).
 
 Example:
     >>> request = parse_fields({"q": "3 March 2021", "source": "dates", "target": "iso",
@@ -55,15 +43,10 @@ def bad_request(message):
 
 @dataclasses.dataclass
 class TranslateRequest:
-    """A checked ``POST /translate``.
-
-    Attributes:
-        texts: the strings to translate. batch: ``q`` was a list.
-        source, target: language codes. format: ``"text"`` or ``"html"``.
-        alternatives: how many alternatives to return. options: ``DecodingOptions``.
-        hypotheses: return the n-best lists with scores. api_key: the client's key.
-        passthrough: spans pass through (None: the engine's default).
-    """
+    """A checked ``POST /translate``: the texts (``batch``: ``q`` was a list), languages,
+    ``format``, ``alternatives``, ``DecodingOptions``, whether to return the n-best
+    lists (``hypotheses``), the client's ``api_key`` and ``passthrough`` (None: the
+    engine's default)."""
 
     texts: list
     batch: bool
@@ -118,11 +101,9 @@ def texts_of(value, form=False):
 
 
 def check_languages(fields, languages, required=True):
-    """``(source, target)`` of a body: codes of the server's ``languages`` (``(source
-    code, target code)``, or ``(source codes, target codes)`` of a server of several
-    models; ``source`` may be ``auto``); one left out is missing (400) when ``required``,
-    else None. Whether a model (or two chained) translates the pair is the router's
-    (:meth:`keras_attn.serve.models.Models.route`)."""
+    """``(source, target)`` codes of a body, checked against the server's ``languages``
+    (``(sources, targets)``; ``source`` may be ``auto``); one left out is a 400 when
+    ``required``, else None."""
     sources, targets = (((c,) if isinstance(c, str) else tuple(c)) for c in languages)
     codes = []
     for name, allowed in (("source", sources + ("auto",)), ("target", targets)):
@@ -189,15 +170,15 @@ def parse_fields(fields, languages, form=False):
 
 
 def passthrough_of(request):
-    """``{"passthrough": value}`` when the request says, else ``{}`` (the engine's
-    default): keyword arguments of ``Batcher.submit``."""
-    return {} if request.passthrough is None else {"passthrough": request.passthrough}
+    """``{"passthrough": value}`` when the request says, else ``{}``: keyword arguments
+    of ``Batcher.submit``."""
+    passthrough = getattr(request, "passthrough", None)
+    return {} if passthrough is None else {"passthrough": passthrough}
 
 
 def parse_attention_fields(fields, languages):
     """Check the fields of a ``POST /attention`` body: ``q`` (one string), ``translation``
-    (a string; absent: the engine's greedy translation), and ``source`` / ``target`` when
-    given (as ``/translate`` reads them).
+    (absent: the engine's greedy translation), ``source`` / ``target`` when given.
 
     Returns:
         ``(text, translation or None)``.
@@ -219,10 +200,11 @@ def answer(request, results, source_code, confidence=100.0, pivot=None):
     """The JSON answer of a translated :class:`TranslateRequest` (module docstring).
 
     Args:
+        request: the :class:`TranslateRequest`.
         results: per text, its hypotheses (``Translator.translate_nbest``'s shape).
         source_code: the source language translated (``detectedLanguage`` of ``auto``).
-        confidence: ``detectedLanguage``'s (100: a server of one source).
-        pivot: the language between two chained models (the answer's ``pivot``), or None.
+        confidence: ``detectedLanguage``'s.
+        pivot: the language between two chained models, or None.
     """
     def one(values):
         return values if request.batch else values[0]
@@ -259,8 +241,7 @@ def check_limits(request, char_limit=-1, batch_limit=-1, alternatives_limit=-1):
 
 
 def required_strings(fields, names, form=False):
-    """The fields ``names`` of a body, each a non-empty string (LibreTranslate's "missing"
-    message otherwise); ``q`` of a form has its line endings normalised."""
+    """The fields ``names`` of a body, each a non-empty string (400 otherwise)."""
     values = []
     for name in names:
         value = fields.get(name)

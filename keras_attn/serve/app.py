@@ -1,9 +1,5 @@
-"""The Starlette application: LibreTranslate's API over the batcher.
-
-Its routes are small functions in :mod:`keras_attn.serve.routes`, by concern, each declared
-in :mod:`keras_attn.serve.spec` (which ``GET /spec`` describes and ``GET /docs`` reads);
-what they share is on ``app.state`` (:func:`create_app`). With ``url_prefix`` every route is
-under it (``/lt/translate``) and ``/`` redirects there.
+"""The Starlette application: LibreTranslate's API over the batcher (routes:
+:mod:`keras_attn.serve.routes`; with ``url_prefix`` every route is under it).
 
 Example:
     >>> app = create_app(locate("exported"), InProcessReplicas(engine), Settings())
@@ -39,7 +35,7 @@ from keras_attn.serve.models import Models
 @dataclasses.dataclass
 class Settings:
     """The server's options: each field is the flag of the same name of ``keras-attn
-    serve``, whose help (and docs/serving.md, "Options") says what it does and its default.
+    serve`` (its help says what it does).
 
     Args:
         api_keys: ``{key: limit or None}`` (``limits.read_api_keys``), a
@@ -84,20 +80,16 @@ def create_app(artefact, replicas=None, settings=None):
     :class:`~keras_attn.serve.models.Models`.
 
     Args:
-        artefact: :class:`~keras_attn.serve.locate.Artefact` (languages, limits, engine),
-            or :class:`~keras_attn.serve.models.Models` (then ``replicas`` is unused: each
-            model has its own; its batchers take ``settings``' sizes).
+        artefact: :class:`~keras_attn.serve.locate.Artefact`, or
+            :class:`~keras_attn.serve.models.Models` (then ``replicas`` is unused).
         replicas: ``InProcessReplicas`` or ``ProcessReplicas`` (closed at shutdown).
         settings: :class:`Settings`.
 
     Returns:
-        The app. What its routes share is on ``app.state``: ``models`` (every model, its
-        batcher and attention; the routes), ``settings``, ``capabilities`` (the engine's,
-        :class:`~keras_attn.serve.engines.Capabilities`; one ``--engine`` for every
-        model), ``languages`` (every source code, every target code), ``limiter``,
-        ``cache``, ``metrics``, ``downloads`` (the translated files) and ``spec`` (the
-        OpenAPI document); ``artefact``, ``replicas``, ``batcher`` and ``attention`` are
-        the first model's.
+        The app. What its routes share is on ``app.state``: ``models``, ``settings``,
+        ``capabilities`` (the engine's), ``languages`` (every source code, every target
+        code), ``limiter``, ``cache``, ``metrics``, ``downloads`` and ``spec``;
+        ``artefact``, ``replicas``, ``batcher`` and ``attention`` are the first model's.
     """
     settings = settings or Settings()
     if isinstance(artefact, Models):

@@ -1,22 +1,14 @@
 """``POST /attention``: the cross-attention of a translation over its source (the web
 page's heatmap).
 
-The served artefacts return no attention weights (the SavedModel's ``translate`` signature
-gives word alignments at most; CTranslate2 none), so the matrix comes from the Keras model of
-the run they were exported from (``RUN_DIR/model.keras``, or its best checkpoint), when the
-server knows that run (:attr:`~keras_attn.serve.locate.Artefact.run_dir`): a run directory,
-or an export directory with its run (the committed ``exported/run``). It is what word
-alignments read (:func:`keras_attn.decoding.cross_attention`): one teacher-forced pass of
-the decoder over the given translation, the last decoder layer's cross-attention averaged
-over heads (the Bahdanau weights for a Bahdanau model). Row ``t`` is the attention while
-the decoder produced target token ``t``, over every source token: each row sums to 1. No
-decoding here: the translation is the served engine's (the page sends the one it shows;
-without one the route asks the engine for its greedy translation first).
+The served artefacts return no attention weights, so the matrix comes from the Keras model
+of the run they were exported from (:attr:`~keras_attn.serve.locate.Artefact.run_dir`):
+one teacher-forced pass over the given translation
+(:func:`keras_attn.decoding.cross_attention`). Row ``t`` is the attention while the
+decoder produced target token ``t``.
 
 Example:
     >>> heatmaps = Attention(locate("exported"))
-    >>> heatmaps.unavailable is None
-    True
     >>> out = heatmaps.matrix("3 March 2021", "2021-03-03")
     >>> out["source_tokens"][:3], out["target_tokens"][-1], len(out["attention"])
     (['3', '␣', 'M'], '[END]', 11)
@@ -35,8 +27,7 @@ class Attention:
         artefact: the served :class:`~keras_attn.serve.locate.Artefact`.
 
     Attributes:
-        unavailable: None when a Keras model is there, else the sentence saying why not
-            (the route's error message).
+        unavailable: None when a Keras model is there, else the sentence saying why not.
     """
 
     def __init__(self, artefact):
@@ -80,12 +71,10 @@ class Attention:
         """The cross-attention of ``translation`` over ``text``.
 
         Returns:
-            A JSON-able dict: ``source_tokens`` (S labels, ``[END]`` last),
-            ``target_tokens`` (T labels, ``[END]`` last), ``attention`` (T rows of S floats,
-            each row summing to 1), ``source_words`` / ``target_words`` (each token's word,
-            the numbering of the page's words and of the Pharaoh alignments; -1 for spaces
-            and reserved tokens) and ``truncated`` (a side was cut to the model's
-            ``max_len``).
+            A JSON-able dict: ``source_tokens`` (S labels), ``target_tokens`` (T labels),
+            ``attention`` (T rows of S floats, each summing to 1), ``source_words`` /
+            ``target_words`` (each token's word, -1 for spaces and reserved tokens) and
+            ``truncated`` (a side was cut to ``max_len``).
         """
         import numpy as np
 

@@ -1,18 +1,12 @@
-"""Requests of concurrent clients decoded together (what TF Serving's ``--enable_batching``
-does with ``max_batch_size`` and ``batch_timeout_micros``).
+"""Requests of concurrent clients decoded together (as TF Serving's
+``--enable_batching``).
 
-A request (one text or several, with its ``DecodingOptions`` and whether its answer
-carries confidences) waits in the group of both: requests that differ in them cannot share
-one call of the engine. When a replica is free, the group whose oldest request came first
-is taken: once it holds ``max_batch`` texts, or ``wait_ms`` after its oldest request
-arrived (default 0: at once), up to ``max_batch`` texts of it (whole requests; a request
-longer than that goes alone) are sent to the replica as one batch. While every replica is
-busy, requests pile up and the next batch takes them: the batch grows with the load, and a
-lone request waits for nothing.
-
-Limits: at most ``queue_size`` requests wait (:class:`QueueFull` beyond: the server answers
-503 with ``Retry-After``); a request that is not answered within its ``timeout`` raises
-``asyncio.TimeoutError`` (504) and, if it was still waiting, is never decoded.
+Requests are grouped by ``DecodingOptions``, confidence and passthrough. When a replica is
+free, the group whose oldest request came first is taken: once it holds ``max_batch``
+texts, or ``wait_ms`` after its oldest request arrived, up to ``max_batch`` texts of it
+(whole requests) go to the replica as one batch. At most ``queue_size`` requests wait
+(:class:`QueueFull`: 503); a request unanswered within its ``timeout`` raises
+``asyncio.TimeoutError`` (504) and, if still waiting, is never decoded.
 
 Example:
     >>> batcher = Batcher(InProcessReplicas(engine), max_batch=32, wait_ms=0)
@@ -115,11 +109,9 @@ class Batcher:
     async def submit(self, texts, options, timeout=None, confidence=True, timing=None,
                      passthrough=None):
         """Translate ``texts`` (a list of strings) with ``options`` together with other
-        clients' requests; per text, its hypotheses (the engine's answer, with confidences
-        when ``confidence``). ``timing``: a dict that receives the seconds the request
-        waited (``"queue"``) and its batch took (``"engine"``). ``passthrough``: what must
-        not be translated passes through (None: the engine's default); requests that
-        differ in it are batched apart.
+        clients' requests; per text, its hypotheses (with confidences when
+        ``confidence``). ``timing``: a dict that receives the seconds waited (``"queue"``)
+        and decoded (``"engine"``). ``passthrough``: None: the engine's default.
 
         Raises:
             QueueFull: ``queue_size`` requests are waiting already.

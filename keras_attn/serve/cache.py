@@ -1,10 +1,6 @@
 """LibreTranslate's ``--translation-cache``: answers of ``POST /translate`` kept and given
-again for the same request, in this process or in Redis (``--shared-storage redis://``:
-every server on it reads what any of them translated).
-
-A request is the same when its texts, languages, format, alternatives and decoding options
-are (sampling included: a ``seed``, 0 when not given, makes its answer the same each time).
-Which clients use the cache: ``("all",)``, or the API keys listed.
+again for the same request (same texts, languages, format, alternatives and decoding
+options), in this process or in Redis (shared by every server on it).
 
 Example:
     >>> cache = TranslationCache(("all",))

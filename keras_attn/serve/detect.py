@@ -1,16 +1,10 @@
 """``POST /detect``: the language of a text, by langid.py (Lui & Baldwin's naive Bayes
-identifier over byte n-grams, 97 languages, its model shipped in the package).
+identifier), answered as LibreTranslate does: the three likeliest languages, best first.
 
-The answer is LibreTranslate's: the three likeliest languages, ``[{"language": ISO 639-1
-code, "confidence": 0-100}]``, best first. Any text gets an answer: one without letters
-(digits, punctuation, nothing) gets langid's prior, with a low confidence. A list of texts
-gets the mean of each language's probability over the texts.
-
-A server of several models answers among its sources only (``among``): langid's
-probabilities of those languages (a code by its primary subtag: ``pt-BR`` is langid's
-``pt``), normalised over them. A served code langid does not know (the dates task's
-``dates``) cannot be scored: it gets confidence 0 when any other served source is known to
-langid, and an equal share with the other unknown ones when none is.
+A list of texts gets the mean probability over the texts. A server of several models
+answers among its sources only (``among``), the probabilities normalised over them; a
+served code langid does not know (``dates``) gets 0 when any other source is known, else
+an equal share with the other unknown ones.
 
 Example:
     >>> detect("Bonjour tout le monde, comment allez-vous aujourd'hui ?")[0]

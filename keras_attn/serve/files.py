@@ -1,23 +1,15 @@
 """``POST /translate_file``: a document translated with its formatting kept.
 
-Every format is brought to what ``format=html`` translates (:mod:`keras_attn.serve.markup`):
-a paragraph's text with its inline formatting as ``<span>`` elements, whose translation puts
-each span around the target words aligned with the words it covered.
+Every format becomes what ``format=html`` translates (:mod:`keras_attn.serve.markup`): a
+paragraph's text with its inline formatting as ``<span>`` elements.
 
-* ``.txt``: each non-blank line translated as text; blank lines and line ends kept.
-* ``.html`` / ``.htm``: the document through ``format=html`` (markup kept).
+* ``.txt``: each non-blank line translated as text; ``.html`` / ``.htm``: as ``format=html``.
 * ``.docx`` (``word/document.xml``) and ``.odt`` (``content.xml``): per paragraph, runs of
-  one formatting (``<w:r>`` and its ``<w:rPr>``; ``<text:span text:style-name>``) are
-  merged; the text without formatting of its own (or, when every run has some, the
-  formatting most characters have) is the paragraph's own, every other one becomes a span;
-  the translated paragraph is written back as runs, each with the formatting of the span it
-  came from. Runs inside hyperlinks and fields, and a
-  paragraph's other elements (images, bookmarks, notes), stay where they are, untranslated.
-  Every other file of the archive is copied unchanged.
+  one formatting merged, the paragraph's own formatting (:func:`_formats`) left plain and
+  every other one a span, written back as runs; hyperlinks, fields, images, notes and the
+  archive's other files stay unchanged.
 
-:class:`FileStore` keeps the translations for ``GET /download_file/{name}`` in a folder
-(``--files-dir``; several servers may share one), a name being a uuid4 and the original
-name, removed after ``max_age_s``.
+:class:`FileStore` keeps the translations for ``GET /download_file/{name}``.
 
 Example:
     >>> translated = await translate_file("letter.docx", data, as_text, as_html)
@@ -40,8 +32,7 @@ _SPAN = re.compile(r'<span data-r="(\d+)">(.*?)</span>', re.S)
 
 
 def extension(filename):
-    """The lower-cased extension of ``filename`` if it is one of :data:`EXTENSIONS`, else
-    None."""
+    """The lower-cased extension of ``filename`` if in :data:`EXTENSIONS`, else None."""
     ext = os.path.splitext(filename or "")[1].lower()
     return ext if ext in EXTENSIONS else None
 
@@ -74,9 +65,8 @@ def from_fragment(fragment):
 
 
 def _formats(runs):
-    """Per run, its format number: 0 for the paragraph's own (no formatting of a run's own
-    when some text has none, else the one most characters have), then 1, 2, ...
-    ``runs``: ``[(text, key)]`` (an empty key: no formatting of the run's own)."""
+    """Per run of ``[(text, key)]`` (empty key: no formatting of its own) its format
+    number, 0 for the paragraph's own (unformatted, else the most characters'); the keys."""
     chars = {}
     for text, key in runs:
         chars[key] = chars.get(key, 0) + len(text)
@@ -263,10 +253,9 @@ async def translate_file(filename, data, translate_text, translate_html):
                                         _docx_write, translate_html)
         return await _translate_xml(data, "content.xml", _odt_paragraphs, _odt_write,
                                     translate_html)
-    except (UnicodeDecodeError, zipfile.BadZipFile, KeyError) as e:
-        raise ValueError(f"cannot read the file as {ext} ({e})") from None
     except Exception as e:  # noqa: BLE001  (lxml's XMLSyntaxError, without importing lxml)
-        if type(e).__name__ == "XMLSyntaxError":
+        if isinstance(e, (UnicodeDecodeError, zipfile.BadZipFile, KeyError)) or \
+                type(e).__name__ == "XMLSyntaxError":
             raise ValueError(f"cannot read the file as {ext} ({e})") from None
         raise
 

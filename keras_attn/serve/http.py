@@ -1,7 +1,6 @@
-"""The HTTP plumbing of :mod:`keras_attn.serve.app`: bodies read within a limit, fields of
-JSON and form bodies, LibreTranslate's JSON errors (every failure of a route answered so:
-:func:`guarded`), the ``Server-Timing`` header, and an ASGI middleware that drains the
-unread body before an error answer.
+"""The HTTP plumbing of :mod:`keras_attn.serve.app`: bodies read within a limit, JSON and
+form fields, LibreTranslate's JSON errors (:func:`guarded`), ``Server-Timing``, and an
+ASGI middleware that drains the unread body before an error answer.
 
 Example:
     >>> fields, form, uploads = await read_fields(request)
@@ -80,24 +79,18 @@ async def read_body(request, limit):
 
 
 def server_timing(timing, started):
-    """A ``Server-Timing`` header (W3C; browsers' developer tools show it) of a
-    ``POST /translate``: ``read`` (body, fields, key and limits), ``queue`` (waiting for a
-    replica), ``engine`` (the batch's decoding), ``cache`` (a cached answer's lookup) and
-    ``total`` (the handler's, up to the answer; its JSON rendering not counted), in
-    milliseconds."""
+    """A ``Server-Timing`` header of the seconds in ``timing`` (``read``, ``queue``,
+    ``engine``, ``cache``) and ``total`` since ``started``, in milliseconds."""
     timing = dict(timing, total=time.perf_counter() - started)
     return {"Server-Timing": ", ".join(f"{name};dur={1000 * seconds:.3f}"
                                        for name, seconds in timing.items())}
 
 
 class DrainUnread:
-    """ASGI middleware: before an error answer (4xx, 5xx) goes out, the rest of the request
-    body the route did not read is read and dropped, up to :data:`DRAIN_BYTES`.
-
-    A client writes its whole body before it reads the answer: a server that answers and
-    closes with the body still coming resets the connection under it, and the client sees
-    a reset instead of the 413 (or 405, 404). A body declared longer than ``DRAIN_BYTES``
-    is not read: the answer goes out and the connection is closed."""
+    """ASGI middleware: before an error answer (4xx, 5xx) goes out, the unread rest of the
+    request body is read and dropped, up to :data:`DRAIN_BYTES` (a client writing its body
+    would otherwise see a connection reset instead of the answer); a longer declared body
+    is not read and the connection is closed."""
 
     def __init__(self, app):
         self.app = app

@@ -1,15 +1,10 @@
 """API keys and request limits, as LibreTranslate's ``--api-keys`` and ``--req-limit``.
 
-* ``--req-limit N``: each client may send ``N`` translation requests a minute (a client is
-  its API key, or its address without one); more are answered 429. ``-1``: no limit.
-* ``--api-keys FILE``: one key a line, optionally followed by that key's own limit a minute
-  (``KEY 120``); ``#`` starts a comment. A request whose ``api_key`` is not in the file is
-  answered 403 ("Invalid API key"). With ``--req-limit 0`` a request without a key is
-  refused (LibreTranslate's way to require keys: 400, "Please contact the server operator
-  to get an API key"), and a key without its own limit has none.
-* ``--shared-storage redis://HOST:PORT/DB``: the windows are kept in Redis
-  (:class:`RedisWindows`), so that every server on that Redis enforces one limit between
-  them; by default each process counts its own (:class:`MemoryWindows`).
+``--req-limit N``: ``N`` translation requests a minute per client (its API key, else its
+address); more are answered 429. ``--api-keys FILE``: ``KEY`` or ``KEY LIMIT`` a line
+(``#`` comments); an unknown key is answered 403; with ``--req-limit 0`` a key is required
+(400) and a key without its own limit has none. The windows are this process's
+(:class:`MemoryWindows`) or shared in Redis (:class:`RedisWindows`).
 
 Example:
     >>> keys = read_api_keys("keys.txt")          # {"k1": None, "k2": 120}
@@ -53,12 +48,8 @@ class MemoryWindows:
 
 
 class RedisWindows:
-    """:class:`MemoryWindows` kept in Redis (``redis://`` URL): one window per client for
-    every server on that Redis. The clock is each server's wall clock (``time.time``).
-
-    Args:
-        url: ``redis://[:password@]host:port/db``.
-    """
+    """:class:`MemoryWindows` kept in Redis (``url``: ``redis://[:password@]host:port/db``),
+    shared by every server on it; the clock is each server's ``time.time``."""
 
     def __init__(self, url):
         import redis
@@ -106,8 +97,7 @@ class RateLimiter:
     Args:
         default_limit: requests a minute of a client without its own limit (-1: none).
         keys: ``{api_key: limit or None}`` (:func:`read_api_keys`), or None.
-        clock: seconds (``time.monotonic``; tests pass their own; ``time.time`` with a
-            shared storage).
+        clock: seconds (default ``time.monotonic``; ``time.time`` with a shared storage).
         storage: :class:`MemoryWindows` (default) or :class:`RedisWindows`.
     """
 

@@ -1,17 +1,6 @@
-"""Which artefact ``keras-attn serve PATH`` serves: a run directory or an export directory,
-resolved to an exported SavedModel version or a CTranslate2 model directory.
-
-Layouts read (``keras_attn.core.runs``, ``keras_attn.export.rundir``; each engine's
-artefact is found by its ``find``, :mod:`keras_attn.serve.engines`)::
-
-    RUN_DIR/config.json                               a run directory
-    RUN_DIR/export/saved_model/translator/<version>/  its SavedModel (keras-attn export)
-    RUN_DIR/export/ctranslate2/                       its CTranslate2 model (--format ctranslate2)
-    EXPORT_DIR/saved_model/translator/<version>/      an export directory (the committed
-    EXPORT_DIR/run/config.json                        ``exported/`` also holds its run)
-
-Imports neither TensorFlow nor CTranslate2: the server's parent process resolves the path
-and its replicas load the artefact.
+"""Which artefact ``keras-attn serve PATH`` serves: a run or export directory resolved to
+a SavedModel version or a CTranslate2 model directory (each engine's ``find``,
+:mod:`keras_attn.serve.engines`). Imports neither TensorFlow nor CTranslate2.
 
 Example:
     >>> locate("exported").path
@@ -23,15 +12,10 @@ import dataclasses
 import os
 from typing import Optional
 
-from keras_attn.core.languages import (SAVED_MODEL_METADATA, TASK_LANGUAGES,  # noqa: F401
-                                       UNKNOWN_LANGUAGES, config_languages,
-                                       languages_from_metadata)
+from keras_attn.core.languages import (SAVED_MODEL_METADATA, UNKNOWN_LANGUAGES,
+                                       config_languages, languages_from_metadata)
 from keras_attn.core.runs import read_json
 from keras_attn.serve.engines import CT2_METADATA, ENGINES, MODEL_NAME  # noqa: F401
-
-# TASK_LANGUAGES (LibreTranslate's /languages entries of each task, code and name) is only
-# the fallback of a run written before runs knew their languages: an artefact's metadata
-# and a run's config.json say them (keras_attn.core.languages).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,11 +23,10 @@ class Artefact:
     """What a replica loads and what the HTTP layer tells clients.
 
     Args:
-        engine: a name of :data:`~keras_attn.serve.engines.ENGINES` (``"savedmodel"``,
-            ``"ctranslate2"``).
+        engine: a name of :data:`~keras_attn.serve.engines.ENGINES`.
         path: the SavedModel version folder, or the CTranslate2 model directory.
-        max_len: the export's longest output (``max_length`` may not exceed it).
-        source, target: ``(code, name)`` of the languages (``GET /languages``).
+        max_len: the export's longest output.
+        source, target: ``(code, name)`` of the languages.
         run_dir: the run directory it was exported from, when known.
     """
 
@@ -81,10 +64,8 @@ def _run_dir_of(path, found):
 
 
 def artefact_languages(found):
-    """``(source, target)`` ``(code, name)`` pairs of an exported artefact's own metadata
-    (a CTranslate2 model's ``keras_attn.json``, a SavedModel version's
-    ``assets.extra/keras_attn.json`` or the ``<version>.report.json`` beside it), or None
-    when it was exported before artefacts held them."""
+    """``(source, target)`` ``(code, name)`` pairs of an artefact's own metadata, or None
+    when it holds none."""
     for meta in (os.path.join(found, CT2_METADATA), os.path.join(found, SAVED_MODEL_METADATA),
                  found.rstrip(os.sep) + ".report.json"):
         if os.path.isfile(meta):
@@ -96,8 +77,7 @@ def artefact_languages(found):
 
 def languages_of(run_dir, found=None):
     """``(source, target)`` ``(code, name)`` pairs: the artefact ``found``'s metadata, else
-    the run's ``config.json`` (its ``source_lang``/``target_lang``, or its task's languages
-    for a run written before it had them), else ``src``/``tgt``.
+    the run's ``config.json``, else ``src``/``tgt``.
 
     Example:
         >>> languages_of("exported/run")
@@ -118,13 +98,12 @@ def locate(path, engine="savedmodel"):
     Args:
         path: a run directory, an export directory, a SavedModel base or version folder,
             or a CTranslate2 model directory.
-        engine: a name of :data:`~keras_attn.serve.engines.ENGINES`: ``"savedmodel"`` (the
-            options signature) or ``"ctranslate2"``.
+        engine: a name of :data:`~keras_attn.serve.engines.ENGINES`.
 
     Raises:
         ValueError: an unknown ``engine``.
-        FileNotFoundError: no such path, or no artefact of that engine in it (the message
-            says which ``keras-attn export`` command writes one).
+        FileNotFoundError: no artefact of that engine (the message names the export
+            command that writes one).
     """
     if engine not in ENGINES:
         raise ValueError(f"`engine` must be one of {tuple(ENGINES)}. Received: engine={engine!r}")

@@ -1,21 +1,22 @@
 """``format=html``: the text of an HTML fragment translated, its markup kept.
 
-Tags, attributes, comments and entities are never sent to the model. The fragment is cut
-into segments at every tag that is not inline (``<p>``, ``<div>``, ``<li>``, ``<br>``, ...):
-each segment's text (inline tags removed, entities decoded) is a document the engine
-translates as any text (split into sentences and joined back by
-:mod:`keras_attn.translation.pipeline`), every segment of a request in one batch. An inline
-tag (``<b>``, ``<i>``, ``<a href>``, ...) then wraps the target words aligned with the source words it wrapped (the hypothesis's
-Pharaoh alignment, ``return_alignments``): nested tags stay nested, a tag whose words are
-aligned with nothing is kept, empty, where its segment ends. The output is well-formed
-when the input is: the same tags, in an order that nests. An engine without alignments
-(CTranslate2) translates the text between any two tags on its own instead.
+The fragment is cut into segments at every tag that is not inline; each segment's text is
+translated as a document, all segments of a request in one batch. An inline tag then wraps
+the target words aligned with the source words it wrapped (nested tags stay nested; one
+aligned with nothing is kept, empty, where its segment ends). An engine without
+alignments translates the text between any two tags on its own instead.
 
 Example:
     >>> segments = parse("<p>Le <b>4 juillet</b> 1999</p>")
     >>> [s.text for s in segments if isinstance(s, Segment)]
     ['Le 4 juillet 1999']
 """
+import dataclasses
+import html
+import html.parser
+import re
+
+from keras_attn.serve.api import passthrough_of
 import dataclasses
 import html
 import html.parser
@@ -115,25 +116,21 @@ def _words(text):
 
 
 def _target_words(text):
-    r"""``(start, end)`` of each word of a translation as its alignment numbers them: cut at
-    ASCII whitespace only. A SentencePiece target piece such as ``"\u202f!"`` or ``"\xa0"``
-    continues the word before it (``keras_attn.translation.alignment.word_tables``), so a French
-    ``"pria\u202f!"`` is one word; cut at every Unicode space (``str.split``), the words
-    after it were numbered one too far and the narrow no-break space became a space."""
+    r"""``(start, end)`` of each word of a translation as its alignment numbers them: cut
+    at ASCII whitespace only (a SentencePiece piece such as ``"\u202f!"`` continues the
+    word before it)."""
     return [(m.start(), m.end()) for m in re.finditer(r"[^ \t\n\r\f\v]+", text)]
 
 
 def _pairs(alignment):
-    """The ``(i, j)`` pairs of a Pharaoh string; anything else in it (the `` | `` between
-    the sentences of a text) is skipped."""
+    """The ``(i, j)`` pairs of a Pharaoh string (the `` | `` between sentences skipped)."""
     return [tuple(int(x) for x in p.split("-")) for p in (alignment or "").split()
             if re.fullmatch(r"\d+-\d+", p)]
 
 
 def segment_alignment(hyp):
-    """A segment's alignment numbered over its whole text: a document's alignment numbers
-    each sentence's words from 0 (``keras_attn.translation.pipeline.join_documents``), so
-    each sentence's pairs move past the words of the sentences before it."""
+    """A segment's alignment numbered over its whole text (a document's numbers each
+    sentence's words from 0)."""
     if "sentences" not in hyp:  # one sentence: its words are the segment's
         return hyp.get("alignment", "")
     pairs, src, tgt = [], 0, 0
@@ -225,12 +222,12 @@ def split_inline(items):
 
 
 async def translate_html(batcher, request, timeout, alignments=True):
-    """Per HTML text of ``request``, its hypotheses with the markup put back
-    (``translation``: the HTML; ``alignment`` as the engine gave it when asked).
+    """Per HTML text of ``request``, its hypotheses with the markup put back.
 
     Args:
         batcher: the server's :class:`~keras_attn.serve.batcher.Batcher`.
         request: a checked ``TranslateRequest`` with ``format == "html"``.
+        timeout: seconds, as ``Batcher.submit``'s.
         alignments: the engine gives alignments (inline tags follow the words).
     """
     options = request.options
@@ -240,10 +237,8 @@ async def translate_html(batcher, request, timeout, alignments=True):
     else:
         documents = [split_inline(d) for d in documents]
     segments = [s for d in documents for s in d if isinstance(s, Segment) and s.text.strip()]
-    passthrough = {} if getattr(request, "passthrough", None) is None else {
-        "passthrough": request.passthrough}  # left out when the request left it
     results = await batcher.submit([s.text.strip() for s in segments], options, timeout,
-                                   confidence=request.hypotheses, **passthrough) \
+                                   confidence=request.hypotheses, **passthrough_of(request)) \
         if segments else []
     by_segment = {id(segment): hyps for segment, hyps in zip(segments, results)}
     n = len(results[0]) if results else 1

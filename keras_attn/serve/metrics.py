@@ -1,14 +1,6 @@
-"""``GET /metrics``: the server's counters in Prometheus's text format (prometheus-client).
-
-The counters, histograms and gauges are declared in :class:`Metrics` with their help
-(docs/serving.md, "Metrics", lists them): requests and errors by route, method and status,
-each request's duration, texts and seconds per engine call (labelled by the model's
-``source`` and ``target``), the texts translated per language pair asked (``pivot``: the
-language between two chained models, or empty), the queue and the batches in flight (the
-sum over the models).
-
-``route`` is the route's path as declared (``/download_file/{filename}``), ``unmatched`` for a
-path no route has: the label set stays small whatever clients send.
+"""``GET /metrics``: the server's counters in Prometheus's text format (declared in
+:class:`Metrics`; docs/serving.md, "Metrics", lists them). ``route`` is the route's path as
+declared, ``unmatched`` for a path no route has (the label set stays small).
 
 Example:
     >>> metrics = Metrics(models)                 # or one Batcher

@@ -1,17 +1,6 @@
-"""One server, many models: every model ``keras-attn serve PATH [PATH ...]`` was given, by
-language pair, each on its own engine and batcher, and the route a request takes.
-
-* :func:`find_artefacts`: each PATH (a run directory, an export directory, or a folder
-  whose subfolders are exports or runs) -> its :class:`~keras_attn.serve.locate.Artefact`
-  (:func:`~keras_attn.serve.locate.locate`); two models of one pair are refused before
-  anything loads (:func:`check_pairs`).
-* :class:`Models`: ``(source, target)`` -> :class:`Model` (artefact, replicas, batcher,
-  attention); :meth:`Models.route` gives the models a request goes through: the direct
-  one, or two chained through a pivot language when no model translates the pair;
-  :meth:`Models.languages` is ``GET /languages`` (one model: exactly what a one-model
-  server always answered).
-
-Imports neither TensorFlow nor CTranslate2.
+"""One server, many models, by language pair, and the route a request takes (the direct
+model, or two chained through a pivot language). Imports neither TensorFlow nor
+CTranslate2.
 
 Example:
     >>> models = Models([(locate("runs/en-fr"), en_fr), (locate("runs/fr-en"), fr_en)])
@@ -31,18 +20,9 @@ from keras_attn.serve.locate import locate
 
 @dataclasses.dataclass
 class Model:
-    """One served model.
-
-    Args:
-        artefact: its :class:`~keras_attn.serve.locate.Artefact`.
-        replicas: ``InProcessReplicas`` / ``ProcessReplicas`` (its loaded engine).
-        batcher: its :class:`~keras_attn.serve.batcher.Batcher` (over ``replicas``).
-        attention: its :class:`~keras_attn.serve.attention.Attention` (``POST /attention``).
-
-    Example:
-        >>> model.pair, model.label
-        (('en', 'fr'), 'en->fr')
-    """
+    """One served model: its artefact, replicas (its loaded engine),
+    :class:`~keras_attn.serve.batcher.Batcher` and
+    :class:`~keras_attn.serve.attention.Attention`."""
 
     artefact: object
     replicas: object
@@ -60,12 +40,8 @@ class Model:
 
 
 def check_pairs(artefacts, paths=None):
-    """Refuse two artefacts of one ``(source, target)`` pair (``ValueError`` naming both).
-
-    Args:
-        artefacts: :class:`~keras_attn.serve.locate.Artefact` list.
-        paths: what each came from (the message's names; default: their paths).
-    """
+    """Refuse two artefacts of one ``(source, target)`` pair (``ValueError`` naming both);
+    ``paths``: what each came from (default: their paths)."""
     seen = {}
     for i, artefact in enumerate(artefacts):
         pair = (artefact.source[0], artefact.target[0])
@@ -80,15 +56,12 @@ def check_pairs(artefacts, paths=None):
 
 
 def find_artefacts(paths, engine="savedmodel"):
-    """The artefacts of ``paths``, in order: each path is what
+    """``[(path, Artefact)]`` of ``paths``, in order: each path is what
     :func:`~keras_attn.serve.locate.locate` resolves, or else a folder whose subfolders
-    are (each one holding an artefact, sorted by name).
-
-    Returns:
-        ``[(path, Artefact)]`` (path: the folder it was found in).
+    are (sorted by name).
 
     Raises:
-        FileNotFoundError: a path that is neither (the message is ``locate``'s).
+        FileNotFoundError: a path that is neither.
         ValueError: two of one pair (:func:`check_pairs`).
     """
     if isinstance(paths, (str, os.PathLike)):
@@ -121,18 +94,12 @@ class Models:
     """The served models by language pair, and the routes between the languages.
 
     Args:
-        entries: ``[(artefact, replicas)]`` in order (the first is the page's default
-            pair, and what a one-model server's ``app.state`` names).
+        entries: ``[(artefact, replicas)]`` in order (the first is the default pair).
         max_batch, wait_ms, queue_size: each model's
             :class:`~keras_attn.serve.batcher.Batcher`'s.
 
     Raises:
         ValueError: no entry, or two of one pair.
-
-    Example:
-        >>> models = Models([(en_fr, replicas_a), (fr_en, replicas_b)])
-        >>> models.route("en", "fr")[0].label
-        'en->fr'
     """
 
     def __init__(self, entries, max_batch=32, wait_ms=0.0, queue_size=256):
@@ -176,8 +143,7 @@ class Models:
 
     def route(self, source, target):
         """The models ``source`` -> ``target`` goes through: ``[direct]``, or ``[source ->
-        pivot, pivot -> target]`` (the first pivot in the models' order) when no model
-        translates the pair (never a round trip back to ``source``).
+        pivot, pivot -> target]`` (the first pivot in the models' order).
 
         Raises:
             ApiError: 400 naming the pairs served, when neither exists.
@@ -214,8 +180,7 @@ class Models:
         return tuple(c for c in self.sources if c != target and self.reachable(c, target))
 
     def languages(self):
-        """``GET /languages``: every language with the targets it reaches, in the models'
-        order (one model: its source with ``[target]``, then its target with ``[]``)."""
+        """``GET /languages``: every language with the targets it reaches."""
         return [{"code": code, "name": self.names[code], "targets": self.targets_of(code)}
                 for code in self.codes]
 

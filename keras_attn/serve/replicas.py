@@ -1,13 +1,7 @@
-"""Copies of the engine that decode batches, one batch each at a time.
-
-* :class:`InProcessReplicas`: the engine in the server's own process, called from one
-  worker thread (``--replicas 1``; what the tests use).
-* :class:`ProcessReplicas`: ``--replicas N`` worker processes, each with its own engine
-  and ``threads`` intra-op threads (default 1): on a 2-core CPU two replicas with one
-  thread each keep both cores busy, where one engine's two threads fight over them.
-
-Both have ``size`` (batches decoded at once; the batcher dispatches at most that many, so
-a batch always finds a free replica) and ``async translate(texts, options, confidence)``.
+"""Copies of the engine that decode batches, one batch each at a time:
+:class:`InProcessReplicas` (``--replicas 1``) or :class:`ProcessReplicas` (worker
+processes). Both have ``size`` (batches decoded at once) and ``async translate(texts,
+options, confidence)``.
 
 Example:
     >>> replicas = ProcessReplicas(locate("exported"), size=2, threads=1)
@@ -27,12 +21,8 @@ _ENGINE = None  # the engine of a worker process (ProcessReplicas)
 
 
 class InProcessReplicas:
-    """One engine in this process, called from a worker thread.
-
-    Args:
-        engine: a loaded engine (``keras_attn.serve.engines``), or anything with
-            ``translate(texts, options, confidence)``.
-    """
+    """One engine (or anything with ``translate(texts, options, confidence)``) in this
+    process, called from a worker thread."""
 
     size = 1
 
@@ -50,9 +40,8 @@ class InProcessReplicas:
 
 
 def _init_worker(artefact, threads, xla=False):
-    """A worker process's start: the parent's signals are left to the parent (SIGINT of a
-    terminal, SIGTERM of a shutdown: the parent finishes the requests in flight, then
-    closes the pool), then the engine is loaded and run once."""
+    """A worker process's start: signals left to the parent (it finishes the requests in
+    flight, then closes the pool); the engine loaded and run once."""
     global _ENGINE
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -103,14 +92,12 @@ def _ready(pause):
 
 
 class ProcessReplicas:
-    """``size`` worker processes, each with its own engine (``spawn``: no TensorFlow state
-    is forked).
+    """``size`` worker processes (``spawn``), each with its own engine.
 
     Args:
         artefact: a :class:`~keras_attn.serve.locate.Artefact`.
         size: worker processes. threads: intra-op threads of each (0: the engine's default).
-        xla: the SavedModel's XLA-compiled signature where it has one
-            (:func:`~keras_attn.serve.engines.load_engine`).
+        xla: as :func:`~keras_attn.serve.engines.load_engine`'s.
     """
 
     def __init__(self, artefact, size, threads=1, xla=False):

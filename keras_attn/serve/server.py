@@ -1,8 +1,4 @@
-"""Start the service: resolve the path, load the replicas, run the app under uvicorn.
-
-uvicorn owns the signals: on SIGTERM (or Ctrl-C) it stops accepting connections, waits
-for the requests in flight to be answered (at most ``graceful_s`` seconds), then the app's
-shutdown stops the batcher and closes the replicas, and the process exits 0.
+"""Start the service: resolve the paths, load the replicas, run the app under uvicorn.
 
 Example:
     >>> serve("exported", port=5000)       # CLI: keras-attn serve exported
@@ -22,9 +18,8 @@ def default_replicas():
 
 
 def default_threads(engine, replicas, cores=None):
-    """Intra-op threads of each replica of ``engine`` (a name of
-    :data:`~keras_attn.serve.engines.ENGINES`) when none are given: 1 with several
-    replicas; with one, the engine's own ``default_threads`` of the ``cores``."""
+    """Intra-op threads of each replica when none are given: 1 with several replicas;
+    with one, ``ENGINES[engine].default_threads`` of the ``cores``."""
     from keras_attn.serve.engines import ENGINES
 
     if replicas > 1:
@@ -33,13 +28,9 @@ def default_threads(engine, replicas, cores=None):
 
 
 def make_replicas(artefact, replicas, threads=None, log=print, xla=False):
-    """``InProcessReplicas`` for one replica, ``ProcessReplicas`` for more, started.
-
-    Args:
-        threads: intra-op threads of each replica (None: :func:`default_threads`).
-        xla: the SavedModel's XLA-compiled signature where the export has it
-            (:func:`~keras_attn.serve.engines.load_engine`).
-    """
+    """``InProcessReplicas`` for one replica, ``ProcessReplicas`` for more, started;
+    ``threads`` None: :func:`default_threads`; ``xla``: as
+    :func:`~keras_attn.serve.engines.load_engine`'s."""
     from keras_attn.serve import engines
     from keras_attn.serve.replicas import InProcessReplicas, ProcessReplicas
 
@@ -77,14 +68,11 @@ def rss_mb(pid="self"):
 
 def load_models(paths, engine="savedmodel", replicas=1, threads=None, log=print, xla=False,
                 settings=None, make=None):
-    """Every model of ``paths``, loaded, each with its replicas and batcher; the memory
-    each takes is logged as it loads (``loaded en->fr from PATH (+310 MB)``: the growth of
-    this process, or the workers' memory with several replicas).
+    """Every model of ``paths``, loaded with its replicas and batcher (the memory each
+    takes is logged).
 
     Args:
-        paths: a path or a list (:func:`~keras_attn.serve.models.find_artefacts`: run or
-            export directories, or folders of them); two models of one pair are refused
-            before any loads.
+        paths: a path or a list (:func:`~keras_attn.serve.models.find_artefacts`).
         make: ``(artefact, replicas, threads, log, xla) -> replicas`` (default:
             :func:`make_replicas`).
         settings: :class:`~keras_attn.serve.app.Settings` (the batchers' sizes).
@@ -118,14 +106,12 @@ def load_models(paths, engine="savedmodel", replicas=1, threads=None, log=print,
 
 def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
           threads=None, settings=None, graceful_s=None, log=print, xla=False):
-    """Serve ``path`` (a run or export directory) until SIGTERM / Ctrl-C.
+    """Serve ``path`` until SIGTERM / Ctrl-C (the requests in flight are answered first).
 
     Args:
-        path: what :func:`~keras_attn.serve.locate.locate` resolves, or a list of them
-            (or folders of them): every model served, routed by language pair
-            (:func:`load_models`).
-        engine: a name of :data:`~keras_attn.serve.engines.ENGINES` (``"savedmodel"``,
-            ``"ctranslate2"``). host, port: where to listen.
+        path: what :func:`load_models` reads.
+        engine: a name of :data:`~keras_attn.serve.engines.ENGINES`. host, port: where to
+            listen.
         replicas: engine copies (default: one per core). threads: intra-op threads of each.
         settings: :class:`~keras_attn.serve.app.Settings`.
         graceful_s: longest wait for the requests in flight at shutdown (default: the

@@ -1,11 +1,6 @@
-"""One signature of an exported SavedModel, run as TF Serving runs it.
-
-``tf.saved_model.load`` restores every function of the export as a Python object (about 0.6
-GB of heap for the recipe's model, whichever signature is then called). The server calls
-one signature, so :class:`SignatureRunner` imports only what that signature needs: the
-MetaGraph's nodes that its outputs, the variables' restore and the init op depend on, and
-the functions those nodes call, in one ``tf.compat.v1.Session`` (what TF Serving's C++
-loader builds). The answers are the signature's own: the same graph, the same kernels.
+"""One signature of an exported SavedModel, run as TF Serving runs it: only the nodes and
+functions that signature needs, in one session (``tf.saved_model.load`` would restore
+every function of the export). The same graph, the same kernels, the same answers.
 
 Example:
     >>> run = SignatureRunner("exported/saved_model/translator/1", "serving_default")
@@ -50,9 +45,8 @@ def _called_functions(attrs):
 
 
 def prune(meta_graph, keep):
-    """Cut ``meta_graph`` (in place) to the signatures named in ``keep``: the nodes their
-    outputs, the variables' restore and the init op need, the functions those call.
-    Returns ``meta_graph``."""
+    """Cut ``meta_graph`` (in place) to the signatures named in ``keep`` and what they
+    need; returns it."""
     import tensorflow as tf
 
     node = lambda name: name.split(":")[0].lstrip("^")  # noqa: E731
@@ -88,20 +82,18 @@ def prune(meta_graph, keep):
 
 
 class SignatureRunner:
-    """One signature of a SavedModel in a session of its own, pruned to that signature.
+    """One signature of a SavedModel in a ``tf.compat.v1.Session`` of its own, pruned to
+    that signature; called with the inputs as keyword arguments (numpy arrays), returns
+    ``{output name: numpy array}``.
 
     Args:
         path: the SavedModel version folder.
         name: the signature to run.
-        threads: intra-op threads (0: TensorFlow's default, every core; otherwise one
-            inter-op thread beside them).
+        threads: intra-op threads (0: TensorFlow's default).
         meta_graph: the path's ``MetaGraphDef`` if already read (:func:`read_meta_graph`).
 
     Attributes:
         input_dtypes: ``{input name: tf.DType}``. output_names: the outputs, sorted.
-
-    Calling it with the inputs as keyword arguments (numpy arrays, or values numpy turns
-    into the input's dtype) returns ``{output name: numpy array}``.
 
     Raises:
         ValueError: no such signature (the message lists those there).

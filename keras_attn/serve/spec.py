@@ -1,9 +1,6 @@
-"""The routes' declarations, and the OpenAPI 3 document (``GET /spec``) made from them.
-
-Each route of :mod:`keras_attn.serve.app` is one :class:`Endpoint`: its path, method, the
-fields it reads (a JSON object, a form, or a multipart form with a file) and its answers.
-The app mounts its handlers by these declarations and :func:`openapi` describes the same
-ones, so the document cannot list a route the server lacks, or miss one.
+"""The routes' declarations (:class:`Endpoint`), and the OpenAPI 3 document (``GET /spec``)
+made from them: the app mounts its handlers by the same declarations, so the document
+cannot list a route the server lacks, or miss one.
 
 Example:
     >>> document = openapi(ENDPOINTS, version="0.1.0")

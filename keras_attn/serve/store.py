@@ -1,18 +1,6 @@
-"""State several servers can share: API keys and suggestions in SQLite files.
-
-The tables are LibreTranslate's (``ltmanage keys`` and ``--suggestions`` write the same), so
-a LibreTranslate database can be pointed at as it is:
-
-* :class:`KeyStore` (``--api-keys`` without a file, ``--api-keys-db-path``): ``api_keys
-  (api_key, req_limit, char_limit)``; ``keras-attn serve keys add/remove/list`` edits it
-  while servers run (each request looks its key up).
-* :class:`SuggestionStore` (``--suggestions``, ``--suggestions-db-path``): ``suggestions
-  (q, s, source, target)``, what ``POST /suggest`` receives; :meth:`SuggestionStore.export`
-  writes them as ``source<TAB>translation`` lines, the corpus format ``keras-attn train
-  --data`` reads.
-
-Every call opens its own connection (threads and processes may share the file; SQLite
-locks it, WAL mode lets readers run beside a writer).
+"""State several servers can share: API keys (:class:`KeyStore`) and suggestions
+(:class:`SuggestionStore`) in SQLite files, in LibreTranslate's tables. Every call opens
+its own connection (SQLite locks the file; WAL mode lets readers run beside a writer).
 
 Example:
     >>> keys = KeyStore("db/api_keys.db")
@@ -52,10 +40,8 @@ class _Table:
 
 
 class KeyStore(_Table):
-    """API keys with their requests a minute and characters per text.
-
-    A mapping of ``key -> req_limit`` for :class:`~keras_attn.serve.limits.RateLimiter`
-    (``key in store``, ``store[key]``), plus :meth:`char_limit`.
+    """API keys with their requests a minute and characters per text: a mapping ``key ->
+    req_limit`` for :class:`~keras_attn.serve.limits.RateLimiter`, plus :meth:`char_limit`.
 
     Args:
         path: the SQLite file (made, with its folder, when missing).

@@ -1,25 +1,17 @@
-"""Word alignments from the cross-attention, as Pharaoh ``i-j`` pairs.
+"""Word alignments from the cross-attention, as Pharaoh ``i-j`` pairs (Marian's hard,
+word-level ``--alignment``).
 
-A hypothesis's alignment is hard and word-level, as Marian writes it: every target token
-points at the source token it attends to most (the last decoder layer's cross-attention,
-mean over heads, or the Bahdanau weights), and the subword pieces of both sides are merged
-into the words the user wrote (source) and the words of the translation (target). Each
-pair ``i-j`` (source word ``i``, target word ``j``, from 0) appears once; pairs are ordered
-by ``j``, then ``i``. Reserved tokens (``[START]``, ``[END]``, padding) and spaces belong
-to no word.
-
-A pair is carried as one int32 code, ``j * max_words + i + 1`` (0: none), so that the
-graphs can write it as text with a lookup table (:func:`pair_strings`): core string ops in
-a SavedModel, the FastWordpiece detokenizer in TFLite (``keras_attn.export.modules``).
+Every target token points at the source token it attends to most (last decoder layer,
+mean over heads, or the Bahdanau weights); subword pieces are merged into words. Pairs
+appear once, ordered by ``j`` then ``i``; reserved tokens and spaces belong to no word. A
+pair is one int32 code ``j * max_words + i + 1`` (0: none), so that graphs can write it as
+text with a lookup table (:func:`pair_strings`).
 
 Example:
     >>> tables = word_tables(translator.src_tokenizer), word_tables(translator.tgt_tokenizer)
     >>> codes = hard_alignment(attention, source, tokens, *tables, max_words=64)
     >>> to_pharaoh(codes[0], 64)
     '0-0 1-1 1-2'
-
-References: Brown et al. 1993 and Och & Ney 2003 (word alignment, the ``i-j`` format);
-Marian's ``--alignment`` output.
 """
 import numpy as np
 from keras import ops
@@ -31,13 +23,10 @@ _SUFFIX = "##"
 
 
 def word_tables(tokenizer):
-    """Per-id facts of a tokenizer's vocabulary: bool numpy arrays ``(V,)`` ``starts``
-    (the token begins a word of its own), ``spaces`` (a space, in no word) and
-    ``reserved`` (``[PAD]``, ``[START]``, ``[END]``: in no word).
-
-    SentencePiece (``tokenizer.proto``): ``▁w`` begins a word, a lone ``▁`` is a space.
-    Characters (``tokenizer.char_level``): a word begins after a space. WordPiece: every
-    token but a ``##`` suffix begins a word. ``[UNK]`` is a word of its own.
+    """Bool numpy arrays ``(V,)`` of a tokenizer's vocabulary: ``starts`` (the token
+    begins a word), ``spaces`` and ``reserved`` (``[PAD]``, ``[START]``, ``[END]``), both
+    in no word. SentencePiece: ``▁w`` begins a word; characters: a word begins after a
+    space; WordPiece: every token but a ``##`` suffix does.
     """
     vocab = tokenizer.vocab
     size = len(vocab)
@@ -60,8 +49,7 @@ def word_tables(tokenizer):
 
 def word_positions(ids, tables):
     """int32 ``(N, L)``: the word of each token of ``ids`` ``(N, L)``, -1 for reserved
-    tokens and spaces. A word begins at a token that ``starts`` one, and at a token after
-    a space, a reserved token or the start."""
+    tokens and spaces."""
     starts, spaces, reserved = (ops.convert_to_tensor(t) for t in tables)
     ids = ops.clip(ops.cast(ids, "int32"), 0, ops.shape(starts)[0] - 1)
     real = ops.logical_not(ops.logical_or(ops.take(reserved, ids), ops.take(spaces, ids)))
@@ -79,8 +67,7 @@ def hard_alignment(attention, source, tokens, src_tables, tgt_tables, max_words)
         attention: float ``(N, T, S)``, each target token's attention over the source.
         source: int ``(N, S)`` source ids. tokens: int ``(N, T)`` generated ids.
         src_tables, tgt_tables: :func:`word_tables` of the two vocabularies.
-        max_words: the most words of a side (the decoder's ``max_len``); later words are
-            left out.
+        max_words: the most words of a side; later words are left out.
     """
     src_word = word_positions(source, src_tables)  # (N, S)
     tgt_word = word_positions(tokens, tgt_tables)  # (N, T)

@@ -1,5 +1,4 @@
-"""The Keras engine that :mod:`keras_attn.translation.pipeline` drives: a trained model
-with its tokenizers, token ids in and hypotheses out (:class:`KerasEngine`)."""
+"""The Keras engine that :mod:`keras_attn.translation.pipeline` drives (:class:`KerasEngine`)."""
 import functools
 
 import numpy as np
@@ -14,19 +13,17 @@ from keras_attn.translation.search import GraphSearch
 
 
 class KerasEngine:
-    """A Keras model as an engine of :mod:`keras_attn.translation.pipeline` (the members
-    its docstring lists); ``search``: its :class:`GraphSearch`, the decoding every
-    Keras/TensorFlow graph traces (the exported ones too).
+    """A Keras model as an engine of :mod:`keras_attn.translation.pipeline`; ``search``:
+    its :class:`GraphSearch`.
 
     Args:
         model: a model from ``keras_attn.models``.
         src_tokenizer, tgt_tokenizer: ``keras_attn.text.subword.SentencePieceTokenizer`` or
             ``keras_attn.text.tokenizers.Tokenizer`` objects.
         max_len: most tokens per source (longer inputs are truncated) and per output.
-        normalize: apply D2L's text normalisation to inputs (WordPiece runs; a
-            SentencePiece model normalises in its own ops).
-        calibrator: the :class:`keras_attn.decoding.confidence.Calibrator` that turns a
-            hypothesis's signals into its ``confidence``; None: uncalibrated.
+        normalize: apply D2L's text normalisation to inputs (WordPiece runs).
+        calibrator: a :class:`keras_attn.decoding.confidence.Calibrator`; None:
+            uncalibrated.
 
     Example:
         >>> engine = KerasEngine(*run.load("runs/dates"))
@@ -43,11 +40,9 @@ class KerasEngine:
         self.normalize = normalize
         # The repetition controls' defaults for this target vocabulary (DecodingOptions).
         self.controls = dict(control_defaults(tgt_tokenizer))
-        # A sentence longer than the model reads: read in part and reported ("truncated",
-        # as every artefact does), or with split_long cut at clause boundaries first.
+        # True: a sentence longer than the model reads is cut at clause boundaries first.
         self.split_long = False
-        # URLs, e-mail addresses, code, tags, numbers, emoji passed through unless a request
-        # says otherwise: on for subwords and words, off on characters (the dates task).
+        # Spans pass through unless a request says: off on characters.
         self.passthrough = spans.default_for(src_tokenizer)
         self.calibrator = calibrator
         self.search = GraphSearch(model, max_len, lambda: self.word_tables)
@@ -63,8 +58,7 @@ class KerasEngine:
 
     @functools.cached_property
     def word_tables(self):
-        """:func:`keras_attn.translation.alignment.word_tables` of the source and target
-        vocabularies, made when first asked (alignments, word confidences)."""
+        """:func:`keras_attn.translation.alignment.word_tables` of both vocabularies."""
         return (alignment.word_tables(self.src_tokenizer),
                 alignment.word_tables(self.tgt_tokenizer))
 
@@ -91,19 +85,15 @@ class KerasEngine:
         return tf.constant(pipeline.source_batch(self.tokenize(sentences), self.max_len))
 
     def encode_targets(self, targets):
-        """Target ids ``(B, T)`` int32 for a list of strings, as training reads them:
-        tokenized with the target tokenizer (normalised as the sources are), cut to
-        ``max_len - 1`` tokens, ``[END]`` appended, 0-padded; and the bool ``(B,)`` of the
-        rows that were cut."""
+        """Target ids ``(B, T)`` int32 as training reads them (normalised as the sources,
+        cut, ``[END]`` appended, 0-padded), and the bool ``(B,)`` of the rows cut."""
         ids = self.tokenize_target(self._normalized(targets))
         truncated = np.asarray([len(row) > self.max_len - 1 for row in ids], bool)
         # source_batch: the cut and the [END] of a training target's output side.
         return tf.constant(pipeline.source_batch(ids, self.max_len)), truncated
 
     def options(self, **options):
-        """:class:`DecodingOptions` from keyword arguments, checked against this engine
-        (``max_length`` at most ``max_len``) and with its defaults filled in
-        (:func:`keras_attn.translation.pipeline.resolve`)."""
+        """:func:`keras_attn.translation.pipeline.resolve` for this engine."""
         return pipeline.resolve(self, options)
 
     def defaults(self):
@@ -111,9 +101,7 @@ class KerasEngine:
         return DecodingOptions().resolve(self.max_len, controls=self.controls)
 
     def decode_ids(self, source, opts, prefix=None, confidence=True):
-        """:meth:`GraphSearch.decode_ids`: numpy ``tokens (B, N, T)``, ``lengths``,
-        ``scores (B, N)``, alignment ``codes`` and (``confidence``: one more teacher-forced
-        pass) the confidence ``features`` ``(B, N, F)``."""
+        """:meth:`GraphSearch.decode_ids`."""
         return self.search.decode_ids(source, opts, prefix, confidence)
 
     def decode(self, source, opts, prefix=(), confidence=True):

@@ -1,26 +1,17 @@
-"""What must not be translated passes through a translation unchanged: URLs, e-mail
-addresses, inline code, markup tags, numbers and emoji (:data:`keras_attn.text.spans.RULES`)
-are cut out of each sentence, the rest translated, and each group put back after the target
-word aligned with the source word before it (docs/real_text.md). Pure Python: the engines'
-hypotheses in, hypotheses out; :func:`keras_attn.translation.pipeline.split_and_join` calls it.
+"""What must not be translated passes through unchanged (docs/real_text.md): the spans of
+:data:`keras_attn.text.spans.RULES` are cut out, the rest translated and the spans put back.
 """
 from keras_attn.text import spans
 
 
 def passed_through(sentences, translate, num_hypotheses=1, keep_alignments=True,
                    confidence=None, rules=spans.RULES):
-    """Per sentence its hypotheses, what must not be translated passed through: URLs,
-    e-mail addresses, inline code, markup tags, numbers and emoji
-    (:data:`keras_attn.text.spans.RULES`) are cut out of each sentence
-    (:func:`keras_attn.text.spans.cut`), the rest translated, and each group of spans put
-    back byte-identical after the target word aligned with the source word before it
-    (:func:`keras_attn.text.spans.put_back`), a sentence's closing punctuation kept last.
-    Alignments come from the hypotheses' ``"alignment"`` (the caller asks the engine for
-    them; CTranslate2's come from its own attention head); where an engine gives none (the
-    TFLite text file's ``serving_default``, ``engine.aligns`` False) each group is put at
-    its proportional place in the translation instead.
-    A sentence of spans alone (with punctuation and whitespace) is its own translation,
-    score 0, and is never sent to the model.
+    """Per sentence its hypotheses, the spans of ``rules`` passed through: cut out
+    (:func:`keras_attn.text.spans.cut`), the rest translated, and each group put back
+    after the target word aligned with the source word before it
+    (:func:`keras_attn.text.spans.put_back`; without an ``"alignment"``, at its
+    proportional place). A sentence of spans alone is its own translation, score 0, never
+    sent to the model.
 
     Args:
         sentences: list of str. translate: ``sentences -> per sentence num_hypotheses
@@ -63,14 +54,12 @@ def passed_through(sentences, translate, num_hypotheses=1, keep_alignments=True,
 
 
 def has_spans(texts, rules=spans.RULES):
-    """Whether any of ``texts`` holds a span that passes through (the engine is then asked
-    for alignments, to place them)."""
+    """Whether any of ``texts`` holds a span that passes through."""
     pattern = spans.compiled(tuple(rules))
     return any(pattern.search(t) for t in texts)
 
 
 def passthrough_default(engine):
     """Whether an engine passes spans through when a request does not say: its
-    ``passthrough`` attribute (:func:`keras_attn.text.spans.default_for` its source
-    tokenizer: off on characters), False for an engine without one."""
+    ``passthrough`` attribute, False for an engine without one."""
     return bool(getattr(engine, "passthrough", False))

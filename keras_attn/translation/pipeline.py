@@ -1,22 +1,15 @@
 """One request's life, for every engine (pure Python: no TensorFlow, no Keras).
 
-text -> sentences (:mod:`keras_attn.text.documents`) -> batches sorted by length -> hypotheses
-with scores, confidences and alignments -> documents joined with their own whitespace, a
-sentence longer than the model reads reported (``"truncated"``) or cut at clause
-boundaries (``split_long``). It calls only down, into an engine object that supplies what
-differs, token ids in and hypotheses out (``Translator`` runs it on its
-:class:`keras_attn.translation.engine.KerasEngine`; ``CTranslate2Translator`` is one too):
+text -> sentences (:mod:`keras_attn.text.documents`) -> batches sorted by length ->
+hypotheses -> documents. The engine supplies what differs:
 
-* ``max_len``, ``controls`` (the repetition controls' defaults), ``split_long``,
-  ``calibrator`` (``keras_attn.decoding.confidence.Calibrator``);
+* ``max_len``, ``controls`` (repetition controls' defaults), ``split_long``, ``calibrator``;
 * ``options(**kw)``: :func:`resolve` plus what the engine refuses;
-* ``tokenize(texts)`` / ``tokenize_target(texts)``: per text its source ids (normalised,
-  not cut) / target ids (a ``target_prefix``); ``detokenize(rows)``: id rows -> strings;
-* ``decode(source, opts, prefix[, confidence])``: source ids int32 ``(B, S)`` (``[END]``
-  last, 0-padded), resolved options and the prefix's target ids -> numpy ``tokens``
-  ``(B, N, T)``, ``scores`` ``(B, N)``, optional confidence ``features`` ``(B, N, F)``
-  (none when ``confidence`` is False) and ``alignments`` ``(B, N)`` (Pharaoh strings,
-  when asked).
+* ``tokenize(texts)`` / ``tokenize_target(texts)``: source / target ids per text;
+  ``detokenize(rows)``: id rows -> strings;
+* ``decode(source, opts, prefix[, confidence])``: int32 ``(B, S)`` source ids -> numpy
+  ``tokens`` ``(B, N, T)``, ``scores`` ``(B, N)``, optional ``features`` ``(B, N, F)`` and
+  ``alignments`` ``(B, N)`` (Pharaoh strings).
 
 Example:
     >>> translate_nbest(engine, ["3 March 2021. 4 July 1999"], beam_size=2)
@@ -36,11 +29,9 @@ from keras_attn.core.special_tokens import END_ID
 
 
 def resolve(engine, options, refuse=None):
-    """:class:`DecodingOptions` from keyword arguments: ``refuse(opts)`` (what the engine
-    cannot do: raise ``ValueError``), checked against ``engine.max_len`` and with what the
-    request leaves unset filled in (``length_penalty``, ``max_length``, the repetition
-    controls: ``engine.controls``) by :meth:`DecodingOptions.resolve`, the rule the served
-    graphs run too."""
+    """Resolved :class:`DecodingOptions` from keyword arguments: ``refuse(opts)`` raises
+    ``ValueError`` for what the engine cannot do; then checked and filled in
+    (:meth:`DecodingOptions.resolve`)."""
     opts = DecodingOptions.from_kwargs(**options)
     if refuse is not None:
         refuse(opts)
@@ -63,12 +54,10 @@ def source_batch(rows, max_len):
 
 
 def string_pairs(sources, targets):
-    """``sources`` and ``targets`` as two lists of ``str`` of one length (what a scorer
-    reads: ``Translator.score``, ``CTranslate2Translator.score``).
+    """``sources`` and ``targets`` checked as two lists of ``str`` of one length.
 
     Raises:
-        ValueError: naming the argument: one string instead of a list, an item that is not
-            a ``str``, or lists of different lengths.
+        ValueError: naming the argument.
     """
     checked = []
     for name, values in (("sources", sources), ("targets", targets)):
@@ -89,21 +78,17 @@ def string_pairs(sources, targets):
 
 def translate_sentences(engine, sentences, batch_size, opts, prefix=(), confidence=True,
                         progress=None, ids=None):
-    """Per sentence its hypotheses: ``num_hypotheses`` dicts ``{"translation", "score",
-    "confidence"}`` (``"alignment"`` when asked; no ``"confidence"`` when the engine gives
-    no features).
-
-    Sentences are decoded ``batch_size`` at a time; a request of more than one batch is
-    sorted by source length first, so each batch pads little (CTranslate2's
-    ``_process_iterable`` does the same), and its results are put back in order.
+    """Per sentence ``num_hypotheses`` dicts ``{"translation", "score", "confidence"}``
+    (``"alignment"`` when asked; no ``"confidence"`` without features). More than one
+    batch: sorted by source length first, results put back in order.
 
     Args:
         engine: the engine (module docstring). sentences: list of str.
         batch_size: sentences per ``decode`` call. opts: resolved ``DecodingOptions``.
-        prefix: the ``target_prefix``'s target ids, forced on every sentence.
-        confidence: False: ``engine.decode`` is asked for no confidence features.
+        prefix: the ``target_prefix``'s target ids.
+        confidence: False: no confidence features.
         progress: optional ``progress(done, total)`` after each batch.
-        ids: per sentence its source ids when already tokenized (None where not).
+        ids: per sentence its source ids, or None where not tokenized yet.
     """
     no_features = () if confidence else (False,)  # engine.decode's `confidence` argument
     ids = list(ids) if ids is not None else [None] * len(sentences)
@@ -147,15 +132,10 @@ def hypotheses(translations, scores, confidences=None, alignments=None):
 
 def translate_nbest(engine, texts, batch_size=128, progress=None, confidence=True,
                     passthrough=None, **options):
-    """What ``translate_nbest`` returns for every engine (``Translator.translate_nbest``
-    documents it): per text ``num_hypotheses`` dicts, one-sentence texts as their
-    sentence's dict (:func:`one_sentence`). ``progress``: as :func:`translate_sentences`'s;
-    ``confidence=False`` skips the confidence's pass (the hypotheses have no
-    ``"confidence"``). ``passthrough``: URLs, e-mail addresses, code, tags, numbers and
-    emoji pass through unchanged (:func:`passed_through`); None: the engine's default
-    (:func:`passthrough_default`: on for subwords and words, off on characters). The
-    engine is asked for alignments to place them when a text holds one and the engine
-    gives alignments (``engine.aligns``, default True)."""
+    """Every engine's ``translate_nbest`` (``Translator.translate_nbest`` documents it).
+    ``confidence=False`` skips the confidence's pass; ``passthrough`` None: the engine's
+    default (:func:`passthrough_default`). Alignments are asked to place the spans when a
+    text holds one and ``engine.aligns`` (default True)."""
     opts = engine.options(**options)
     prefix = engine.tokenize_target([opts.target_prefix])[0] if opts.target_prefix else []
     opts.validate(max_length_limit=engine.max_len, prefix_tokens=len(prefix))
@@ -186,9 +166,8 @@ def source_lengths(engine, sentences):
 
 
 def cut_long(engine, sentences):
-    """Per sentence a :class:`keras_attn.text.documents.Pieces` cut at clause boundaries when it
-    has more source tokens than the model reads (``max_len - 1`` before ``[END]``), else
-    None (:func:`keras_attn.text.documents.cut_long`)."""
+    """Per sentence its :class:`keras_attn.text.documents.Pieces` when it is longer than
+    the model reads, else None."""
     limit = engine.max_len - 1
     count = lambda piece: source_lengths(engine, [piece])[0]  # noqa: E731
     return [documents.cut_long(s, limit, count) if n > limit else None
@@ -197,20 +176,15 @@ def cut_long(engine, sentences):
 
 def translate_documents(engine, texts, translate, num_hypotheses=1, passthrough=False,
                         keep_alignments=True, confidence=None):
-    """Translate documents with a sentence translator (:func:`split_and_join`), a sentence
-    too long for the model translated piece by piece or reported.
+    """Translate documents, a sentence too long for the model cut at clause boundaries
+    (``engine.split_long``; ``"cut": True``) or read in part (``"truncated": True``).
 
     Args:
-        engine: its ``max_len`` and ``split_long``, and ``tokenize`` to count a sentence's
-            tokens: a sentence too long for the model is translated piece by piece (cut at
-            clause boundaries, :func:`cut_long`; ``"cut": True``) when ``split_long`` is
-            set, else read in part (``"truncated": True``).
-        texts: sequence of B str (sentences, paragraphs, whole files).
-        translate: ``(sentences, ids) -> per sentence a list of num_hypotheses dicts``
-            with at least ``"translation"`` and ``"score"`` (:func:`translate_sentences`);
-            ``ids``: per sentence its source ids, None for a piece of a cut sentence.
-        num_hypotheses: hypotheses per sentence (and per document).
-        passthrough, keep_alignments, confidence: :func:`split_and_join`'s.
+        engine: its ``max_len``, ``split_long`` and ``tokenize``.
+        texts: sequence of B str.
+        translate: ``(sentences, ids) -> per sentence num_hypotheses dicts``
+            (:func:`translate_sentences`); ``ids`` None for a piece of a cut sentence.
+        num_hypotheses, passthrough, keep_alignments, confidence: :func:`split_and_join`'s.
 
     Returns:
         :func:`join_documents`' documents.
@@ -226,8 +200,8 @@ def translate_documents(engine, texts, translate, num_hypotheses=1, passthrough=
 
 
 def _long_aware(engine, sentences, translate):
-    """Per sentence its hypotheses from ``translate(units, ids)``, with ``"truncated"``;
-    a sentence cut to fit (``engine.split_long``) is its pieces' hypotheses joined."""
+    """Per sentence its hypotheses with ``"truncated"``; a sentence cut to fit
+    (``engine.split_long``) gets its pieces' hypotheses joined."""
     ids = engine.tokenize(sentences)  # once for the whole request
     long = [len(row) > engine.max_len - 1 for row in ids]
     cuts = cut_long(engine, sentences) if engine.split_long and any(long) else \
@@ -254,21 +228,19 @@ def _long_aware(engine, sentences, translate):
 
 def split_and_join(texts, translate, num_hypotheses=1, passthrough=False,
                    keep_alignments=True, confidence=None):
-    """Documents from a sentence translator, for every engine and runtime: the texts split
-    (:func:`keras_attn.text.documents.split_batch`), the request's sentences translated in
-    one call (``translate(sentences)`` -> per sentence ``num_hypotheses`` dicts:
-    ``"translation"``, ``"score"``, optional ``"confidence"``, ``"alignment"``,
-    ``"truncated"``; not called without a sentence), joined by :func:`join_documents`.
+    """Documents from a sentence translator: the texts split
+    (:func:`keras_attn.text.documents.split_batch`), all sentences translated in one call,
+    joined by :func:`join_documents`.
 
     Args:
-        texts: sequence of str. translate: as above. num_hypotheses: per sentence.
-        passthrough: what must not be translated passes through (:func:`passed_through`):
-            each sentence's spans are cut out before ``translate`` and put back after.
-        keep_alignments: with ``passthrough``, the hypotheses keep their ``"alignment"``
-            (renumbered over the whole sentence); False: it is dropped (it was asked only
-            to place the spans).
-        confidence: with ``passthrough``, whether a sentence of spans alone (never sent to
-            ``translate``) gets ``"confidence": 1.0``; None: when the others have one.
+        texts: sequence of str. translate: ``sentences -> per sentence num_hypotheses
+            dicts`` (``"translation"``, ``"score"``, optional ``"confidence"``,
+            ``"alignment"``, ``"truncated"``); not called without a sentence.
+        num_hypotheses: per sentence.
+        passthrough: spans pass through (:func:`passed_through`).
+        keep_alignments: with ``passthrough``, False drops ``"alignment"``.
+        confidence: with ``passthrough``, a sentence of spans alone gets
+            ``"confidence": 1.0``; None: when the others have one.
 
     Example:
         >>> split_and_join(["Hi. Bye."], lambda s: [[{"translation": x, "score": -1.0,
@@ -293,20 +265,17 @@ ALIGNMENT_SEPARATOR = " | "
 def join_documents(per_sentence, counts, separators, num_hypotheses=1):
     """The one rule that makes documents of sentences' hypotheses (docs/documents.md).
 
-    Hypothesis ``h`` of a document is hypothesis ``h`` of each of its sentences:
-    ``"translation"`` theirs joined with the text's own whitespace, ``"score"`` their sum,
-    ``"confidence"`` their lowest (1.0 for none; left out when a sentence has none),
-    ``"alignment"`` theirs joined by :data:`ALIGNMENT_SEPARATOR` in order, each numbering
-    its sentence's words from 0 (left out when a sentence has none, or without a
-    sentence), ``"truncated"`` whether any was read only in part, ``"sentences"`` their
-    dicts. The served graphs join alike (``keras_attn.export.documents``).
+    Hypothesis ``h`` of a document joins hypothesis ``h`` of its sentences: translations
+    with the text's whitespace, scores summed, the lowest ``"confidence"``, alignments
+    joined by :data:`ALIGNMENT_SEPARATOR` (each sentence numbered from 0; left out when a
+    sentence has none), ``"truncated"`` if any is, and ``"sentences"``. The served graphs
+    join alike (``keras_attn.export.documents``).
 
     Args:
         per_sentence: per sentence (every text's, in order) its list of hypotheses.
         counts: B ints, sentences per text. separators: B lists of ``counts[i] + 1`` str
             (:func:`keras_attn.text.documents.split_batch`).
-        num_hypotheses: hypotheses per document (a text of no sentence has that many:
-            its whitespace, score 0).
+        num_hypotheses: hypotheses per document.
     """
     results, start = [], 0
     for count, seps in zip(counts, separators):
@@ -325,7 +294,7 @@ def join_documents(per_sentence, counts, separators, num_hypotheses=1):
 
 def joined(hyps, separators):
     """Hypotheses of consecutive pieces as one: translations joined with ``separators``,
-    scores summed, the lowest confidence (1.0 for none; left out when a piece has none)."""
+    scores summed, the lowest confidence (left out when a piece has none)."""
     out = {"translation": documents.join([p["translation"] for p in hyps], separators),
            "score": float(sum(p["score"] for p in hyps))}
     if all("confidence" in h for h in hyps):
@@ -334,15 +303,13 @@ def joined(hyps, separators):
 
 
 def answers(docs):
-    """Documents (:func:`join_documents`) as every engine answers them: per text its
-    hypotheses, a one-sentence text's as its sentence's dict (:func:`one_sentence`)."""
+    """Per text its hypotheses (:func:`join_documents`), via :func:`one_sentence`."""
     return [[one_sentence(h) for h in hyps] for hyps in docs]
 
 
 def one_sentence(hyp):
-    """A document hypothesis of :func:`translate_documents` as its one sentence's dict when
-    it has exactly one sentence (that sentence's keys, such as ``"alignment"``, at the top;
-    no ``"sentences"``), the translation with the text's whitespace; else unchanged."""
+    """A document hypothesis with one sentence as that sentence's dict (its keys at the
+    top, no ``"sentences"``, the document's translation); else ``hyp`` unchanged."""
     if len(hyp["sentences"]) != 1:
         return hyp
     (only,) = hyp["sentences"]

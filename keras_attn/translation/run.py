@@ -12,8 +12,7 @@ from keras_attn.text import subword
 
 def languages(run_dir):
     """A run's languages as every artefact's metadata writes them
-    (:func:`keras_attn.core.languages.languages_metadata`): ``config.json``'s codes and
-    names, or its task's for a run written before runs had them.
+    (:func:`keras_attn.core.languages.languages_metadata`).
 
     Example:
         >>> languages("runs/fr-en")
@@ -26,9 +25,8 @@ def languages(run_dir):
 
 def load(run_dir, calibrated=True):
     """A run's ``(model, src_tokenizer, tgt_tokenizer, max_len, normalize, calibrator)``,
-    ``Translator``'s arguments: ``model.keras`` (or the best checkpoint of an interrupted
-    run), the tokenizers, ``config.json``'s settings and the confidence calibrator
-    (``calibration.json``; ``calibrated=False`` or none yet: None, uncalibrated).
+    ``Translator``'s arguments (the best checkpoint of an interrupted run; no
+    ``calibration.json`` or ``calibrated=False``: no calibrator).
 
     Raises:
         FileNotFoundError: not a run directory, or no trained weights yet.

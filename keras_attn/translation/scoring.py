@@ -1,5 +1,4 @@
-"""Forced scoring of given translations with the Keras engine (CTranslate2's
-``score_batch``): :class:`Scorer`, what ``Translator.score`` runs."""
+"""Forced scoring of given translations with the Keras engine (``Translator.score``)."""
 import keras
 import numpy as np
 import tensorflow as tf
@@ -12,13 +11,11 @@ from keras_attn.translation.search import traced
 
 
 class Scorer:
-    """Score targets for sources in one teacher-forced pass per batch
-    (:func:`keras_attn.decoding.score`, traced once for any batch and length).
+    """Score targets for sources in one traced teacher-forced pass per batch
+    (:func:`keras_attn.decoding.score`).
 
     Args:
-        engine: a :class:`keras_attn.translation.engine.KerasEngine` (its model,
-            ``encode``, ``encode_targets``, target tokenizer, word tables, calibrator and
-            ``options``).
+        engine: a :class:`keras_attn.translation.engine.KerasEngine`.
 
     Example:
         >>> scorer = Scorer(engine)
@@ -41,9 +38,8 @@ class Scorer:
                                   tf.TensorSpec([], tf.float32)])
 
     def words(self, target, per_token):
-        """Per row of target ids ``(B, T)`` its words and their confidence, Bergamot's
-        word-level form: ``[(word, mean log-probability of its tokens)]``
-        (:func:`keras_attn.translation.alignment.word_positions` groups the tokens)."""
+        """Per row of target ids ``(B, T)`` its ``[(word, mean log-probability of its
+        tokens)]`` (Bergamot's word-level confidence)."""
         positions = keras.ops.convert_to_numpy(
             alignment.word_positions(target, self.engine.word_tables[1]))
         out = []

@@ -1,6 +1,5 @@
 """The search every Keras/TensorFlow engine traces (:class:`GraphSearch`): the Keras
-engine's traced functions, one per shape of the computation, and the SavedModel and TFLite
-graphs (``keras_attn.export.request``), which trace it with every option a tensor."""
+engine's, and the exported graphs' (``keras_attn.export.request``)."""
 import keras
 import numpy as np
 import tensorflow as tf
@@ -23,26 +22,22 @@ SEARCH_OUTPUTS = ("tokens", "lengths", "scores", "codes", "features")
 
 
 def traced(fn, input_signature):
-    """``fn`` as a ``tf.function`` (on TensorFlow) traced under the kernel policy with
-    ``dynamic_shapes`` on: a plain graph, where the self-attention caches grow and the
-    loops drop the rows that ended (``keras_attn.kernels.fastpath``). JAX compiles the
-    sampler's while loop itself; PyTorch runs it eagerly."""
+    """``fn`` as a ``tf.function`` on TensorFlow, traced under the kernel policy with
+    ``dynamic_shapes`` on (``keras_attn.kernels.fastpath``); other backends: ``fn``."""
     if keras.backend.backend() != "tensorflow":
         return fn
     return tf.function(fastpath.under(fn, dynamic_shapes=True), input_signature=input_signature)
 
 
 class GraphSearch:
-    """Decode a model's source ids with resolved :class:`DecodingOptions` (one kind of
-    search, or every kind traced and one picked per request with ``tf.cond``), then the
-    alignment pair codes and the confidence features in passes over the hypotheses.
+    """Decode source ids with resolved :class:`DecodingOptions`, then the alignment pair
+    codes and the confidence features in passes over the hypotheses.
 
     Args:
         model: a model from ``keras_attn.models``.
         max_len: the length of the output buffers (and of the alignment codes).
-        word_tables: zero-argument callable returning the source and target
-            :func:`keras_attn.translation.alignment.word_tables` (asked only when
-            alignments are).
+        word_tables: zero-argument callable returning both vocabularies'
+            :func:`keras_attn.translation.alignment.word_tables`.
 
     Example:
         >>> search = GraphSearch(model, 48, lambda: tables)
@@ -119,10 +114,8 @@ class GraphSearch:
         return out
 
     def function(self, opts, with_prefix, confidence):
-        """This search as a ``tf.function``, one per shape of the computation (beam,
-        n-best, sampling or not, prefix or not, alignments or not, which repetition
-        controls are on, the confidence's pass or not); the other options are tensors
-        (:data:`TENSOR_OPTIONS`), so changing them does not retrace."""
+        """This search as a ``tf.function``, one per shape of the computation (the options
+        that shape the graph); :data:`TENSOR_OPTIONS` are tensors and do not retrace."""
         on = tuple(name for name in CONTROLS if processors.active(name, getattr(opts, name)))
         key = (opts.beam_size if not opts.sampling else 0, opts.num_hypotheses,
                opts.sampling, with_prefix, opts.return_alignments, on, confidence)
@@ -140,10 +133,8 @@ class GraphSearch:
         return self._traced[key]
 
     def decode_ids(self, source, opts, prefix=None, confidence=True):
-        """Decode source ids ``(B, S)`` with resolved :class:`DecodingOptions` (``prefix``:
-        target ids ``(B, P)``) in the traced function of their shape (:meth:`function`):
-        numpy ``tokens (B, N, T)``, ``lengths``, ``scores (B, N)``, alignment ``codes``
-        and (``confidence``) the confidence ``features`` ``(B, N, F)``."""
+        """Decode source ids ``(B, S)`` (``prefix``: target ids ``(B, P)``) in the traced
+        function of ``opts``' shape (:meth:`function`): :meth:`__call__`'s dict, in numpy."""
         source = np.asarray(source, "int32")
         prefix = np.zeros((len(source), 0), "int32") if prefix is None else prefix
         fn = self.function(opts, prefix.shape[1] > 0, confidence)

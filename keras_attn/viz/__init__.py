@@ -1,13 +1,8 @@
 """Figures: attention heatmaps, positional encodings, learning-rate schedules, kernel regression.
 
 Everything draws with matplotlib's object-oriented API on the headless Agg backend and
-returns ``matplotlib.figure.Figure`` objects (saved to PNG when a path is given); no pyplot
-state is kept, so figures are freed when dropped.
-
-* :mod:`~keras_attn.viz.heatmaps`: `show_heatmaps`, `plot_attention_maps`,
-  `plot_translation_attention`, `token_labels`.
-* :mod:`~keras_attn.viz.figures`: `plot_positional_encoding`, `plot_schedules`,
-  `kernel_regression_demo`.
+returns ``matplotlib.figure.Figure`` objects (saved to PNG when a path is given): attention
+maps in :mod:`~keras_attn.viz.heatmaps`, the rest in :mod:`~keras_attn.viz.figures`.
 
 Example:
     >>> from keras_attn import viz

@@ -114,11 +114,9 @@ def kernel_regression_demo(path_prefix=None, epochs=5, seed=0, n_train=50, lr=0.
                            verbose=True, dpi=DPI):
     """D2L's attention-pooling example: average, non-parametric and parametric Nadaraya–Watson.
 
-    Data: ``y = 2 sin(x) + x^0.8 + eps``, ``eps ~ N(0, 0.5)``, ``n_train`` sorted training
-    inputs uniform in [0, 5); test inputs ``arange(0, 5, 0.1)``. The parametric model
-    (``NadarayaWatson(learnable=True)``) is trained by SGD on the mean squared error with
-    each training point attending to the *other* training points (keys/values
-    ``(n, n-1)``), one full-batch step per epoch.
+    Data: ``y = 2 sin(x) + x^0.8 + eps``, ``eps ~ N(0, 0.5)``, ``n_train`` sorted inputs
+    uniform in [0, 5); the parametric model is trained by full-batch SGD on the MSE, each
+    training point attending to the *other* training points (:func:`leave_one_out`).
 
     Args:
         path_prefix: write ``<path_prefix>_predictions.png`` (the three fits and the loss)

@@ -37,17 +37,15 @@ def show_heatmaps(matrices, xlabel="Keys", ylabel="Queries", titles=None, cmap="
         xlabel, ylabel: axis names, written under the bottom row / left of the first column.
         titles: ``cols`` strings (one per column, repeated on every row) or ``rows`` lists
             of ``cols`` strings (one per panel).
-        cmap: matplotlib colour map; with ``"Reds"`` small weights are near-white.
+        cmap: matplotlib colour map.
         figsize: inches; by default from the grid and matrix sizes.
         path: save the figure there as PNG (folders are created).
         xticklabels, yticklabels: ``K`` / ``Q`` strings (tokens) for every key / query.
         vmin, vmax: colour range; default ``min(0, data.min())`` .. ``data.max()`` over the
-            whole grid, so that the one colour bar is right for every panel.
-        shared_colorbar: one colour bar and colour range for the grid (True), or one per
-            panel, each panel scaled to its own data (False).
+            whole grid.
+        shared_colorbar: one colour bar and range for the grid (True), or one per panel.
         suptitle: title above the grid.
-        mask_zeros: draw entries that are exactly 0 (masked keys) in white, apart from
-            the colour map's small values.
+        mask_zeros: draw entries that are exactly 0 (masked keys) in white.
         dpi: resolution of the saved PNG.
 
     Returns:
@@ -156,14 +154,9 @@ def _grey_padding_ticks(fig, pad_label=PAD_LABEL):
 
 def plot_attention_maps(model, source, target_in, src_labels=None, tgt_labels=None,
                         path_prefix=None, index=0, suptitle=None, cmap="Reds", dpi=DPI):
-    """Every attention map of a translator for one example, one figure per kind of map.
-
-    Encoder self-attention, decoder self-attention and encoder–decoder attention of a
-    Transformer (rows: layers, columns: heads), or the additive attention of a Bahdanau
-    model, from ``keras_attn.models.attention_maps``. Weights that are exactly 0 (padding
-    keys, future positions of the causal mask) are drawn white, apart from the colour
-    map: keep a padded position (id 0) in ``source`` and it shows as an empty column (its
-    tick label greyed).
+    """Every attention map of a translator for one example, one figure per kind of map
+    (``keras_attn.models.attention_maps``: rows layers, columns heads). Weights exactly 0
+    (padding keys, the causal mask's future) are drawn white.
 
     Args:
         model: from ``keras_attn.models``.
@@ -220,11 +213,9 @@ def plot_attention_maps(model, source, target_in, src_labels=None, tgt_labels=No
 
 def plot_translation_attention(translator, sentence, path_prefix=None, num_padding=2,
                                dpi=DPI):
-    """Translate ``sentence`` greedily and draw every attention map, labelled with tokens.
-
-    The source gets ``num_padding`` padding ids at the end so that the figures show that
-    padded keys take no weight. Decoder queries are labelled with the decoder's inputs
-    (``[START]`` and the output so far): row ``t`` predicts output token ``t``.
+    """Translate ``sentence`` greedily and draw every attention map, labelled with tokens
+    (``num_padding`` padding ids appended to the source show that padded keys take no
+    weight; decoder row ``t`` predicts output token ``t``).
 
     Args:
         translator: a ``keras_attn.translator.Translator``.

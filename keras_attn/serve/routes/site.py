@@ -1,6 +1,5 @@
-"""What a client reads about the server: ``GET /languages``, ``/frontend/settings`` (with
-the engine and its :class:`~keras_attn.serve.engines.Capabilities`, which the page reads),
-``/health`` (``{"status": "ok"}`` and nothing else, as LibreTranslate answers),
+"""What a client reads about the server: ``GET /languages``, ``/frontend/settings`` (the
+engine's :class:`~keras_attn.serve.engines.Capabilities` for the page), ``/health``,
 ``/metrics``, ``/spec``, ``/docs`` and ``/`` (the page).
 
 Example:
@@ -24,8 +23,6 @@ def _language(pair):
 
 
 async def languages(request):
-    # Every language with the targets it reaches, directly or through a pivot language
-    # (one model: its source with [its target], then its target with []).
     return JSONResponse(request.app.state.models.languages())
 
 

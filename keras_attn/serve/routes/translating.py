@@ -1,7 +1,5 @@
-"""``POST /translate``, ``/attention``, ``/detect`` and ``/suggest``: texts to and from the
-models (fields and answers: :mod:`keras_attn.serve.api`), each request routed by its
-``source`` and ``target`` (:mod:`keras_attn.serve.models`: one model, or two through a
-pivot language; ``auto``: langid among the sources that reach the target).
+"""``POST /translate``, ``/attention``, ``/detect`` and ``/suggest`` (fields and answers:
+:mod:`keras_attn.serve.api`), each request routed by ``source`` and ``target``.
 
 Example:
     >>> await best(request.app.state, ["3 March 2021"])
@@ -19,11 +17,9 @@ from keras_attn.serve import detect as identify
 
 
 async def routed(state, source, target, texts):
-    """``(models, detected)``: the models ``source`` -> ``target`` goes through
-    (:meth:`~keras_attn.serve.models.Models.route`: one, or two through a pivot) and, for
-    ``source="auto"``, ``(code, confidence)`` of the source chosen: a one-model server's
-    own (100), else langid's likeliest among the sources that reach ``target`` (detected
-    on ``texts``)."""
+    """``(models, detected)``: the models ``source`` -> ``target`` goes through and, for
+    ``source="auto"``, ``(code, confidence)`` of the source chosen (langid's likeliest
+    among the sources that reach ``target``; a one-model server's own, 100)."""
     models, detected = state.models, None
     if source == "auto":
         if len(models) == 1:
@@ -57,10 +53,9 @@ async def _hop(state, model, req, timing=None):
 
 
 async def translated(state, req, timing=None, hops=None):
-    """Per text of a checked ``TranslateRequest``, its hypotheses, once the engine's
-    capabilities allow its options (``timing``: as ``Batcher.submit``'s). ``hops``: the
-    models it goes through (default: :func:`routed`'s); through a pivot, the first
-    model's greedy translation is what the second translates with the request's options."""
+    """Per text of a checked ``TranslateRequest``, its hypotheses (``timing``: as
+    ``Batcher.submit``'s; ``hops``: default :func:`routed`'s). Through a pivot, the first
+    model's greedy translation is what the second translates."""
     if hops is None:
         hops, _ = await routed(state, req.source, req.target, req.texts)
     for model in hops[:-1]:
