@@ -1,17 +1,10 @@
 """Datasets: a generated dates corpus, the Tatoeba English-French corpus, tf.data pipelines.
 
-* :mod:`~keras_attn.data.dates`: `generate_dates` / `dates_splits`, dates as people write
-  them in English and French paired with their ISO 8601 form
-  (``"le 3 mars 2021"`` -> ``"2021-03-03"``).
-* :mod:`~keras_attn.data.tatoeba`: `load_tatoeba` / `load_tatoeba_references`, D2L's file
-  of ``English<TAB>French[<TAB>attribution]`` lines or any tab-separated file read in
-  either direction (its columns named), `load_aligned`, two aligned plain-text files; bad
-  lines reported with their numbers.
-* :mod:`~keras_attn.data.download`: `resolve_data`, a path or URL (zipped or not) as a
-  local corpus file.
-* :mod:`~keras_attn.data.pipeline` (TensorFlow): `make_dataset`, tokenized, shifted,
-  bucketed, padded batches for ``model.fit``; `prepare_source` / `prepare_target`, the
-  sequence conventions that the serving graph shares.
+:mod:`~keras_attn.data.dates` (dates as people write them, paired with ISO 8601),
+:mod:`~keras_attn.data.tatoeba` (tab-separated or aligned parallel text, bad lines
+reported), :mod:`~keras_attn.data.download` (a path or URL as a local corpus file) and
+:mod:`~keras_attn.data.pipeline` (TensorFlow: batches for ``model.fit`` and the sequence
+conventions the serving graph shares).
 
 Example:
     >>> from keras_attn import data

@@ -124,12 +124,9 @@ def _date_stream(rng):
 def generate_dates(n, seed=0, return_formats=False):
     """Generate `n` (source, ISO target) date pairs, deterministic for a seed.
 
-    Dates are uniform over 1900-01-01 .. 2099-12-31; the format is uniform over
-    `DATE_FORMATS` (English, French, numeric day-first, numeric year-first); the casing is
-    kept (55 %), lower (20 %), UPPER (15 %) or Title (10 %). Weekday names are the true
-    weekday. Numeric dates are DAY-FIRST (`"04/03/2021"` is 4 March 2021). Two-digit years
-    use the `strptime("%y")` pivot (69-99 -> 19xx, 00-68 -> 20xx) and appear only for years
-    1969-2068. Pairs may repeat; `dates_splits` removes duplicates.
+    Dates are uniform over 1900-2099 and the format over `DATE_FORMATS`; casing is kept
+    (55 %), lower, UPPER or Title. Numeric dates are day-first; two-digit years use the
+    `strptime("%y")` pivot. Pairs may repeat (`dates_splits` removes duplicates).
 
     Args:
         n: number of pairs.
@@ -151,13 +148,8 @@ def generate_dates(n, seed=0, return_formats=False):
 def dates_splits(num_train=40000, num_valid=2000, num_test=2000, seed=0):
     """Train / valid / test date pairs, disjoint by source string.
 
-    Sources are unique across (and within) the splits; the same calendar date can appear
-    in several splits written differently.
-
     Args:
-        num_train: training pairs.
-        num_valid: validation pairs.
-        num_test: test pairs.
+        num_train, num_valid, num_test: pairs per split.
         seed: random seed.
     Returns:
         `{"train": [...], "valid": [...], "test": [...]}`, lists of (source, target).

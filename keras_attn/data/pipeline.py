@@ -67,20 +67,13 @@ def make_dataset(pairs, src_tokenizer, tgt_tokenizer, batch_size, shuffle=True, 
     """Tokenized, shifted, padded batches for `model.fit`.
 
     Elements: `({"source": int32 (B, S), "target_in": int32 (B, T)}, target_out int32
-    (B, T))`, padded with `text.PAD_ID` per batch. source = tokens + `[END]`; target_in =
-    `[START]` + tokens; target_out = tokens + `[END]`. Tokenization runs in batches of 1024
-    inside tf.data. With `bucket=True`, sequences of similar length (max of source and
-    target length) are batched together (`Dataset.bucket_by_sequence_length`, geometric
-    boundaries 8, 12, 18, ... below `max_len`), so some batches are smaller than
-    `batch_size`. The order is deterministic for a given seed (and an unset global TF
-    seed); shuffling happens again each epoch. The batches are counted once here (a pass
-    over the data that also fills the cache), so the dataset's ``cardinality()`` is its
-    number of batches.
+    (B, T))`, with the conventions of the module docstring. With `bucket=True` sequences of
+    similar length are batched together (`Dataset.bucket_by_sequence_length`), so some batches
+    are smaller. The order is deterministic for a seed; `cardinality()` is the batch count.
 
     Args:
         pairs: list of `(source_text, target_text)`, already normalised.
-        src_tokenizer: `keras_attn.text.tokenizers.Tokenizer` for sources.
-        tgt_tokenizer: `Tokenizer` for targets.
+        src_tokenizer: tokenizer for sources. tgt_tokenizer: tokenizer for targets.
         batch_size: sequences per batch.
         shuffle: shuffle the whole dataset each epoch.
         seed: shuffle seed.

@@ -1,10 +1,8 @@
 """TensorFlow only: the decoding loop that drops the rows that ended from the step's work.
 
-:meth:`keras_attn.decoding.samplers.Sampler.__call__` runs it for greedy decoding and
-sampling (rows that never trade places) where the kernel policy lets a loop carry tensors
-whose shape changes (``keras_attn.kernels.fastpath``'s ``dynamic_shapes``, in a traced graph; not
-under XLA, not in TFLite). The tokens, lengths and scores are those of the plain loop
-(``tests/test_decoding.py``); only the number of rows a step computes differs.
+``Sampler.__call__`` runs it for greedy decoding and sampling where the kernel policy
+allows shapes that change (not under XLA, not in TFLite). Its tokens, lengths and scores
+are those of the plain loop; only the number of rows a step computes differs.
 """
 import keras
 import tensorflow as tf
@@ -16,21 +14,17 @@ from keras_attn.decoding.processors import StepState
 def compacted_loop(sampler, steps, batch, limit, processors, row_limit):
     """``sampler``'s loop over the unfinished rows only.
 
-    The state (the whole cache, the source's projections too), the last tokens, the
-    scores, the tokens so far and ``rows`` (their numbers in the batch) lose a row at the
-    step it ends, which then writes its tokens, length and score into the whole-batch
-    buffers (the rows still going at the end are written after the loop). A row's values
-    are those of the plain loop; only the number of rows beside it differs.
+    The state, the last tokens, the scores, the tokens so far and ``rows`` (their numbers in
+    the batch) lose a row at the step it ends, which then writes its results into the
+    whole-batch buffers (the rows still going are written after the loop).
 
     Args:
-        sampler: a :class:`~keras_attn.decoding.samplers.Sampler` that does not reorder
-            rows. steps: its :class:`~keras_attn.decoding.step.DecodingStep`.
+        sampler: a ``Sampler`` that does not reorder rows. steps: its ``DecodingStep``.
         batch: sentences B (``B * sampler.beams`` rows). limit: int32 scalar, the most
-            tokens. processors: the call's
-            :class:`~keras_attn.decoding.processors.LogitsProcessorList`. row_limit: int32
+            tokens. processors: the call's ``LogitsProcessorList``. row_limit: int32
             ``(B * K,)`` each row's most tokens, or None.
 
-    Returns: the dict of :meth:`Sampler.__call__` (without ``attention``).
+    Returns: the dict of ``Sampler.__call__`` (without ``attention``).
     """
     k, max_len, n = sampler.beams, sampler.max_len, batch * sampler.beams
 

@@ -1,16 +1,12 @@
 """Confidence: the calibrated probability that a hypothesis is acceptable.
 
-The model's own signals about one hypothesis, read from one teacher-forced pass
-(:func:`keras_attn.decoding.score`: every token's log-probability) and from the source ids,
+The model's signals about a hypothesis (its tokens' log-probabilities from one
+teacher-forced pass, :func:`keras_attn.decoding.score`, the lengths and the source ids)
 become the :data:`FEATURES` of :func:`features`; a :class:`Calibrator` (a logistic
-regression fitted on the validation split at the end of training,
-:mod:`keras_attn.training.calibration`) maps them to a probability in [0, 1]. The features need
-only the tokens' log-probabilities, the lengths and the source ids, so every artefact
-computes them alike: the Translator and the exported graphs with :func:`features`,
-CTranslate2 from its ``score_batch``.
-
-"Acceptable" is what the calibration data calls so: for the dates task the exact answer,
-for text a sentence chrF of at least 50 against the references.
+regression fitted on the validation split, :mod:`keras_attn.training.calibration`) maps
+them to a probability in [0, 1]. Every artefact computes them alike (CTranslate2 from its
+``score_batch``). "Acceptable": for the dates task the exact answer, for text a sentence
+chrF of at least 50.
 
 Example:
     >>> cal = Calibrator.load("runs/dates/calibration.json")
@@ -41,9 +37,9 @@ UNSURE = math.log(0.5)  # a token below probability 1/2 counts in unsure_share
 
 
 class NumpyOps:
-    """The ``keras.ops`` this module calls, on numpy arrays: pass ``ops=NumpyOps`` where
-    Keras is not imported (the CTranslate2 engine) to compute the same features and
-    confidences."""
+    """The ``keras.ops`` this module calls, on numpy arrays (``ops=NumpyOps`` where Keras is not
+    imported, e.g. the CTranslate2 engine).
+    """
 
     cast = staticmethod(lambda x, dtype: np.asarray(x).astype(dtype))
     arange, shape, expand_dims = staticmethod(np.arange), staticmethod(np.shape), \
@@ -69,10 +65,10 @@ def features(token_log_probs, lengths, source, ops=None):
     """float32 ``(B, len(FEATURES))`` (:data:`FEATURES`).
 
     Args:
-        token_log_probs: float ``(B, T)``, each target token's log-probability, 0 after
-            the ``lengths[b]`` tokens (``[END]`` the last of them).
+        token_log_probs: float ``(B, T)``, each target token's log-probability, 0 after the
+            ``lengths[b]`` tokens (``[END]`` the last of them).
         lengths: int ``(B,)``, target tokens with ``[END]`` (at least 1).
-        source: int ``(B, S)`` source ids with ``[END]``, 0-padded (the rows the model read).
+        source: int ``(B, S)`` source ids with ``[END]``, 0-padded.
         ops: ``keras.ops`` (default) or :class:`NumpyOps`.
     """
     ops = _ops(ops)
@@ -87,8 +83,7 @@ def features(token_log_probs, lengths, source, ops=None):
 
 
 def source_statistics(source, ops=None):
-    """float32 ``(B,)`` twice: source tokens without ``[END]``, and how many are ``[UNK]``,
-    of source ids ``(B, S)`` (``[END]`` included, 0-padded)."""
+    """float32 ``(B,)`` twice, of source ids ``(B, S)``: tokens without ``[END]``; ``[UNK]``s."""
     ops = _ops(ops)
     source = ops.cast(source, "int32")
     s = ops.maximum(ops.sum(ops.cast(ops.not_equal(source, PAD_ID), "float32"), axis=1) - 1.0,
@@ -97,10 +92,10 @@ def source_statistics(source, ops=None):
 
 
 def features_from(total, lowest, unsure, n, source_length, unknown, ops=None):
-    """:func:`features` from running sums, all ``(B,)``: the tokens' summed and least
-    log-probability (0 for none), how many are below probability 1/2, how many there are
-    (``[END]`` included), and :func:`source_statistics`. What a loop that sees one token at
-    a time keeps (the TFLite builtin step file)."""
+    """:func:`features` from running sums, all ``(B,)`` (what a loop that sees one token at a
+    time keeps): summed and least log-probability, tokens below probability 1/2, tokens
+    (``[END]`` included), and :func:`source_statistics`.
+    """
     ops = _ops(ops)
     nf = ops.cast(ops.maximum(n, 1), "float32")
     s = ops.cast(source_length, "float32")
@@ -117,10 +112,9 @@ class Calibrator:
     Args:
         mean, scale: per feature, the standardisation of the fit.
         weights: per feature. bias: float.
-        report: what the fit measured (its data and scores), kept with the weights.
+        report: what the fit measured, kept with the weights.
 
-    ``Calibrator.uncalibrated()`` (no fit: the geometric mean of the tokens' probabilities,
-    ``exp(mean_log_prob)``) stands in where a run has no calibration yet.
+    ``Calibrator.uncalibrated()`` (``exp(mean_log_prob)``) stands in where a run has no fit.
     """
     mean: list
     scale: list
@@ -139,8 +133,7 @@ class Calibrator:
         return self.report.get("calibrated", True)
 
     def __call__(self, x, ops=None):
-        """Confidences ``(B,)`` float32 in [0, 1] for features ``x`` ``(B, F)`` (``ops``:
-        ``keras.ops`` or :class:`NumpyOps`)."""
+        """Confidences ``(B,)`` float32 in [0, 1] for features ``x`` ``(B, F)``."""
         ops = _ops(ops)
         x = ops.cast(x, "float32")
         if not self.calibrated:
@@ -172,8 +165,8 @@ class Calibrator:
 
 
 def fit(x, y, sample_weight=None, l2=1e-2, iterations=50):
-    """A :class:`Calibrator` fitted by L2-regularised logistic regression (Newton's method,
-    deterministic) to features ``x`` ``(N, F)`` and labels ``y`` ``(N,)`` (1 = acceptable).
+    """A :class:`Calibrator` fitted by L2-regularised logistic regression (Newton's method) to
+    features ``x`` ``(N, F)`` and labels ``y`` ``(N,)`` (1 = acceptable).
 
     Example:
         >>> cal = fit(x, y)
@@ -204,9 +197,9 @@ def fit(x, y, sample_weight=None, l2=1e-2, iterations=50):
 
 
 def auroc(confidence, acceptable):
-    """Area under the ROC curve of ``confidence`` telling acceptable (1) from not (0): the
-    chance that an acceptable hypothesis gets the higher confidence (ties count half);
-    NaN when one class is empty."""
+    """Area under the ROC curve of ``confidence`` telling acceptable (1) from not (0), ties
+    counting half; NaN when one class is empty.
+    """
     p, y = np.asarray(confidence, "float64"), np.asarray(acceptable).astype(bool)
     pos, neg = p[y], p[~y]
     if not len(pos) or not len(neg):
@@ -215,21 +208,16 @@ def auroc(confidence, acceptable):
     ranks = np.empty(len(order))
     values = np.r_[pos, neg][order]
     # Average ranks over ties (Mann-Whitney U).
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[i]:
-            j += 1
-        ranks[order[i: j + 1]] = (i + j) / 2.0 + 1.0
-        i = j + 1
+    _, first, counts = np.unique(values, return_index=True, return_counts=True)
+    ranks[order] = np.repeat(first + (counts - 1) / 2.0 + 1.0, counts)
     return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2.0)
                  / (len(pos) * len(neg)))
 
 
 def expected_calibration_error(confidence, acceptable, bins=10):
-    """ECE over ``bins`` equal-width bins: sum over bins of (share of hypotheses) x
-    |mean confidence - share acceptable|; and the per-bin table ``[(low, high, count,
-    mean confidence, share acceptable)]`` of a reliability diagram."""
+    """ECE over ``bins`` equal-width bins, and the per-bin table ``[(low, high, count, mean
+    confidence, share acceptable)]`` of a reliability diagram.
+    """
     p, y = np.asarray(confidence, "float64"), np.asarray(acceptable, "float64")
     index = np.minimum((p * bins).astype(int), bins - 1)
     total, table = 0.0, []
@@ -243,13 +231,12 @@ def expected_calibration_error(confidence, acceptable, bins=10):
 
 
 def hypothesis_features(model, source, tokens, start_id, end_id, encoded=None):
-    """:func:`features` ``(B * N, F)`` of hypotheses, from one teacher-forced pass over them
-    (:func:`keras_attn.decoding.score`).
+    """:func:`features` ``(B * N, F)`` of hypotheses, from one teacher-forced pass.
 
     Args:
         model: from ``keras_attn.models``. source: int ``(B, S)``.
-        tokens: int ``(B * N, T)``, N hypotheses per source row together, each ending with
-            ``end_id`` then 0 (as the searches return them).
+        tokens: int ``(B * N, T)``, N hypotheses per source row together, as the searches
+            return them.
         start_id, end_id: the target vocabulary's ``[START]`` and ``[END]``.
         encoded: :func:`keras_attn.decoding.encode` ``(model, source)``, if computed.
     """
@@ -262,8 +249,7 @@ def hypothesis_features(model, source, tokens, start_id, end_id, encoded=None):
     if encoded is None:
         encoded = encode(model, source)
     if not fastpath.current().compiled:  # XLA needs the width known when traced
-        # The pass reads only as far as the longest hypothesis (searches return max_len
-        # buffers).
+        # Read only as far as the longest hypothesis (searches return max_len buffers).
         longest = ops.max(ops.concatenate([ops.sum(ops.cast(ops.not_equal(tokens, 0), "int32"),
                                                    axis=1), ops.ones((1,), "int32")], axis=0))
         tokens = tokens[:, :longest]

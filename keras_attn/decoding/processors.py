@@ -1,23 +1,15 @@
 """What every step's logits go through before a sampler chooses: one ordered list.
 
-Each processor is a small callable ``(logits, state) -> logits`` on float32 logits
-``(N, V)`` (one row per hypothesis) and a :class:`StepState` (the step's index, the
-hypotheses' tokens so far, their rows in the batch); :func:`processors_for` makes the
-ordered :class:`LogitsProcessorList` of one call from its options, and every loop runs it:
-the samplers' loop (:mod:`keras_attn.decoding.samplers`), the loop that drops ended rows
-(:mod:`keras_attn.decoding.compacted`), and the TFLite builtin target's step file
-(``keras_attn.export.builtin.BuiltinModule``, whose runtime feeds the tokens so far back).
-In order: the banned ids (padding, ``[START]``), CTranslate2's ``repetition_penalty`` and
-``no_repeat_ngram_size``, the forced target prefix. Marian's ``--max-length-factor`` is the
-list's stop rule (:func:`length_limits`): a row that reaches its limit ends.
+A processor is a callable ``(logits, state) -> logits`` on float32 logits ``(N, V)`` (one
+row per hypothesis) and a :class:`StepState`; :func:`processors_for` makes one call's
+:class:`LogitsProcessorList` from its options, and every loop runs it (the samplers, the
+compacted loop, the TFLite builtin target's step file). In order: the banned ids (padding,
+``[START]``), CTranslate2's ``repetition_penalty`` and ``no_repeat_ngram_size``, the forced
+prefix. Marian's ``--max-length-factor`` is the stop rule (:func:`length_limits`).
 
-Written with ``keras.ops`` (every backend, XLA, TFLite builtins). The option values may be
-tensors (per-request inputs of a served graph); a Python value that switches a control off
-leaves its processor out of the list, and its ops out of the graph.
-
-A new processor is one class here registered with :func:`from_option` (its option's name
-and the value that switches it off) and one field of
-:class:`keras_attn.decoding.options.DecodingOptions`.
+Option values may be tensors (per-request inputs of a served graph); a Python value that
+switches a control off leaves its processor, and its ops, out. A new processor is one class
+registered with :func:`from_option` and one field of ``DecodingOptions``.
 
 Example:
     >>> procs = processors_for(options, start_id=2, vocab_size=V)
@@ -43,11 +35,10 @@ class StepState:
     """What the processors read at one step.
 
     Args:
-        index: int32 scalar, the position the next token goes at (= tokens written so far).
-        history: int32 ``(N, T)``, each hypothesis's tokens so far (its first ``index``
-            positions written; 0 = none), or None when no processor reads it.
-        rows: int32 ``(N,)``, the hypotheses' rows in the whole batch (``B * K`` rows, the K
-            hypotheses of a sentence together); None: ``0 .. N - 1``.
+        index: int32 scalar, the position the next token goes at.
+        history: int32 ``(N, T)``, each hypothesis's tokens so far (0 = none), or None when
+            no processor reads it.
+        rows: int32 ``(N,)``, the hypotheses' rows in the ``B * K`` batch; None: ``0 .. N - 1``.
     """
 
     def __init__(self, index, history=None, rows=None):
@@ -72,9 +63,9 @@ _BY_OPTION = []  # (option name, class), in the order they apply
 
 
 def from_option(name, off):
-    """Register a processor made from option ``name`` (``cls(value)``) by
-    :func:`processors_for`, after those registered before it; ``off``: the value that
-    leaves it out (:data:`OFF`)."""
+    """Register a processor class made from option ``name`` (``cls(value)``), applied after
+    those registered before it; ``off`` is the value that leaves it out (:data:`OFF`).
+    """
     def register(cls):
         OFF[name] = off
         _BY_OPTION.append((name, cls))
@@ -83,14 +74,12 @@ def from_option(name, off):
 
 
 def active(name, value):
-    """False when ``value`` of option ``name`` is None or a Python number that switches it
-    off (:data:`OFF`: its ops are then left out); True for a tensor (a served request
-    decides at run time)."""
+    """Whether option ``name``'s ``value`` switches its processor on (a tensor always does)."""
     return value is not None and not (isinstance(value, (int, float)) and value == OFF[name])
 
 
 class BanIds:
-    """Ids never generated (padding and ``[START]``) get the fill value.
+    """Ids never generated (``ids``: padding and ``[START]``) get the fill value.
 
     Args:
         ids: the banned ids. vocab_size: V (the mask is made once, outside any loop).
@@ -109,7 +98,8 @@ class BanIds:
 
 def _seen(history, length, vocab):
     """bool ``(N, V)``: the ids among each row's first ``length`` tokens of ``history``
-    ``(N, T)`` (padding excluded)."""
+    ``(N, T)`` (padding excluded).
+    """
     rows, width = ops.shape(history)[0], ops.shape(history)[1]
     valid = ops.logical_and(ops.arange(width)[None, :] < length, ops.not_equal(history, 0))
     row_ids = ops.broadcast_to(ops.arange(rows, dtype="int32")[:, None], ops.shape(history))
@@ -120,9 +110,8 @@ def _seen(history, length, vocab):
 
 @from_option("repetition_penalty", off=1.0)
 class RepetitionPenalty:
-    """CTranslate2's ``repetition_penalty``: the logit of every id already among a row's
-    tokens is divided by ``penalty`` when positive and multiplied by it when negative
-    (``penalty > 1`` makes a repeat less likely; 1 changes nothing).
+    """CTranslate2's ``repetition_penalty``: the logit of an id already generated is divided by
+    ``penalty`` when positive, multiplied by it when negative (1 changes nothing).
 
     Args:
         penalty: float32 scalar > 0 (a tensor is fine).
@@ -143,8 +132,7 @@ class RepetitionPenalty:
 @from_option("no_repeat_ngram_size", off=0)
 class NoRepeatNgram:
     """CTranslate2's ``no_repeat_ngram_size``: the ids that would complete an n-gram already
-    among a row's tokens are banned (at the fill value). ``n = 1`` bans every id seen
-    before (as CTranslate2 and Hugging Face); 0 bans nothing.
+    generated are banned; ``n = 1`` bans every id seen before, 0 nothing.
 
     Args:
         n: int32 scalar in ``[0, MAX_NGRAM]`` (a tensor is fine).
@@ -181,13 +169,11 @@ class NoRepeatNgram:
 
 
 class ForcePrefix:
-    """Every id but the prefix's token at this step is banned, in the rows whose sentence's
-    prefix still has one.
+    """Every id but the prefix's token at this step is banned, in rows whose prefix has one.
 
     Args:
         prefix: int32 ``(B, P)`` target ids per sentence (0: none left for that row).
-        beams: hypotheses per sentence K (row ``r`` belongs to sentence ``r // K``; an
-            int32 tensor is fine).
+        beams: hypotheses per sentence K (row ``r`` is sentence ``r // K``; a tensor is fine).
     """
 
     def __init__(self, prefix, beams=1):
@@ -226,9 +212,10 @@ def processors_for(options, start_id, vocab_size, prefix=None, beams=1):
 
 
 def row_limits(source, factor, max_len):
-    """int32 ``(N,)``: the most tokens each row may generate under Marian's
-    ``--max-length-factor``: ``ceil(factor * source tokens)`` (``[END]`` included, padding
-    not), at least 1; ``max_len`` where ``factor`` is 0 (off)."""
+    """int32 ``(N,)``: each row's most tokens under Marian's ``--max-length-factor``,
+    ``ceil(factor * source tokens)`` (``[END]`` included) and at least 1; ``max_len`` where
+    ``factor`` is 0.
+    """
     factor = ops.cast(factor, "float32")
     src_len = ops.sum(ops.cast(ops.not_equal(source, 0), "float32"), axis=1)
     limit = ops.maximum(ops.cast(ops.ceil(factor * src_len), "int32"), 1)
@@ -236,14 +223,14 @@ def row_limits(source, factor, max_len):
 
 
 def length_limits(options, source, max_len):
-    """The list's stop rule: :func:`row_limits` ``(N,)`` of ``source`` ``(N, S)`` (one row
-    per hypothesis) under ``options.max_length_factor``, or None when it is off."""
+    """:func:`row_limits` of ``source`` ``(N, S)`` under ``options.max_length_factor``, or None."""
     factor = getattr(options, "max_length_factor", None)
     return row_limits(source, factor, max_len) if active("max_length_factor", factor) else None
 
 
 def log_probs(logits, start_id):
     """float32 log-probabilities ``(..., V)`` with padding and ``start_id`` banned (what a
-    teacher-forced pass scores: the bans of decoding, none of the repetition controls)."""
+    teacher-forced pass scores).
+    """
     banned = BanIds((PAD_ID, start_id), logits.shape[-1])
     return ops.log_softmax(banned(logits), axis=-1)

@@ -1,21 +1,15 @@
 """The decoding loops: a :class:`Sampler` per way of choosing the next tokens.
 
-:class:`Sampler` owns the loop (``keras.ops.while_loop``, so it runs on TensorFlow, JAX and
-PyTorch, eagerly, traced, under XLA, and exports into SavedModels and TFLite files) and
-drives the model's step (:mod:`keras_attn.decoding.step`); :class:`GreedySampler`,
-:class:`BeamSampler` and :class:`RandomSampler` only choose the next tokens. Every buffer
-is preallocated at ``max_len`` and written at the step index (no dynamic-size
-``TensorArray``: under XLA in TF 2.21 their writes can be silently dropped).
+:class:`Sampler` owns the loop (``keras.ops.while_loop``: every backend, eager, traced,
+XLA, SavedModel and TFLite) and drives the model's step (:mod:`keras_attn.decoding.step`);
+the subclasses only choose the next tokens. Every buffer is preallocated at ``max_len`` and
+written at the step index (no dynamic-size ``TensorArray``: under XLA their writes can be
+dropped). Where the kernel policy allows shapes that change
+(``keras_attn.kernels.fastpath``'s ``dynamic_shapes``), greedy decoding and sampling drop
+ended rows from the step's work (:mod:`keras_attn.decoding.compacted`).
 
-Where the kernel policy allows a loop whose tensors change shape (``keras_attn.kernels.fastpath``'s
-``dynamic_shapes``: the SavedModel's signatures, the Translator's ``tf.function`` s), greedy
-decoding and sampling drop a row from the step's work when it ends
-(:mod:`keras_attn.decoding.compacted`, ``compact=True``): the rows still going carry the
-cache, the finished ones cost nothing more. Beam search keeps every row (its hypotheses
-trade rows), and so do XLA and TFLite (fixed shapes).
-
-Token conventions: 0 is padding; ``start_id`` and 0 are never generated; a row stops at
-``end_id`` (included in the output) and is padded with 0 after it.
+Tokens: 0 is padding; ``start_id`` and 0 are never generated; a row stops at ``end_id``
+(included) and is padded with 0 after it.
 
 References: D2L 10.8 (beam search); keras-hub's ``Sampler``.
 """
@@ -33,10 +27,9 @@ _POSITION_MAJOR = ("tokens", "attention")  # the loop's buffers written one posi
 class Sampler:
     """The decoding loop; subclasses choose the next tokens (:meth:`select`).
 
-    Hypotheses are laid out ``(B, K)`` (``K = beams``; the model sees ``B * K`` rows, the
-    beams of a row together). A finished hypothesis continues with padding at no cost.
-    Inside the loop the output buffers are position-major (``(max_len, B, K)``), so a
-    step writes one slice with ``scatter_update``.
+    Hypotheses are laid out ``(B, K)`` (``K = beams``; the model sees ``B * K`` rows). A
+    finished hypothesis continues with padding at no cost. Inside the loop the buffers are
+    position-major (``(max_len, B, K)``), so a step writes one slice.
 
     Args:
         max_len: most tokens generated per row. start_id, end_id: target vocabulary ids.
@@ -44,7 +37,7 @@ class Sampler:
             prefix at every step, the reference).
         return_attention: also return the alignment of each token over the source.
         compact: drop the rows that ended from the step's work, where the loop can
-            (:meth:`compacts`); the same tokens, lengths and scores either way.
+            (:meth:`compacts`); the same results either way.
 
     Call arguments: ``model`` (from :mod:`keras_attn.models`), ``source`` int ``(B, S)``.
 
@@ -66,15 +59,18 @@ class Sampler:
         self.compact = bool(compact)
 
     def select(self, logits, scores, finished, index=None, rows=None):
-        """``logits`` float32 ``(B, K, V)`` of every next token (banned ids at the fill
-        value), ``scores`` ``(B, K)`` the hypotheses' sums of log-probabilities so far,
-        ``finished`` bool ``(B, K)`` (they extend with 0 at no cost; None: none has).
+        """Choose the next tokens.
+
+        Args:
+            logits: float32 ``(B, K, V)`` (banned ids at the fill value).
+            scores: ``(B, K)`` the hypotheses' summed log-probabilities so far.
+            finished: bool ``(B, K)`` (they extend with 0 at no cost), or None: none has.
+            index: the step (int32 scalar). rows: int32 ``(B * K,)`` the hypotheses' numbers in
+                the batch (default ``0 .. B * K - 1``), for samplers whose draw depends on them.
 
         Returns ``(next_tokens (B, K), beam_indices (B, K) or None, new_scores (B, K))``;
         ``beam_indices`` says which hypothesis each new one extends (None: its own).
-        ``index`` is the step (int32 scalar) and ``rows`` int32 ``(B * K,)`` the
-        hypotheses' numbers in the whole batch (default: ``0 .. B * K - 1``; fewer rows
-        when finished ones have left the loop), for samplers whose draw depends on them."""
+        """
         raise NotImplementedError
 
     def initial_scores(self, batch):
@@ -82,16 +78,18 @@ class Sampler:
 
     def __call__(self, model, source, max_length=None, prefix=None, encoded=None,
                  options=None):
-        """``max_length``: optional int32 scalar (a tensor is fine), the most tokens of this
-        call, at most ``max_len`` (the buffers' size). ``prefix``: optional int32
-        ``(B, P)`` target ids forced first (0 = none left for that row); the forced
-        tokens' log-probabilities are 0 in the scores (they count in the lengths).
-        ``encoded``: :func:`encode` ``(model, source)``, if already computed.
-        ``options``: the request's ``DecodingOptions`` (or an object with the same
-        attributes, tensors allowed), for the processors every step's logits go through
-        and the rows' length limits (:mod:`keras_attn.decoding.processors`:
-        ``repetition_penalty``, ``no_repeat_ngram_size``, ``max_length_factor``); None:
-        the bans alone."""
+        """Run the loop.
+
+        Args:
+            model, source: see the class.
+            max_length: optional int32 scalar (a tensor is fine), at most ``max_len``.
+            prefix: optional int32 ``(B, P)`` target ids forced first (0 = none left); their
+                log-probabilities count 0 in the scores, 1 each in the lengths.
+            encoded: :func:`encode` ``(model, source)``, if already computed.
+            options: the request's ``DecodingOptions`` (or an object with its attributes), for
+                the processors and row limits of :mod:`keras_attn.decoding.processors`; None:
+                the bans alone.
+        """
         source = check_source(source)
         k, max_len = self.beams, self.max_len
         batch, src_len = ops.shape(source)[0], ops.shape(source)[1]
@@ -108,8 +106,7 @@ class Sampler:
         row_limit = length_limits(options, source, max_len)
         loop = (processors, row_limit)
         if self.compacts():
-            # One row ends the loop when it ends: nothing to drop, and the plain loop's
-            # step is lighter (measured: docs/benchmarks/NOTES.md).
+            # One row: nothing to drop, and the plain loop's step is lighter.
             import tensorflow as tf  # compacts(): on TensorFlow only
 
             from keras_attn.decoding.compacted import compacted_loop
@@ -125,9 +122,9 @@ class Sampler:
         return self._loop(steps, batch, src_len, limit, *loop)
 
     def _loop(self, steps, batch, src_len, limit, processors, row_limit):
-        """The loop over every row (a finished one goes on with padding at no cost):
-        the step, its logits through ``processors``, the choice; a row ends at ``end_id``
-        or at its ``row_limit`` (int32 ``(B * K,)``, or None)."""
+        """The loop over every row: the step, its logits through ``processors``, the choice; a row
+        ends at ``end_id`` or at its ``row_limit`` (int32 ``(B * K,)``, or None).
+        """
         k, max_len = self.beams, self.max_len
 
         def cond(i, token, state, out):
@@ -177,11 +174,10 @@ class Sampler:
         return result
 
     def compacts(self):
-        """Whether this call's loop drops finished rows from the step's work
-        (:mod:`keras_attn.decoding.compacted`): asked for (``compact``), with the cache,
-        for samplers whose rows never trade places (not beam search) and without
-        alignments, where the kernel policy lets the loop carry tensors whose shape
-        changes (``keras_attn.kernels.fastpath``: ``dynamic_shapes`` in a traced graph)."""
+        """Whether this call's loop drops finished rows (:mod:`keras_attn.decoding.compacted`):
+        ``compact`` with the cache, rows that never trade places, no alignments, and a kernel
+        policy that allows shapes that change.
+        """
         if not (self.compact and self.use_cache) or self.reorders or self.return_attention:
             return False
         from keras_attn.kernels import fastpath
@@ -199,18 +195,14 @@ class GreedySampler(Sampler):
         # The best token's log-softmax, (x - max) - log(sum(exp(x - max))) at x = max,
         # without normalising the whole vocabulary.
         log_prob = -ops.log(ops.sum(ops.exp(logits - top), axis=-1))  # (B, 1)
-        next_token = ops.cast(index[..., 0], "int32")
-        if finished is None:  # none has finished
-            return next_token, None, scores + log_prob
-        return (ops.where(finished, 0, next_token), None,
-                scores + ops.where(finished, 0.0, log_prob))
+        return _extend(finished, ops.cast(index[..., 0], "int32"), scores, log_prob)
 
 
 class BeamSampler(Sampler):
     """The ``beam_size`` best extensions of a row's hypotheses, by summed log-probability.
 
-    Only the first beam is live at the start, so the beams do not repeat one another. The
-    caller ranks the final hypotheses (:func:`beam_decode_fixed` by the GNMT score).
+    Only the first beam is live at the start, so the beams do not repeat one another; the
+    caller ranks the final hypotheses.
     """
 
     reorders = True
@@ -235,16 +227,13 @@ class BeamSampler(Sampler):
         return ops.cast(index % vocab, "int32"), ops.cast(index // vocab, "int32"), top
 
 
-
 class RandomSampler(Sampler):
-    """Random sampling with top-k, top-p (nucleus) and temperature; ``samples`` draws per
-    row (``num_hypotheses``), each from its own stream of :func:`uniform`.
+    """Sampling with top-k, top-p (nucleus) and temperature; ``samples`` draws per row.
 
-    ``topk``, ``topp``, ``temperature`` and ``seed`` are read at call time and may be
-    tensors (per-request values in a served graph); ``topk=1`` is the argmax (as
-    :class:`GreedySampler`). The token is drawn by inverse CDF over the candidates sorted by
-    probability (ties: the lower id first). Scores sum the log-probabilities of the drawn
-    tokens under the model (before temperature and truncation).
+    ``topk``, ``topp``, ``temperature`` and ``seed`` may be tensors (per-request values);
+    ``topk=1`` is the argmax. The token is drawn by inverse CDF (:func:`uniform`) over the
+    candidates sorted by probability (ties: the lower id first). Scores sum the model's
+    log-probabilities of the drawn tokens (before temperature and truncation).
     """
 
     def __init__(self, max_len, start_id, end_id, samples=1, topk=1, topp=1.0,
@@ -276,15 +265,20 @@ class RandomSampler(Sampler):
         token = ops.take_along_axis(ids, pick[:, None], axis=1)[:, 0]
         lp = ops.take_along_axis(model_lp, pick[:, None], axis=1)[:, 0]
         token = ops.reshape(ops.cast(token, "int32"), (batch, k))
-        lp = ops.reshape(lp, (batch, k))
-        if finished is None:  # none has finished
-            return token, None, scores + lp
-        return ops.where(finished, 0, token), None, scores + ops.where(finished, 0.0, lp)
+        return _extend(finished, token, scores, ops.reshape(lp, (batch, k)))
+
+
+def _extend(finished, token, scores, log_prob):
+    """``select``'s result: a finished hypothesis extends with 0 at no cost (None: none)."""
+    if finished is None:
+        return token, None, scores + log_prob
+    return ops.where(finished, 0, token), None, scores + ops.where(finished, 0.0, log_prob)
 
 
 def take_beams(t, beam, axis=1):
-    """``t`` reordered along the beams by ``beam`` ``(B, K)``: ``t`` is ``(B, K, ...)``
-    (``axis=1``) or position-major ``(L, B, K, ...)`` (``axis=2``)."""
+    """``t`` ``(B, K, ...)`` (``axis=1``) or ``(L, B, K, ...)`` (``axis=2``) reordered along the
+    beams by ``beam`` ``(B, N)``.
+    """
     shape = (1,) * (axis - 1) + tuple(ops.shape(beam)) + (1,) * (len(t.shape) - axis - 1)
     target = list(ops.shape(t))
     target[axis] = ops.shape(beam)[1]  # fewer than K: the first N of a ranking (n-best)
@@ -299,7 +293,6 @@ def _check_id(name, value):
 
 
 def _check_count(name, value):
-    """A number of hypotheses: a positive Python int, or an int32 tensor (a served
-    request's value, checked by the graph that reads it)."""
+    """A number of hypotheses: a positive Python int, or an int32 tensor (checked by the graph)."""
     if isinstance(value, (bool, int)):
         _check_id(name, value)

@@ -1,18 +1,11 @@
 """The decoding step: one position of a model of :mod:`keras_attn.models`, for a loop.
 
 Both decoders are driven alike: ``decoder.init_cache(encoder output, source, max_len)``
-once, then ``decoder(token, cache=..., cache_update_index=i)`` per step. The Transformer's
-cache holds each layer's self-attention keys/values and the cross-attention keys/values
-computed once, so a step costs the same at position 8 and at position 64; the Bahdanau
-cache holds the GRU states. ``use_cache=False`` re-runs the model on the whole prefix at
-every step (the reference). The cache's class is its layout
-(:mod:`keras_attn.kernels.kv_cache`, chosen by the kernel policy :mod:`keras_attn.kernels.fastpath`
-when the cache is made) and the layers choose the kernels of a one-position step from it
-(heads-first caches, one ``BatchMatMulV3`` per projection, no op that oneDNN rewrites:
-:mod:`keras_attn.kernels.tf_step`); the step is the same decoder call everywhere
-(docs/benchmarks/NOTES.md, "Decoding step"). :class:`DecodingStep` is the one driver of it:
-the samplers' loops, and the TFLite builtin target's exported step, call it; the logits it
-returns then go through the loop's processors (:mod:`keras_attn.decoding.processors`).
+once, then ``decoder(token, cache=..., cache_update_index=i)`` per step (the Transformer's
+cache holds the attention keys/values, the Bahdanau cache the GRU states);
+``use_cache=False`` re-runs the model on the whole prefix (the reference). The layers
+choose a step's kernels from the cache's layout (:mod:`keras_attn.kernels.kv_cache`,
+:mod:`keras_attn.kernels.tf_step`). :class:`DecodingStep` is the one driver of the step.
 """
 import keras
 from keras import ops
@@ -21,21 +14,14 @@ from keras_attn import ops as attn_ops
 
 
 class DecodingStep:
-    """``init() -> state`` and ``step(token, state, index) -> (logits, state, alignment)``
-    for a model of :mod:`keras_attn.models`, with or without the cache (the reference).
+    """``init() -> state`` and ``step(token, state, index) -> (logits, state, alignment)`` for a
+    model of :mod:`keras_attn.models`, with or without the cache.
 
-    ``logits`` are the decoder's, float32 ``(B, V)``: what every step's logits go through
-    (the banned ids, the repetition controls) is the loops' list of processors
-    (:mod:`keras_attn.decoding.processors`). The state is what a step rewrites (the
-    self-attention cache, the GRU states, or the prefix); the rest of the cache (the source
-    projected once, its mask) is read from here: the loop passes it through unchanged and
-    a beam reorder does not copy it.
-
-    A step is the decoder's own cached call (its layers choose the kernels of a
-    one-position step from the cache's layout, :mod:`keras_attn.kernels.tf_step`). The decoder's
-    weights are read once, in :meth:`init` (or :meth:`use_constants`), and seen by every
-    step through a ``keras.StatelessScope`` (inside a loop, a variable read would run at
-    every step).
+    ``logits`` are the decoder's, float32 ``(B, V)`` (the loops' processors come after). The
+    state is what a step rewrites (the self-attention cache, the GRU states, or the prefix);
+    the rest of the cache is read from here, so a beam reorder does not copy it. The weights
+    are read once, in :meth:`init` (or :meth:`use_constants`), and seen by every step through a
+    ``keras.StatelessScope`` (inside a loop a variable read would run at every step).
 
     Args:
         model: a model of :mod:`keras_attn.models`. source: int ``(B, S)`` token ids, or
@@ -58,9 +44,9 @@ class DecodingStep:
         self._encoded = encoded  # the encoder's output for `source`
 
     def init(self, carry_constants=False):
-        """The first state. ``carry_constants``: the state holds the whole cache (the
-        source's projections too, every tensor with the rows first), for a loop that drops
-        rows from it (:mod:`keras_attn.decoding.compacted`)."""
+        """The first state; with ``carry_constants`` it holds the whole cache (rows first), for a
+        loop that drops rows (:mod:`keras_attn.decoding.compacted`).
+        """
         self._read_weights()
         encoded = self._encoded
         if self.use_cache:
@@ -69,13 +55,13 @@ class DecodingStep:
                        if k in self._STATE_KEYS or (carry_constants and v is not None)}
             self.constants = {k: v for k, v in cache.items() if k not in carried}
             return {k: v for k, v in cache.items() if k in carried}
-        self.encoded = tuple(encoded) if isinstance(encoded, (tuple, list)) else (encoded,)
+        self.encoded = as_args(encoded)
         return ops.zeros((ops.shape(self.source)[0], self.max_len), "int32")  # the prefix
 
     def use_constants(self, constants):
-        """Step with a cache made elsewhere (the TFLite builtin target, whose encoder file
-        makes it): ``constants`` are the entries of the decoder's cache that steps only
-        read (the cross-attention's, the source mask); the state holds the rest."""
+        """Step with a cache made elsewhere (the TFLite builtin target): ``constants`` are the
+        entries of the decoder's cache that steps only read; the state holds the rest.
+        """
         if not self.use_cache:
             raise ValueError("`use_constants` needs the cached step. Received: use_cache=False")
         self._read_weights()
@@ -111,15 +97,12 @@ class DecodingStep:
 
 
 def step_functions(model, source, max_len, use_cache, encoded):
-    """The decoding step of ``model`` for a loop of one's own: ``init() -> state`` and
-    ``step(token, state, index, alignment=False) -> (logits, state, alignment)`` (the
-    decoder's own call; what every :class:`Sampler` drives).
+    """The decoding step of ``model`` (:class:`DecodingStep`) for a loop of one's own.
 
     Args:
         model: a model of :mod:`keras_attn.models`. source: int ``(B, S)`` token ids.
-        max_len: the longest output. use_cache: the cached step (else the reference,
-            which re-runs the decoder on the prefix). encoded: :func:`encode`'s output
-            for ``source``.
+        max_len: the longest output. use_cache: the cached step (else the reference).
+        encoded: :func:`encode`'s output for ``source``.
 
     Example:
         >>> steps = step_functions(model, source, 8, True, encode(model, source))
@@ -130,9 +113,13 @@ def step_functions(model, source, max_len, use_cache, encoded):
 
 
 def encode(model, source):
-    """The encoder's output for ``source`` ``(B, S)`` (the decoders' ``init_cache`` input):
-    a graph that decodes several ways encodes once and passes it to each."""
+    """The encoder's output for ``source`` ``(B, S)`` (the decoders' ``init_cache`` input)."""
     return model.get_layer("encoder")(check_source(source), training=False)
+
+
+def as_args(encoded):
+    """The encoder's output as the tuple of the decoder's positional arguments after tokens."""
+    return tuple(encoded) if isinstance(encoded, (tuple, list)) else (encoded,)
 
 
 def check_source(source):

@@ -1,8 +1,7 @@
-"""The numerics under the layers: masks and the masked softmax in ``keras.ops`` (``masks``,
-public as :mod:`keras_attn.ops`), the fill value of masked scores (``numerics``), and the
-TensorFlow fast paths behind one switch (``fastpath``): softmax, loss and dropout
-(``tf_ops``), attention over whole sequences (``tf_attention``), the cached one-position
-decoding step (``tf_step``) and the key/value cache layouts it reads (``kv_cache``).
+"""The numerics under the layers: masks and the masked softmax (``masks``, public as
+:mod:`keras_attn.ops`), the fill value (``numerics``), and the TensorFlow fast paths behind
+one switch (``fastpath``): ``tf_ops``, ``tf_attention``, ``tf_step`` and the key/value
+cache layouts (``kv_cache``).
 
 May import: :mod:`keras_attn.core`, Keras, TensorFlow (the ``tf_*`` modules only).
 

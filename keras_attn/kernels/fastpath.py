@@ -1,35 +1,22 @@
 """The kernel policy: which implementation of a computation runs, as one explicit object.
 
-Every computation in keras_attn has a reference path written with ``keras.ops``: it reads
-like the paper and runs on TensorFlow, JAX and PyTorch. A few also have a fast path for
-TensorFlow (:mod:`keras_attn.kernels.tf_ops`: hand-written gradients for the masked softmax and the
-loss, dropout decisions drawn 16 bits at a time; :mod:`keras_attn.kernels.tf_attention`: attention
-of every head as batched matmuls, in cache-sized chunks; :mod:`keras_attn.kernels.tf_step`: the
-kernels of a one-position decoding step). :class:`KernelPolicy` says which runs, and how a
-decoding loop may lay out its state:
+Every computation has a reference path in ``keras.ops`` (every backend); a few have a
+TensorFlow fast path (:mod:`keras_attn.kernels.tf_ops`, ``tf_attention``, ``tf_step``).
+:class:`KernelPolicy` says which runs and how a decoding loop may lay out its state:
 
-- ``fast_paths``: the TensorFlow fast paths (when Keras runs on TensorFlow); tests check
-  that both paths agree. Default: on, unless ``KERAS_ATTN_FAST_PATHS=0`` is set.
-- ``dynamic_shapes``: whether a decoding loop may carry tensors whose shape changes (a
-  self-attention cache that grows by one position a step, a loop that drops the rows that
-  ended: :mod:`keras_attn.decoding.compacted`). Only a TensorFlow graph that XLA does not
-  compile and that is not converted to TFLite can: off by default (fixed ``max_len``
-  buffers everywhere), switched on by the graphs that can (``Translator``'s decoders, the
-  SavedModel's signatures). Ignored when executing eagerly.
-- ``attention_chunks``: cut large attention scores into chunks that stay in the CPU's
-  cache (:func:`keras_attn.kernels.tf_attention.attention_chunks`); None: when TensorFlow sees no
-  GPU (asked once per process).
-- ``custom_gradients``: the fast paths' hand-written gradients (``tf.custom_gradient``).
-  A graph that only ever runs forward (the exported ones) is traced without them: the same
-  values, and a SavedModel that loads without gradient functions it would not use.
-- ``compiled``: the graph is compiled by XLA (``tf.function(jit_compile=True)``): no
-  tensor's shape may depend on a value computed in it, so nothing is sliced to such a length
-  (the confidence pass reads the whole ``max_len`` buffer). Implies fixed shapes
-  (``dynamic_shapes`` is ignored). Default: off.
+- ``fast_paths``: the TensorFlow fast paths; default on unless ``KERAS_ATTN_FAST_PATHS=0``.
+- ``dynamic_shapes``: a decoding loop may carry tensors whose shape changes (a growing
+  cache, :mod:`keras_attn.decoding.compacted`): only a plain TensorFlow graph (not XLA,
+  not TFLite) can; off by default, ignored eagerly.
+- ``attention_chunks``: chunk large attention scores to stay in the CPU's cache
+  (:func:`keras_attn.kernels.tf_attention.attention_chunks`); None: when no GPU is seen.
+- ``custom_gradients``: the fast paths' hand-written gradients; graphs that only run
+  forward (the exported ones) are traced without them.
+- ``compiled``: the graph is compiled by XLA, so no shape may depend on a computed value
+  (implies fixed shapes). Default off.
 
-The policy is read when a function is traced: set it before building or calling a model.
-It is a context variable (per thread and per asyncio task), so a server tracing two
-artefacts at once does not mix them.
+The policy is read when a function is traced, and is a context variable (per thread and
+asyncio task).
 
 Example:
     >>> from keras_attn import fastpath
@@ -126,9 +113,8 @@ def using(policy=None, **changes):
 
 
 def under(fn, **changes):
-    """``fn`` run under the current policy with ``changes`` (:func:`using`), keeping
-    ``fn``'s signature (so ``tf.function`` names the inputs alike): how a graph builder
-    fixes the policy its function is traced with.
+    """``fn`` run under the current policy with ``changes`` (:func:`using`), keeping its
+    signature: how a graph builder fixes the policy its function is traced with.
 
     Example:
         >>> decode = tf.function(fastpath.under(greedy, dynamic_shapes=True))

@@ -1,25 +1,17 @@
 """Key/value caches of :class:`~keras_attn.layers.MultiHeadAttention`: the layout is the type.
 
 A cache is a pair ``(k, v)`` of projected keys and values; its class says how they are laid
-out, and the attention layer chooses its kernels from it (no global switch decides how a
-cache it receives is read):
+out, and the attention layer chooses its kernels from it:
 
-==================  ============================  =========================================
-class               ``k`` and ``v``               read by
-==================  ============================  =========================================
-``KVCache``         ``(B, L, H, d_h)``            the reference path (``keras.ops``, every
-                                                  backend)
-``HeadsFirstCache`` ``(B, H, L, d_h)``, written   :mod:`keras_attn.kernels.tf_step` (TensorFlow)
-                    in place at the step's index
-``GrowingCache``    ``(B, H, t, d_h)``, ``t`` the  :mod:`keras_attn.kernels.tf_step` (TensorFlow, a
-                    positions so far; grows by a  plain graph only: the loop carries a
-                    concat                        tensor whose shape changes)
-==================  ============================  =========================================
+- ``KVCache``: ``(B, L, H, d_h)``, the reference path (every backend); a plain tuple reads
+  as one.
+- ``HeadsFirstCache``: ``(B, H, L, d_h)``, written in place at the step's index
+  (:mod:`keras_attn.kernels.tf_step`).
+- ``GrowingCache``: ``(B, H, t, d_h)``, ``t`` the positions so far, grown by a concat
+  (:mod:`keras_attn.kernels.tf_step`, a plain TensorFlow graph only).
 
-A cross-attention's cache (the source projected once) is a ``KVCache`` or a
-``HeadsFirstCache`` of the source's length. All three are named tuples, so they pass
-through ``keras.tree``, ``tf.nest`` and while loops as the pairs they are; a plain tuple
-reads as a ``KVCache``.
+A cross-attention's cache is a ``KVCache`` or a ``HeadsFirstCache``. All three are named
+tuples, so they pass through ``keras.tree``, ``tf.nest`` and while loops.
 
 Example:
     >>> cache = mha.init_cache(batch=2, max_len=16, layout=KVCache)

@@ -47,9 +47,8 @@ def causal_mask(num_queries, num_keys=None, start=None):
 
     Args:
         num_queries, num_keys: sizes (``num_keys`` defaults to ``num_queries``).
-        start: position of the first query (int or scalar tensor). Default
-            ``num_keys - num_queries``: the queries are the last ones of the key sequence.
-            A decoding step over a key/value cache passes the step's index.
+        start: position of the first query (int or scalar tensor); default
+            ``num_keys - num_queries`` (the last queries of the key sequence).
     """
     num_keys = num_queries if num_keys is None else num_keys
     start = num_keys - num_queries if start is None else ops.cast(start, "int32")
@@ -116,9 +115,8 @@ def combine_masks(*masks):
 def masked_softmax(scores, valid_lens=None, mask=None):
     """Softmax over the last axis that gives exactly 0 to masked keys.
 
-    The softmax is computed in float32 and cast back to the scores' dtype, so float16 and
-    bfloat16 scores neither overflow the fill value nor lose the normalisation. A row
-    with no valid key returns all zeros (never NaN).
+    Computed in float32 and cast back to the scores' dtype; a row with no valid key returns
+    all zeros (never NaN).
 
     Args:
         scores: float ``(B, Q, K)`` or ``(B, H, Q, K)``.
@@ -126,10 +124,8 @@ def masked_softmax(scores, valid_lens=None, mask=None):
             ``>= valid_len`` are masked. Negative values mask every key.
         mask: optional bool, True = keep: ``(B, K)``, ``(B, Q, K)`` or the scores' shape.
             For 4-D scores a ``(B, K)`` or ``(B, Q, K)`` mask applies to every head.
-
     Returns:
         Attention weights with the scores' shape and dtype.
-
     Example:
         >>> masked_softmax(np.random.rand(2, 2, 4), valid_lens=[2, 3])  # zeros beyond 2 / 3
     """
@@ -186,14 +182,11 @@ def keep_mask(scores, num_keys, valid_lens=None, mask=None):
     """The bool keep mask :func:`masked_softmax` applies: ``valid_lens`` and ``mask`` combined.
 
     Args:
-        scores: the scores, or anything whose ``.shape`` is theirs (only the static shape is
-            read, to check the batch and query sizes).
+        scores: the scores, or anything with their static ``.shape``.
         num_keys: int or scalar tensor, the size of the scores' last axis.
         valid_lens, mask: as for :func:`masked_softmax`.
-
     Returns:
-        None when both are None, else a bool tensor that broadcasts against the scores
-        (``(B|1, 1, Q|1, K)`` for 4-D scores).
+        None when both are None, else a bool tensor that broadcasts against the scores.
     """
     rank = len(scores.shape)
     keep = None

@@ -1,12 +1,8 @@
 """TensorFlow only: multi-head attention over whole sequences, the fast path of
-``MultiHeadAttention._compute_attention`` (:mod:`keras_attn.kernels.fastpath`).
+``MultiHeadAttention._compute_attention`` (``tests/test_fastpath.py`` checks they agree).
 
-Reference: ``MultiHeadAttention._compute_attention`` (einsums and
-``keras_attn.ops.masked_softmax``); ``tests/test_fastpath.py`` checks that both agree. All
-heads are attended as batched matmuls over ``(B, H)``; scores larger than the CPU's cache are
-attended in chunks (:func:`attention_chunks`), which a GPU does not need (the policy's
-``attention_chunks``). The kernels of a one-position decoding step are
-:mod:`keras_attn.kernels.tf_step`.
+All heads are attended as batched matmuls over ``(B, H)``; scores larger than the CPU's
+cache are attended in chunks (:func:`attention_chunks`).
 """
 import functools
 
@@ -19,17 +15,14 @@ from keras_attn.kernels import tf_ops
 
 # --- multi-head attention ----------------------------------------------------------------------
 def multi_head_attention(q, k, v, keep, valid_lens, dropout, gpu=None):
-    """Scaled dot-product attention of every head; reference: ``MultiHeadAttention``'s
-    ``_compute_attention`` (einsums and ``keras_attn.ops.masked_softmax``).
+    """Scaled dot-product attention of every head.
 
     Args:
         q: ``(B, Q, H, dh)`` queries, already scaled by ``1 / sqrt(dh)``.
         k, v: ``(B, K, H, dh)``.
         keep: bool ``(B|1, Q|1, K)`` or None. valid_lens: int ``(B,)``/``(B, Q)`` or None.
         dropout: callable applied to the weights before they weight the values.
-        gpu: whether a GPU runs this (default: the kernel policy's ``attention_chunks``);
-            decides the chunking (:func:`attention_chunks`).
-
+        gpu: whether a GPU runs this (default: the policy's ``attention_chunks``).
     Returns: ``(context (B, Q, H, dh), weights (B, H, Q, K))``.
     """
     if q.shape[1] == 1 and valid_lens is None:
@@ -120,14 +113,9 @@ def attention_chunks(batch, heads, num_queries, num_keys, chunk_bytes=None,
                      min_total_bytes=None, gpu=None):
     """How many rows of the ``(batch * heads)`` axis each attention chunk takes.
 
-    Scores of more than ``min_total_bytes`` in all (float32; default :data:`CHUNK_ABOVE`,
-    16 MiB) are cut into chunks of at most ``chunk_bytes`` (default :data:`CHUNK_BYTES`,
-    2 MiB); a chunk is either whole examples (a
-    multiple of ``heads`` rows) or a divisor of ``heads`` rows of one example, so a
-    per-example mask slices along with it. ``[None]`` (one chunk of every row) when a size
-    is not static. On a GPU (``gpu=True``; by default the kernel policy's
-    ``attention_chunks``, None meaning: when TensorFlow sees one) one chunk: chunks save
-    CPU cache traffic and would only add kernel launches there.
+    Scores of more than ``min_total_bytes`` (float32) are cut into chunks of at most
+    ``chunk_bytes``: whole examples, or a divisor of ``heads`` rows of one example, so a
+    per-example mask slices along. ``[None]`` when a size is not static; one chunk on a GPU.
 
     Example:
         >>> len(attention_chunks(16, 8, 512, 512, gpu=False))  # 1 MiB per row: 2 a chunk

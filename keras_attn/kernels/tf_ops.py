@@ -1,22 +1,11 @@
-"""TensorFlow only: the fast paths behind :mod:`keras_attn.kernels.fastpath`, and the slice update
-that exported graphs need.
+"""TensorFlow only: the fast paths behind :mod:`keras_attn.kernels.fastpath`, and a slice
+update for exported graphs.
 
-Imported only when Keras runs on TensorFlow. Each fast path names its reference (written
-with ``keras.ops`` where it is used) and a test checks that both give the same results:
-
-- :func:`masked_softmax`: the masked softmax with its gradient written out.
-- :func:`dropout16`: two 16-bit keep/drop decisions from every 32-bit random number.
-- :func:`masked_cross_entropy`: the loss and its gradient as two XLA kernels.
-
-The fast paths built on these sit one level up, beside what they replace:
-:mod:`keras_attn.kernels.tf_attention` (multi-head attention) and :mod:`keras_attn.kernels.tf_step` (the
-kernels of a cached decoding step). This module imports no other keras_attn module but
-:mod:`keras_attn.kernels.numerics` and :mod:`keras_attn.kernels.fastpath` (the policy), so the reference
-code may call into it.
-
-:func:`slice_update` is not a fast path but a portability rule: on TensorFlow,
-``keras.ops.slice_update`` lowers to ``XlaDynamicUpdateSlice``, which TF Serving refuses
-unless it is started with XLA enabled; this version uses core ops only.
+Each fast path names its reference (in ``keras.ops``) and a test checks they agree:
+:func:`masked_softmax` (gradient written out), :func:`dropout16` (two 16-bit decisions per
+32-bit random number), :func:`masked_cross_entropy` (two XLA kernels). This module imports
+only ``numerics`` and ``fastpath``, so the reference code may call into it.
+:func:`slice_update` avoids ``XlaDynamicUpdateSlice``, which TF Serving refuses without XLA.
 """
 import keras
 import tensorflow as tf
@@ -31,13 +20,9 @@ _FILL = large_negative("float32")  # these kernels work in float32
 def masked_softmax(x, keep):
     """``where(keep, softmax(where(keep, x, fill)), 0)`` with its gradient written out.
 
-    Reference: ``keras_attn.ops.masked_softmax`` on the other backends. The gradient is the
-    softmax gradient of the zeroed weights, ``w * (g - sum(g * w))``, which is already 0
-    where ``keep`` is False and on rows with no valid key, so the two selects need no
-    counterpart in the backward pass (autodiff adds two passes over ``(B, H, Q, K)``).
-
-    Under a kernel policy without ``custom_gradients`` (graphs that only run forward:
-    :mod:`keras_attn.kernels.fastpath`) the same forward pass, with autodiff's gradient.
+    Reference: ``keras_attn.ops.masked_softmax``. The gradient ``w * (g - sum(g * w))`` is
+    already 0 where ``keep`` is False, so the selects need no backward pass. Without the
+    policy's ``custom_gradients``, autodiff's gradient.
 
     Args:
         x: float32 scores. keep: bool, broadcasts against ``x``.
@@ -68,13 +53,9 @@ def softmax(x):
 
 # --- the slice update of decoding buffers and caches ------------------------------------------
 def slice_update(inputs, start_indices, updates):
-    """``inputs`` with ``updates`` written at ``start_indices``, from core ops only.
-
-    Same result as ``keras.ops.slice_update`` when the update fits, built from
-    ``range``/``gather``/``where`` (``SELECT_V2`` in TFLite) instead of
-    ``XlaDynamicUpdateSlice``. An axis the update spans (static size, start 0) costs
-    nothing; an axis where the update has size 1 is a broadcast; any other axis gathers the
-    update into place.
+    """``inputs`` with ``updates`` written at ``start_indices`` (as ``keras.ops.slice_update``)
+    from ``range``/``gather``/``where`` only: a spanned axis costs nothing, a size-1 update
+    axis is a broadcast, any other axis gathers the update into place.
     """
     inputs = tf.convert_to_tensor(inputs)
     updates = tf.cast(tf.convert_to_tensor(updates), inputs.dtype)
@@ -111,14 +92,9 @@ _LEVELS = 1 << 16
 
 
 def _uniform16(shape, seed, static_dims=None):
-    """uint16 uniforms of ``shape`` (a shape tensor), from half as many uint32 draws.
-
-    The stateless generator fills its output in row-major order from one stream, so
-    ``ceil(n / 2)`` words read as ``2 * ceil(n / 2)`` uint16 values give the same numbers
-    whatever the shape; only the first ``n`` are used. ``static_dims`` (the shape as known
-    at trace time, None for dynamic axes): when one of them is even, so is ``n`` and the
-    words are reshaped without a slice. No ``cond`` on the parity of a dynamic shape: it
-    would sit on the training step's critical path.
+    """uint16 uniforms of ``shape`` from ``ceil(n / 2)`` uint32 draws (the same numbers whatever
+    the shape); ``static_dims``: an even static axis spares the slice (no ``cond`` on a
+    dynamic parity on the training step's critical path).
     """
     n = tf.reduce_prod(shape)
     if static_dims is not None and any(d is not None and d % 2 == 0 for d in static_dims):
@@ -142,11 +118,7 @@ def _draw_seed(seed):
 
 def dropout16(x, threshold, seed, dims):
     """``x`` zeroed where a 16-bit uniform falls below ``threshold``, the rest scaled by
-    ``65536 / (65536 - threshold)``.
-
-    Reference: ``keras_attn.layers.dropout.dropout16`` draws one ``randint(0, 65536)`` per
-    element with ``keras.random``; this one reads two from each 32-bit word, half the
-    random-number work, with the same keep probability.
+    ``65536 / (65536 - threshold)``. Reference: ``keras_attn.layers.dropout.dropout16``.
 
     Args:
         x: float tensor. threshold: int in ``(0, 65536)``. seed: a ``SeedGenerator`` or an
@@ -196,10 +168,8 @@ _ce_backward_xla = tf.function(_ce_backward, jit_compile=True, reduce_retracing=
 def masked_cross_entropy(logits, y_true, eps, pad_id, jit_compile=True):
     """Mean label-smoothed cross-entropy over the real tokens, gradient written out.
 
-    Reference: ``keras_attn.training.losses.masked_cross_entropy``'s ``keras.ops`` path. With
-    ``jit_compile`` the forward pass (row max, ``sum(exp(z - max))``, the label's logit)
-    and the gradient ``(softmax(z) - q) * weight`` are two XLA kernels that read the
-    ``(B, T, V)`` logits twice and write them once; XLA compiles once per new logits shape.
+    Reference: ``keras_attn.training.losses.masked_cross_entropy``. With ``jit_compile`` the
+    forward pass and the gradient ``(softmax(z) - q) * weight`` are two XLA kernels.
 
     Args:
         logits: float32 ``(B, T, V)``. y_true: int32 ``(B, T)``. eps: label smoothing.

@@ -1,20 +1,13 @@
 """TensorFlow only: the kernels of a cached, one-position decoding step.
 
-What ``MultiHeadAttention``, the FFN, the LayerNorms and the output projection run on
-TensorFlow when they read a :mod:`keras_attn.kernels.kv_cache` cache of a fast layout
-(``HeadsFirstCache``, ``GrowingCache``) or one position per row
-(:mod:`keras_attn.layers._step`); reference: the layers' own calls
-(``tests/test_fastpath.py`` checks that both agree).
-
-The key/value caches are heads-first ``(B, H, L, d_h)``, so a step's scores and context are
-two batched matmuls that read the cache once, with no transpose. A ``GrowingCache`` grows
-by the step's positions (a concat copies the ``t`` cached positions; a write into a
-preallocated buffer inside a loop copies the whole buffer): a plain TensorFlow graph only.
-A ``HeadsFirstCache`` is a ``max_len`` buffer written with ``tensor_scatter_nd_update``
-(eagerly, under XLA, in TFLite). Every op of a step is one that TensorFlow's oneDNN rewrite
-leaves alone (``BatchMatMulV3``, the softmax in its elementwise ops, row gathers instead of
-float ``Transpose``): oneDNN's kernels parallelise every call, a fixed cost that dominates on
-one sentence (docs/benchmarks/NOTES.md, "Decoding step").
+What the attention, FFN, LayerNorms and output projection run on TensorFlow with a fast
+cache layout (:mod:`keras_attn.kernels.kv_cache`) or one position per row
+(:mod:`keras_attn.layers._step`); ``tests/test_fastpath.py`` checks them against the
+layers' own calls. Heads-first caches make a step's scores and context two batched
+matmuls with no transpose; a ``GrowingCache`` grows by concat (plain graphs only), a
+``HeadsFirstCache`` is a ``max_len`` buffer written with ``tensor_scatter_nd_update``.
+Every op is one that oneDNN's rewrite leaves alone (docs/benchmarks/NOTES.md, "Decoding
+step").
 """
 import weakref
 
@@ -93,14 +86,10 @@ def loop_invariant(fn, *tensors):
 
 
 def linear(x, kernel, bias=None, transpose_kernel=False, activation=None):
-    """``activation(x @ kernel + bias)`` for ``(B, L, d)`` activations as one
-    ``BatchMatMulV3`` on ``(B * L, d)``. Made for a decoding step (``L`` = 1, one position
-    per row), where oneDNN's ``MatMul`` and
-    the Tensordot reshapes around it cost several times more on one sentence (a
-    ``BatchMatMulV3`` broadcasting the kernel over ``(B, 1, d)`` runs B matrix-vector
-    products: 2.4x slower at batch 32). The reshapes back and forth sit next to each
-    other between two of these (the activation is applied on ``(B, n)``), where Grappler
-    folds them. ``transpose_kernel``: ``kernel`` is ``(n, d)`` (tied embeddings)."""
+    """``activation(x @ kernel + bias)`` for ``(B, L, d)`` as one ``BatchMatMulV3`` on
+    ``(B * L, d)`` (a decoding step, ``L`` = 1, without oneDNN's ``MatMul`` and Tensordot
+    reshapes). ``transpose_kernel``: ``kernel`` is ``(n, d)`` (tied embeddings).
+    """
     n = kernel.shape[0] if transpose_kernel else kernel.shape[-1]
     y = batch_matmul(tf.reshape(x, (-1, x.shape[-1])), tf.cast(kernel, x.dtype),
                      adj_y=transpose_kernel)
@@ -164,25 +153,20 @@ def _softmax(x):
 
 def cached_attention(q, k, v, cache, index, heads, keep=None, valid_lens=None, causal=False,
                      dropout=None):
-    """Attention of queries over a heads-first key/value cache; reference: the cached call
-    of ``MultiHeadAttention`` (``tests/test_fastpath.py``).
+    """Attention of queries over a heads-first key/value cache (the cached call of
+    ``MultiHeadAttention``).
 
     Args:
         q: ``(B, Q, d)`` projected queries, already scaled by ``1 / sqrt(d_h)``.
-        k, v: ``(B, Q, d)`` this call's projected keys and values, written into ``cache``
-            at positions ``index..index+Q-1``; None (and ``index`` None) when ``cache`` is
-            a cross-attention's, attended as it is.
-        cache: a ``HeadsFirstCache`` ``(B, H, L, d_h)`` or a ``GrowingCache`` (``L``
-            the positions so far) from :func:`empty_cache`, or a cross-attention's
-            ``HeadsFirstCache`` (``MultiHeadAttention.compute_cache``).
+        k, v: ``(B, Q, d)`` this call's projected keys and values, written at
+            ``index..index+Q-1``; None (and ``index`` None) for a cross-attention's cache.
+        cache: a ``HeadsFirstCache`` ``(B, H, L, d_h)`` or ``GrowingCache``.
         index: int or scalar tensor, the position of the first query, or None.
         heads: H. keep: bool ``(B|1, Q|1, K)`` or None (padding of the keys).
         valid_lens: int ``(B,)`` / ``(B, Q)`` or None (D2L semantics).
         causal: the query at position p sees keys <= p.
         dropout: callable on the weights, or None.
-
-    Returns: ``(context (B, Q, d), weights (B, H, Q, K), cache)``, the cache of the same
-    layout.
+    Returns: ``(context (B, Q, d), weights (B, H, Q, K), cache)``, the cache of the same layout.
     """
     if not isinstance(cache, (HeadsFirstCache, GrowingCache)):
         raise ValueError("`cache` must be a HeadsFirstCache or a GrowingCache "

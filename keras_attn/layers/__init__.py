@@ -1,8 +1,7 @@
 """Keras 3 attention layers: D2L chapter 11 and "Attention Is All You Need".
 
 Masked softmax, Nadaraya–Watson, additive, dot-product and multi-head attention,
-positional encodings, the Transformer's blocks, encoder and decoder, and Bahdanau's GRU
-encoder-decoder; every layer registered with Keras and round-tripping ``get_config()``.
+positional encodings, the Transformer's blocks and stacks, Bahdanau's GRU encoder-decoder.
 
 May import: :mod:`keras_attn.ops`, :mod:`keras_attn.kernels`, :mod:`keras_attn.core`, Keras.
 

@@ -12,13 +12,11 @@ def attention_mask(queries, keys, mask=None, queries_mask=None, keys_mask=None,
     Args:
         queries: ``(B, Q, ...)``; keys: ``(B, K, ...)`` (only their shapes are used).
         mask: explicit bool ``(B, K)`` or ``(B, Q, K)``, True = keep.
-        queries_mask: Keras mask ``(B, Q)``; padded queries attend nothing (zero weights).
+        queries_mask: Keras mask ``(B, Q)``; padded queries attend nothing.
         keys_mask, values_mask: Keras masks ``(B, K)`` of key padding.
         use_causal_mask: add the lower-triangular mask (query i sees keys <= i).
-        cache_update_index: the position of the first query when ``keys`` is a key/value
-            cache written up to it: the causal mask starts there, and without a causal
-            mask the keys not yet written (at ``index + Q`` and after) are masked.
-
+        cache_update_index: the first query's position in a key/value cache: the causal mask
+            starts there; without one the keys not yet written are masked.
     Returns: bool ``(B, Q, K)`` (or broadcastable), or None when nothing is masked.
     """
     parts = []
@@ -49,12 +47,9 @@ def attention_mask(queries, keys, mask=None, queries_mask=None, keys_mask=None,
 
 
 class AttentionMaskMixin:
-    """``compute_mask`` and ``compute_output_spec`` of the attention layers.
-
-    The output has the queries' positions, so it carries the queries' Keras mask (as
-    ``keras.layers.MultiHeadAttention`` does); Keras calls ``compute_mask(queries,
-    previous_mask)``, never with ``queries_mask``. ``compute_output_spec`` is needed
-    because ``compute_output_shape`` cannot see ``return_attention_scores``.
+    """``compute_mask`` (the output carries the queries' Keras mask, as
+    ``keras.layers.MultiHeadAttention``'s) and ``compute_output_spec`` (which, unlike
+    ``compute_output_shape``, sees ``return_attention_scores``) of the attention layers.
     """
 
     def compute_mask(self, queries, keys=None, values=None, valid_lens=None, mask=None,

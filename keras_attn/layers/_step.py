@@ -1,7 +1,7 @@
-"""Layers applied to a decoding step's one position per row: on TensorFlow's fast path
-(:mod:`keras_attn.kernels.fastpath`) the kernels of :mod:`keras_attn.kernels.tf_step`, elsewhere the layers'
-own call. A variant those kernels do not compute is refused with a ``ValueError`` naming it
-(never a silent switch to another path)."""
+"""Layers applied to a decoding step's one position per row: on TensorFlow's fast path the
+kernels of :mod:`keras_attn.kernels.tf_step`, elsewhere the layers' own call. A variant
+those kernels do not compute is refused with a ``ValueError`` naming it.
+"""
 import keras
 
 from keras_attn.kernels import fastpath
@@ -13,9 +13,9 @@ def _one_position(x):
 
 
 def check_dense(layer):
-    """``ValueError`` for a ``keras.layers.Dense`` the step kernels cannot compute: a
-    quantized one (its ``kernel`` is not the matrix it multiplies by). A LoRA-enabled
-    layer is computed: its ``kernel`` property adds the low-rank update."""
+    """``ValueError`` for a quantized ``keras.layers.Dense`` (the step kernels multiply by its
+    ``kernel``; a LoRA-enabled layer's ``kernel`` includes the update, so it is computed).
+    """
     mode = getattr(layer, "quantization_mode", None)
     if mode:
         raise ValueError(
@@ -28,11 +28,9 @@ def check_dense(layer):
 def dense(layer, x):
     """``layer(x)`` for a ``keras.layers.Dense`` and ``(B, L, d)`` inputs.
 
-    On TensorFlow's fast path, when ``L`` is 1 (a decoding step), the same arithmetic as
-    one ``BatchMatMulV3`` on ``(B, d)`` plus the bias and the activation
-    (:func:`keras_attn.kernels.tf_step.linear`): Keras's matmul of a rank-3 input reshapes around a
-    ``MatMul`` that TensorFlow hands to oneDNN, a fixed cost per call that is most of a
-    step on one sentence. Elsewhere the layer's own call.
+    On TensorFlow's fast path with ``L`` = 1 (a decoding step): one ``BatchMatMulV3`` on
+    ``(B, d)`` plus the bias and activation (:func:`keras_attn.kernels.tf_step.linear`),
+    without Keras's reshapes around a oneDNN ``MatMul``.
 
     Raises:
         ValueError: a quantized layer on the fast path (:func:`check_dense`).
@@ -48,9 +46,9 @@ def dense(layer, x):
 
 
 def check_layer_norm(layer):
-    """``ValueError`` for a ``keras.layers.LayerNormalization`` the step kernels cannot
-    compute: over other axes than the last, RMS scaling, or without ``center``/``scale``
-    (the keras_attn blocks make none of these)."""
+    """``ValueError`` for a ``keras.layers.LayerNormalization`` the step kernel does not compute
+    (other axes than the last, RMS scaling, no ``center``/``scale``).
+    """
     variants = {"axis": layer.axis not in (-1, [-1], [2]), "rms_scaling": layer.rms_scaling,
                 "center": not layer.center, "scale": not layer.scale}
     bad = [name for name, yes in variants.items() if yes]
@@ -65,10 +63,8 @@ def check_layer_norm(layer):
 def layer_norm(layer, x):
     """``layer(x)`` for a ``keras.layers.LayerNormalization`` over the last axis.
 
-    On TensorFlow's fast path, for a decoding step, Keras's arithmetic
-    (``keras.ops.layer_normalization``: the same values, in float32 at least, cast to the
-    layer's compute dtype) without the reshapes of gamma and beta and the ``moments``
-    bookkeeping around it: 10 ops instead of about 20, at every LayerNorm of every step.
+    On TensorFlow's fast path, for a decoding step, Keras's arithmetic without the reshapes
+    and ``moments`` bookkeeping (:func:`keras_attn.kernels.tf_step.layer_norm`).
 
     Raises:
         ValueError: a variant the kernel does not compute (:func:`check_layer_norm`).

@@ -1,13 +1,9 @@
 """Inverted dropout whose keep/drop decisions are 16-bit uniforms.
 
-The drop probability is quantised to 1/65536: ``rate`` is realised as
-``round(rate * 65536) / 65536`` (0.1 becomes 0.1000061) and kept values are scaled by the
-exact inverse of the realised keep probability, so ``E[dropout(x)] == x`` holds exactly.
-The reference path draws one ``keras.random.randint(0, 65536)`` per element (every
-backend); on TensorFlow the fast path (:func:`keras_attn.kernels.tf_ops.dropout16`) reads two such
-numbers from each 32-bit random word, half the random-number work, with the same keep
-probability. Statistical checks (rate, expectation, independence of neighbouring elements)
-live in tests/test_dropout.py.
+``rate`` is realised as ``round(rate * 65536) / 65536`` and kept values are scaled by the
+exact inverse of the realised keep probability, so ``E[dropout(x)] == x``. The reference
+path draws one ``keras.random.randint(0, 65536)`` per element; TensorFlow's fast path
+(:func:`keras_attn.kernels.tf_ops.dropout16`) reads two from each 32-bit random word.
 """
 import keras
 from keras import ops
@@ -24,16 +20,15 @@ def quantized_rate(rate):
 
 
 def dropout16(x, rate, seed, noise_shape=None):
-    """``x`` with each element zeroed with probability ``quantized_rate(rate)`` and the rest
-    scaled by ``1 / (1 - quantized_rate(rate))``.
+    """``x`` with each element zeroed with probability ``quantized_rate(rate)``, the rest scaled
+    by ``1 / (1 - quantized_rate(rate))``.
 
     Args:
-        x: float tensor of any shape (float16/bfloat16/float32/float64).
+        x: float tensor of any shape.
         rate: Python float in [0, 1).
-        seed: a ``keras.random.SeedGenerator`` (advanced on every call) or an integer
-            tensor of shape ``(2,)`` (a stateless seed).
-        noise_shape: optional tuple, one entry per axis of ``x``: 1 to share the decision
-            along that axis, None (or the axis size) for independent decisions.
+        seed: a ``keras.random.SeedGenerator`` or an integer tensor ``(2,)`` (stateless).
+        noise_shape: optional tuple, one entry per axis of ``x``: 1 shares the decision along
+            that axis, None (or the axis size) gives independent decisions.
     """
     threshold = round(float(rate) * _LEVELS)
     if threshold == 0:
@@ -60,16 +55,12 @@ def dropout16(x, rate, seed, noise_shape=None):
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class Dropout(keras.layers.Layer):
-    """Inverted dropout with 16-bit keep/drop decisions (drop-in for ``keras.layers.Dropout``;
-    used by every keras_attn layer; two decisions per 32-bit random number on TensorFlow).
+    """Inverted dropout with 16-bit keep/drop decisions (drop-in for ``keras.layers.Dropout``).
 
     Args:
-        rate: float in [0, 1), the drop probability; realised as ``round(rate * 65536) /
-            65536`` (see :func:`quantized_rate`), kept values scaled so the expectation
-            is unchanged.
+        rate: float in [0, 1), the drop probability (see :func:`quantized_rate`).
         seed: optional int, for reproducible masks.
-        noise_shape: optional tuple as in ``keras.layers.Dropout``: 1 on an axis shares
-            the keep/drop decision along it, None keeps that axis of the inputs.
+        noise_shape: optional tuple as in ``keras.layers.Dropout``.
 
     Call arguments: ``inputs`` any shape; ``training`` (dropout only when True).
     Shapes: output = input.

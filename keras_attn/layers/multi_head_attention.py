@@ -19,9 +19,8 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
     """Multi-head scaled dot-product attention.
 
     ``MultiHead(Q, K, V) = Concat(head_1..head_h) W_o`` with
-    ``head_i = softmax(Q W_q^i (K W_k^i)^T / sqrt(d_h)) V W_v^i``; the heads are computed in
-    parallel by splitting the ``num_hiddens`` outputs of one projection into
-    ``num_heads`` groups of ``d_h = num_hiddens / num_heads``.
+    ``head_i = softmax(Q W_q^i (K W_k^i)^T / sqrt(d_h)) V W_v^i``, the heads computed in
+    parallel from ``num_heads`` groups of ``d_h = num_hiddens / num_heads`` features.
 
     Args:
         num_hiddens: model width; each projection maps to ``num_hiddens`` features.
@@ -37,16 +36,12 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         ``(B, Q, K)`` applied to every head. use_causal_mask: the query at position p sees
         the keys at positions <= p.
         return_attention_scores: also return weights ``(B, H, Q, K)`` (before dropout).
-        cache: optional projected keys and values ``(k, v)`` (as in keras-hub's cached
-            attention), made by :meth:`init_cache` or :meth:`compute_cache`; its class
-            (:mod:`keras_attn.kernels.kv_cache`) is its layout and chooses the kernels: a
-            ``KVCache`` ``(B, L, H, d_h)`` the reference path, a ``HeadsFirstCache`` or
-            ``GrowingCache`` ``(B, H, L, d_h)`` TensorFlow's step kernels
-            (:mod:`keras_attn.kernels.tf_step`); a plain pair is a ``KVCache``.
-            with ``cache_update_index=None`` the cache is attended as it is (``keys`` and
-            ``values`` are ignored: cross-attention over a source projected once);
-            with ``cache_update_index=i`` the projected ``keys``/``values`` are written at
-            positions ``i..i+K-1`` and the queries (at positions ``i..``) attend the cache.
+        cache: optional projected ``(k, v)`` from :meth:`init_cache` or :meth:`compute_cache`;
+            its class (:mod:`keras_attn.kernels.kv_cache`) is its layout and picks the kernels
+            (a plain pair is a ``KVCache``). With ``cache_update_index=None`` it is attended
+            as it is (cross-attention; ``keys``/``values`` ignored); with
+            ``cache_update_index=i`` the projected ``keys``/``values`` are written at ``i..``
+            and the queries attend the cache.
         cache_update_index: int or scalar tensor, see ``cache``.
 
     Returns: ``output`` ``(B, Q, num_hiddens)``; with ``return_attention_scores`` also the
@@ -73,15 +68,13 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
     def build(self, queries_shape, keys_shape=None, values_shape=None, *args, **kwargs):
         keys_shape = keys_shape or queries_shape
         values_shape = values_shape or keys_shape
-        kw = dict(use_bias=self.use_bias, dtype=self.dtype_policy)
-        self.W_q = keras.layers.Dense(self.num_hiddens, name="W_q", **kw)
-        self.W_k = keras.layers.Dense(self.num_hiddens, name="W_k", **kw)
-        self.W_v = keras.layers.Dense(self.num_hiddens, name="W_v", **kw)
-        self.W_o = keras.layers.Dense(self.num_hiddens, name="W_o", **kw)
-        self.W_q.build(queries_shape)
-        self.W_k.build(keys_shape)
-        self.W_v.build(values_shape)
-        self.W_o.build(tuple(queries_shape[:-1]) + (self.num_hiddens,))
+        out_shape = tuple(queries_shape[:-1]) + (self.num_hiddens,)
+        for name, shape in (("W_q", queries_shape), ("W_k", keys_shape),
+                            ("W_v", values_shape), ("W_o", out_shape)):
+            layer = keras.layers.Dense(self.num_hiddens, name=name, use_bias=self.use_bias,
+                                       dtype=self.dtype_policy)
+            layer.build(shape)
+            setattr(self, name, layer)
         self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True
 
@@ -120,10 +113,9 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
     def _cached_call(self, queries, keys, values, valid_lens, mask, return_attention_scores,
                      training, use_causal_mask, cache, cache_update_index, queries_mask,
                      keys_mask, values_mask):
-        """The cached call over a heads-first cache (TensorFlow): the same projections (as
-        one ``BatchMatMulV3`` per Dense on a decoding step's one position,
-        :func:`keras_attn.layers._step.dense`) around
-        :func:`keras_attn.kernels.tf_step.cached_attention`."""
+        """The cached call over a heads-first cache (TensorFlow): the projections around
+        :func:`keras_attn.kernels.tf_step.cached_attention`.
+        """
         from keras_attn.kernels import tf_step
 
         scale = ops.cast(1.0 / math.sqrt(self.head_dim), queries.dtype)
@@ -178,10 +170,10 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
 
     @staticmethod
     def cache_layout(layout=None):
-        """The :mod:`keras_attn.kernels.kv_cache` class a cache made now has: ``layout``
-        when given, else by the kernel policy (:mod:`keras_attn.kernels.fastpath`): a
-        ``GrowingCache`` where it allows growing caches, a ``HeadsFirstCache`` on
-        TensorFlow's fast path, a ``KVCache`` elsewhere."""
+        """The :mod:`keras_attn.kernels.kv_cache` class of a cache made now: ``layout`` when given,
+        else by the kernel policy (``GrowingCache``, ``HeadsFirstCache`` on the fast path, else
+        ``KVCache``).
+        """
         if layout is not None:
             if layout not in (KVCache, HeadsFirstCache, GrowingCache):
                 raise ValueError("`layout` must be KVCache, HeadsFirstCache or GrowingCache "
@@ -193,10 +185,9 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         return HeadsFirstCache if policy.fast() else KVCache
 
     def compute_cache(self, keys, values=None, layout=None):
-        """Projected, head-split ``(k, v)`` of ``keys``/``values``: the cache of a
-        cross-attention over a source that does not change while decoding, a ``KVCache``
-        ``(B, K, H, d_h)`` or a ``HeadsFirstCache`` ``(B, H, K, d_h)`` (``layout``, default
-        :meth:`cache_layout`; a cross-attention's cache does not grow)."""
+        """Projected ``(k, v)`` of ``keys``/``values`` for a cross-attention over a fixed source: a
+        ``KVCache`` ``(B, K, H, d_h)`` or ``HeadsFirstCache`` ``(B, H, K, d_h)`` (``layout``).
+        """
         values = keys if values is None else values
         k, v = self.W_k(keys), self.W_v(values)
         if self.cache_layout(layout) is KVCache:
@@ -207,10 +198,10 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
                                tf_step.heads_first(v, self.num_heads)[0])
 
     def init_cache(self, batch, max_len, layout=None):
-        """A self-attention cache of ``max_len`` positions: zeros of the ``layout``
-        (default :meth:`cache_layout`): ``KVCache`` ``(B, max_len, H, d_h)``,
-        ``HeadsFirstCache`` ``(B, H, max_len, d_h)``, or an empty ``GrowingCache``
-        (:func:`keras_attn.kernels.tf_step.empty_cache`)."""
+        """A self-attention cache of ``max_len`` positions in ``layout`` (default
+        :meth:`cache_layout`): zeros ``(B, max_len, H, d_h)``, heads-first zeros, or an empty
+        ``GrowingCache``.
+        """
         layout = self.cache_layout(layout)
         if layout is KVCache:
             zeros = ops.zeros((batch, max_len, self.num_heads, self.head_dim),

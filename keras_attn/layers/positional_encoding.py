@@ -43,9 +43,12 @@ class _PositionBase(keras.layers.Layer):
                 ops.shape(x)[1] + start_index, self.max_len,
                 f"sequence longer than the positional table's max_len={self.max_len}")
 
-    def _positions(self, table, x, start_index):
-        length = ops.shape(x)[1]
-        return ops.slice(table, (start_index, 0), (length, ops.shape(table)[1]))
+    def call(self, inputs, training=None, start_index=0):
+        self._check_length(inputs, start_index)
+        table = ops.cast(self._table(), inputs.dtype)
+        length, width = ops.shape(inputs)[1], ops.shape(table)[1]
+        positions = ops.slice(table, (start_index, 0), (length, width))
+        return self.dropout_layer(inputs + positions[None], training=training)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -79,11 +82,8 @@ class PositionalEncoding(_PositionBase):
         self.table = ops.convert_to_tensor(sinusoidal_table(self.max_len, input_shape[-1]))
         self.built = True
 
-    def call(self, inputs, training=None, start_index=0):
-        self._check_length(inputs, start_index)
-        table = ops.cast(self.table, inputs.dtype)
-        return self.dropout_layer(inputs + self._positions(table, inputs, start_index)[None],
-                                  training=training)
+    def _table(self):
+        return self.table
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -108,8 +108,5 @@ class LearnedPositionalEmbedding(_PositionBase):
             initializer=keras.initializers.RandomNormal(stddev=0.02), trainable=True)
         self.built = True
 
-    def call(self, inputs, training=None, start_index=0):
-        self._check_length(inputs, start_index)
-        table = ops.cast(self.embeddings, inputs.dtype)
-        return self.dropout_layer(inputs + self._positions(table, inputs, start_index)[None],
-                                  training=training)
+    def _table(self):
+        return self.embeddings

@@ -16,10 +16,8 @@ PAD_ID = 0
 
 
 def clean_token_ids(tokens, vocab_size):
-    """int32 ids with anything outside ``[0, vocab_size)`` replaced by 1 (``[UNK]``).
-
-    Keeps a bad id from crashing the embedding lookup (a CPU gather error) or silently
-    reading a zero vector on GPU; the output for such input is defined and finite.
+    """int32 ids with anything outside ``[0, vocab_size)`` replaced by 1 (``[UNK]``), so a bad
+    id gives a defined, finite output instead of a gather error or a zero vector.
     """
     tokens = ops.cast(tokens, "int32")
     ok = ops.logical_and(ops.greater_equal(tokens, 0), ops.less(tokens, vocab_size))
@@ -67,6 +65,18 @@ class _StackBase(keras.layers.Layer):
         x = x * ops.cast(math.sqrt(self.num_hiddens), x.dtype)
         return self.pos_encoding(x, training=training, start_index=start_index)
 
+    def _build_stack(self, tokens_shape, *enc_shape):
+        """Build the embedding, positions, blocks (a decoder's with ``enc_shape``) and the
+        final norm; returns the hidden states' shape."""
+        self.embedding.build(tokens_shape)
+        x_shape = tuple(tokens_shape) + (self.num_hiddens,)
+        self.pos_encoding.build(x_shape)
+        for blk in self.blks:
+            blk.build(x_shape, *enc_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(x_shape)
+        return x_shape
+
     def _finish(self, x):
         return layer_norm(self.final_norm, x) if self.final_norm is not None else x
 
@@ -112,13 +122,7 @@ class TransformerEncoder(_StackBase):
     block_class = TransformerEncoderBlock
 
     def build(self, tokens_shape, *args, **kwargs):
-        self.embedding.build(tokens_shape)
-        x_shape = tuple(tokens_shape) + (self.num_hiddens,)
-        self.pos_encoding.build(x_shape)
-        for blk in self.blks:
-            blk.build(x_shape)
-        if self.final_norm is not None:
-            self.final_norm.build(x_shape)
+        self._build_stack(tokens_shape)
         self.built = True
 
     def call(self, tokens, valid_lens=None, training=None, return_attention_scores=False):
@@ -144,11 +148,9 @@ class TransformerEncoder(_StackBase):
 class TransformerDecoder(_StackBase):
     """Target embedding, positions, N decoder blocks and a ``dense`` to vocabulary logits.
 
-    Token id 0 of ``tokens`` is padding and masked automatically; padding of the source
-    comes from the Keras mask of ``enc_outputs`` (set by :class:`TransformerEncoder`) and/or
-    ``enc_valid_lens``. Arguments as :class:`TransformerEncoder`, plus
-    ``tie_embeddings``: logits use the transposed target embedding (the paper's weight
-    sharing) plus a bias, instead of a separate ``dense`` kernel.
+    Token id 0 of ``tokens`` is masked; source padding comes from ``enc_outputs``'s Keras mask
+    and/or ``enc_valid_lens``. Arguments as :class:`TransformerEncoder`, plus
+    ``tie_embeddings``: logits from the transposed target embedding plus a bias.
 
     Sub-layers: ``embedding``, ``pos_encoding``, ``blks``, ``dense``, ``final_norm``.
 
@@ -157,9 +159,8 @@ class TransformerDecoder(_StackBase):
         enc_valid_lens: optional int ``(B,)``.
         return_attention_scores: also return ``{"self": [...], "cross": [...]}``, lists of
             ``(B, H, T, T)`` and ``(B, H, T, S)`` per layer.
-        cache: from :meth:`init_cache`, for step decoding: ``tokens`` are the tokens at
-            positions ``cache_update_index...``, ``enc_outputs`` is not read, and the
-            updated cache is returned last.
+        cache: from :meth:`init_cache`, for step decoding (``enc_outputs`` is not read; the
+            updated cache is returned last).
         cache_update_index: int or scalar tensor, the position of ``tokens[:, 0]``.
 
     Returns: logits ``(B, T, vocab_size)`` (and the maps, and the cache).
@@ -184,18 +185,9 @@ class TransformerDecoder(_StackBase):
                       else keras.layers.Dense(vocab_size, name="dense", dtype=self.dtype_policy))
 
     def build(self, tokens_shape, enc_outputs_shape=None, *args, **kwargs):
-        self.embedding.build(tokens_shape)
-        x_shape = tuple(tokens_shape) + (self.num_hiddens,)
-        enc_shape = enc_outputs_shape or x_shape
-        self.pos_encoding.build(x_shape)
-        for blk in self.blks:
-            blk.build(x_shape, enc_shape)
-        if self.final_norm is not None:
-            self.final_norm.build(x_shape)
-        if self.tie_embeddings:
-            self.dense.build(self.vocab_size)
-        else:
-            self.dense.build(x_shape)
+        x_shape = self._build_stack(
+            tokens_shape, enc_outputs_shape or tuple(tokens_shape) + (self.num_hiddens,))
+        self.dense.build(self.vocab_size if self.tie_embeddings else x_shape)
         self.built = True
 
     def logits(self, x):
@@ -242,15 +234,12 @@ class TransformerDecoder(_StackBase):
         Args:
             enc_outputs: ``(B, S, num_hiddens)``, the encoder's output for ``source``.
             source: int ``(B, S)`` source ids (0 = padding). max_len: positions to cache.
-            layout: the self-attention caches' class (:mod:`keras_attn.kernels.kv_cache`;
-                default ``MultiHeadAttention.cache_layout``: by the kernel policy); the
-                cross-attention's are a ``KVCache`` with a ``KVCache``, else a
-                ``HeadsFirstCache``.
+            layout: the self-attention caches' class (default
+                ``MultiHeadAttention.cache_layout``); the cross-attention's are ``KVCache`` with a
+                ``KVCache``, else ``HeadsFirstCache``.
 
-        Returns: a dict, the ``cache`` argument of :meth:`call`: ``"self"`` (per layer
-        zeros ``(B, max_len, H, d_h)``, heads-first ``(B, H, max_len, d_h)``, or empty and
-        growing), ``"cross"`` (per layer ``(B, S, H, d_h)`` or heads-first) and
-        ``"source_mask"`` bool ``(B, S)``.
+        Returns: the ``cache`` argument of :meth:`call`: ``"self"`` and ``"cross"`` (per layer)
+        and ``"source_mask"`` bool ``(B, S)``.
         """
         batch = ops.shape(enc_outputs)[0]
         layout = MultiHeadAttention.cache_layout(layout)
@@ -262,8 +251,7 @@ class TransformerDecoder(_StackBase):
 
     @staticmethod
     def alignment(maps):
-        """The attention of each target position over the source, ``(B, T, S)``: the last
-        layer's cross-attention averaged over heads."""
+        """The last layer's cross-attention averaged over heads ``(B, T, S)``."""
         return ops.mean(maps["cross"][-1], axis=1)
 
     def compute_mask(self, *args, **kwargs):

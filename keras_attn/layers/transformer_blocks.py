@@ -57,20 +57,16 @@ class _BlockBase(keras.layers.Layer):
 class TransformerEncoderBlock(_BlockBase):
     """Self-attention and a position-wise FFN, each wrapped in a residual + LayerNorm.
 
-    Post-norm (``norm_first=False``): ``x = ln1(x + drop(att(x)))``,
-    ``x = ln2(x + drop(ffn(x)))`` — with ``use_bias=True`` exactly
-    ``torch.nn.TransformerEncoderLayer(batch_first=True)`` (whose FFN hidden layer is also
-    dropped while training: ``ffn_dropout=dropout``). Pre-norm: ``x + drop(f(ln(x)))``.
+    Post-norm: ``x = ln(x + drop(f(x)))``, with ``use_bias=True`` exactly
+    ``torch.nn.TransformerEncoderLayer(batch_first=True)`` (which also drops the FFN hidden
+    layer: ``ffn_dropout=dropout``). Pre-norm (``norm_first``): ``x + drop(f(ln(x)))``.
 
     Args:
         num_hiddens: model width. ffn_num_hiddens: FFN hidden width. num_heads: heads.
-        dropout: rate for the attention weights and the residual branches (the paper's
-            "residual dropout", section 5.4, and D2L's attention dropout).
+        dropout: rate for the attention weights and the residual branches (section 5.4).
         use_bias: biases in the attention projections. norm_first: pre-norm variant.
         epsilon: LayerNorm epsilon.
-        ffn_dropout: rate on the FFN hidden layer (after the activation). 0 as in the paper
-            and D2L; ``torch.nn.Transformer*Layer`` uses ``dropout`` there too, so pass
-            ``ffn_dropout=dropout`` for torch's placement.
+        ffn_dropout: rate on the FFN hidden layer (0 as in the paper and D2L).
 
     Sub-layers: ``attention``, ``addnorm1``, ``ffn``, ``addnorm2``.
 
@@ -118,9 +114,8 @@ class TransformerEncoderBlock(_BlockBase):
 class TransformerDecoderBlock(_BlockBase):
     """Causal self-attention, cross-attention over the encoder output, then an FFN.
 
-    Post-norm by default (``torch.nn.TransformerDecoderLayer(batch_first=True)`` with
-    ``use_bias=True``); ``norm_first=True`` for pre-norm. Arguments as
-    :class:`TransformerEncoderBlock`.
+    Arguments and norm placement as :class:`TransformerEncoderBlock`
+    (``torch.nn.TransformerDecoderLayer`` post-norm).
 
     Sub-layers: ``attention1`` (causal self), ``addnorm1``, ``attention2`` (cross),
     ``addnorm2``, ``ffn``, ``addnorm3``.
@@ -128,14 +123,13 @@ class TransformerDecoderBlock(_BlockBase):
     Call arguments:
         x: ``(B, T, num_hiddens)``. enc_outputs: ``(B, S, num_hiddens)``.
         enc_valid_lens: optional int ``(B,)``: source keys at index >= it are ignored.
-        x_mask, enc_outputs_mask: Keras padding masks ``(B, T)``, ``(B, S)`` (filled by
-            Keras from ``Embedding(mask_zero=True)`` tensors).
+        x_mask, enc_outputs_mask: Keras padding masks ``(B, T)``, ``(B, S)``.
         return_attention_scores: also return ``(self_weights, cross_weights)``.
-        self_attention_cache: ``(k, v)`` ``(B, max_len, H, d_h)``; this call's keys and
-            values are written at ``self_attention_cache_update_index`` (step decoding).
+        self_attention_cache: this call's keys and values are written into it at
+            ``self_attention_cache_update_index`` (step decoding).
         cross_attention_cache: the projected source from :meth:`compute_cache` (then
-            ``enc_outputs`` is not read). Give both caches or neither; their layouts:
-            :mod:`keras_attn.kernels.kv_cache`.
+            ``enc_outputs`` is not read). Give both caches or neither
+            (:mod:`keras_attn.kernels.kv_cache`).
 
     Returns: ``(B, T, num_hiddens)``; with ``return_attention_scores`` also the weights;
     with the caches also the updated self-attention cache, last.
@@ -209,8 +203,7 @@ class TransformerDecoderBlock(_BlockBase):
         return outputs if len(outputs) > 1 else x
 
     def compute_cache(self, enc_outputs, layout=None):
-        """The cross-attention's projected ``(k, v)`` of the source
-        (``MultiHeadAttention.compute_cache``)."""
+        """The cross-attention's projected source (``MultiHeadAttention.compute_cache``)."""
         return self.attention2.compute_cache(enc_outputs, layout=layout)
 
     def compute_mask(self, x, enc_outputs=None, enc_valid_lens=None, mask=None, **kwargs):

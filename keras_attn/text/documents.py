@@ -1,25 +1,17 @@
 """Documents: split text into sentences and join translations back (pure Python, no TF).
 
-A translator is trained on single sentences. A request may hold several sentences and
-paragraphs: :func:`split` cuts it into sentences, the sentences of a whole request are
-translated as one batch (:func:`split_batch`), and :func:`join` puts the translations back
-with the input's own whitespace (spaces, newlines, blank lines) between them.
+:func:`split` cuts a request into sentences, :func:`split_batch` flattens a batch of
+requests into one batch of sentences, and :func:`join` puts the translations back with the
+input's own whitespace between them.
 
-One rule set, declared once as data (:data:`RULES`): ordered ``(name, pattern,
-replacement)`` rewrites in the common subset of Python's ``re`` and RE2, run here with
-``re.sub`` and in a TensorFlow graph with ``tf.strings.regex_replace``
-(:mod:`keras_attn.export.documents`), with the same result.
-
-How the rules work, in order (docs/documents.md gives each rule with its examples, and
-what the set gets wrong on the Pragmatic Segmenter's Golden Rules): :data:`ESCAPE_RULES`
-escape the internal markers (Unicode noncharacters U+FDD0..U+FDDF) already in the text and
-wrap it in ``BEGIN`` ... ``END`` (instead of ``^``/``$``, which differ between the engines);
-a newline always ends a sentence; a ``.`` that does not end one (abbreviations, initials,
-list markers, ellipses) becomes ``DOT``; ``BOUNDARY`` goes after a run of stops and the
-closing marks after it when whitespace and then something other than a lower-case letter
-follow (so "3.14", "www.example.com" and "'Great.' she said." need no rule); the last rules
-shape the text as ``separator BOUNDARY sentence BOUNDARY ... separator``, and
-:data:`RESTORE_RULES` put back what the protections and escapes replaced.
+One rule set, declared as data (:data:`RULES`): ordered ``(name, pattern, replacement)``
+rewrites in the common subset of Python's ``re`` and RE2, run here with ``re.sub`` and in a
+graph with ``tf.strings.regex_replace`` (:mod:`keras_attn.export.documents`), with the same
+result. The text is escaped (:data:`ESCAPE_RULES`) and wrapped in ``BEGIN`` ... ``END``; a
+newline always ends a sentence; a ``.`` that ends none becomes ``DOT``; ``BOUNDARY`` goes
+after a run of stops and closing marks followed by whitespace and no lower-case letter; the
+text ends as ``separator BOUNDARY sentence BOUNDARY ... separator``, and
+:data:`RESTORE_RULES` undo the protections. docs/documents.md gives each rule with examples.
 
 Example:
     >>> seg = split("Mr. Smith arrived at 10:30. He left!\\n\\nThe end.")
@@ -31,8 +23,7 @@ Example:
     'M. Smith est arrivé à 10h30. Il est parti !\\n\\nFin.'
 
 References: Pragmatic Segmenter's Golden Rules (Kevin Dias) as shipped by pySBD
-(Sadvilkar & Neumann 2020, "PySBD: Pragmatic Sentence Boundary Disambiguation");
-RE2 syntax (github.com/google/re2/wiki/Syntax).
+(Sadvilkar & Neumann 2020); RE2 syntax (github.com/google/re2/wiki/Syntax).
 """
 import functools
 import re
@@ -81,9 +72,7 @@ NUMBER_ABBREVIATIONS = ("No", "Nos", "no", "nos", "Nr", "N\u00b0", "p", "pp", "V
                         "Fig", "fig", "Figs", "Art", "art", "Ch", "ch", "Sec", "sec", "Op",
                         "Eq", "eq", "Jan", "Feb", "Mar", "Apr", "Jun", "Jul", "Aug", "Sep",
                         "Sept", "Oct", "Nov", "Dec") + tuple(
-    # Months and weekdays abbreviated in lower or upper case, and French ones ("5 nov.
-    # 2008", "mar. 23 mai 1978", "29 Avr. 2089", "16 JANV. 1931"): a date, not the end of a
-    # sentence.
+    # Months and weekdays in any case, English and French ("5 nov. 2008", "16 JANV. 1931").
     w for m in ("jan", "janv", "feb", "fev", "fév", "févr", "mar", "apr", "avr",
                 "jun", "jul", "juil", "aug", "sep", "sept", "oct", "nov", "dec", "déc",
                 "lun", "mer", "jeu", "ven", "sam", "dim", "mon", "tue", "tues", "wed", "thu",
@@ -97,9 +86,9 @@ def _alternatives(words):
 
 
 def _sequence_rules():
-    """A list written on one line without stops, "1. Open it 2. Take it" or "a. x b. y":
-    a boundary before "k." where "k-1." starts the line (or follows a boundary) earlier in
-    it. One rule per pair, in order, so each finds the boundary the one before inserted."""
+    """A boundary before "k." in a one-line list ("1. Open it 2. Take it") where "k-1." starts
+    the line earlier; one rule per pair, in order, each finding the boundary the last inserted.
+    """
     items = [str(i) for i in range(1, 11)] + list("abcdefghij")
     return tuple(
         (f"list item {new} after {old}",
@@ -119,8 +108,7 @@ RULES = (
     # -- ellipses that are not boundaries -------------------------------------------------
     ("bracketed ellipsis", "\\[\\.\\.\\.\\]", f"[{DOT}{DOT}{DOT}]"),
     ("bracketed ellipsis char", "\\[\u2026\\]", f"[{ELLIPSIS}]"),
-    # "compounds. . . . The practice": the period ends the sentence, the ellipsis starts
-    # the next one.
+    # "compounds. . . . The practice": the ellipsis starts the next sentence.
     ("period then spaced ellipsis", f"({CONTENT}\\.)( \\. \\. \\.[{HWS}]+[{UPPER}])",
      f"\\1{BOUNDARY}\\2"),
     ("spaced ellipsis", "\\. \\. \\.", f"{DOT}{SPACE}{DOT}{SPACE}{DOT}"),
@@ -196,8 +184,7 @@ class Pieces(NamedTuple):
 
     Attributes:
         pieces: list of str, each without whitespace at either end.
-        separators: the whitespace around them (``join(pieces, separators)`` is the
-            sentence).
+        separators: the whitespace around them (``join(pieces, separators)`` is the sentence).
         cut: True when the sentence was cut (more than one piece).
     """
     pieces: List[str]
@@ -216,8 +203,7 @@ def _apply(rules, text):
 
 
 def mark(text):
-    """The text after every rule, before the split: what the TF graph computes too
-    (``sep BOUNDARY sentence BOUNDARY ... sep``, still escaped and protected)."""
+    """The text after every rule, before the split at ``BOUNDARY`` (what the graph computes)."""
     _check_text(text, "text")
     return _apply(_RULES, BEGIN + _apply(_ESCAPE, text) + END)
 
@@ -229,8 +215,7 @@ def split(text):
         text: str, any number of sentences and paragraphs (may be empty).
 
     Returns:
-        :class:`Segments`: ``sentences`` (N str, stripped) and ``separators`` (N + 1 str of
-        whitespace); ``join(*split(text)) == text`` for every str.
+        :class:`Segments`; ``join(*split(text)) == text`` for every str.
 
     Raises:
         ValueError: ``text`` is not a str.
@@ -244,8 +229,7 @@ def split(text):
 
 
 def join(sentences, separators):
-    """Rebuild a document: ``separators[0] + sentences[0] + separators[1] + ... +
-    sentences[-1] + separators[-1]``.
+    """Rebuild a document: ``separators[0] + sentences[0] + ... + sentences[-1] + separators[-1]``.
 
     Args:
         sentences: N str (translations of :func:`split`'s sentences, in order).
@@ -262,10 +246,7 @@ def join(sentences, separators):
     for name, items in (("sentences", sentences), ("separators", separators)):
         for item in items:
             _check_text(item, name + "[i]")
-    out = [separators[0]]
-    for sentence, separator in zip(sentences, separators[1:]):
-        out += [sentence, separator]
-    return "".join(out)
+    return separators[0] + "".join(s + sep for s, sep in zip(sentences, separators[1:]))
 
 
 def split_batch(texts):
@@ -275,9 +256,8 @@ def split_batch(texts):
         texts: sequence of B str.
 
     Returns:
-        ``(sentences, counts, separators)``: ``sentences`` the flat list of every text's
-        sentences in order (sum(counts) str), ``counts`` B ints (sentences per text, 0 for
-        an empty or whitespace-only text), ``separators`` B lists of ``counts[i] + 1`` str.
+        ``(sentences, counts, separators)``: the flat list of sentences, B ints (sentences per
+        text, 0 for a blank text), B lists of ``counts[i] + 1`` separators.
 
     Example:
         >>> split_batch(["Hi. Bye.", "", "One"])
@@ -334,20 +314,18 @@ CUT_LEVELS = (
 
 
 def cut_long(sentence, max_units, count):
-    """Cut a sentence that is longer than the model takes, at the best places first
-    (:data:`CUT_LEVELS`, then between characters); each cut takes the longest piece that
-    fits, so a sentence that fits is returned whole and ``cut`` is False.
+    """Cut a sentence longer than ``max_units`` at the best places first.
+
+    Each cut takes the longest piece that fits at the best :data:`CUT_LEVELS` level that has
+    one, then between characters; a sentence that fits comes back whole.
 
     Args:
-        sentence: str, one sentence (e.g. from :func:`split`).
-        max_units: int > 0, the most units a piece may hold (e.g. the model's ``max_len``
-            less the reserved tokens).
-        count: callable ``str -> int``, a piece's units (e.g. its token count with the
-            model's tokenizer).
+        sentence: str, one sentence.
+        max_units: int > 0, the most units a piece may hold.
+        count: callable ``str -> int``, a piece's units (e.g. its token count).
 
     Returns:
-        :class:`Pieces` ``(pieces, separators, cut)``; ``join(pieces, separators) ==
-        sentence`` and ``count(piece) <= max_units`` for each piece.
+        :class:`Pieces`; ``join(pieces, separators) == sentence``, each piece fits.
 
     Raises:
         ValueError: bad arguments, or a single character longer than ``max_units``.
@@ -378,8 +356,7 @@ def cut_long(sentence, max_units, count):
 
 
 def _longest_fit(body, start, max_units, count):
-    """(end of the piece, start of the next) for the longest piece from ``start`` that fits,
-    preferring the best cut level that has one."""
+    """(end of the piece, start of the next) for the longest piece from ``start`` that fits."""
     for _, pattern in CUT_LEVELS:
         best = None
         for m in pattern.finditer(body, start):

@@ -1,15 +1,10 @@
-"""The in-graph tokenizers' ids and texts in plain Python (no TensorFlow), for an engine
-that runs without it (CTranslate2); ``tests/test_translation.py`` holds them equal.
+"""The in-graph tokenizers' ids and texts in plain Python, for an engine without TensorFlow
+(CTranslate2); ``tests/test_translation.py`` holds them equal.
 
-* :class:`PieceTokenizer`: a SentencePiece model through the ``sentencepiece`` library (the
-  pieces of ``keras_attn.text.subword.SentencePieceTokenizer``'s tensorflow-text ops, and its
-  detokenizer's rules);
-* :class:`CharTokenizer`: a character vocabulary, as ``keras_attn.text.tokenizers.Tokenizer`` reads
-  one (a text with an unknown character is a single ``[UNK]``).
-
-Both have ``vocab``, ``char_level``, ``tokenize(texts)`` (per text its ids, no
-``[START]``/``[END]``) and ``detokenize(rows)`` (stops at the first ``[END]``, drops
-``[PAD]`` and ``[START]``). A WordPiece vocabulary has no Python twin (:func:`load`: None).
+:class:`PieceTokenizer` (a SentencePiece model, through ``sentencepiece``) and
+:class:`CharTokenizer` (a character vocabulary) have ``vocab``, ``char_level``,
+``tokenize(texts)`` and ``detokenize(rows)`` with the in-graph tokenizers' meaning. A
+WordPiece vocabulary has no Python twin (:func:`load`: None).
 
 Example:
     >>> tok = load("runs/fra/src.model")
@@ -24,8 +19,7 @@ RESERVED = 4  # [PAD], [UNK], [START], [END]
 
 
 def _words(pieces):
-    """Join detokenized pieces as FastWordpiece does: a ``##`` piece is glued to the word
-    before it, words are joined with one space."""
+    """FastWordpiece's join: a ``##`` piece glued to the word before, words joined by a space."""
     words = []
     for piece in pieces:
         if piece.startswith(SUFFIX) and words:
@@ -36,8 +30,7 @@ def _words(pieces):
 
 
 def _kept(row, vocab_size):
-    """``(id, previous id)`` of a row up to its first ``[END]``, ids outside the vocabulary
-    read as ``[UNK]``, ``[PAD]`` and ``[START]`` dropped."""
+    """``(id, previous id)`` up to the first ``[END]``, unknown ids as ``[UNK]``, no PAD/START."""
     previous = None
     for i in row:
         i = int(i) if 0 <= int(i) < vocab_size else UNK_ID
@@ -49,11 +42,10 @@ def _kept(row, vocab_size):
 
 
 class PieceTokenizer:
-    """A SentencePiece model (bytes) through the ``sentencepiece`` library.
+    """A SentencePiece model through the ``sentencepiece`` library.
 
     Args:
-        model: the serialized model (``keras_attn.text.subword.learn_sentencepiece``'s), whose
-            pad/unk/bos/eos ids are 0/1/2/3.
+        model: the serialized model (``learn_sentencepiece``'s), pad/unk/bos/eos ids 0/1/2/3.
     """
 
     char_level = False
@@ -67,15 +59,14 @@ class PieceTokenizer:
         self._space_id = self.vocab.index(SPACE) if SPACE in self.vocab else -1
 
     def tokenize(self, texts):
-        # One call per text: given a list, sentencepiece starts a thread pool per call
-        # (0.1 ms for one short text on a quiet CPU, over 1 ms beside CTranslate2's
-        # spinning threads), where one text takes microseconds.
+        # One call per text: given a list, sentencepiece starts a thread pool per call.
         encode = self._processor.encode
         return [encode(text) for text in texts]
 
     def _form(self, i, word_start):
-        """A piece as FastWordpiece reads it: ``▁w`` the word ``w``, another piece a
-        ``##`` suffix, or a word where a word starts (first, or after a lone ``▁``)."""
+        """A piece as FastWordpiece reads it: ``▁w`` the word ``w``, another piece a ``##`` suffix,
+        or a word where a word starts (first, or after a lone ``▁``).
+        """
         if i < RESERVED:
             return UNK
         piece = self.vocab[i]
@@ -95,10 +86,10 @@ class PieceTokenizer:
 
 
 class CharTokenizer:
-    """A character vocabulary (``[PAD]``..``[END]``, every character ``c``, then ``##c``).
+    """A character vocabulary (reserved tokens, every character ``c``, then ``##c``).
 
     Args:
-        vocab: the token list (``keras_attn.text.vocab.load_vocab`` of a ``*_vocab.txt``).
+        vocab: the token list (``load_vocab`` of a ``*_vocab.txt``).
     """
 
     char_level = True
@@ -131,8 +122,7 @@ class CharTokenizer:
 
 
 def load(path):
-    """The Python tokenizer of a tokenizer file (a SentencePiece ``.model``, or a
-    character vocabulary), or None for a WordPiece vocabulary."""
+    """The Python tokenizer of a ``.model`` or character vocabulary file; None for WordPiece."""
     if path.endswith(".model"):
         with open(path, "rb") as f:
             return PieceTokenizer(f.read())

@@ -1,25 +1,16 @@
 """SentencePiece subwords: raw text in, natural text out, the same ops in a SavedModel and TFLite.
 
-A SentencePiece model (Kudo and Richardson 2018) treats the input as a raw character stream:
-spaces are ordinary symbols (written ``▁``), so ``detokenize(tokenize(s))`` gives back
-``s`` after the model's own normalisation, with no pre-tokenization rules and no output
-repair. Casing, ``j'ai``, ``est-ce``, ``Merci !`` and ``2:30`` come back as they were
-written.
+SentencePiece (Kudo and Richardson 2018) treats the input as a raw character stream (a
+space is the symbol ``▁``), so ``detokenize(tokenize(s))`` gives back ``s`` after the
+model's own normalisation: casing, ``j'ai``, ``Merci !`` and ``2:30`` come back as written.
+The normalisation is part of the model: ``"nmt_nfkc"`` (default: NFKC and whitespace
+clean-up), ``"nmt_nfkc_cf"`` (also folds case; a translator's source side) or
+``"identity"`` (every character kept; the target side).
 
-The normalisation is part of the model file: ``"nmt_nfkc"`` (the default) applies NFKC,
-maps the exotic spaces (U+202F, U+00A0, tabs) to a space and collapses runs of spaces;
-``"nmt_nfkc_cf"`` (used for the source side of a translator) also folds case, so "WHERE",
-"Where" and "where" read alike; ``"identity"`` (used for the target side) keeps every
-character, so the output writes case and French spacing as the corpus does (often U+202F
-before ``! ? :``).
-
-Both directions run on tensorflow-text's ``FastSentencepieceTokenizer``: its ops
-(``TFText>FastSentencepieceTokenize`` / ``Detokenize``) are linked by stock TF Serving and
-have TFLite kernels in ``tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS``, so training,
-the SavedModel and the ``.tflite`` file tokenize identically by construction.
-
-Reserved ids are those of ``keras_attn.text``: ``[PAD]``=0, ``[UNK]``=1, ``[START]``=2,
-``[END]``=3 (SentencePiece's pad, unk, bos and eos pieces, renamed).
+Both directions run on tensorflow-text ops that stock TF Serving links and TFLite runs
+(``SELECT_TFTEXT_OPS``), so training, the SavedModel and the ``.tflite`` file tokenize
+alike. Reserved ids are those of ``keras_attn.text`` (SentencePiece's pad, unk, bos and
+eos pieces, renamed).
 
 Example:
     >>> proto = learn_sentencepiece(["Je vais bien, merci.", "Merci !"] * 50, vocab_size=40)
@@ -48,12 +39,9 @@ def learn_sentencepiece(texts, vocab_size=8000, *, normalization="nmt_nfkc",
     """Train a SentencePiece model on ``texts``; returns the serialized model (bytes).
 
     Args:
-        texts: iterable of raw strings (as written: no lower-casing or re-spacing).
-        vocab_size: most pieces, the four reserved ones included; a corpus too small for it
-            gets fewer (``hard_vocab_limit=False``).
-        normalization: ``"nmt_nfkc"`` (NFKC + whitespace clean-up), ``"nmt_nfkc_cf"`` (the
-            same + case folding), ``"nfkc"`` or
-            ``"identity"`` (every character kept).
+        texts: iterable of raw strings (as written).
+        vocab_size: most pieces, the four reserved ones included (a small corpus gets fewer).
+        normalization: one of ``NORMALIZATIONS`` (see the module docstring).
         model_type: ``"unigram"`` or ``"bpe"``.
         max_texts: train on at most this many texts (a seeded sample), or all.
         seed: seed of that sample.
@@ -112,13 +100,12 @@ def save_model(proto, path):
 class SentencePieceTokenizer(tf.Module):
     """Raw text <-> subword ids on `tensorflow_text.FastSentencepieceTokenizer`.
 
-    Same interface as `keras_attn.text.tokenizers.Tokenizer`: `tokenize` adds no `[START]`/`[END]`;
-    `detokenize` stops at the first `[END]` and drops `[PAD]` and `[START]`. An id outside
-    the vocabulary is read as `[UNK]`, which detokenizes to the text ``" ⁇ "``.
+    Same interface as `keras_attn.text.tokenizers.Tokenizer`; an id outside the vocabulary is
+    read as `[UNK]`, which detokenizes to ``" ⁇ "``.
 
     Args:
-        model: serialized SentencePiece model (bytes) whose pad/unk/bos/eos ids are
-            0/1/2/3, as `learn_sentencepiece` makes it.
+        model: serialized SentencePiece model (bytes) whose pad/unk/bos/eos ids are 0/1/2/3,
+            as `learn_sentencepiece` makes it.
         name: module name.
     Attributes:
         vocab: the pieces.  vocab_size: their number.  proto: the model bytes.
@@ -153,13 +140,9 @@ class SentencePieceTokenizer(tf.Module):
         self._init_detokenizer()
 
     def _init_detokenizer(self):
-        """Detokenize with FastWordpiece: a piece ``▁w`` is the word ``w``, any other piece
-        ``p`` the suffix ``##p`` glued to the word before it.
-
-        (tensorflow-text's TFLite kernel of ``FastSentencepieceDetokenize`` corrupts memory
-        for a batch of more than one sentence; FastWordpiece's detokenizer runs in TFLite.)
-        A lone ``▁`` is a space before a piece that has none of its own: it is dropped and
-        the next piece becomes a word, as does the first piece of a sentence.
+        """Detokenize with FastWordpiece (whose detokenizer runs in TFLite for any batch): a piece
+        ``▁w`` is the word ``w``, any other piece ``p`` the suffix ``##p``. A lone ``▁`` is dropped
+        and the next piece becomes a word, as does a sentence's first piece.
         """
         index, words, word_of = {}, [], []
 
@@ -204,36 +187,20 @@ class SentencePieceTokenizer(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def tokenize(self, strings):
-        """Raw strings (B,) -> `tf.RaggedTensor` of int32 ids (B, None), no START/END.
-
-        Example:
-            >>> tok.tokenize(tf.constant(["Merci !"]))
-        """
+        """Raw strings (B,) -> ragged int32 ids (B, None), no START/END."""
         return tf.cast(self._tokenizer.tokenize(strings), tf.int32)
 
     @tf.function(reduce_retracing=True)
     def detokenize(self, ids):
-        """Ids (B, T) or ragged -> natural text (B,), with only TFLite-runnable ops.
-
-        Example:
-            >>> tok.detokenize(tf.constant([[2, 45, 17, 3, 0]]))
-        """
-        if isinstance(ids, tf.RaggedTensor):
-            ids = ids.to_tensor(default_value=text.PAD_ID)
-        ids = tf.pad(tf.cast(ids, tf.int32), [[0, 0], [0, 1]])  # (B, T + 1): T >= 1
-        ids = tf.where((ids >= 0) & (ids < self.vocab_size), ids, text.UNK_ID)
-        ended = tf.cumsum(tf.cast(ids == text.END_ID, tf.int32), axis=1) > 0
-        keep = (tf.logical_not(ended) & (ids != text.PAD_ID) & (ids != text.START_ID)
-                & (ids != self._space_id))
+        """Ids (B, T) or ragged -> natural text (B,), with only TFLite-runnable ops."""
+        ids, keep = text.kept_ids(ids, self.vocab_size)
+        keep &= ids != self._space_id
         # A piece without "▁" of its own starts a word after a lone "▁" and at the start.
         first = keep & (tf.cumsum(tf.cast(keep, tf.int32), axis=1) == 1)
         after_space = tf.pad(ids[:, :-1] == self._space_id, [[0, 0], [1, 0]])
         ids = tf.where(first | after_space, tf.gather(self._word_after_space, ids),
                        tf.gather(self._word_of, ids))
-        lengths = tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)
-        # Compact the kept ids to the left: a stable sort by "not kept".
-        order = tf.argsort(tf.cast(tf.logical_not(keep), tf.int32), axis=1, stable=True)
-        ids = tf.gather(ids, order, batch_dims=1)
+        ids, lengths = text.compact(ids, keep)
         return self._detokenizer.detokenize(tf.RaggedTensor.from_tensor(ids, lengths=lengths))
 
     # The whole of `detokenize` runs in TFLite: there is nothing to leave out.
@@ -252,22 +219,14 @@ class SentencePieceTokenizer(tf.Module):
 
 
 def load_tokenizer(path):
-    """The tokenizer saved at ``path``: a SentencePiece ``.model`` file or a vocabulary file.
-
-    Example:
-        >>> tok = load_tokenizer("runs/fra/src.model")
-    """
+    """The tokenizer saved at ``path``: a SentencePiece ``.model`` file or a vocabulary file."""
     if path.endswith(MODEL_SUFFIX):
         return SentencePieceTokenizer.from_file(path)
     return text.Tokenizer.from_file(path)
 
 
 def run_tokenizers(run_dir):
-    """The (source, target) tokenizers a run directory holds (``.model`` files first).
-
-    Example:
-        >>> src_tok, tgt_tok = run_tokenizers("runs/fra")
-    """
+    """The (source, target) tokenizers a run directory holds (``.model`` files first)."""
     p = runs.paths(run_dir)
     pairs = ((p["src_model"], p["tgt_model"]), (p["src_vocab"], p["tgt_vocab"]))
     for src, tgt in pairs:

@@ -1,39 +1,23 @@
 """In-graph tokenizers (tensorflow-text FastWordpiece) and D2L text normalisation.
 
-Two vocabularies, one `Tokenizer` class:
+One `Tokenizer` class for two vocabularies: a learned WordPiece vocabulary
+(`learn_wordpiece_vocab`, Tatoeba English/French) and a character vocabulary (`char_vocab`,
+the dates task; it contains the space token `" "`, which switches the tokenizer to character
+mode: every character is one token and the round trip is exact). Reserved ids: `[PAD]`=0,
+`[UNK]`=1, `[START]`=2, `[END]`=3.
 
-* a learned WordPiece vocabulary (`learn_wordpiece_vocab`) for Tatoeba English/French;
-* a character vocabulary (`char_vocab`) for the dates task.
+FastWordpiece splits words on punctuation and joins them with single spaces (`j'ai` comes
+back as `j ' ai`). Two steps give natural text:
 
-`Tokenizer` is a `tf.Module`: `tokenize` and `detokenize` are `tf.function`s that go into a
-SavedModel, and `tokenize` / `detokenize_tflite` use only ops that a TFLite interpreter with
-the tensorflow-text registrar runs (`FastWordpieceTokenizeWithOffsets`,
-`TFText>FastWordpieceDetokenize`, `RaggedTensorToTensor` plus builtins).
+1. `detokenize_tflite` (token level, TFLite-safe ops only): an apostrophe or hyphen token
+   between two tokens is glued to both neighbours through their `##` (suffix) forms in an
+   internal detokenization vocabulary (`j ' ai` -> `j'ai`, `a - t - il` -> `a-t-il`).
+2. `repair` (string level, `REPAIR_RULES`): quotes, `2:30`, D2L's spacing inside numbers,
+   `25%`, `$100`, `p .m .`. `StaticRegexReplace` runs in TFLite only as a Flex op, so a
+   TFLite export calls `detokenize_tflite` and skips `repair`.
 
-Reserved ids: `[PAD]`=0, `[UNK]`=1, `[START]`=2, `[END]`=3.
-
-Natural text from WordPiece ids. FastWordpiece splits words on punctuation and its
-detokenizer joins words with single spaces, so `j'ai` would come back as `j ' ai`. Two steps
-repair that:
-
-1. `detokenize_tflite` (token level, TFLite-safe): an apostrophe or hyphen token between two
-   tokens is glued to both neighbours by mapping it and the next token to their `##`
-   (suffix) forms in an internal detokenization vocabulary. `j ' ai` -> `j'ai`,
-   `est - ce` -> `est-ce`, `a - t - il` -> `a-t-il`.
-2. `repair` (string level, `tf.strings.regex_replace`): paired double quotes, `2:30`,
-   `10 .000` / `1 ,600` (D2L's spacing inside numbers), `25%`, `30$` / `$100` and
-   `p .m .`-style abbreviations. `StaticRegexReplace` has no TFLite builtin or
-   tensorflow-text kernel: it converts only as a Select-TF (Flex) op, which neither
-   `ai_edge_litert` nor `tf.lite.Interpreter` in this environment can run. A TFLite export
-   should call `detokenize_tflite` and skip `repair`.
-
-A character vocabulary (one that contains the space token `" "`) switches the tokenizer to
-character mode: FastWordpiece runs without pre-tokenization, every character including the
-space is one token, the round trip is exact for any string whose characters are all in the
-vocabulary, and `repair` is the identity.
-
-References: D2L 10.5 (machine translation data, `_preprocess`); Wu et al. 2016 (WordPiece);
-Song et al. 2021, "Fast WordPiece Tokenization".
+References: D2L 10.5 (`_preprocess`); Wu et al. 2016 (WordPiece); Song et al. 2021, "Fast
+WordPiece Tokenization".
 """
 import re
 
@@ -77,12 +61,10 @@ _PY_PUNCT = re.compile(r"(?<! )([,.!?])")
 def normalize_text(text):
     """D2L's preprocessing of a translation line, plus whitespace clean-up.
 
-    Steps: remove zero-width and soft-hyphen characters; map the typographic apostrophes
-    U+2019 / U+2018 to `'`; replace every whitespace character (U+202F, U+00A0, U+2009,
-    tabs, ...) with a space and collapse runs of spaces; lower-case; insert a space before
-    `, . ! ?` when the previous character is not a space (D2L); strip both ends. D2L itself
-    replaces only U+202F and U+00A0 and keeps apostrophes and repeated spaces; the extra
-    steps change no token for BLEU and make the round trip through `Tokenizer` exact.
+    Removes zero-width and soft-hyphen characters, maps U+2019 / U+2018 to `'`, turns every
+    whitespace run into one space, lower-cases, inserts a space before `, . ! ?` not preceded
+    by one (D2L) and strips. The steps beyond D2L's change no BLEU token and make the round
+    trip through `Tokenizer` exact.
 
     Args:
         text: a Python string.
@@ -100,12 +82,10 @@ def normalize_text(text):
 
 
 def normalize_text_tf(strings):
-    """Graph version of `normalize_text` (lower-case with `tf.strings.lower`, RE2 rules).
+    """Graph version of `normalize_text` (the same on Latin-script text).
 
-    Matches `normalize_text` on Latin-script text (Python's `str.lower` and TF's UTF-8
-    lower-casing differ only for a few special letters such as `İ`). Uses `StringLower`,
-    `StaticRegexReplace` and `StringStrip`, which a SavedModel serves but TFLite runs only
-    through the Flex delegate: normalise before calling a TFLite model.
+    Its ops (`StringLower`, `StaticRegexReplace`) run in TFLite only through Flex: normalise
+    before calling a TFLite model.
 
     Args:
         strings: string tensor of any shape.
@@ -123,22 +103,31 @@ def normalize_text_tf(strings):
     return tf.strings.strip(s)
 
 
+def kept_ids(ids, vocab_size):
+    """Ids (B, T) or ragged -> ``(ids (B, T + 1), keep (B, T + 1))``: ids outside the
+    vocabulary read as `[UNK]`; keep is False from the first `[END]` on and at `[PAD]`,
+    `[START]`."""
+    if isinstance(ids, tf.RaggedTensor):
+        ids = ids.to_tensor(default_value=PAD_ID)
+    ids = tf.pad(tf.cast(ids, tf.int32), [[0, 0], [0, 1]])  # T + 1 >= 1
+    ids = tf.where((ids >= 0) & (ids < vocab_size), ids, UNK_ID)
+    ended = tf.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1) > 0
+    return ids, tf.logical_not(ended) & (ids != PAD_ID) & (ids != START_ID)
+
+
+def compact(ids, keep):
+    """The kept ids moved to the left (a stable sort by "not kept"), and their counts (B,)."""
+    order = tf.argsort(tf.cast(tf.logical_not(keep), tf.int32), axis=1, stable=True)
+    return tf.gather(ids, order, batch_dims=1), tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)
+
+
 class Tokenizer(tf.Module):
     """WordPiece or character tokenizer on `tensorflow_text.FastWordpieceTokenizer`.
 
-    Ids 0..3 are `[PAD]`, `[UNK]`, `[START]`, `[END]`; `tokenize` adds none of them. A word
-    that cannot be built from the vocabulary becomes `[UNK]` (in character mode, a string
-    with an unknown character becomes a single `[UNK]`). `detokenize` stops at the first
-    `[END]`, drops `[PAD]` and `[START]`, and writes `[UNK]` as the text `[UNK]`.
-
-    Word mode (learned vocabulary): text is split on whitespace and punctuation, so
-    `tokenize` expects normalised text (`normalize_text`). `detokenize` returns natural
-    text; `detokenize(tokenize(s)) == s` for 99.8-100 % of normalised Tatoeba lines
-    (8k vocabulary; `detokenize_tflite` alone: 99.6-99.9 %).
-
-    Character mode (vocabulary from `char_vocab`, which contains `" "`): the whole string is
-    one "word"; every character is a token, spaces included, and `tokenize` returns the
-    `##c` id of every character (one id per character). The round trip is exact.
+    `tokenize` adds no reserved id; a word not buildable from the vocabulary becomes `[UNK]`.
+    `detokenize` stops at the first `[END]`, drops `[PAD]` and `[START]`, writes `[UNK]`.
+    Word mode expects normalised text (`normalize_text`); character mode (a vocabulary with
+    `" "`) tokenizes every character, spaces included, as its `##c` id.
 
     Args:
         vocab: list of tokens; `vocab[:4]` must be the reserved tokens.
@@ -164,17 +153,7 @@ class Tokenizer(tf.Module):
         self._vocab_list = vocab
         self.vocab_size = len(vocab)
         self.char_level = " " in vocab
-        # Character mode: the whole input is one "word"; no byte limit, so a long input is
-        # tokenized in full and then truncated (instead of becoming a single [UNK]).
-        self._tokenizer = tf_text.FastWordpieceTokenizer(
-            vocab,
-            suffix_indicator=SUFFIX,
-            max_bytes_per_word=2**31 - 1 if self.char_level else 100,
-            token_out_type=tf.int32,
-            unknown_token=UNK,
-            no_pretokenization=self.char_level,
-            support_detokenization=False,
-        )
+        self._tokenizer = self._wordpiece(vocab, support_detokenization=False)
         # Detokenization vocabulary: vocab + the missing "##t" (suffix) form of every word
         # token t and the missing "t" form of every suffix token "##t".
         index = {t: i for i, t in enumerate(vocab)}
@@ -195,20 +174,21 @@ class Tokenizer(tf.Module):
                 prefix_of[i] = lookup(token[len(SUFFIX):])
             else:
                 suffix_of[i] = lookup(SUFFIX + token)
-        self._detokenizer = tf_text.FastWordpieceTokenizer(
-            extended,
-            suffix_indicator=SUFFIX,
-            max_bytes_per_word=2**31 - 1 if self.char_level else 100,
-            token_out_type=tf.int32,
-            unknown_token=UNK,
-            no_pretokenization=self.char_level,
-            support_detokenization=True,
-        )
+        self._detokenizer = self._wordpiece(extended, support_detokenization=True)
         self._suffix_of = tf.constant(suffix_of, tf.int32)
         self._prefix_of = tf.constant(prefix_of, tf.int32)
         self._is_join = tf.constant(
             [(not self.char_level) and t in JOIN_TOKENS for t in vocab], tf.bool
         )
+
+    def _wordpiece(self, vocab, support_detokenization):
+        # Character mode: the whole input is one "word"; no byte limit, so a long input is
+        # tokenized in full and then truncated (instead of becoming a single [UNK]).
+        return tf_text.FastWordpieceTokenizer(
+            vocab, suffix_indicator=SUFFIX,
+            max_bytes_per_word=2**31 - 1 if self.char_level else 100,
+            token_out_type=tf.int32, unknown_token=UNK, no_pretokenization=self.char_level,
+            support_detokenization=support_detokenization)
 
     @property
     def vocab(self):
@@ -217,24 +197,13 @@ class Tokenizer(tf.Module):
 
     @classmethod
     def from_file(cls, path, name=None):
-        """Build a tokenizer from a vocabulary file written by `save_vocab`.
-
-        Args:
-            path: vocabulary file.
-            name: module name.
-        Example:
-            >>> tok = Tokenizer.from_file("runs/fr_vocab.txt")
-        """
+        """Build a tokenizer from a vocabulary file written by `save_vocab` (`path`; `name`)."""
         return cls(load_vocab(path), name=name)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def tokenize(self, strings):
-        """Strings (B,) -> `tf.RaggedTensor` of int32 ids (B, None), no START/END.
+        """Strings (B,) (normalised text in word mode) -> ragged int32 ids (B, None).
 
-        Args:
-            strings: string tensor (B,); normalised text in word mode.
-        Returns:
-            Ragged int32 ids.
         Example:
             >>> tok.tokenize(tf.constant(["j'ai faim ."]))   # [[j, ', ai, faim, .]]
         """
@@ -245,33 +214,19 @@ class Tokenizer(tf.Module):
 
     @tf.function
     def detokenize_tflite(self, ids):
-        """Ids -> text with only TFLite-runnable ops (no regex); apostrophes/hyphens joined.
+        """Ids (B, T) or ragged -> strings (B,) with TFLite-runnable ops only (no regex).
 
-        Stops at the first `[END]`; drops `[PAD]` and `[START]`; ids outside the vocabulary
-        become `[UNK]`. In word mode an apostrophe or hyphen token between two tokens is
-        glued to both; in character mode the output is exact.
+        Stops at the first `[END]`, drops `[PAD]` and `[START]`, ids outside the vocabulary become
+        `[UNK]`; in word mode apostrophe and hyphen tokens are glued to their neighbours.
 
-        Args:
-            ids: int tensor (B, T) or ragged (B, None).
-        Returns:
-            String tensor (B,).
         Example:
             >>> ids = [[START_ID] + tok.tokenize(tf.constant(["j'ai"]))[0].numpy().tolist()
             ...        + [END_ID, PAD_ID]]
             >>> tok.detokenize_tflite(tf.constant(ids)).numpy()
             array([b"j'ai"], dtype=object)
         """
-        if isinstance(ids, tf.RaggedTensor):
-            ids = ids.to_tensor(default_value=PAD_ID)
-        ids = tf.cast(ids, tf.int32)
-        ids = tf.pad(ids, [[0, 0], [0, 1]], constant_values=PAD_ID)  # (B, T + 1): T >= 1
-        ids = tf.where((ids >= 0) & (ids < self.vocab_size), ids, UNK_ID)
-        ended = tf.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1) > 0
-        keep = tf.logical_not(ended) & (ids != PAD_ID) & (ids != START_ID)
-        lengths = tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)  # (B,)
-        # Compact the kept tokens to the left: stable sort by "not kept".
-        order = tf.argsort(tf.cast(tf.logical_not(keep), tf.int32), axis=1, stable=True)
-        tokens = tf.gather(ids, order, batch_dims=1)  # (B, T)
+        ids, keep = kept_ids(ids, self.vocab_size)
+        tokens, lengths = compact(ids, keep)  # (B, T + 1), (B,)
         pos = tf.range(tf.shape(tokens)[1])[tf.newaxis, :]  # (1, T)
         as_suffix = tf.gather(self._suffix_of, tokens)
         as_prefix = tf.gather(self._prefix_of, tokens)
@@ -287,14 +242,8 @@ class Tokenizer(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def repair(self, strings):
-        """String-level clean-up of `detokenize_tflite` output (`REPAIR_RULES`, RE2).
+        """Strings (B,) -> strings (B,) with `REPAIR_RULES` applied; the identity in character mode.
 
-        Identity in character mode. Not TFLite-runnable (`StaticRegexReplace` needs Flex).
-
-        Args:
-            strings: string tensor (B,).
-        Returns:
-            String tensor (B,).
         Example:
             >>> tok.repair(tf.constant(['il a dit " oui " à 2 : 30 .']))
             # [b'il a dit "oui" \xc3\xa0 2:30 .']
@@ -307,38 +256,15 @@ class Tokenizer(tf.Module):
 
     @tf.function
     def detokenize(self, ids):
-        """Ids (B, T) or ragged -> natural text (B,): `repair(detokenize_tflite(ids))`.
-
-        Args:
-            ids: int tensor (B, T) or ragged (B, None).
-        Returns:
-            String tensor (B,).
-        Example:
-            >>> tok.detokenize(tok.tokenize(tf.constant(["est-ce que j'ai faim ?"])))
-            # [b"est-ce que j'ai faim ?"]
-        """
+        """Ids (B, T) or ragged -> natural text (B,): `repair(detokenize_tflite(ids))`."""
         return self.repair(self.detokenize_tflite(ids))
 
     def id_to_token(self, index):
-        """Token string of an id (Python helper).
-
-        Args:
-            index: int id.
-        Example:
-            >>> tok.id_to_token(3)
-            '[END]'
-        """
+        """Token string of an int id (Python helper)."""
         return self._vocab_list[int(index)]
 
     def token_to_id(self, token):
-        """Id of a token (Python helper); raises `KeyError` for unknown tokens.
-
-        Args:
-            token: token string.
-        Example:
-            >>> tok.token_to_id("[START]")
-            2
-        """
+        """Id of a token string (Python helper); raises `KeyError` for unknown tokens."""
         try:
             return self._vocab_list.index(token)
         except ValueError:

@@ -25,12 +25,9 @@ def learn_wordpiece_vocab(texts, vocab_size=8000, *, reserved_tokens=None, max_t
                           seed=0, learn_params=None):
     """Learn a WordPiece vocabulary with tensorflow-text's `bert_vocab_from_dataset`.
 
-    Words are split on whitespace and punctuation without lower-casing (normalise the text
-    first, e.g. with `normalize_text`), the same way `Tokenizer` splits them. The learner
-    searches a frequency threshold (by default at least 10 occurrences per token) so the
-    result can be smaller than `vocab_size`: on the 161k Tatoeba lines 8,000 gives about
-    6,900 French and 4,700 English tokens; pass `learn_params={"lower_thresh": 2}` to get
-    closer to the target. Every character of the (sampled) text is in the vocabulary.
+    Words are split as `Tokenizer` splits them, without lower-casing (normalise first). The
+    learner's frequency threshold can make the result smaller than `vocab_size`
+    (`learn_params={"lower_thresh": 2}` gets closer). Every character of the text is in it.
 
     Args:
         texts: iterable of strings.
@@ -74,16 +71,13 @@ def learn_wordpiece_vocab(texts, vocab_size=8000, *, reserved_tokens=None, max_t
 
 
 def char_vocab(texts, extra_chars=DEFAULT_EXTRA_CHARS, reserved_tokens=None):
-    """A character-level vocabulary in WordPiece form.
+    """A character-level vocabulary: reserved tokens, every character `c` (sorted), every `##c`.
 
-    Layout: reserved tokens, then every character `c` (sorted), then `"##" + c` for each.
-    The space is always included: that marks the vocabulary as character-level for
-    `Tokenizer`, which then keeps spaces as tokens and round-trips text exactly.
+    The space is always in it: that makes `Tokenizer` character-level.
 
     Args:
         texts: iterable of strings whose characters must be covered (case preserved).
-        extra_chars: characters added even if unseen (default: printable ASCII and French
-            letters), so that unusual user input still tokenizes.
+        extra_chars: characters added even if unseen (default: printable ASCII and French).
         reserved_tokens: defaults to `RESERVED_TOKENS`.
     Returns:
         List of tokens.
@@ -107,33 +101,14 @@ def char_vocab(texts, extra_chars=DEFAULT_EXTRA_CHARS, reserved_tokens=None):
 
 
 def save_vocab(vocab, path):
-    """Write a vocabulary, one token a line (UTF-8), atomically.
-
-    The file is written to a temporary file in the same folder and moved into place with
-    `os.replace`, so readers never see a half-written vocabulary.
-
-    Args:
-        vocab: list of tokens (no empty tokens, no line breaks, no duplicates).
-        path: destination file.
-    Example:
-        >>> save_vocab(["[PAD]", "[UNK]", "[START]", "[END]", "a"], "/tmp/vocab.txt")
-    """
+    """Write a vocabulary (`vocab`, checked) to `path`, one token a line (UTF-8), atomically."""
     check_vocab(vocab)
     path = os.fspath(path)
     runs.atomic_write_text(path, "".join(token + "\n" for token in vocab))
 
 
 def load_vocab(path):
-    """Read a vocabulary written by `save_vocab` (one token a line; spaces are kept).
-
-    Args:
-        path: vocabulary file.
-    Returns:
-        List of tokens.
-    Example:
-        >>> load_vocab("/tmp/vocab.txt")[:4]
-        ['[PAD]', '[UNK]', '[START]', '[END]']
-    """
+    """Read a vocabulary written by `save_vocab` (list of tokens; spaces are kept)."""
     with open(path, encoding="utf-8", newline="") as f:
         text = f.read()
     tokens = text.split("\n")

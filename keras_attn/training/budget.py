@@ -1,15 +1,9 @@
-"""Training for a time budget: the clock that drives :class:`BudgetSchedule`, a progress
-line for logs, and the average of the last checkpoints.
-
-``keras-attn train --time-budget 60m`` (see :func:`keras_attn.training.recipes.train`): the budget
-counts from the start of the command. Training gets the budget less a reserve for choosing
-the weights, evaluating, calibrating and exporting (:func:`reserve_seconds`), and that work
-is sized to the time left when training ends (:class:`AfterTraining`: fewer test and
-calibration sentences, no int8 TFLite files when it is short); :class:`BudgetClock` sets
-the schedule's progress from the time spent before every step and stops training when the
-next step would not end inside the training time. The time spent is saved in the run
-directory (``budget.json``) whenever the backup is saved, so a resumed run continues the
-same schedule from the time of its backup.
+"""Training for a time budget (``keras-attn train --time-budget 60m``, counted from the
+command's start): training gets the budget less a reserve (:func:`reserve_seconds`) for
+choosing the weights, evaluating, calibrating and exporting, and that work is sized to the
+time left (:class:`AfterTraining`). :class:`BudgetClock` drives :class:`BudgetSchedule`'s
+progress and stops training in time; the time spent is saved with every backup
+(``budget.json``), so a resumed run continues the same schedule.
 """
 import collections
 import dataclasses
@@ -23,26 +17,18 @@ import numpy as np
 from keras_attn.core import runs
 from keras_attn.core.config import format_duration
 
-# Steps per "epoch" of a budgeted run: how often the backup, the budget state, a
-# training_log.csv row and a snapshot for averaging are written.
+# Steps per "epoch" of a budgeted run (backup, budget state, CSV row, snapshot).
 EPOCH_STEPS = 250
 
 
-# The work after training, in seconds on the quiet 2-core AMD EPYC with the English-French
-# recipe's model (docs/budget.md, "The work after training"): choosing the weights (two
-# validation passes), model.keras and the translator's first trace ("fixed"); per test
-# sentence decoded for the metrics; per validation sentence of the calibrator (its
-# hypothesis, its confidence features, its chrF, and half as many random sources); the
-# SavedModel with its check (its three options signatures: 52 s); the TFLite text and
-# builtin files of one quantization with theirs (the text file's four signatures: 120 s).
+# The work after training in seconds (docs/budget.md, "The work after training"): "fixed"
+# (choosing the weights, model.keras, the first trace), per test sentence, per validation
+# sentence of the calibrator, the SavedModel, one quantization's TFLite files.
 COSTS = {"fixed": 12.0, "test": 0.008, "valid": 0.02, "saved_model": 55.0,
          "float32": 140.0, "int8": 140.0}
 QUANTIZATIONS = ("float32", "int8")
-# The estimate times this is the reserve: the same work took 1.3-1.5 times as long beside
-# other work (a budgeted run before the work was sized: 181 s for about 133 s of estimate).
-SAFETY = 1.5
-# The reserve's largest share of the budget: training (startup included) keeps at least 70 %,
-# so that a 5-minute budget trains about 60 % of its time after a startup of about 30 s.
+SAFETY = 1.5  # the reserve is the estimate times this (the work runs slower beside other)
+# The reserve's largest share of the budget: training (startup included) keeps >= 70 %.
 MAX_RESERVE_SHARE = 0.3
 MIN_SENTENCES = 200  # the fewest test and validation sentences a short budget keeps
 
@@ -53,10 +39,9 @@ class Work:
 
     Args:
         test: test sentences decoded for the metrics. valid: validation sentences the
-            confidence's calibrator is fitted on. quantizations: the TFLite variants exported
-            beside the SavedModel (``()``: none). fixed: choosing the weights,
-            model.keras and the translator's first trace still to do. saved_model: the
-            SavedModel is exported (implied by any quantization).
+            calibrator is fitted on. quantizations: the TFLite variants exported beside the
+            SavedModel. fixed: choosing the weights, model.keras and the first trace still to
+            do. saved_model: the SavedModel is exported (implied by any quantization).
     """
 
     test: int
@@ -66,7 +51,7 @@ class Work:
     saved_model: bool = False
 
     def seconds(self, costs=None):
-        """The estimated seconds (:data:`COSTS`, a quiet machine)."""
+        """The estimated seconds (:data:`COSTS`)."""
         costs = costs or COSTS
         export = ((costs["saved_model"] if self.quantizations or self.saved_model else 0.0)
                   + sum(costs[q] for q in self.quantizations))
@@ -77,11 +62,9 @@ class Work:
 def plan(seconds, num_test, num_valid, export=True, fixed=True, costs=None):
     """The most :class:`Work` whose estimated cost fits ``seconds``.
 
-    Everything (every test and validation sentence, the int8 and float32 TFLite files) when
-    it fits; else the int8 files are left out first, then the test and validation sentences
-    are cut in the same proportion, down to :data:`MIN_SENTENCES` each, then (when even
-    that does not fit) the float32 files too: ``keras-attn export RUN --overwrite`` makes
-    them later. The SavedModel of a run with export is always made, however late.
+    Everything when it fits; else the int8 files go first, then the test and validation
+    sentences are cut in the same proportion down to :data:`MIN_SENTENCES`, then the float32
+    files. A run with export always gets its SavedModel.
 
     Example:
         >>> plan(300.0, 2000, 2000)   # an hour's reserve, less its margin: no int8 files
@@ -106,13 +89,8 @@ def plan(seconds, num_test, num_valid, export=True, fixed=True, costs=None):
 
 
 def reserve_seconds(budget, export=True, num_test=2000, num_valid=2000):
-    """Seconds kept back from training for the work after it (:class:`Work`).
-
-    :data:`SAFETY` times the estimated cost of the work with the float32 TFLite files (the
-    int8 files when the time left allows; the English-French recipe's 2,000 test and 2,000
-    validation sentences: 263 s with export, 68 s without), at least 5 % of the budget, at
-    most :data:`MAX_RESERVE_SHARE` of it: a short budget keeps its training time and sizes
-    the work to the reserve instead (:class:`AfterTraining`).
+    """Seconds kept back from training for the work after it: :data:`SAFETY` times the estimate
+    with the float32 files, at least 5 % of ``budget`` and at most :data:`MAX_RESERVE_SHARE`.
     """
     everything = Work(num_test, num_valid, QUANTIZATIONS[:1] if export else (), True, export)
     return min(MAX_RESERVE_SHARE * budget, max(SAFETY * everything.seconds(), 0.05 * budget))
@@ -121,13 +99,11 @@ def reserve_seconds(budget, export=True, num_test=2000, num_valid=2000):
 class AfterTraining:
     """Sizes each step after training to the time left before ``deadline``.
 
-    Before each step the rest of the work is planned again (:func:`plan`) for the time
-    left divided by ``slowness``: how much longer the steps so far took than their
-    estimate (at least 1). A loaded machine thus cuts sentences and the int8 files from
-    what it measured during the run, not from a guess made before it.
+    Before each step the rest is planned again (:func:`plan`) for the time left divided by how
+    much slower the steps so far ran than their estimate (at least 1).
 
     Args:
-        deadline: ``clock()`` value when the command should end (its start + the budget).
+        deadline: ``clock()`` value when the command should end.
         num_test, num_valid: sentences of the test and validation splits.
         export: whether the run is exported after. clock: monotonic seconds.
 
@@ -174,17 +150,16 @@ class AfterTraining:
 
 
 class BudgetClock(keras.callbacks.Callback):
-    """Sets ``schedule.progress`` to the fraction of ``train_seconds`` spent, before every
-    step, and stops training when the next step would end past it.
+    """Sets ``schedule.progress`` to the fraction of ``train_seconds`` spent before every step,
+    and stops training when the next step would end past it.
 
     Args:
         schedule: a :class:`keras_attn.schedules.BudgetSchedule`.
-        train_seconds: the training part of the budget (the budget less the reserve).
+        train_seconds: the training part of the budget.
         start: ``clock()`` when the command started. elapsed_before: seconds spent by
-            earlier processes of a resumed run (read from ``state_path``).
-        state_path: where ``{"elapsed", "train_seconds", ...}`` is written at every epoch
-            end (after ``BackupAndRestore`` has saved the same epoch).
-        clock: a monotonic clock in seconds (a fake one in tests).
+            earlier processes of a resumed run.
+        state_path: where ``{"elapsed", "train_seconds", ...}`` is written at every epoch end.
+        clock: a monotonic clock in seconds.
     """
 
     def __init__(self, schedule, train_seconds, start, elapsed_before=0.0, state_path=None,
@@ -203,24 +178,18 @@ class BudgetClock(keras.callbacks.Callback):
     def from_run_dir(cls, run_dir, schedule, time_budget, start, reserve=None, log=print):
         """The clock of a budgeted run in ``run_dir``, continuing a resumed one.
 
-        A new run trains until ``time_budget`` less ``reserve`` seconds have passed since
-        ``start``. A resumed run (``run_dir/budget.json`` and the ``BackupAndRestore``
-        folder ``run_dir/backup`` both there) continues from the training time saved with
-        its backup, under the training time it was given; ``budget.json`` without a backup
-        means training starts over, and so does the schedule.
+        A resumed run (``budget.json`` and the backup both there) continues from the training
+        time saved with its backup; otherwise training runs until ``time_budget`` less ``reserve``
+        has passed since ``start``.
 
         Args:
-            run_dir: the run directory (:mod:`keras_attn.core.runs` layout); the clock writes
-                its state to ``run_dir/budget.json`` at every epoch end.
-            schedule: the :class:`keras_attn.schedules.BudgetSchedule` of the optimizer.
+            run_dir: the run directory; the clock writes ``budget.json`` there.
+            schedule: the optimizer's :class:`keras_attn.schedules.BudgetSchedule`.
             time_budget: seconds for the whole command.
             start: ``time.monotonic()`` when the command started.
-            reserve: seconds kept back for choosing the weights, evaluation and export
-                (default: :func:`reserve_seconds` of ``time_budget``).
+            reserve: seconds kept back (default: :func:`reserve_seconds` of ``time_budget``).
             log: called with one line saying how long training runs.
         Example:
-            >>> schedule = BudgetSchedule(1e-3)
-            >>> model.compile(keras.optimizers.Adam(schedule), loss="mse")
             >>> clock = BudgetClock.from_run_dir("runs/x", schedule, 3600, time.monotonic())
             >>> model.fit(ds.repeat(), epochs=10**4, steps_per_epoch=EPOCH_STEPS, callbacks=[
             ...     keras.callbacks.BackupAndRestore("runs/x/backup"), clock])
@@ -278,20 +247,18 @@ class BudgetClock(keras.callbacks.Callback):
 
 
 def optimizer_step(optimizer):
-    """The optimizer's step count as an int. ``int(optimizer.iterations)`` fails under a
-    ``tf.distribute`` strategy, where the variable is a ``MirroredVariable``."""
+    """The optimizer's step count as an int (also under ``tf.distribute``)."""
     return int(keras.ops.convert_to_numpy(optimizer.iterations))
 
 
 class ProgressLine(keras.callbacks.Callback):
-    """A line every ``every`` seconds: step, loss, learning rate, and with ``budget`` the
-    elapsed and remaining time of the budget. For logs, where Keras's bar writes nothing
-    until the epoch ends.
+    """A line every ``every`` seconds for logs: step, loss, learning rate, and with ``budget``
+    the elapsed and remaining time.
 
     Args:
         every: seconds between lines. budget: a :class:`BudgetClock` (or None).
-        total_seconds: the whole budget (the remaining time is counted to its end).
-        stream: where to write (default stdout). clock: monotonic seconds.
+        total_seconds: the whole budget. stream: where to write (default stdout).
+        clock: monotonic seconds.
     """
 
     def __init__(self, every=60.0, budget=None, total_seconds=None, stream=None,

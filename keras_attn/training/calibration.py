@@ -1,16 +1,11 @@
 """Fitting a run's confidence calibrator on its validation split.
 
-At the end of training (and with ``keras-attn calibrate RUN_DIR`` for a run trained before
-calibrators existed) the trained translator decodes every validation source as a request
-that names no option would (:meth:`Translator.decode_ids`), each hypothesis is labelled
-acceptable or not (:func:`acceptable`), and a :class:`keras_attn.decoding.confidence.Calibrator`
-is fitted to the hypotheses' features and saved as ``calibration.json`` in the run
-directory, where ``Translator.from_run_dir`` and every export read it.
-
-The validation split holds only the inputs the model was trained for. So that input it
-was never trained for (markup, code, a sentence given to the dates model) is not trusted,
-the fit also sees :data:`NOISE_SHARE` times as many sources drawn at random from the
-source vocabulary, labelled unacceptable: no translation of a random string is right.
+The trained translator decodes every validation source with the default options, each
+hypothesis is labelled (:func:`acceptable`), and a
+:class:`keras_attn.decoding.confidence.Calibrator` is fitted to the features and saved as
+``calibration.json``. So that input the model was never trained for is not trusted, the fit
+also sees :data:`NOISE_SHARE` times as many random-vocabulary sources, labelled
+unacceptable.
 
 Example:
     >>> cal = calibrate_run("runs/dates")
@@ -31,9 +26,9 @@ FIRST_WORD_ID = 4  # ids below are [PAD], [UNK], [START], [END]
 
 
 def acceptable(task, hypotheses, references):
-    """Per hypothesis 1.0 when acceptable: the dates task, equal to a reference; text, a
-    sentence chrF (sacrebleu) of at least :data:`ACCEPTABLE_CHRF` against its references.
-    ``references``: per hypothesis a list of strings."""
+    """1.0 per acceptable hypothesis (dates: equal to a reference; text: sentence chrF >=
+    :data:`ACCEPTABLE_CHRF`); ``references``: per hypothesis a list of strings.
+    """
     if task == "dates":
         return np.array([h in refs for h, refs in zip(hypotheses, references)], "float64")
     import sacrebleu
@@ -66,8 +61,7 @@ def _hypotheses(translator, source_ids, batch_size):
 
 
 def noise_sources(lengths, vocab_size, seed=0):
-    """int32 ``(N, max(lengths) + 1)``: per length a row of that many ids drawn uniformly
-    from the source vocabulary's words (no special token), then ``[END]``, 0-padded."""
+    """int32 ``(N, max(lengths) + 1)``: per length that many random word ids, ``[END]``, 0s."""
     rng = np.random.default_rng(seed)
     rows = np.zeros((len(lengths), int(max(lengths, default=0)) + 1), "int32")
     for r, n in enumerate(lengths):
@@ -78,9 +72,9 @@ def noise_sources(lengths, vocab_size, seed=0):
 
 def calibrate(translator, pairs, task, seed=0, batch_size=256, log=print):
     """Fit a calibrator to ``translator``'s hypotheses for the sources of ``pairs`` (the
-    validation split: (source, target) pairs, a source's several targets all references)
-    and to random-vocabulary sources (module docstring). Returns the
-    :class:`~keras_attn.decoding.confidence.Calibrator`, its ``report`` filled."""
+    validation split; a source's targets are all references) and to noise sources; returns
+    it with its ``report`` filled.
+    """
     t0 = time.time()
     sources, references = grouped(pairs)
     if not sources:
@@ -112,8 +106,7 @@ def calibrate(translator, pairs, task, seed=0, batch_size=256, log=print):
 
 
 def calibrate_run(run_dir, log=print, batch_size=256):
-    """Fit the calibrator of a trained run on its validation split and save it as
-    ``calibration.json`` (:func:`calibrate`); returns it."""
+    """Fit a trained run's calibrator (:func:`calibrate`), save it and return it."""
     from keras_attn.core.config import TrainConfig
     from keras_attn.data import load_splits
     from keras_attn.translator import Translator

@@ -1,9 +1,5 @@
-"""Training on several devices or machines with ``tf.distribute`` (TensorFlow backend).
-
-``keras-attn train --distribute mirrored|multiworker`` (see docs/distributed.md):
-:func:`make_strategy` picks the strategy, :func:`worker_info` says which process this is,
-:class:`DistributedFitModel` is the model ``fit`` trains under it and
-:class:`ReplicaMeanMaskedCrossentropy` the loss scaled for it.
+"""Training on several devices or machines with ``tf.distribute`` (``keras-attn train
+--distribute mirrored|multiworker``, docs/distributed.md).
 """
 import os
 
@@ -15,13 +11,8 @@ from keras_attn.training import losses
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class ReplicaMeanMaskedCrossentropy(losses.MaskedSparseCategoricalCrossentropy):
-    """The masked loss, divided by the number of replicas under a distribution strategy.
-
-    Keras divides a loss by ``num_replicas_in_sync`` only when it reduces a per-sample
-    loss itself; a loss that already returns a scalar (like the masked mean) is left as
-    is, so under ``MirroredStrategy`` the summed gradients and the reported loss (Keras
-    multiplies it back) would be ``num_replicas`` times too large. Dividing here makes a
-    distributed step the mean of the per-replica token means, as on one device.
+    """The masked loss divided by the number of replicas: Keras scales only the losses it
+    reduces itself, so without this a distributed step's gradients would be too large.
     """
 
     def call(self, y_true, y_pred):
@@ -34,12 +25,11 @@ class ReplicaMeanMaskedCrossentropy(losses.MaskedSparseCategoricalCrossentropy):
 
 
 def make_strategy(distribute="", cpu_devices=0):
-    """The ``tf.distribute`` strategy for ``--distribute`` (call before TF touches devices).
+    """The ``tf.distribute`` strategy for ``distribute`` (call before TF touches devices).
 
-    ``""``: the default (one device). ``"mirrored"``: ``MirroredStrategy`` over all local
-    GPUs, or over the logical CPU devices when there is no GPU. ``"multiworker"``:
-    ``MultiWorkerMirroredStrategy`` configured from ``TF_CONFIG``. ``cpu_devices`` > 1 splits
-    the CPU into that many logical devices (for testing without GPUs).
+    ``""``: the default; ``"mirrored"``: all local GPUs, or the logical CPU devices;
+    ``"multiworker"``: from ``TF_CONFIG``. ``cpu_devices`` > 1 splits the CPU into that many
+    logical devices (tests without GPUs).
     """
     if cpu_devices and cpu_devices > 1:
         cpu = tf.config.list_physical_devices("CPU")[0]
@@ -86,35 +76,15 @@ def worker_info(strategy):
 class DistributedFitModel(keras.Model):
     """The model ``fit`` trains under a ``tf.distribute`` strategy (same layers and weights).
 
-    A functional model over the ``input`` and ``output`` of a model whose layers were
-    built inside ``strategy.scope()``: it shares every variable, and its config equals the
-    original's. Create it **outside** the scope, compile it (and build its optimizer)
-    inside, and call ``fit`` outside. It works around two Keras 3.15 problems with
-    ``tf.distribute`` (keras-team/keras#20329, #20585), with public API only:
-
-    * A model created inside a scope remembers that strategy, and its ``fit``/``evaluate``
-      then build it from the first batch reduced with ``strategy.reduce("MEAN", batch)``,
-      which fails for a dict batch under ``MultiWorkerMirroredStrategy`` ("Attempt to
-      convert a value ({'source': PerReplica...}) with an unsupported type") and for a
-      bucketed batch of odd size under ``MirroredStrategy`` (parts of different shapes).
-      Keras skips that build for a model created outside any scope and builds what is
-      left (the compiled loss and metrics) when it traces the step, as on one device;
-      this model's layers are built already, and it takes the strategy as an argument
-      (its ``distribute_strategy``). ``fit`` must run outside the scope: only the chief
-      saves checkpoints, and Keras creates a variable while saving, which inside a
-      ``MultiWorkerMirroredStrategy`` scope is a collective op the other workers never join.
-    * Under ``MultiWorkerMirroredStrategy`` Keras averages each value the step returns
-      with ``strategy.reduce("MEAN", value, axis=0)``, which fails for a scalar ("Invalid
-      reduction dimension 0 for input with 0 dimensions"). ``train_step``/``test_step``
-      return every log as shape ``(1,)``, which that reduction turns into the scalar
-      mean over replicas. Only the per-batch logs take this path: the epoch logs (what
-      the callbacks and ``training_log.csv`` see) are the metrics' ``result()``, read
-      outside the step, where the strategy sums each metric's state over all replicas.
+    A functional model over the ``input`` and ``output`` of a model built inside
+    ``strategy.scope()``. Create it outside the scope, compile it (and build its optimizer)
+    inside, and call ``fit`` outside. It works around keras-team/keras#20329 and #20585: a
+    model made outside any scope skips the first-batch build that fails for dict or odd-sized
+    batches, and under ``MultiWorkerMirroredStrategy`` every step log is returned as shape
+    ``(1,)``, which Keras's reduction can average.
 
     Args:
-        strategy: the ``tf.distribute.Strategy`` to train with (default: the strategy of
-            the current scope, as for any Keras model).
-
+        strategy: the ``tf.distribute.Strategy`` (default: the current scope's).
     Example:
         >>> with strategy.scope():
         ...     net = build_model(config)

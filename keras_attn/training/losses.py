@@ -10,17 +10,12 @@ PAD_ID = 0
 def masked_cross_entropy(y_true, logits, label_smoothing=0.0, pad_id=PAD_ID, jit_compile=True):
     """Mean over real tokens of the (label-smoothed) cross-entropy, computed in float32.
 
-    With smoothing ``eps`` the target is ``(1 - eps) * one_hot + eps / V``, so the loss per
-    token is ``(1 - eps) * (-log p_y) + eps * mean_k(-log p_k)``.
-
-    On TensorFlow with :mod:`keras_attn.kernels.fastpath` on, the loss and its gradient
-    ``(softmax(z) - q) * weight`` are written out (:func:`keras_attn.kernels.tf_ops.masked_cross_entropy`),
-    as two XLA kernels with ``jit_compile=True`` (the default) or TensorFlow ops with
-    ``jit_compile=False``; elsewhere autodiff differentiates the ``keras.ops`` form below.
+    With smoothing ``eps`` the per-token loss is ``(1 - eps) * (-log p_y) + eps *
+    mean_k(-log p_k)``. On TensorFlow's fast path the loss and its gradient are written out
+    (:func:`keras_attn.kernels.tf_ops.masked_cross_entropy`).
 
     Args:
-        y_true: int ``(B, T)``, ``pad_id`` where there is no token; other ids must lie in
-            ``[0, V)``.
+        y_true: int ``(B, T)``, ``pad_id`` where there is no token; other ids in ``[0, V)``.
         logits: ``(B, T, V)``.
         label_smoothing: ``eps`` in [0, 1). pad_id: target id that is ignored.
         jit_compile: fuse the fast path's passes over the logits with XLA.
@@ -50,10 +45,7 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
     Args:
         label_smoothing: ``eps`` in [0, 1) (0.1 in the paper).
         pad_id: target id that is ignored.
-        jit_compile: on TensorFlow's fast path, compute the loss and its gradient with two
-            XLA kernels (default; see :func:`masked_cross_entropy`), or with TensorFlow ops
-            only. Ignored on the reference path.
-
+        jit_compile: on the fast path, XLA kernels (default) or TensorFlow ops only.
     Example:
         >>> model.compile("adam", loss=MaskedSparseCategoricalCrossentropy(0.1))
     """

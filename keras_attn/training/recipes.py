@@ -1,9 +1,8 @@
 """The main job: build data and tokenizers, train with a warmup schedule, evaluate.
 
-``keras-attn train`` (see :mod:`keras_attn.cli`) calls :func:`train` with the parsed
-options. Re-running the same command after an interruption resumes from the last saved
-epoch (``BackupAndRestore``); vocabularies and config already in the run directory are
-reused, so the resumed run sees exactly the same data.
+``keras-attn train`` (:mod:`keras_attn.cli`) calls :func:`train`. Re-running the same
+command after an interruption resumes from the last saved epoch (``BackupAndRestore``),
+reusing the run directory's vocabularies and config, so it sees the same data.
 """
 import dataclasses
 import json
@@ -28,19 +27,14 @@ from keras_attn.core.config import TrainConfig, format_duration
 from keras_attn.data import load_splits  # noqa: F401 (training.load_splits: a public name)
 from keras_attn.models import build_model
 
-# The options live in keras_attn.core.config (no TensorFlow) and the builder in
-# keras_attn.models; both are read here too (training.TASK_DEFAULTS, training.build_model).
 TASK_DEFAULTS = keras_attn.core.config.TASK_DEFAULTS
 
 
 def _tokenizers(config, splits, run_paths, log=print):
-    """Load the run's tokenizers, or learn them from the training split and save them.
+    """The run's tokenizers, or new ones learned from the training split and saved.
 
-    ``config.tokenizer``: ``"char"`` (dates), ``"sentencepiece"`` (raw text: the source
-    model normalises with NFKC, whitespace clean-up and case folding, the target model
-    keeps every character, so outputs are written as the corpus writes them) or
-    ``"wordpiece"``
-    (on D2L-normalised text).
+    ``config.tokenizer``: ``"char"`` (dates), ``"sentencepiece"`` (raw text: case-folding
+    source model, character-keeping target model) or ``"wordpiece"`` (D2L-normalised text).
     """
     try:
         return subword.run_tokenizers(os.path.dirname(run_paths["config"]))
@@ -60,8 +54,7 @@ def _tokenizers(config, splits, run_paths, log=print):
         tgt_tok = subword.SentencePieceTokenizer(tgt_proto)
     else:
         if config.tokenizer == "char":
-            # Sources keep printable ASCII and French letters (an unseen character would
-            # turn the whole input into [UNK]); targets only need the characters they use.
+            # Sources keep printable ASCII and French letters; targets need only theirs.
             src_vocab = text.char_vocab(sources)
             tgt_vocab = text.char_vocab(targets, extra_chars="")
         else:
@@ -75,8 +68,7 @@ def _tokenizers(config, splits, run_paths, log=print):
     return src_tok, tgt_tok
 
 
-# Budgeted runs (--time-budget): the share of the training time spent warming up, and the
-# snapshots averaged at the end (one every budget.EPOCH_STEPS steps).
+# Budgeted runs: the share of the training time spent warming up, the snapshots averaged.
 BUDGET_WARMUP = 0.1
 BUDGET_AVERAGE = 3
 
@@ -101,8 +93,7 @@ def compile_model(model, config, steps_per_epoch, optimizer=None):
     """Compile with the run's Adam, masked loss and accuracy (``optimizer``: reuse this one)."""
     if optimizer is None:
         optimizer = _adam(_schedule(config, steps_per_epoch))
-    # Under a multi-replica strategy (compile inside its scope) the loss must be divided by
-    # the number of replicas; one device keeps the plain loss (and the saved compile config).
+    # Several replicas: the loss divided by their number (ReplicaMeanMaskedCrossentropy).
     distributed = (tf.distribute.has_strategy()
                    and tf.distribute.get_strategy().num_replicas_in_sync > 1)
     loss_class = (ReplicaMeanMaskedCrossentropy if distributed
@@ -135,10 +126,8 @@ def _prepare_run_dir(config, run_dir):
 
 
 def check_config(config):
-    """Raise ValueError (naming the option and value) for options no run can use.
-
-    Called before anything is written, so a typo never leaves a run directory whose
-    config.json then refuses the corrected command ("holds a run with other options").
+    """Raise ValueError (naming the option and value) for options no run can use; called before
+    anything is written, so a typo never leaves a run directory that refuses the fix.
     """
     def fail(name, rule):
         raise ValueError(f"`{name}` must be {rule}. Received: {name}={getattr(config, name)!r}")
@@ -177,20 +166,16 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
           reserve=None, export=True):
     """Train ``config`` into ``run_dir``; returns the metrics dict (also in metrics.json).
 
-    With ``config.time_budget`` (seconds), training runs until the budget less ``reserve``
-    seconds (default: :func:`budget.reserve_seconds` of the budget and ``export``) has
-    passed since ``start`` (a ``time.monotonic()`` value; default: now), under
-    :class:`schedules.BudgetSchedule`; then the last snapshots' average replaces the final weights if its validation loss is
-    lower. Epochs are then :data:`budget.EPOCH_STEPS` steps (backups, log rows). What
-    follows training is sized to the time left (:class:`budget.AfterTraining`: the test
-    sentences of the metrics, the validation sentences of the calibrator, and, when
-    ``export`` says the caller exports after, the TFLite quantizations it should make:
-    ``metrics["budget"]["after_training"]``).
+    With ``config.time_budget`` (seconds) training runs under
+    :class:`schedules.BudgetSchedule` until the budget less ``reserve`` seconds (default:
+    :func:`budget.reserve_seconds`) has passed since ``start`` (``time.monotonic()``; default
+    now); the last snapshots' average then replaces the final weights if its validation loss is
+    lower, epochs are :data:`budget.EPOCH_STEPS` steps, and the work after training is sized to
+    the time left (:class:`budget.AfterTraining`; ``export``: the caller exports after).
 
-    ``distribute``/``cpu_devices``: see :func:`make_strategy`; ``batch_size`` is global
-    (split across replicas). In a multi-worker run only the chief writes ``run_dir``; the
-    other workers write their backups to ``run_dir/.worker-<index>``, skip evaluation and
-    return ``{"chief": False, "worker": index}``.
+    ``distribute``/``cpu_devices``: see :func:`make_strategy`; ``batch_size`` is global. In a
+    multi-worker run only the chief writes ``run_dir``; the others back up to
+    ``run_dir/.worker-<index>``, skip evaluation and return ``{"chief": False, "worker": i}``.
     """
     # First: the strategy must exist before TensorFlow creates any tensor or device.
     start = time.monotonic() if start is None else start
@@ -223,8 +208,7 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     valid_ds = data.make_dataset(splits["valid"], src_tok, tgt_tok, config.batch_size,
                                  shuffle=False, max_len=config.max_len)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        # Every worker builds the same batches; each keeps its part of every batch
-        # (the files are not split, so FILE sharding would not apply).
+        # Every worker builds the same batches and keeps its part of each (no FILE sharding).
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = (
             tf.data.experimental.AutoShardPolicy.DATA)
@@ -242,22 +226,19 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     compile_config = config
     if (config.jit_compile and distribute == "mirrored" and strategy.num_replicas_in_sync > 1
             and not tf.config.list_physical_devices("GPU")):
-        # XLA on CPU cannot read a mirrored variable that lives on another logical CPU
-        # device ("Trying to access resource ... located in device CPU:1 from CPU:0").
+        # XLA on CPU cannot read a mirrored variable on another logical CPU device.
         log("jit_compile: off (XLA does not support MirroredStrategy over logical CPU devices)")
         compile_config = dataclasses.replace(config, jit_compile=False)
     distributed = strategy.num_replicas_in_sync > 1 or bool(distribute)
-    # Kept here: the budget clock drives it (under mixed_float16 compile wraps the optimizer
-    # in a LossScaleOptimizer, whose own learning rate is not the schedule).
+    # Kept here: the budget clock drives it (a LossScaleOptimizer's rate is not it).
     schedule = _schedule(config, steps_per_epoch)
     with strategy.scope():
         model = compile_model(build_model(config), compile_config, steps_per_epoch,
                               _adam(schedule))
     fit_model = model
     if distributed:
-        # Made outside the scope (the layers and their variables were made inside it) and
-        # compiled in it; fit runs outside it, as on one device (see DistributedFitModel).
-        # Same optimizer: model.keras holds its state, as on one device.
+        # Made outside the scope, compiled in it (DistributedFitModel); the same optimizer,
+        # so model.keras holds its state.
         fit_model = DistributedFitModel(model.input, model.output, name=model.name,
                                         strategy=strategy)
         with strategy.scope():
@@ -270,9 +251,7 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     if is_chief:
         os.makedirs(os.path.dirname(p["best"]), exist_ok=True)
     callbacks = [
-        # double_checkpoint: a kill while the backup is written falls back to the one before.
-        # Every worker keeps its own backup (non-chief ones under .worker-<index>); the
-        # weights are in sync, so each restores the same state.
+        # double_checkpoint: a kill mid-write falls back to the backup before.
         keras.callbacks.BackupAndRestore(p["backup"], double_checkpoint=True,
                                          delete_checkpoint=False),
         keras.callbacks.TerminateOnNaN(),
@@ -289,9 +268,8 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
         clock = budget.BudgetClock.from_run_dir(run_dir, schedule, config.time_budget, start,
                                                 reserve, log)
         snapshots = budget.Snapshots(BUDGET_AVERAGE)
-        # After the backup (the state is saved with the same epoch), before the CSV row
-        # (it adds the step, learning rate and time to the logs). No best-by-validation
-        # checkpoint: the run ends with the rate at its floor.
+        # After the backup (saved with the same epoch), before the CSV row (the clock adds
+        # to the logs); no best-by-validation checkpoint: the run ends at the rate's floor.
         callbacks[1:] = [clock, snapshots] + [c for c in callbacks[1:]
                                               if not isinstance(c, BestWeightsCheckpoint)]
         verbose = 0
@@ -328,7 +306,6 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     metrics = evaluate(translator, test, config.task, test_refs)
     metrics["train_seconds"] = round(train_seconds, 1)
     if splits["valid"]:
-        # The confidence of every artefact: a calibrator fitted on the validation split.
         from keras_attn.training.calibration import calibrate
 
         valid = splits["valid"][: after.valid_sentences()] if after else splits["valid"]
@@ -367,11 +344,8 @@ def _keep_final_or_average(model, snapshots, valid_ds, log):
 
 
 class BestWeightsCheckpoint(keras.callbacks.Callback):
-    """Keep the weights with the lowest ``monitor`` value, written atomically.
-
-    Unlike ``keras.callbacks.ModelCheckpoint`` the file is written to a temporary name and
-    renamed, so a kill mid-write never leaves a truncated checkpoint, and the best value is
-    kept in a JSON sidecar so a resumed run does not overwrite a better checkpoint.
+    """Keep the weights with the lowest ``monitor`` value (``path``), written atomically, with
+    the best value in a JSON sidecar so a resumed run does not overwrite a better checkpoint.
     """
 
     def __init__(self, path, monitor="val_loss"):
@@ -395,5 +369,5 @@ class BestWeightsCheckpoint(keras.callbacks.Callback):
 
 
 def _save_model(model, path):
-    """Save ``.keras`` atomically: write next to the target, then rename."""
+    """Save ``.keras`` atomically."""
     runs.atomic_save(path, model.save)
