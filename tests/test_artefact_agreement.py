@@ -22,6 +22,7 @@ TEXTS = ["Hello! How are you?", "I'm hungry. It's raining.\n\nCall me tomorrow."
          "Hello! Hello! Hello! Hello!", "Tom Tom Tom Tom Tom.", "Paris", "Go ahead!",
          "Where is the station?", "I'm cold. I'm cold. I'm cold.", "a", "Who", "It"]
 FLOAT32 = ("saved_model/serving_default", "saved_model/translate", "saved_model/translate_v2",
+           "saved_model/translate_v3",  # (its passthrough off, as every artefact's here)
            "tflite/text_float32", "tflite/builtin_float32", "ctranslate2/float32")
 INT8 = ("tflite/text_int8", "tflite/builtin_int8", "ctranslate2/int8")
 

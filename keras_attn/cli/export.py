@@ -11,8 +11,9 @@ FLAGS = {"version": dict(type=int, help="SavedModel version"),
          "quantization": dict(choices=["float32", "int8"], help="CTranslate2 weights"),
          "passthrough": dict(choices=["auto", "on", "off"],
                              help="URLs, e-mail addresses, code, tags, numbers and emoji "
-                                  "passed through in serving_default's graph (auto: for "
-                                  "subword and word models)")}
+                                  "passed through in serving_default's graph, and a "
+                                  "translate_v3 signature that lets a request turn it off "
+                                  "(auto: for subword and word models)")}
 
 
 def _formats(option):
