@@ -46,7 +46,8 @@ def batched(fn, items, batch_size=64):
 
 
 def utf8(strings):
-    """str for every bytes of ``strings`` (a signature's string output)."""
+    """str for every bytes of ``strings`` (a signature's string output, or its tensor)."""
+    strings = strings.numpy() if hasattr(strings, "numpy") else strings
     return [s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s) for s in strings]
 
 
@@ -150,7 +151,7 @@ def _serving_default(path):
     import tensorflow_text  # noqa: F401 (a SentencePiece SavedModel's ops)
 
     serve = tf.saved_model.load(path).signatures["serving_default"]
-    return lambda batch: utf8(serve(text=tf.constant(batch, tf.string))["translation"].numpy())
+    return lambda batch: utf8(serve(text=tf.constant(batch, tf.string))["translation"])
 
 
 def _options_signature(path, name):

@@ -73,14 +73,14 @@ def spans_of(sentences, seed=0):
     return out
 
 
-def read_pairs(path, n, skip=0):
-    """``n`` pairs spread evenly over a tab-separated file (after ``skip`` lines), one per
-    English sentence (its first reference): the file may be sorted by length."""
+def read_pairs(path, n):
+    """``n`` pairs spread evenly over a tab-separated file, one per English sentence (its
+    first reference): the file may be sorted by length."""
     pairs, seen = [], set()
     with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f):
+        for line in f:
             parts = line.rstrip("\n").split("\t")
-            if i < skip or len(parts) < 2 or parts[0] in seen:
+            if len(parts) < 2 or parts[0] in seen:
                 continue
             seen.add(parts[0])
             pairs.append((parts[0], parts[1]))
@@ -177,7 +177,6 @@ def main(argv=None):
     parser.add_argument("--run-dir", required=True, help="the run directory to translate with")
     parser.add_argument("--data", default=DEFAULT_DATA, help="tab-separated held-out pairs")
     parser.add_argument("--n", type=int, default=200, help="sentences (N/5 spans per kind)")
-    parser.add_argument("--skip", type=int, default=0, help="lines of --data skipped first")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plain", action="store_true",
@@ -195,7 +194,8 @@ def main(argv=None):
     from keras_attn.translator import Translator
 
     translator = Translator.from_run_dir(args.run_dir)
-    pairs = read_pairs(args.data, args.n, args.skip)
+    pairs = read_pairs(args.data, args.n)
+
     def translate(texts, on):
         return translator.translate(texts, batch_size=args.batch_size, passthrough=on)
 

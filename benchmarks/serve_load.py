@@ -31,6 +31,8 @@ from benchmarks.results import add_output_args, run_and_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SERVERS = ["libretranslate", "ctranslate2", "savedmodel"]
+SENTENCES = 1000  # held-out inputs, at most
+OFFLINE_SECONDS = 10.0  # each engine alone, a repeat
 
 # wrk's script: the bodies of a file in turn, and the result as one JSON line at the end.
 WRK_SCRIPT = """
@@ -164,7 +166,6 @@ class Server:
             for key, value in self.options.items():  # xla= (no value): a bare flag
                 self.args += ["--" + key.replace("_", "-")] + ([value] if value else [])
         self.env = env
-        self.ours_fields = json.loads(getattr(args, "ours_fields", "") or "{}")
 
     def __enter__(self):
         self.logfile = tempfile.TemporaryFile()
@@ -202,13 +203,11 @@ class Server:
 
     def body(self, sentence):
         """One request's JSON body for this server's language pair (LibreTranslate lists a
-        language among its own targets: that pair copies the text), with ``--ours-fields``
-        on our servers."""
+        language among its own targets: that pair copies the text)."""
         source = self.languages[0]
         target = next(t for t in source["targets"] if t != source["code"])
-        extra = {} if self.name == "libretranslate" else self.ours_fields
-        return json.dumps({"q": sentence, "source": source["code"], "target": target,
-                           **extra}, ensure_ascii=False)
+        return json.dumps({"q": sentence, "source": source["code"], "target": target},
+                          ensure_ascii=False)
 
 
 def json_get(url):
@@ -337,7 +336,7 @@ def server_threads(spec):
 
 def run(args, log=print):
     info = machine()
-    sentences = held_out(args.data, args.sentences)
+    sentences = held_out(args.data, SENTENCES)
     sentences_file = os.path.join(tempfile.mkdtemp(prefix="serve_load_"), "sentences.json")
     with open(sentences_file, "w", encoding="utf-8") as f:
         json.dump(sentences, f)
@@ -347,7 +346,6 @@ def run(args, log=print):
                "data": os.path.abspath(args.data), "sentences": len(sentences),
                "duration_s": args.duration, "warmup_s": args.warmup, "clients": args.clients,
                "generator": "wrk -t1 (keep-alive connections, one sentence a request)",
-               "ours_fields": json.loads(args.ours_fields or "{}"),
                "servers": args.servers, "repeats": []}
     for repeat in range(args.repeats):
         log(f"repeat {repeat + 1}/{args.repeats}")
@@ -358,7 +356,7 @@ def run(args, log=print):
             key = (name, server_threads(spec))
             if name != "libretranslate" and key not in engines:
                 engines[key] = offline(name, paths[name], key[1], sentences_file,
-                                       args.offline_duration)
+                                       OFFLINE_SECONDS)
                 log(f"  offline {name} threads {key[1]}: {engines[key]}")
         results["repeats"].append({"servers": rows, "offline": list(engines.values())})
     results["summary"] = summary(results)
@@ -381,43 +379,37 @@ def point(row, clients):
 def summary(results):
     """Per server and client count the median and range over the repeats; per repeat the
     ratios to LibreTranslate's figures (when it ran), then their median and range."""
+    def rows(spec):  # the server's row of every repeat
+        return [next(r for r in rep["servers"] if r["server"] == spec)
+                for rep in results["repeats"]]
+
     out = {"servers": {}, "ratios": {}, "offline": {}}
     for spec in results["servers"]:
-        rows = [next(r for r in rep["servers"] if r["server"] == spec)
-                for rep in results["repeats"]]
-        entry = {"rss_mb_max": spread([r["rss_mb_max"] for r in rows])}
+        entry = {"rss_mb_max": spread([r["rss_mb_max"] for r in rows(spec)])}
         for clients in results["clients"]:
-            pts = [point(r, clients) for r in rows]
-            entry[str(clients)] = {k: spread([p[k] for p in pts if p]) for k in
+            pts = [p for p in (point(r, clients) for r in rows(spec)) if p]
+            entry[str(clients)] = {k: spread([p[k] for p in pts]) for k in
                                    ("requests_per_s", "p50_ms", "p99_ms", "failed")}
         out["servers"][spec] = entry
     anchor = next((s for s in results["servers"] if s.startswith("libretranslate")), None)
     for spec in results["servers"]:
         if anchor is None or spec == anchor:
             continue
+        pairs = list(zip(rows(spec), rows(anchor)))  # (ours, theirs) per repeat
         ratios = {}
         for clients in results["clients"]:
+            both = [(point(o, clients), point(t, clients)) for o, t in pairs]
             for key in ("requests_per_s", "p50_ms"):
-                values = []
-                for rep in results["repeats"]:
-                    ours = point(next(r for r in rep["servers"] if r["server"] == spec), clients)
-                    theirs = point(next(r for r in rep["servers"] if r["server"] == anchor),
-                                   clients)
-                    if ours and theirs and theirs[key]:
-                        values.append(ours[key] / theirs[key])
-                ratios[f"{key}_{clients}"] = spread(values)
-        values = [next(r for r in rep["servers"] if r["server"] == spec)["rss_mb_max"] /
-                  next(r for r in rep["servers"] if r["server"] == anchor)["rss_mb_max"]
-                  for rep in results["repeats"]]
-        ratios["rss"] = spread(values)
+                ratios[f"{key}_{clients}"] = spread([o[key] / t[key] for o, t in both
+                                                     if o and t and t[key]])
+        ratios["rss"] = spread([o["rss_mb_max"] / t["rss_mb_max"] for o, t in pairs])
         out["ratios"][spec] = ratios
     for rep in results["repeats"]:
         for off in rep["offline"]:
-            key = f"{off['engine']} threads {off['threads']}"
-            out["offline"].setdefault(key, []).append(off)
-    out["offline"] = {k: {"batch32_sentences_per_s": spread(
-        [o["batch32_sentences_per_s"] for o in v]), "batch1_median_ms": spread(
-        [o["batch1_median_ms"] for o in v])} for k, v in out["offline"].items()}
+            out["offline"].setdefault(f"{off['engine']} threads {off['threads']}", []).append(off)
+    out["offline"] = {k: {m: spread([o[m] for o in v]) for m in
+                          ("batch32_sentences_per_s", "batch1_median_ms")}
+                      for k, v in out["offline"].items()}
     return out
 
 
@@ -437,9 +429,7 @@ def markdown(results):
              f"{m['load_average_at_start']}. {results['sentences']} held-out one-sentence "
              f"inputs, one a request; {results['generator']}; {results['warmup_s']} s warm-up, "
              f"{results['duration_s']} s a point; {len(results['repeats'])} repeats, "
-             "interleaved: median (min–max)." + (
-                 f" Our servers' requests also send `{json.dumps(results['ours_fields'])}`."
-                 if results.get("ours_fields") else ""), "",
+             "interleaved: median (min–max).", "",
              "| server | clients | req/s | p50 ms | p99 ms | failed | RSS MB (max) |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for spec, entry in s["servers"].items():
@@ -479,16 +469,10 @@ def main(argv=None):
                    help="the LibreTranslate anchor script (default: $KERAS_ATTN_LT_ANCHOR)")
     p.add_argument("--anchor-python", default=os.environ.get("KERAS_ATTN_LT_PYTHON", ""),
                    help="the Python of LibreTranslate's venv (default: $KERAS_ATTN_LT_PYTHON)")
-    p.add_argument("--ours-fields", default="",
-                   help="JSON object of request fields for our servers only: the decoding "
-                        "LibreTranslate does, '{\"repetition_penalty\": 1, "
-                        "\"no_repeat_ngram_size\": 0, \"max_length_factor\": 0}'")
     p.add_argument("--clients", nargs="+", type=int, default=[1, 16])
     p.add_argument("--duration", type=float, default=30.0, help="seconds a point")
     p.add_argument("--warmup", type=float, default=10.0, help="seconds at 16 clients first")
-    p.add_argument("--offline-duration", type=float, default=10.0)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--sentences", type=int, default=1000)
     add_output_args(p, "serve_load")
     args = p.parse_args(argv)
     if shutil.which("wrk") is None:
