@@ -1,17 +1,12 @@
 """Every artefact of a run against ``Translator`` with its defaults: the same translations?
 
-For every distinct English input of a Tatoeba file, the reference is
-``Translator.from_run_dir(RUN).translate`` with no options, and each artefact answers the
-same input as its documentation calls it, with no options either: ``serving_default``,
-the options signatures (as ``SavedModelEngine`` calls them), ``tflite/text_<q>``
-(:func:`text_file`), ``tflite/builtin_<q>`` (:func:`builtin_files`; ``--builtin-limit``:
-the first N inputs) and ``ctranslate2/<q>`` (``--ct2-dir``, int8 beside it with
-``_int8``). Spans are not passed through on any side. A missing artefact is reported as
-skipped; per artefact: the inputs compared, the share identical and the first differences.
+For every distinct English input of a Tatoeba file, each artefact answers as its page calls
+it, with no options: ``serving_default``, the options signatures (through
+``SavedModelEngine``), ``tflite/text_<q>``, ``tflite/builtin_<q>`` (``--builtin-limit``: the
+first N inputs) and ``ctranslate2/<q>`` (``--ct2-dir``; int8 in ``<dir>_int8``). Spans are
+not passed through; a missing artefact is skipped.
 
-Usage:
-    python -m benchmarks.artefact_agreement runs/fra --data fra-eng/dev.txt \\
-        --json docs/benchmarks/artefact_agreement.json
+    python -m benchmarks.artefact_agreement RUN --data fra-eng/dev.txt --json OUT.json
 """
 import argparse
 import json

@@ -16,7 +16,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.timing import block, gflops, interleaved, log
+from benchmarks.timing import block, cpu_info, gflops, interleaved, log
 
 
 # --- setup -----------------------------------------------------------------------------
@@ -29,18 +29,12 @@ def configure_threads(threads):
 
 def machine_info():
     """CPU model, cores, load average and library versions (for the results file)."""
-    model = platform.processor() or platform.machine()
-    flags = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model in ("", platform.machine()):
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
     import keras
+
+    model, flags = cpu_info()
+    if platform.processor() and platform.processor() != platform.machine():
+        model = platform.processor()
+    model = model or platform.machine()
 
     info = {"cpu": model, "cpu_count": os.cpu_count(),
             "simd": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni",

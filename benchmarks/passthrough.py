@@ -2,18 +2,13 @@
 address, a number, inline code or an emoji inserted (the kinds in turn), translated by a
 run with and without ``passthrough``.
 
-Reported: ``identical`` (the share of spans found byte-identical in the translation, per
-kind and overall); ``bleu_with_spans`` (the translations with each span removed, against
-those of the sentences without spans) and ``bleu_around_spans_delta`` (their BLEU against
-the references minus the span-less translations'); the same with ``passthrough=False``.
-``--plain``: the whole file with and without passing through, against its references.
-``--saved-model``: the translations with passing through from ``serving_default``.
-Without the corpus the script says so and exits 0 (``"skipped"``).
+Reported per setting: ``identical`` (the share of spans back byte-identical, per kind and
+overall) and ``bleu_around_spans_delta`` (BLEU of the translations with each span removed,
+minus the span-less sources'). ``--plain``: the whole file with and without passing through;
+``--saved-model``: passing through by ``serving_default``. Without the corpus: ``"skipped"``.
 
-Usage:
-    python -m benchmarks.passthrough --run-dir RUN [--data ../shared/data/fra-eng/dev.txt]
-        [--n 200] [--plain] [--saved-model RUN/export/saved_model/translator/1]
-        [--out results.json]
+    python -m benchmarks.passthrough --run-dir RUN [--data DEV] [--n 200] [--plain]
+        [--saved-model RUN/export/saved_model/translator/1] [--out results.json]
 
 Example:
     >>> text, span, kind = spans_of(["Hello there."])[0]

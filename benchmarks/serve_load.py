@@ -2,14 +2,12 @@
 
 Each server runs in its own process, loaded by ``wrk`` (keep-alive connections, one
 held-out sentence a request): ``--warmup`` seconds at 16 connections, then ``--duration``
-seconds at each ``--clients`` count; per point requests/s, p50/p90/p99 latency, failures
-and the largest resident memory. Servers: ``libretranslate`` (our CTranslate2 export as an
-Argos package, greedy, started by ``--anchor`` in ``--anchor-python``), ``ctranslate2`` and
-``savedmodel`` (``keras-attn serve --engine ...``); options as ``savedmodel:replicas=2``
-(``keras-attn serve`` flags; ``xla=``: a bare flag). The repeats are interleaved; the
-engines' offline throughput is measured in the same run.
+seconds at each ``--clients`` count; per point requests/s, latency percentiles, failures
+and the largest resident memory. Servers: ``libretranslate`` (``--anchor`` run by
+``--anchor-python``), ``ctranslate2`` and ``savedmodel``, each ``NAME[:flag=value,...]``
+(``keras-attn serve`` flags; ``xla=``: a bare flag). Repeats are interleaved; the engines'
+offline throughput is measured in the same run.
 
-Usage:
     python -m benchmarks.serve_load RUN_DIR --data DEV_FILE \\
         --anchor ANCHOR.py --anchor-python LT_VENV/bin/python --repeats 3
 """
@@ -27,7 +25,9 @@ import threading
 import time
 import urllib.request
 
+from benchmarks.artefact_agreement import read_sources
 from benchmarks.results import add_output_args, run_and_write
+from benchmarks.timing import cpu_info
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SERVERS = ["libretranslate", "ctranslate2", "savedmodel"]
@@ -62,22 +62,12 @@ def held_out(data, count):
     French lines), in file order."""
     from keras_attn.text import documents
 
-    seen, out = set(), []
-    for line in open(data, encoding="utf-8"):
-        english = line.split("\t")[0].strip()
-        if english and english not in seen and len(documents.split(english).sentences) == 1:
-            seen.add(english)
-            out.append(english)
-    return out[:count]
+    stripped = dict.fromkeys(s.strip() for s in read_sources(data))
+    return [s for s in stripped if s and len(documents.split(s).sentences) == 1][:count]
 
 
 def machine():
-    model = ""
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
-    return {"cpu": model, "cores": len(os.sched_getaffinity(0)),
+    return {"cpu": cpu_info()[0], "cores": len(os.sched_getaffinity(0)),
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 

@@ -19,6 +19,21 @@ def log(*args):
     print(*args, flush=True)
 
 
+def cpu_info():
+    """``(model name, set of CPU flags)`` from /proc/cpuinfo (``("", set())`` without it)."""
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and not model:
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return model, flags
+
+
 def _leaves(out):
     if isinstance(out, dict):
         return [t for v in out.values() for t in _leaves(v)]
@@ -39,14 +54,6 @@ def block(out):
     return out
 
 
-def time_once(fn, clock="wall"):
-    """Seconds one call of ``fn()`` takes, its outputs fetched."""
-    now = CLOCKS[clock]
-    t0 = now()
-    block(fn())
-    return now() - t0
-
-
 def interleaved(fns, repeats=7, warmup=2, clock="wall"):
     """Time the callables of ``fns`` (name -> zero-argument callable) in alternation.
 
@@ -59,11 +66,13 @@ def interleaved(fns, repeats=7, warmup=2, clock="wall"):
     for fn in fns.values():
         for _ in range(warmup):
             block(fn())
-    names = list(fns)
+    names, now = list(fns), CLOCKS[clock]
     times = {name: [] for name in names}
     for r in range(repeats):
         for name in (names if r % 2 == 0 else names[::-1]):
-            times[name].append(time_once(fns[name], clock))
+            t0 = now()
+            block(fns[name]())  # its outputs fetched
+            times[name].append(now() - t0)
     return times
 
 
