@@ -46,45 +46,44 @@ def utf8(strings):
     return [s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s) for s in strings]
 
 
+def _split_joined(translate_sentences):
+    """``batch -> translations``: each text split with ``split_for_tflite``, every sentence
+    in one call of ``translate_sentences``, joined with ``join_from_tflite``."""
+    from keras_attn.export import runtime
+
+    def call(batch):
+        sentences, counts, separators = runtime.split_for_tflite(batch)
+        out = translate_sentences(sentences) if len(sentences) else sentences
+        return runtime.join_from_tflite(out, counts, separators)
+
+    return call
+
+
 def text_file(path):
     """``batch -> translations`` through the TFLite text file ``path`` as docs/tflite.md
-    calls it: ``split_for_tflite``, every sentence in one call of ``translate_sentences``,
-    ``join_from_tflite`` (a file exported before that signature: ``run_tflite_text``)."""
+    calls it (``translate_sentences``; a file exported before it: ``run_tflite_text``)."""
     from keras_attn.export import runtime
 
     interpreter = runtime.text_interpreter(model_path=path)
     key = runtime.TFLITE_SENTENCES_SIGNATURE
-    runner = (interpreter.get_signature_runner(key) if key in interpreter.get_signature_list()
-              else None)
-
-    def call(batch):
-        sentences, counts, separators = runtime.split_for_tflite(batch)
-        if len(sentences) == 0:
-            return runtime.join_from_tflite(sentences, counts, separators)
-        if runner is None:
-            out = runtime.run_tflite_text(path, sentences, split=False)
-        else:
-            out = runner(sentences=sentences)
-        return runtime.join_from_tflite(out["translation"], counts, separators)
-
-    return call
+    if key in interpreter.get_signature_list():
+        runner = interpreter.get_signature_runner(key)
+        return _split_joined(lambda sentences: runner(sentences=sentences)["translation"])
+    return _split_joined(lambda sentences: runtime.run_tflite_text(
+        path, sentences, split=False)["translation"])
 
 
 def builtin_files(translator, folder):
     """``batch -> translations`` through the builtin folder's reference loop
-    (``runtime.run_tflite_builtin``): each sentence encoded with ``translator``, decoded by
-    the step file, detokenized, joined back as :func:`text_file` joins."""
+    (``runtime.run_tflite_builtin``), the sentences encoded and detokenized by
+    ``translator``."""
     from keras_attn.export import runtime
 
-    def call(batch):
-        sentences, counts, separators = runtime.split_for_tflite(batch)
-        if len(sentences) == 0:
-            return runtime.join_from_tflite(sentences, counts, separators)
+    def translate(sentences):
         ids = translator.encode(utf8(sentences)).numpy()
-        tokens = runtime.run_tflite_builtin(folder, ids)["tokens"]
-        return runtime.join_from_tflite(translator.detokenize(tokens), counts, separators)
+        return translator.detokenize(runtime.run_tflite_builtin(folder, ids)["tokens"])
 
-    return call
+    return _split_joined(translate)
 
 
 def compare(texts, reference, got, seconds, keep=5, names=("reference", "artefact")):

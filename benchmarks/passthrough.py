@@ -149,22 +149,11 @@ def plain_bleu(translate, path):
 
 def saved_model_translate(path, batch_size, fallback):
     """``translate(texts, passthrough)``: passing through, the SavedModel's
-    ``serving_default``; without, ``fallback`` (its options signatures need every input
-    from Python)."""
-    import tensorflow as tf
+    ``serving_default``; without, ``fallback``."""
+    from benchmarks.artefact_agreement import _serving_default, batched
 
-    serve = tf.saved_model.load(path).signatures["serving_default"]
-
-    def translate(texts, on):
-        if not on:
-            return fallback(texts, False)
-        out = []
-        for i in range(0, len(texts), batch_size):
-            batch = tf.constant(texts[i: i + batch_size], tf.string)
-            out += [t.decode("utf-8") for t in serve(text=batch)["translation"].numpy()]
-        return out
-
-    return translate
+    serve = _serving_default(path)
+    return lambda texts, on: batched(serve, texts, batch_size) if on else fallback(texts, False)
 
 
 def main(argv=None):

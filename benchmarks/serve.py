@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks.artefact_agreement import utf8
-from benchmarks.timing import log
+from benchmarks.timing import log, spread
 from keras_attn.core.runs import read_json
 from keras_attn.translation.pipeline import pad
 
@@ -291,9 +291,7 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads, count):
                 bases += ("saved_model_translate",)  # what compiling the decoding gains
             for base in dict.fromkeys(bases):
                 ratios = [t_ct2 / t for t, t_ct2 in zip(per_round[e], per_round[base])]
-                rows[e][f"vs_{base}"] = {"median": round(float(np.median(ratios)), 3),
-                                         "min": round(min(ratios), 3),
-                                         "max": round(max(ratios), 3)}
+                rows[e][f"vs_{base}"] = spread(ratios, 3)
             v = rows[e][f"vs_{yardstick(e)}"]
             log(f"  [{label}] batch {b:3d} {e:28s} {rows[e]['ms_per_sentence']:8.2f} "
                 f"ms/sentence {rows[e]['tokens_per_s']:9.1f} tok/s  x{v['median']} of "

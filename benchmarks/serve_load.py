@@ -27,7 +27,7 @@ import urllib.request
 
 from benchmarks.artefact_agreement import read_sources
 from benchmarks.results import add_output_args, run_and_write
-from benchmarks.timing import cpu_info
+from benchmarks.timing import cpu_info, spread
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SERVERS = ["libretranslate", "ctranslate2", "savedmodel"]
@@ -103,17 +103,16 @@ def rss_bytes(pid):
 
 
 class MemorySampler(threading.Thread):
-    """RSS of a process tree every ``every`` seconds: ``samples`` [(seconds, bytes)]."""
+    """RSS of a process tree every ``every`` seconds: ``samples``, bytes."""
 
     def __init__(self, pid, every=1.0):
         super().__init__(daemon=True)
         self.pid, self.every, self.samples = pid, every, []
         self._halt = threading.Event()
-        self._start = time.monotonic()
 
     def run(self):
         while not self._halt.is_set():
-            self.samples.append((round(time.monotonic() - self._start, 1), rss_bytes(self.pid)))
+            self.samples.append(rss_bytes(self.pid))
             self._halt.wait(self.every)
 
     def stop(self):
@@ -252,7 +251,7 @@ def measure_server(spec, paths, sentences, args, log):
                 points.append(m)
         finally:
             os.unlink(bodies)
-        samples = [b for _, b in server.memory.samples]
+        samples = server.memory.samples
         return {"server": spec, "startup_s": round(server.startup_s, 1), "points": points,
                 "rss_mb_max": round(max(samples) / 2**20, 1) if samples else None,
                 "rss_mb_end": round(samples[-1] / 2**20, 1) if samples else None}
@@ -354,14 +353,6 @@ def run(args, log=print):
 
 
 # --- the report -----------------------------------------------------------------------------
-def spread(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"median": round(statistics.median(values), 2), "min": round(min(values), 2),
-            "max": round(max(values), 2)}
-
-
 def point(row, clients):
     return next((p for p in row["points"] if p["clients"] == clients), None)
 

@@ -85,6 +85,15 @@ def summarize(seconds):
             "repeats": int(ms.size)}
 
 
+def spread(values, digits=2):
+    """``{"median", "min", "max"}`` of ``values`` (Nones left out), or None when empty."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": round(float(np.median(values)), digits),
+            "min": round(min(values), digits), "max": round(max(values), digits)}
+
+
 def ratio(ours, theirs):
     """Median time of ``ours`` over ``theirs`` (summaries): < 1, ours is faster."""
     return round(ours["median_ms"] / theirs["median_ms"], 3)

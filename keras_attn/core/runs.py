@@ -92,7 +92,7 @@ def paths(run_dir):
         "csv": os.path.join(run_dir, "training_log.csv"),
         "model": os.path.join(run_dir, "model.keras"),
         "metrics": os.path.join(run_dir, "metrics.json"),
-        # The confidence calibrator fitted on the validation split (keras_attn.training.calibration).
+        # the confidence calibrator (keras_attn.training.calibration)
         "calibration": os.path.join(run_dir, "calibration.json"),
         "budget": os.path.join(run_dir, "budget.json"),
         "export": os.path.join(run_dir, "export"),
