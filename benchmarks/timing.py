@@ -1,8 +1,6 @@
 """Interleaved timing and its summaries, on any Keras backend (imports no framework).
-
-Both sides of a comparison run in one process, interleaved after warm-up; medians are
-reported. Clocks: ``"wall"`` (``time.perf_counter``) or ``"cpu"`` (``time.process_time``,
-steadier on a loaded machine with one thread; with more it counts spin-waiting).
+Clocks: ``"wall"`` (``time.perf_counter``) or ``"cpu"`` (``time.process_time``, steadier
+on a loaded machine with one thread).
 
 Example:
     >>> times = interleaved({"ours": f, "theirs": g}, repeats=9, warmup=2, clock="cpu")
