@@ -1,6 +1,8 @@
-"""What every other part of keras_attn reads, standard library only: the run directory
-(``runs``), a run's options (``config``), its languages (``languages``), the reserved ids
-(``special_tokens``) and lazy package names (``lazy``).
+"""What every other part of keras_attn reads: the run directory (``runs``), a run's options
+(``config``), its languages (``languages``), the reserved ids (``special_tokens``) and lazy
+package names (``lazy``).
+
+May import: the standard library only (nothing else of keras_attn).
 
 Example:
     >>> from keras_attn.core.config import TrainConfig
