@@ -1,17 +1,12 @@
 """Every artefact of a run against ``Translator`` with its defaults: the same translations?
 
-For every distinct English input of a Tatoeba file, the reference is
-``Translator.from_run_dir(RUN).translate`` with no options, and each artefact answers the
-same input as its documentation calls it, with no options either: ``serving_default``,
-the options signatures (as ``SavedModelEngine`` calls them), ``tflite/text_<q>``
-(:func:`text_file`), ``tflite/builtin_<q>`` (:func:`builtin_files`; ``--builtin-limit``:
-the first N inputs) and ``ctranslate2/<q>`` (``--ct2-dir``, int8 beside it with
-``_int8``). Spans are not passed through on any side. A missing artefact is reported as
-skipped; per artefact: the inputs compared, the share identical and the first differences.
+For every distinct English input of a Tatoeba file, each artefact answers as its page calls
+it, with no options: ``serving_default``, the options signatures (through
+``SavedModelEngine``), ``tflite/text_<q>``, ``tflite/builtin_<q>`` (``--builtin-limit``: the
+first N inputs) and ``ctranslate2/<q>`` (``--ct2-dir``; int8 in ``<dir>_int8``). Spans are
+not passed through; a missing artefact is skipped.
 
-Usage:
-    python -m benchmarks.artefact_agreement runs/fra --data fra-eng/dev.txt \\
-        --json docs/benchmarks/artefact_agreement.json
+    python -m benchmarks.artefact_agreement RUN --data fra-eng/dev.txt --json OUT.json
 """
 import argparse
 import json
@@ -46,49 +41,49 @@ def batched(fn, items, batch_size=64):
 
 
 def utf8(strings):
-    """str for every bytes of ``strings`` (a signature's string output)."""
+    """str for every bytes of ``strings`` (a signature's string output, or its tensor)."""
+    strings = strings.numpy() if hasattr(strings, "numpy") else strings
     return [s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s) for s in strings]
+
+
+def _split_joined(translate_sentences):
+    """``batch -> translations``: each text split with ``split_for_tflite``, every sentence
+    in one call of ``translate_sentences``, joined with ``join_from_tflite``."""
+    from keras_attn.export import runtime
+
+    def call(batch):
+        sentences, counts, separators = runtime.split_for_tflite(batch)
+        out = translate_sentences(sentences) if len(sentences) else sentences
+        return runtime.join_from_tflite(out, counts, separators)
+
+    return call
 
 
 def text_file(path):
     """``batch -> translations`` through the TFLite text file ``path`` as docs/tflite.md
-    calls it: ``split_for_tflite``, every sentence in one call of ``translate_sentences``,
-    ``join_from_tflite`` (a file exported before that signature: ``run_tflite_text``)."""
+    calls it (``translate_sentences``; a file exported before it: ``run_tflite_text``)."""
     from keras_attn.export import runtime
 
     interpreter = runtime.text_interpreter(model_path=path)
     key = runtime.TFLITE_SENTENCES_SIGNATURE
-    runner = (interpreter.get_signature_runner(key) if key in interpreter.get_signature_list()
-              else None)
-
-    def call(batch):
-        sentences, counts, separators = runtime.split_for_tflite(batch)
-        if len(sentences) == 0:
-            return runtime.join_from_tflite(sentences, counts, separators)
-        if runner is None:
-            out = runtime.run_tflite_text(path, sentences, split=False)
-        else:
-            out = runner(sentences=sentences)
-        return runtime.join_from_tflite(out["translation"], counts, separators)
-
-    return call
+    if key in interpreter.get_signature_list():
+        runner = interpreter.get_signature_runner(key)
+        return _split_joined(lambda sentences: runner(sentences=sentences)["translation"])
+    return _split_joined(lambda sentences: runtime.run_tflite_text(
+        path, sentences, split=False)["translation"])
 
 
 def builtin_files(translator, folder):
     """``batch -> translations`` through the builtin folder's reference loop
-    (``runtime.run_tflite_builtin``): each sentence encoded with ``translator``, decoded by
-    the step file, detokenized, joined back as :func:`text_file` joins."""
+    (``runtime.run_tflite_builtin``), the sentences encoded and detokenized by
+    ``translator``."""
     from keras_attn.export import runtime
 
-    def call(batch):
-        sentences, counts, separators = runtime.split_for_tflite(batch)
-        if len(sentences) == 0:
-            return runtime.join_from_tflite(sentences, counts, separators)
+    def translate(sentences):
         ids = translator.encode(utf8(sentences)).numpy()
-        tokens = runtime.run_tflite_builtin(folder, ids)["tokens"]
-        return runtime.join_from_tflite(translator.detokenize(tokens), counts, separators)
+        return translator.detokenize(runtime.run_tflite_builtin(folder, ids)["tokens"])
 
-    return call
+    return _split_joined(translate)
 
 
 def compare(texts, reference, got, seconds, keep=5, names=("reference", "artefact")):
@@ -150,7 +145,7 @@ def _serving_default(path):
     import tensorflow_text  # noqa: F401 (a SentencePiece SavedModel's ops)
 
     serve = tf.saved_model.load(path).signatures["serving_default"]
-    return lambda batch: utf8(serve(text=tf.constant(batch, tf.string))["translation"].numpy())
+    return lambda batch: utf8(serve(text=tf.constant(batch, tf.string))["translation"])
 
 
 def _options_signature(path, name):

@@ -33,9 +33,14 @@ RUNNERS = {"mha": bench_mha, "train": bench_train, "decode": bench_decode,
            "serve": bench_serve}
 
 
+def _list(kind=str):
+    """A comma-separated option's values, each read as ``kind``."""
+    return lambda s: [kind(x.strip()) for x in s.split(",") if x.strip()]
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+    ap.add_argument("--sections", type=_list(), default=",".join(DEFAULT_SECTIONS),
                     help=f"comma-separated subset of {','.join(SECTIONS)} (default: all "
                          "but serve)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and repeats (smoke run)")
@@ -47,30 +52,24 @@ def parse_args(argv=None):
                     help="wall (default) or cpu (process CPU time; use with --threads 1)")
     ap.add_argument("--profile", action="store_true",
                     help="also record the op types taking most time on each side")
-    ap.add_argument("--mha-lengths", type=lambda s: [int(x) for x in s.split(",")], default=None)
-    ap.add_argument("--train-policies", type=lambda s: s.split(","),
+    ap.add_argument("--mha-lengths", type=_list(int), default=None)
+    ap.add_argument("--train-policies", type=_list(),
                     default=["float32", "mixed_bfloat16"])
-    ap.add_argument("--train-dropouts", type=lambda s: [float(x) for x in s.split(",")],
+    ap.add_argument("--train-dropouts", type=_list(float),
                     default=[0.1, 0.0], help="0.1 (the target) and extra float32 rows")
     ap.add_argument("--run-dir", default="/tmp/run_default",
                     help="'serve': the trained dates run")
     ap.add_argument("--serve-fra-run-dir", default="",
-                    help="'serve': an English-French run (default: trained for "
-                         "--serve-train-steps)")
-    ap.add_argument("--serve-data", default=os.path.join("..", "shared", "data", "fra-eng"),
-                    help="'serve': Tatoeba folder for the English-French-sized model")
-    ap.add_argument("--serve-train-steps", type=int, default=300)
-    ap.add_argument("--serve-sentences", type=int, default=None,
-                    help="'serve': sentences per timed pass (default 64; quick 4)")
+                    help="'serve': an English-French run (default: trained briefly)")
     ap.add_argument("--serve-rounds", type=int, default=None,
                     help="'serve': rounds, each engine once per round in its own process "
                          "(default 5; quick 1)")
-    ap.add_argument("--serve-batches", type=lambda s: [int(x) for x in s.split(",")],
+    ap.add_argument("--serve-batches", type=_list(int),
                     default=None, help="'serve': batch sizes (default 1,32; quick 1,2)")
-    ap.add_argument("--serve-engines", type=lambda s: [x.strip() for x in s.split(",")],
+    ap.add_argument("--serve-engines", type=_list(),
                     default=None, help="'serve': engines to time (default: all; "
                     f"{', '.join(REFERENCE_ENGINES)} always)")
-    ap.add_argument("--serve-models", type=lambda s: [x.strip() for x in s.split(",")],
+    ap.add_argument("--serve-models", type=_list(),
                     default=["dates", "fra"], help="'serve': models (default: dates,fra)")
     ap.add_argument("--note", default="", help="free text for the results (machine state, ...)")
     ap.add_argument("--render", metavar="JSON", default=None,
@@ -81,20 +80,13 @@ def parse_args(argv=None):
     ap.add_argument("--md", default="",
                     help="Markdown table (default: bench.md beside --json)")
     args = ap.parse_args(argv)
-    args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     bad = sorted(set(args.sections) - set(SECTIONS))
     if bad:
         ap.error(f"unknown sections {bad}; choose from {','.join(SECTIONS)}")
-    if args.repeats is None:
-        args.repeats = 3 if args.quick else 9
-    if args.warmup is None:
-        args.warmup = 1 if args.quick else 2
-    if args.serve_sentences is None:
-        args.serve_sentences = 4 if args.quick else 64
-    if args.serve_rounds is None:
-        args.serve_rounds = 1 if args.quick else 5
-    if args.serve_batches is None:
-        args.serve_batches = [1, 2] if args.quick else [1, 32]
+    for name, quick, full in (("repeats", 3, 9), ("warmup", 1, 2), ("serve_rounds", 1, 5),
+                              ("serve_batches", [1, 2], [1, 32])):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     if args.serve_engines is None:
         args.serve_engines = list(ENGINES)
     elif set(args.serve_engines) - set(ENGINES):

@@ -1,5 +1,5 @@
-"""TensorFlow-only measuring tools of the suite: threads, machine, matmul peak, FLOP counts,
-the MHA matmul floor and op profiles (timing itself: :mod:`benchmarks.timing`).
+"""The suite's TensorFlow tools: threads, machine, matmul peak, FLOP counts, the MHA matmul
+floor and op profiles.
 
 Example:
     >>> configure_threads(1)
@@ -16,7 +16,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.timing import block, gflops, interleaved, log
+from benchmarks.timing import block, cpu_info, gflops, interleaved, log
 
 
 # --- setup -----------------------------------------------------------------------------
@@ -29,18 +29,12 @@ def configure_threads(threads):
 
 def machine_info():
     """CPU model, cores, load average and library versions (for the results file)."""
-    model = platform.processor() or platform.machine()
-    flags = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model in ("", platform.machine()):
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
     import keras
+
+    model, flags = cpu_info()
+    if platform.processor() and platform.processor() != platform.machine():
+        model = platform.processor()
+    model = model or platform.machine()
 
     info = {"cpu": model, "cpu_count": os.cpu_count(),
             "simd": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni",
@@ -73,13 +67,9 @@ def mha_flops(batch, length, d_model, backward=False):
 
 
 def mha_matmul_floor(batch, length, d_model, heads, backward=False, seed=0):
-    """Only the matmuls of a self-attention layer: a lower bound on its time.
-
-    The returned function takes ``x (batch, length, d_model)`` and runs the six matmuls of
-    multi-head self-attention (with ``backward`` the twelve of the backward pass too), with
-    the layer's shapes and dependencies and nothing else (no bias, scale, softmax,
-    transpose or copy): exactly :func:`mha_flops`.
-    """
+    """Only the matmuls of a self-attention layer, a lower bound on its time: a function of
+    ``x (batch, length, d_model)`` running the six matmuls (with ``backward`` the twelve of
+    the backward pass too) with the layer's shapes and nothing else: :func:`mha_flops`."""
     b, n, d, h = batch, length, d_model, heads
     dh = d // h
     rng = np.random.default_rng(seed)
@@ -132,11 +122,11 @@ def seq2seq_train_flops(*args, **kwargs):
 
 # --- where the time goes -----------------------------------------------------------------------
 def op_profile(fn, steps=3, top=15):
-    """Time per TensorFlow op type (ms per call of ``fn()``) from ``tf.profiler`` traces,
-    each op instance counted as its median duration times its runs per call.
+    """Milliseconds per call of ``fn()`` per TensorFlow op type (``tf.profiler`` traces; an
+    op instance counts its median duration times its runs per call).
 
-    Returns: list of ``(op_type, ms)`` sorted by time, and the list of
-    ``(op_name:op_type, ms)`` for the ``top`` most expensive op instances.
+    Returns: ``[(op_type, ms)]`` by time, and ``[(op_name:op_type, ms)]`` of the ``top``
+    op instances.
     """
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
@@ -149,14 +139,10 @@ def op_profile(fn, steps=3, top=15):
     finally:
         tf.profiler.experimental.stop()
     durations = collections.defaultdict(list)  # "name:type" -> every event's ms
-    spaces = []
     for path in glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True):
         space = xplane_pb2.XSpace()
         with open(path, "rb") as f:
             space.ParseFromString(f.read())
-        spaces.append(space)
-    shutil.rmtree(logdir, ignore_errors=True)
-    for space in spaces:
         for plane in space.planes:
             if not plane.name.startswith("/host:CPU"):
                 continue
@@ -168,6 +154,7 @@ def op_profile(fn, steps=3, top=15):
                     op_type = name.rsplit(":", 1)[1]
                     if op_type and (op_type[0].isupper() or op_type[0] == "_"):
                         durations[name].append(event.duration_ps / 1e9)
+    shutil.rmtree(logdir, ignore_errors=True)
     by_type, by_name = collections.Counter(), collections.Counter()
     for name, ms in durations.items():
         cost = float(np.median(ms)) * len(ms) / steps

@@ -21,26 +21,17 @@ def bench_mha(args, peak):
         ours(x, x, x)
         theirs(x, x)
 
-        def call_ours(t):
-            return ours(t, t, t)
-
-        def call_keras(t):
-            return theirs(t, t)
-
-        calls = {"ours": call_ours, "keras": call_keras}
+        calls = {"ours": lambda t: ours(t, t, t), "keras": lambda t: theirs(t, t)}
         layers = {"ours": ours, "keras": theirs}
         for jit in (False, True):
             for backward in (False, True):
                 fns = {}
                 for name, call in calls.items():
-                    fn = tf.function(_with_grads(call, layers[name]) if backward else call,
-                                     jit_compile=jit)
-                    fns[name] = (lambda f: lambda: f(x))(fn)
-                # The same matmuls and nothing else: the best any layer on these kernels
-                # could do (mha_matmul_floor), timed in the same rounds.
-                floor = tf.function(mha_matmul_floor(batch, length, d, heads, backward),
-                                    jit_compile=jit)
-                fns["matmuls_only"] = (lambda f: lambda: f(x))(floor)
+                    fns[name] = _bound(tf.function(
+                        _with_grads(call, layers[name]) if backward else call, jit_compile=jit), x)
+                # The same matmuls and nothing else: the best any layer could do.
+                fns["matmuls_only"] = _bound(tf.function(
+                    mha_matmul_floor(batch, length, d, heads, backward), jit_compile=jit), x)
                 times = interleaved(fns, args.repeats, args.warmup, args.clock)
                 stats = {k: summarize(v) for k, v in times.items()}
                 flops = mha_flops(batch, length, d, backward)
@@ -72,6 +63,10 @@ def bench_mha(args, peak):
                        "matmuls_only": "benchmarks.common.mha_matmul_floor: the layer's "
                                        "matmuls alone (same FLOPs), a floor for any layer"},
             "target": "forward+backward at L=256: ours <= 0.8x Keras", "rows": rows}
+
+
+def _bound(fn, x):
+    return lambda: fn(x)
 
 
 def _with_grads(call, layer):

@@ -2,18 +2,13 @@
 address, a number, inline code or an emoji inserted (the kinds in turn), translated by a
 run with and without ``passthrough``.
 
-Reported: ``identical`` (the share of spans found byte-identical in the translation, per
-kind and overall); ``bleu_with_spans`` (the translations with each span removed, against
-those of the sentences without spans) and ``bleu_around_spans_delta`` (their BLEU against
-the references minus the span-less translations'); the same with ``passthrough=False``.
-``--plain``: the whole file with and without passing through, against its references.
-``--saved-model``: the translations with passing through from ``serving_default``.
-Without the corpus the script says so and exits 0 (``"skipped"``).
+Reported per setting: ``identical`` (the share of spans back byte-identical, per kind and
+overall) and ``bleu_around_spans_delta`` (BLEU of the translations with each span removed,
+minus the span-less sources'). ``--plain``: the whole file with and without passing through;
+``--saved-model``: passing through by ``serving_default``. Without the corpus: ``"skipped"``.
 
-Usage:
-    python -m benchmarks.passthrough --run-dir RUN [--data ../shared/data/fra-eng/dev.txt]
-        [--n 200] [--plain] [--saved-model RUN/export/saved_model/translator/1]
-        [--out results.json]
+    python -m benchmarks.passthrough --run-dir RUN [--data DEV] [--n 200] [--plain]
+        [--saved-model RUN/export/saved_model/translator/1] [--out results.json]
 
 Example:
     >>> text, span, kind = spans_of(["Hello there."])[0]
@@ -73,14 +68,14 @@ def spans_of(sentences, seed=0):
     return out
 
 
-def read_pairs(path, n, skip=0):
-    """``n`` pairs spread evenly over a tab-separated file (after ``skip`` lines), one per
-    English sentence (its first reference): the file may be sorted by length."""
+def read_pairs(path, n):
+    """``n`` pairs spread evenly over a tab-separated file, one per English sentence (its
+    first reference): the file may be sorted by length."""
     pairs, seen = [], set()
     with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f):
+        for line in f:
             parts = line.rstrip("\n").split("\t")
-            if i < skip or len(parts) < 2 or parts[0] in seen:
+            if len(parts) < 2 or parts[0] in seen:
                 continue
             seen.add(parts[0])
             pairs.append((parts[0], parts[1]))
@@ -154,22 +149,11 @@ def plain_bleu(translate, path):
 
 def saved_model_translate(path, batch_size, fallback):
     """``translate(texts, passthrough)``: passing through, the SavedModel's
-    ``serving_default``; without, ``fallback`` (its options signatures need every input
-    from Python)."""
-    import tensorflow as tf
+    ``serving_default``; without, ``fallback``."""
+    from benchmarks.artefact_agreement import _serving_default, batched
 
-    serve = tf.saved_model.load(path).signatures["serving_default"]
-
-    def translate(texts, on):
-        if not on:
-            return fallback(texts, False)
-        out = []
-        for i in range(0, len(texts), batch_size):
-            batch = tf.constant(texts[i: i + batch_size], tf.string)
-            out += [t.decode("utf-8") for t in serve(text=batch)["translation"].numpy()]
-        return out
-
-    return translate
+    serve = _serving_default(path)
+    return lambda texts, on: batched(serve, texts, batch_size) if on else fallback(texts, False)
 
 
 def main(argv=None):
@@ -177,7 +161,6 @@ def main(argv=None):
     parser.add_argument("--run-dir", required=True, help="the run directory to translate with")
     parser.add_argument("--data", default=DEFAULT_DATA, help="tab-separated held-out pairs")
     parser.add_argument("--n", type=int, default=200, help="sentences (N/5 spans per kind)")
-    parser.add_argument("--skip", type=int, default=0, help="lines of --data skipped first")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plain", action="store_true",
@@ -195,7 +178,8 @@ def main(argv=None):
     from keras_attn.translator import Translator
 
     translator = Translator.from_run_dir(args.run_dir)
-    pairs = read_pairs(args.data, args.n, args.skip)
+    pairs = read_pairs(args.data, args.n)
+
     def translate(texts, on):
         return translator.translate(texts, batch_size=args.batch_size, passthrough=on)
 

@@ -70,11 +70,6 @@ def markdown(results):
     return "\n".join(lines)
 
 
-def _artefact(engine):
-    """The file an engine runs: both SavedModel signatures share one SavedModel."""
-    return "saved_model" if engine.startswith("saved_model") else engine
-
-
 def _serve_markdown(sv):
     lines = ["## Serving engines: greedy translation, same weights", ""]
     if not sv.get("available"):
@@ -101,12 +96,13 @@ def _serve_markdown(sv):
                 ids = a.get("ids_vs_translate_ids")
                 base = "ctranslate2_int8" if k.endswith("int8") else "ctranslate2_float32"
                 v = r[f"vs_{base}"]
+                file = "saved_model" if k.startswith("saved_model") else k  # one for all
                 lines.append(
                     f"| {k} | {b} | {r['ms_per_sentence']:.2f} | {r['tokens_per_s']:.0f} | "
                     f"{r['spread_pct']} | **{v['median']:.2f}x** ({v['min']:.2f}-"
                     f"{v['max']:.2f}) | {a['text_vs_serving_default']:.1%} | "
                     f"{'' if ids is None else format(ids, '.1%')} | "
-                    f"{m['bytes'][_artefact(k)] / 1e6:.2f} |")
+                    f"{m['bytes'][file] / 1e6:.2f} |")
         for k, why in m.get("unavailable", {}).items():
             lines.append(f"| {k} | | not available: {why.splitlines()[0][:150]} | | | | | | |")
         lines.append("")

@@ -1,6 +1,5 @@
 """Section ``serve`` (TensorFlow, opt-in): the same weights through every serving engine,
-each alone in a fresh process (``benchmarks.serve_engine``; in one shared process
-TensorFlow's idle thread pools slowed CTranslate2 up to 10x): ms per sentence, target
+each alone in a fresh process (``benchmarks.serve_engine``): ms per sentence, target
 tokens/s, the ratio to CTranslate2 of the same precision, and agreement.
 """
 import json
@@ -13,19 +12,22 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.timing import log
+from benchmarks.artefact_agreement import utf8
+from benchmarks.timing import log, spread
 from keras_attn.core.runs import read_json
 from keras_attn.translation.pipeline import pad
 
 FRA_SIZE = dict(num_hiddens=256, ffn_num_hiddens=1024, num_heads=4, num_layers=2)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FRA_DATA = os.path.join("..", "shared", "data", "fra-eng")  # Tatoeba, when no fra run is given
+FRA_STEPS = 300
 
 
 def bench_serve(args, peak):
     """Greedy translation of the same sources through every serving artefact of the same
     weights (:data:`ENGINES`), with the same threads. Models: the dates run (``--run-dir``,
     else ``exported/run``, else trained here briefly) and an English-French-sized one
-    (``--serve-fra-run-dir``, else trained for ``--serve-train-steps`` on ``--serve-data``;
+    (``--serve-fra-run-dir``, else trained for :data:`FRA_STEPS` on :data:`FRA_DATA`;
     ``--quick``: random init on the dates vocabularies)."""
     try:
         from keras_attn.export import ctranslate2 as ct2_export
@@ -33,6 +35,7 @@ def bench_serve(args, peak):
         return {"available": False, "reason": str(e)}
     work = tempfile.mkdtemp(prefix="keras_attn_bench_serve_")
     threads = args.threads or os.cpu_count() or 1
+    count = 4 if args.quick else 64  # sentences a timed pass
     try:
         dates = _serve_dates_run(args, work)
         out = {"available": True, "models": {},
@@ -43,19 +46,19 @@ def bench_serve(args, peak):
                           "engine order rotated every round", "rounds": args.serve_rounds,
                           "repeats_per_round": args.repeats, "clock": args.clock,
                           "decoding": "greedy, max_len of the run, stops at [END]",
-                          "sentences": args.serve_sentences, "batches": args.serve_batches},
+                          "sentences": count, "batches": args.serve_batches},
                "target_tokens": "tokens the SavedModel generates (translate_ids, [END] "
                                 "included); tokens/s = those / seconds, for every engine"}
         models = getattr(args, "serve_models", ("dates", "fra"))
-        if "dates" in models:
-            out["models"]["dates"] = _serve_one(args, ct2_export, dates, work, "dates", threads)
-        if "fra" in models:
-            fra, how = _serve_fra_run(args, work, dates)
-            if fra is None:
-                out["models"]["fra"] = {"available": False, "reason": how}
-            else:
-                out["models"]["fra"] = _serve_one(args, ct2_export, fra, work, "fra", threads)
-                out["models"]["fra"]["weights"] = how
+        for name in [m for m in ("dates", "fra") if m in models]:
+            run_dir, how = (dates, "") if name == "dates" else _serve_fra_run(args, work, dates)
+            if run_dir is None:
+                out["models"][name] = {"available": False, "reason": how}
+                continue
+            out["models"][name] = _serve_one(args, ct2_export, run_dir, work, name, threads,
+                                             count)
+            if how:
+                out["models"][name]["weights"] = how
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -100,11 +103,10 @@ def _serve_fra_run(args, work, dates_run):
         runs.write_json(runs.paths(run_dir)["config"], config)
         training.build_model(config).save(runs.paths(run_dir)["model"])
         return run_dir, "random init (--quick: d 32, the dates vocabularies)"
-    data_dir = args.serve_data
+    data_dir, steps = FRA_DATA, FRA_STEPS
     if not os.path.isdir(data_dir):
-        return None, f"no Tatoeba data at {data_dir} (--serve-data) and no --serve-fra-run-dir"
+        return None, f"no Tatoeba data at {data_dir} and no --serve-fra-run-dir"
     run_dir = os.path.join(work, "fra_run")
-    steps = args.serve_train_steps
     log(f"  training the English-French-sized model for {steps} steps into {run_dir}")
     # A short cosine schedule: the default Noam warmup (4000 steps) would leave a few
     # hundred steps at a learning rate too small to produce sentence-like output.
@@ -197,7 +199,7 @@ def _run_engine(spec, work):
         return json.load(f)
 
 
-def _serve_one(args, ct2_export, run_dir, work, label, threads):
+def _serve_one(args, ct2_export, run_dir, work, label, threads, count):
     """Export ``run_dir`` to every engine, then time each alone in a fresh process per
     round (the order rotated each round); ratios are taken within a round, then summarised
     over the rounds."""
@@ -210,7 +212,7 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads):
     translator = Translator.from_run_dir(run_dir)
     paths, sizes, unavailable = _export_all(translator, run_dir, work, label, ct2_export,
                                             getattr(args, "serve_engines", ENGINES))
-    sentences = _serve_sentences(run_dir, args.serve_sentences)
+    sentences = _serve_sentences(run_dir, count)
     source = translator.encode(sentences).numpy()  # the same ids for every engine
     ct2 = ct2_export.CTranslate2Translator(paths["ctranslate2_float32"], intra_threads=1)
     inputs = {"sentences": sentences, "source_ids": source.tolist(),
@@ -253,7 +255,7 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads):
     for e in engines:
         if e.startswith("ctranslate2"):
             ids[e] = [[ct2.tgt_ids[t] for t in row] for row in outputs[e]]
-    texts = {e: _strings(decode(tf.constant(pad(rows)))) for e, rows in ids.items()}
+    texts = {e: utf8(decode(tf.constant(pad(rows)))) for e, rows in ids.items()}
     texts.update({e: outputs[e] for e in engines if e not in ids})
     ref_text = texts["saved_model_serving_default"]
     agreement = {e: {"text_vs_serving_default": _agree(texts[e], ref_text)} for e in engines}
@@ -289,20 +291,13 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads):
                 bases += ("saved_model_translate",)  # what compiling the decoding gains
             for base in dict.fromkeys(bases):
                 ratios = [t_ct2 / t for t, t_ct2 in zip(per_round[e], per_round[base])]
-                rows[e][f"vs_{base}"] = {"median": round(float(np.median(ratios)), 3),
-                                         "min": round(min(ratios), 3),
-                                         "max": round(max(ratios), 3)}
+                rows[e][f"vs_{base}"] = spread(ratios, 3)
             v = rows[e][f"vs_{yardstick(e)}"]
             log(f"  [{label}] batch {b:3d} {e:28s} {rows[e]['ms_per_sentence']:8.2f} "
                 f"ms/sentence {rows[e]['tokens_per_s']:9.1f} tok/s  x{v['median']} of "
                 f"{yardstick(e)} ({v['min']}-{v['max']})")
         result["batches"][str(b)] = rows
     return result
-
-
-def _strings(values):
-    values = values.numpy() if hasattr(values, "numpy") else values
-    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
 
 
 def _agree(a, b):

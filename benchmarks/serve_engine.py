@@ -1,13 +1,10 @@
-"""One serving engine, alone in its process: the child the ``serve`` section starts per
-round (CTranslate2's process never imports TensorFlow).
+"""One serving engine alone in its process, the child the ``serve`` section starts per round:
+seconds per pass for each batch size, and one pass's outputs.
 
-Usage (``benchmarks.serve`` writes the spec and reads the result):
+The spec (``benchmarks.serve._run_engine``'s): ``engine``, ``path``, ``signature``, ``inputs``
+(a JSON file), ``batches``, ``repeats``, ``warmup``, ``threads``, ``clock``, ``ct2_options``.
+
     python -m benchmarks.serve_engine SPEC.json RESULT.json
-
-The spec: ``engine`` (a name of ``benchmarks.serve.ENGINES``), ``path``, ``signature``,
-``inputs`` (a JSON file of ``source_ids``, ``sentences``, ``tflite_sentences``,
-``ct2_tokens``), ``batches``, ``repeats``, ``warmup``, ``threads``, ``clock``,
-``ct2_options``. The result: seconds per pass for each batch size, and one pass's outputs.
 """
 import json
 import os

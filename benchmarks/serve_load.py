@@ -2,14 +2,12 @@
 
 Each server runs in its own process, loaded by ``wrk`` (keep-alive connections, one
 held-out sentence a request): ``--warmup`` seconds at 16 connections, then ``--duration``
-seconds at each ``--clients`` count; per point requests/s, p50/p90/p99 latency, failures
-and the largest resident memory. Servers: ``libretranslate`` (our CTranslate2 export as an
-Argos package, greedy, started by ``--anchor`` in ``--anchor-python``), ``ctranslate2`` and
-``savedmodel`` (``keras-attn serve --engine ...``); options as ``savedmodel:replicas=2``
-(``keras-attn serve`` flags; ``xla=``: a bare flag). The repeats are interleaved; the
-engines' offline throughput is measured in the same run.
+seconds at each ``--clients`` count; per point requests/s, latency percentiles, failures
+and the largest resident memory. Servers: ``libretranslate`` (``--anchor`` run by
+``--anchor-python``), ``ctranslate2`` and ``savedmodel``, each ``NAME[:flag=value,...]``
+(``keras-attn serve`` flags; ``xla=``: a bare flag). Repeats are interleaved; the engines'
+offline throughput is measured in the same run.
 
-Usage:
     python -m benchmarks.serve_load RUN_DIR --data DEV_FILE \\
         --anchor ANCHOR.py --anchor-python LT_VENV/bin/python --repeats 3
 """
@@ -27,10 +25,14 @@ import threading
 import time
 import urllib.request
 
+from benchmarks.artefact_agreement import read_sources
 from benchmarks.results import add_output_args, run_and_write
+from benchmarks.timing import cpu_info, spread
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SERVERS = ["libretranslate", "ctranslate2", "savedmodel"]
+SENTENCES = 1000  # held-out inputs, at most
+OFFLINE_SECONDS = 10.0  # each engine alone, a repeat
 
 # wrk's script: the bodies of a file in turn, and the result as one JSON line at the end.
 WRK_SCRIPT = """
@@ -60,22 +62,12 @@ def held_out(data, count):
     French lines), in file order."""
     from keras_attn.text import documents
 
-    seen, out = set(), []
-    for line in open(data, encoding="utf-8"):
-        english = line.split("\t")[0].strip()
-        if english and english not in seen and len(documents.split(english).sentences) == 1:
-            seen.add(english)
-            out.append(english)
-    return out[:count]
+    stripped = dict.fromkeys(s.strip() for s in read_sources(data))
+    return [s for s in stripped if s and len(documents.split(s).sentences) == 1][:count]
 
 
 def machine():
-    model = ""
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
-    return {"cpu": model, "cores": len(os.sched_getaffinity(0)),
+    return {"cpu": cpu_info()[0], "cores": len(os.sched_getaffinity(0)),
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
@@ -111,17 +103,16 @@ def rss_bytes(pid):
 
 
 class MemorySampler(threading.Thread):
-    """RSS of a process tree every ``every`` seconds: ``samples`` [(seconds, bytes)]."""
+    """RSS of a process tree every ``every`` seconds: ``samples``, bytes."""
 
     def __init__(self, pid, every=1.0):
         super().__init__(daemon=True)
         self.pid, self.every, self.samples = pid, every, []
         self._halt = threading.Event()
-        self._start = time.monotonic()
 
     def run(self):
         while not self._halt.is_set():
-            self.samples.append((round(time.monotonic() - self._start, 1), rss_bytes(self.pid)))
+            self.samples.append(rss_bytes(self.pid))
             self._halt.wait(self.every)
 
     def stop(self):
@@ -164,7 +155,6 @@ class Server:
             for key, value in self.options.items():  # xla= (no value): a bare flag
                 self.args += ["--" + key.replace("_", "-")] + ([value] if value else [])
         self.env = env
-        self.ours_fields = json.loads(getattr(args, "ours_fields", "") or "{}")
 
     def __enter__(self):
         self.logfile = tempfile.TemporaryFile()
@@ -202,13 +192,11 @@ class Server:
 
     def body(self, sentence):
         """One request's JSON body for this server's language pair (LibreTranslate lists a
-        language among its own targets: that pair copies the text), with ``--ours-fields``
-        on our servers."""
+        language among its own targets: that pair copies the text)."""
         source = self.languages[0]
         target = next(t for t in source["targets"] if t != source["code"])
-        extra = {} if self.name == "libretranslate" else self.ours_fields
-        return json.dumps({"q": sentence, "source": source["code"], "target": target,
-                           **extra}, ensure_ascii=False)
+        return json.dumps({"q": sentence, "source": source["code"], "target": target},
+                          ensure_ascii=False)
 
 
 def json_get(url):
@@ -263,7 +251,7 @@ def measure_server(spec, paths, sentences, args, log):
                 points.append(m)
         finally:
             os.unlink(bodies)
-        samples = [b for _, b in server.memory.samples]
+        samples = server.memory.samples
         return {"server": spec, "startup_s": round(server.startup_s, 1), "points": points,
                 "rss_mb_max": round(max(samples) / 2**20, 1) if samples else None,
                 "rss_mb_end": round(samples[-1] / 2**20, 1) if samples else None}
@@ -337,7 +325,7 @@ def server_threads(spec):
 
 def run(args, log=print):
     info = machine()
-    sentences = held_out(args.data, args.sentences)
+    sentences = held_out(args.data, SENTENCES)
     sentences_file = os.path.join(tempfile.mkdtemp(prefix="serve_load_"), "sentences.json")
     with open(sentences_file, "w", encoding="utf-8") as f:
         json.dump(sentences, f)
@@ -347,7 +335,6 @@ def run(args, log=print):
                "data": os.path.abspath(args.data), "sentences": len(sentences),
                "duration_s": args.duration, "warmup_s": args.warmup, "clients": args.clients,
                "generator": "wrk -t1 (keep-alive connections, one sentence a request)",
-               "ours_fields": json.loads(args.ours_fields or "{}"),
                "servers": args.servers, "repeats": []}
     for repeat in range(args.repeats):
         log(f"repeat {repeat + 1}/{args.repeats}")
@@ -358,7 +345,7 @@ def run(args, log=print):
             key = (name, server_threads(spec))
             if name != "libretranslate" and key not in engines:
                 engines[key] = offline(name, paths[name], key[1], sentences_file,
-                                       args.offline_duration)
+                                       OFFLINE_SECONDS)
                 log(f"  offline {name} threads {key[1]}: {engines[key]}")
         results["repeats"].append({"servers": rows, "offline": list(engines.values())})
     results["summary"] = summary(results)
@@ -366,14 +353,6 @@ def run(args, log=print):
 
 
 # --- the report -----------------------------------------------------------------------------
-def spread(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"median": round(statistics.median(values), 2), "min": round(min(values), 2),
-            "max": round(max(values), 2)}
-
-
 def point(row, clients):
     return next((p for p in row["points"] if p["clients"] == clients), None)
 
@@ -381,43 +360,37 @@ def point(row, clients):
 def summary(results):
     """Per server and client count the median and range over the repeats; per repeat the
     ratios to LibreTranslate's figures (when it ran), then their median and range."""
+    def rows(spec):  # the server's row of every repeat
+        return [next(r for r in rep["servers"] if r["server"] == spec)
+                for rep in results["repeats"]]
+
     out = {"servers": {}, "ratios": {}, "offline": {}}
     for spec in results["servers"]:
-        rows = [next(r for r in rep["servers"] if r["server"] == spec)
-                for rep in results["repeats"]]
-        entry = {"rss_mb_max": spread([r["rss_mb_max"] for r in rows])}
+        entry = {"rss_mb_max": spread([r["rss_mb_max"] for r in rows(spec)])}
         for clients in results["clients"]:
-            pts = [point(r, clients) for r in rows]
-            entry[str(clients)] = {k: spread([p[k] for p in pts if p]) for k in
+            pts = [p for p in (point(r, clients) for r in rows(spec)) if p]
+            entry[str(clients)] = {k: spread([p[k] for p in pts]) for k in
                                    ("requests_per_s", "p50_ms", "p99_ms", "failed")}
         out["servers"][spec] = entry
     anchor = next((s for s in results["servers"] if s.startswith("libretranslate")), None)
     for spec in results["servers"]:
         if anchor is None or spec == anchor:
             continue
+        pairs = list(zip(rows(spec), rows(anchor)))  # (ours, theirs) per repeat
         ratios = {}
         for clients in results["clients"]:
+            both = [(point(o, clients), point(t, clients)) for o, t in pairs]
             for key in ("requests_per_s", "p50_ms"):
-                values = []
-                for rep in results["repeats"]:
-                    ours = point(next(r for r in rep["servers"] if r["server"] == spec), clients)
-                    theirs = point(next(r for r in rep["servers"] if r["server"] == anchor),
-                                   clients)
-                    if ours and theirs and theirs[key]:
-                        values.append(ours[key] / theirs[key])
-                ratios[f"{key}_{clients}"] = spread(values)
-        values = [next(r for r in rep["servers"] if r["server"] == spec)["rss_mb_max"] /
-                  next(r for r in rep["servers"] if r["server"] == anchor)["rss_mb_max"]
-                  for rep in results["repeats"]]
-        ratios["rss"] = spread(values)
+                ratios[f"{key}_{clients}"] = spread([o[key] / t[key] for o, t in both
+                                                     if o and t and t[key]])
+        ratios["rss"] = spread([o["rss_mb_max"] / t["rss_mb_max"] for o, t in pairs])
         out["ratios"][spec] = ratios
     for rep in results["repeats"]:
         for off in rep["offline"]:
-            key = f"{off['engine']} threads {off['threads']}"
-            out["offline"].setdefault(key, []).append(off)
-    out["offline"] = {k: {"batch32_sentences_per_s": spread(
-        [o["batch32_sentences_per_s"] for o in v]), "batch1_median_ms": spread(
-        [o["batch1_median_ms"] for o in v])} for k, v in out["offline"].items()}
+            out["offline"].setdefault(f"{off['engine']} threads {off['threads']}", []).append(off)
+    out["offline"] = {k: {m: spread([o[m] for o in v]) for m in
+                          ("batch32_sentences_per_s", "batch1_median_ms")}
+                      for k, v in out["offline"].items()}
     return out
 
 
@@ -437,9 +410,7 @@ def markdown(results):
              f"{m['load_average_at_start']}. {results['sentences']} held-out one-sentence "
              f"inputs, one a request; {results['generator']}; {results['warmup_s']} s warm-up, "
              f"{results['duration_s']} s a point; {len(results['repeats'])} repeats, "
-             "interleaved: median (min–max)." + (
-                 f" Our servers' requests also send `{json.dumps(results['ours_fields'])}`."
-                 if results.get("ours_fields") else ""), "",
+             "interleaved: median (min–max).", "",
              "| server | clients | req/s | p50 ms | p99 ms | failed | RSS MB (max) |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for spec, entry in s["servers"].items():
@@ -479,16 +450,10 @@ def main(argv=None):
                    help="the LibreTranslate anchor script (default: $KERAS_ATTN_LT_ANCHOR)")
     p.add_argument("--anchor-python", default=os.environ.get("KERAS_ATTN_LT_PYTHON", ""),
                    help="the Python of LibreTranslate's venv (default: $KERAS_ATTN_LT_PYTHON)")
-    p.add_argument("--ours-fields", default="",
-                   help="JSON object of request fields for our servers only: the decoding "
-                        "LibreTranslate does, '{\"repetition_penalty\": 1, "
-                        "\"no_repeat_ngram_size\": 0, \"max_length_factor\": 0}'")
     p.add_argument("--clients", nargs="+", type=int, default=[1, 16])
     p.add_argument("--duration", type=float, default=30.0, help="seconds a point")
     p.add_argument("--warmup", type=float, default=10.0, help="seconds at 16 clients first")
-    p.add_argument("--offline-duration", type=float, default=10.0)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--sentences", type=int, default=1000)
     add_output_args(p, "serve_load")
     args = p.parse_args(argv)
     if shutil.which("wrk") is None:

@@ -1,9 +1,8 @@
 """Ops per decoding step in the served graph, beside the time per step.
 
-The SavedModel runs in a ``tf.compat.v1.Session`` as TF Serving loads it; one sentence is
-cut at ``max_length`` a and b (below its translation's length, so the loop ran exactly a
-and b steps), the ops each run executed read from its trace; a step costs the difference
-over ``b - a`` steps (ops, and the runs' median milliseconds, the two alternating).
+The SavedModel runs in a ``tf.compat.v1.Session`` as TF Serving loads it; one sentence cut
+at ``max_length`` a and b (both below its translation's length); a step costs the
+difference of the two runs' traced ops and median milliseconds over ``b - a``.
 
     python -m benchmarks.step_ops exported/saved_model/translator/1 --text "3 March 2021" \\
         --json docs/benchmarks/step_ops.json

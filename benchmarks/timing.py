@@ -1,8 +1,6 @@
 """Interleaved timing and its summaries, on any Keras backend (imports no framework).
-
-Both sides of a comparison run in one process, interleaved after warm-up; medians are
-reported. Clocks: ``"wall"`` (``time.perf_counter``) or ``"cpu"`` (``time.process_time``,
-steadier on a loaded machine with one thread; with more it counts spin-waiting).
+Clocks: ``"wall"`` (``time.perf_counter``) or ``"cpu"`` (``time.process_time``, steadier
+on a loaded machine with one thread).
 
 Example:
     >>> times = interleaved({"ours": f, "theirs": g}, repeats=9, warmup=2, clock="cpu")
@@ -17,6 +15,21 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 def log(*args):
     print(*args, flush=True)
+
+
+def cpu_info():
+    """``(model name, set of CPU flags)`` from /proc/cpuinfo (``("", set())`` without it)."""
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and not model:
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return model, flags
 
 
 def _leaves(out):
@@ -39,14 +52,6 @@ def block(out):
     return out
 
 
-def time_once(fn, clock="wall"):
-    """Seconds one call of ``fn()`` takes, its outputs fetched."""
-    now = CLOCKS[clock]
-    t0 = now()
-    block(fn())
-    return now() - t0
-
-
 def interleaved(fns, repeats=7, warmup=2, clock="wall"):
     """Time the callables of ``fns`` (name -> zero-argument callable) in alternation.
 
@@ -59,11 +64,13 @@ def interleaved(fns, repeats=7, warmup=2, clock="wall"):
     for fn in fns.values():
         for _ in range(warmup):
             block(fn())
-    names = list(fns)
+    names, now = list(fns), CLOCKS[clock]
     times = {name: [] for name in names}
     for r in range(repeats):
         for name in (names if r % 2 == 0 else names[::-1]):
-            times[name].append(time_once(fns[name], clock))
+            t0 = now()
+            block(fns[name]())  # its outputs fetched
+            times[name].append(now() - t0)
     return times
 
 
@@ -74,6 +81,15 @@ def summarize(seconds):
             "max_ms": round(float(ms.max()), 3),
             "iqr_ms": round(float(np.percentile(ms, 75) - np.percentile(ms, 25)), 3),
             "repeats": int(ms.size)}
+
+
+def spread(values, digits=2):
+    """``{"median", "min", "max"}`` of ``values`` (Nones left out), or None when empty."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": round(float(np.median(values)), digits),
+            "min": round(min(values), digits), "max": round(max(values), digits)}
 
 
 def ratio(ours, theirs):

@@ -16,8 +16,8 @@ def _check_positive(name, value):
 class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """The paper's schedule: ``scale * d_model^-0.5 * min(t^-0.5, t * warmup^-1.5)``.
 
-    ``t = max(step, 1)`` where ``step`` is the optimizer's iteration count, so the first
-    update already gets a positive rate. Linear warmup, then inverse square-root decay.
+    ``t = max(step, 1)`` (the optimizer's iterations): linear warmup, then inverse
+    square-root decay.
 
     Args:
         d_model: model width. warmup_steps: steps of linear warmup. scale: multiplier.
@@ -89,19 +89,14 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
 class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Warmup, then linear decay to a floor, over a training budget measured in time.
 
-    The schedule's clock is ``progress``, a non-trainable scalar variable holding the
-    fraction of the training time spent, in ``[0, 1]``; a callback
-    (:class:`keras_attn.training.budget.BudgetClock`) sets it from the wall clock before every step.
-    The optimizer's step count is not used: however fast or slow the machine (or its load)
-    is, and however that changes during the run, the rate reaches its floor exactly when
-    the budget's training time ends. With ``p = clip(progress, 0, 1)``::
+    The clock is ``progress``, a non-trainable scalar variable holding the fraction of the
+    training time spent, set before every step by
+    :class:`keras_attn.training.budget.BudgetClock` (not in the config: a resumed run sets
+    it again), so the rate reaches its floor exactly when the budget ends. With
+    ``p = clip(progress, 0, 1)``::
 
         lr = peak_lr * max(p, 1e-3) / warmup                          p < warmup
         lr = peak_lr * (alpha + (1 - alpha) * (1 - p) / (1 - warmup))  otherwise
-
-    Linear decay to (nearly) zero at the budget's end is what Li, Yumer and Ramanan
-    found best for a fixed budget. ``progress`` is not part of the config: a resumed run
-    sets it again from the elapsed time saved in its run directory.
 
     Args:
         peak_lr: rate at the end of warmup. warmup: fraction of the budget spent warming

@@ -25,15 +25,13 @@ def _engine_member(name):
 class Translator:
     """Tokenize, decode (greedy, beam or sampling) and detokenize with a trained model.
 
-    A request's life (sentences, batches, documents) is
-    :mod:`keras_attn.translation.pipeline`'s, run on :attr:`engine`, a
+    A request runs through :mod:`keras_attn.translation.pipeline` on :attr:`engine`, a
     :class:`keras_attn.translation.engine.KerasEngine` whose members (``model``,
-    ``max_len``, ``calibrator``, ``split_long``, ``tokenize``, ``decode_ids``, ``search``
-    ...) are this object's too.
+    ``max_len``, ``calibrator``, ``tokenize``, ``decode_ids`` ...) are this object's too.
 
     Args:
         model, src_tokenizer, tgt_tokenizer, max_len, normalize, calibrator: the
-            engine's (``from_run_dir`` loads a run's, its ``calibration.json`` included).
+            engine's (``from_run_dir`` loads a run's).
 
     Example:
         >>> tr = Translator(model, src_tok, tgt_tok, max_len=48)
@@ -79,31 +77,30 @@ class Translator:
     def translate_nbest(self, texts, batch_size=128, confidence=True, **options):
         """Translate with per-call decoding options (API.md, "Decoding options per request").
 
-        Each text may hold any number of sentences and paragraphs: it is split into
-        sentences (:mod:`keras_attn.text.documents`), the sentences of the whole call are
-        decoded as one batch, and each hypothesis is joined back with the text's own
-        whitespace. A sentence longer than the model reads is read in part and its
-        hypotheses say ``"truncated": True``, as every artefact does; with ``split_long``
-        set it is cut at clause boundaries first (:meth:`cut_long`: ``"cut": True``).
+        Each text may hold sentences and paragraphs: they are split
+        (:mod:`keras_attn.text.documents`), decoded as one batch and joined back with the
+        text's whitespace. A sentence longer than the model reads is read in part
+        (``"truncated": True``), or with ``split_long`` cut at clause boundaries first
+        (:meth:`cut_long`, ``"cut": True``).
 
-        Returns, per text, a list of ``num_hypotheses`` dicts ``{"translation": str,
-        "score": float, "confidence": float}``, best first for beam search (score: summed
-        log-probability divided by the GNMT length penalty; greedy and sampling: the summed
-        log-probability; confidence: the calibrated probability that the hypothesis is
-        acceptable, :attr:`calibrator`; a text of several sentences: their scores summed,
-        its confidence their lowest, and ``"sentences"``, the hypothesis's dict of each
-        sentence with its ``"source"``). With ``target_prefix``,
-        every sentence's translation starts with the prefix's tokens and their
-        log-probabilities are not in the score. With ``return_alignments=True`` each
-        sentence's dict (a one-sentence text's own) also has ``"alignment"``: Pharaoh
-        ``i-j`` pairs (source word ``i``, target word ``j``;
-        :mod:`keras_attn.translation.alignment`). ``confidence=False`` skips the
-        confidence's teacher-forced pass: no ``"confidence"`` key, the same hypotheses.
-        ``passthrough`` (a keyword beside the decoding options): URLs, e-mail addresses,
-        inline code, markup tags, numbers and emoji pass through byte-identical, placed by
-        the alignments (:func:`keras_attn.translation.pipeline.passed_through`); None (the
-        default): :attr:`passthrough`, on for subword and word models, off on characters;
-        False: the model translates them as any text.
+        Args:
+            texts: list of str.
+            batch_size: sentences per decoder call.
+            confidence: False skips the confidence's teacher-forced pass (no
+                ``"confidence"`` key, the same hypotheses).
+            **options: the decoding options (``beam_size``, ``num_hypotheses``,
+                ``target_prefix``, ``return_alignments`` ...), and ``passthrough``: URLs,
+                e-mail addresses, code, tags, numbers and emoji pass through byte-identical
+                (:func:`keras_attn.translation.pipeline.passed_through`; None:
+                :attr:`passthrough`).
+
+        Returns:
+            Per text ``num_hypotheses`` dicts ``{"translation", "score", "confidence"}``,
+            best first for beam search (score: the summed log-probability, divided by the
+            GNMT length penalty in beam search; confidence: :attr:`calibrator`'s). A text of
+            several sentences sums their scores, takes their lowest confidence and lists
+            each sentence's dict under ``"sentences"``. ``return_alignments=True`` adds
+            ``"alignment"``, Pharaoh ``i-j`` pairs, to each sentence's dict.
 
         Example:
             >>> tr.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
@@ -114,15 +111,19 @@ class Translator:
 
     def translate(self, texts, beam_size=1, alpha=None, batch_size=128, progress=None,
                   **options):
-        """Translate a list of texts; returns a list of strings (the best translation).
+        """Translate a list of texts (:meth:`translate_nbest`'s best hypothesis, without the
+        confidence's pass).
 
-        Each text may hold several sentences and paragraphs (split, decoded as one batch,
-        joined with its whitespace: :meth:`translate_nbest`). ``progress``: optional
-        ``progress(done, total)``, called after each batch with the number of sentences
-        translated so far. Any other decoding option of :meth:`translate_nbest` gives that
-        method's best hypothesis (:func:`keras_attn.translation.pipeline.translate`:
-        without the confidence's pass), and so does ``passthrough`` (what must not be
-        translated passes through); ``alpha`` is ``length_penalty``'s older name.
+        Args:
+            texts: list of str.
+            beam_size: 1 is greedy decoding.
+            alpha: ``length_penalty``'s older name.
+            batch_size: sentences per decoder call.
+            progress: optional ``progress(done, total)``, called after each batch.
+            **options: any other option of :meth:`translate_nbest`, ``passthrough`` included.
+
+        Returns:
+            list of str.
         """
         return pipeline.translate(self.engine, texts, beam_size,
                                   options.pop("length_penalty", alpha), batch_size, progress,
@@ -131,14 +132,11 @@ class Translator:
     def score(self, sources, targets, batch_size=128, length_penalty=None):
         """Score given translations (forced decoding; CTranslate2's ``score_batch``).
 
-        Each target is tokenized with the target tokenizer, cut to ``max_len - 1`` tokens
-        and ended with ``[END]`` (as training reads it), then read by the decoder after
-        ``[START]`` in one teacher-forced pass (:func:`keras_attn.decoding.score`, the bans
-        of decoding). A hypothesis that :meth:`translate_nbest` returned gets back its
-        score: greedy's ``score`` there is ``log_prob`` here, beam search's is ``score``
-        (when its text tokenizes back to the ids the decoder chose: always with character
-        vocabularies; SentencePiece may segment a text otherwise than the decoder did,
-        and the score is then that of the other segmentation).
+        Each target is tokenized, cut to ``max_len - 1`` tokens, ended with ``[END]`` and
+        read after ``[START]`` in one teacher-forced pass (:func:`keras_attn.decoding.score`).
+        A hypothesis of :meth:`translate_nbest` gets its score back when its text tokenizes
+        to the ids the decoder chose (always with characters; SentencePiece may segment
+        otherwise).
 
         Args:
             sources, targets: lists of strings of the same length.
@@ -146,14 +144,11 @@ class Translator:
             length_penalty: GNMT alpha of ``score`` (default 0.6, as ``translate_nbest``).
 
         Returns:
-            Per pair a dict: ``tokens`` (the target vocabulary's token strings, ``[END]``
-            last), ``token_ids``, ``token_log_probs`` (one float per token), ``log_prob``
-            (their sum), ``score`` (``log_prob / ((5 + n) / 6) ** length_penalty``, n =
-            tokens with ``[END]``) and ``truncated`` (the target had more than ``max_len
-            - 1`` tokens and was cut: its score is that of the cut target) and
-            ``confidence`` (:attr:`calibrator`; a hypothesis of :meth:`translate_nbest` gets
-            the confidence it had there), and ``words``: per target word ``(word, mean
-            log-probability of its tokens)``, Bergamot's word-level confidence.
+            Per pair a dict: ``tokens`` (strings, ``[END]`` last), ``token_ids``,
+            ``token_log_probs``, ``log_prob`` (their sum), ``score`` (``log_prob / ((5 + n) /
+            6) ** length_penalty``), ``truncated`` (the target was cut), ``confidence``
+            (:attr:`calibrator`) and ``words``: per target word ``(word, mean log-probability
+            of its tokens)``.
 
         Raises:
             ValueError: ``sources`` and ``targets`` of different lengths, an item that is

@@ -1,7 +1,5 @@
-"""Every option of a training run, and the defaults of each task.
-
-Imports neither TensorFlow, Keras nor numpy: ``keras-attn train --help`` reads the defaults
-from here and answers at once.
+"""Every option of a training run, and the defaults of each task (no TensorFlow, Keras or
+numpy: ``keras-attn train --help`` answers at once).
 """
 import dataclasses
 import math
@@ -13,16 +11,10 @@ from keras_attn.core.special_tokens import END_ID, START_ID
 
 @dataclasses.dataclass
 class TrainConfig:
-    """Every option of a run (written to ``config.json``).
-
-    The languages: ``source_lang``/``target_lang`` are BCP 47 codes (empty: the task's,
-    :data:`keras_attn.core.languages.TASK_LANGUAGES`: en and fr for tatoeba), and
-    ``source_name``/``target_name`` their English names (empty: from the code). A text
-    corpus is ``data``, a tab-separated file whose columns hold the languages ``columns``
-    names in order (empty: English first when the pair has English, as Tatoeba's files,
-    else the source first), or with ``target_data`` two aligned plain-text files, ``data``
-    the source side. The empty values are filled when the config is made, so
-    ``config.json`` always says what the run read.
+    """Every option of a run (written to ``config.json``). Empty languages, names and
+    ``columns`` are filled from the task (:data:`keras_attn.core.languages.TASK_LANGUAGES`)
+    and the codes when the config is made; ``target_data``: the target side's plain-text
+    file, ``data`` then the source side's.
 
     Example:
         >>> c = TrainConfig(task="tatoeba", source_lang="fr", target_lang="en")
@@ -80,9 +72,7 @@ class TrainConfig:
         return cls(**values)
 
     def __post_init__(self):
-        # The task's languages for what was not given (a run written before the languages
-        # were options gets them too: today's behaviour), names from the codes, and the
-        # data file's columns (a text task's tab-separated file; none for two files).
+        # The task's languages for what was not given, names from the codes, the columns.
         defaults = languages.task_languages(self.task)
         for side, (code, name) in zip(("source", "target"), defaults):
             given = getattr(self, f"{side}_lang")
@@ -136,10 +126,8 @@ class TrainConfig:
         return self
 
 
-# Defaults per task: TrainConfig's own defaults are the dates task's (a small char-level
-# Transformer, minutes on 2 CPU cores); English-French differs only where listed (the
-# D2L/paper-sized model, subword tokens; 4,000 pieces per language and no dropout won the
-# measured comparisons at a time budget of up to an hour, docs/budget.md).
+# TrainConfig's defaults are the dates task's; English-French differs where listed
+# (4,000 pieces a language and no dropout: docs/budget.md).
 _TASK_OVERRIDES = {
     "dates": {},
     "tatoeba": dict(tokenizer="sentencepiece", num_hiddens=256, ffn_num_hiddens=1024,
@@ -161,10 +149,8 @@ _UNIT_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
 
 
 def parse_duration(text):
-    """Seconds in ``"90s"``, ``"45m"``, ``"1h"`` or ``"1.5h"`` (a number and a unit).
-
-    Raises ValueError for anything else, a bare number included (minutes or hours?).
-    """
+    """Seconds in ``"90s"``, ``"45m"``, ``"1h"`` or ``"1.5h"``; ValueError for anything
+    else, a bare number included."""
     match = _DURATION.match(str(text))
     seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)] if match else 0.0
     if not 0 < seconds < math.inf:

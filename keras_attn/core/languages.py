@@ -1,13 +1,6 @@
-"""A run's languages: BCP 47 codes checked, their English names, the task defaults, and
-which columns of a parallel file hold the source and the target.
-
-A run's ``config.json`` holds ``source_lang``/``target_lang`` (codes) and
-``source_name``/``target_name``; every artefact's metadata repeats them as
-:func:`languages_metadata` writes them, and the server and ``keras-attn translate`` read
-them with :func:`languages_from_metadata`. A run written before the fields existed gets
-its task's languages (:data:`TASK_LANGUAGES`).
-
-Standard library only.
+"""A run's languages (standard library only): BCP 47 codes checked, their English names,
+the task defaults (a run written before ``source_lang``/``target_lang`` gets its task's),
+the metadata every artefact repeats, and which columns of a parallel file hold the pair.
 
 Example:
     >>> check_language_code("pt-BR")
@@ -19,19 +12,16 @@ Example:
 """
 import re
 
-# The languages of each task of keras_attn.core.config: ((code, name), (code, name)).
-# The dates task's codes are not languages; they are kept as its runs always had them.
+# Each task's ((code, name), (code, name)); the dates task's codes are not languages.
 TASK_LANGUAGES = {
     "tatoeba": (("en", "English"), ("fr", "French")),
     "dates": (("dates", "Dates as people write them"), ("iso", "ISO 8601 dates")),
 }
 UNKNOWN_LANGUAGES = (("src", "Source"), ("tgt", "Target"))
-# A SavedModel version folder's own metadata file (its languages; TF Serving reads
-# assets.extra/ for warmup requests only and ignores other files there).
+# A SavedModel version folder's own metadata file (TF Serving ignores it).
 SAVED_MODEL_METADATA = "assets.extra/keras_attn.json"
 
-# English names of the ISO 639-1 codes Tatoeba and the usual parallel corpora use; a valid
-# code not listed here is named by itself.
+# English names of the usual ISO 639-1 codes; a valid code not listed is named by itself.
 LANGUAGE_NAMES = {
     "af": "Afrikaans", "am": "Amharic", "ar": "Arabic", "az": "Azerbaijani",
     "be": "Belarusian", "bg": "Bulgarian", "bn": "Bengali", "br": "Breton", "bs": "Bosnian",
@@ -55,20 +45,16 @@ LANGUAGE_NAMES = {
 }
 _TASK_NAMES = {code: name for pair in TASK_LANGUAGES.values() for code, name in pair}
 
-# BCP 47, simplified: a 2-3 letter primary language (ISO 639-1 or -3), then optional
-# subtags: a script (4 letters), a region (2 letters or 3 digits), variants (5-8
-# alphanumerics, or a digit and 3), e.g. "en", "pt-BR", "zh-Hant-TW", "sr-Latn", "es-419".
+# BCP 47, simplified: language (2-3 letters), script (4), region (2 letters or 3 digits),
+# variants: "en", "pt-BR", "zh-Hant-TW", "es-419".
 _TAG = re.compile(r"^[a-z]{2,3}(-[a-z]{4})?(-([a-z]{2}|[0-9]{3}))?"
                   r"(-([a-z0-9]{5,8}|[0-9][a-z0-9]{3}))*$", re.IGNORECASE)
 
 
 def check_language_code(code, name="language"):
-    """``code`` as a BCP 47 tag (``"de"``, ``"pt-BR"``, ``"zh-Hant"``), or a ValueError.
-
-    The primary subtag is an ISO 639-1 or 639-3 code (2 or 3 letters); a script (4
-    letters), a region (2 letters or 3 digits) and variants may follow, joined by ``-``.
-    The case is normalised as BCP 47 writes it (``pt-br`` -> ``pt-BR``), and a locale's
-    ``_`` becomes ``-`` (``en_US`` -> ``en-US``).
+    """``code`` as a BCP 47 tag (``"de"``, ``"pt-BR"``, ``"zh-Hant"``), or a ValueError: an
+    ISO 639-1/-3 code, then optional script, region and variants; the case normalised
+    (``pt-br`` -> ``pt-BR``) and a locale's ``_`` read as ``-``.
 
     Args:
         code: the tag to check.
@@ -136,9 +122,8 @@ def task_languages(task):
 
 
 def data_columns(source, target):
-    """The default column languages of a tab-separated file for the pair ``source`` ->
-    ``target``: Tatoeba's (manythings.org's) files read ``English<TAB>Other``, so a pair
-    with English reads English first; any other pair reads the source first.
+    """The default column languages of a tab-separated file for ``source`` -> ``target``:
+    English first when the pair has it (Tatoeba's ``English<TAB>Other``), else the source.
 
     Example:
         >>> data_columns("en", "de"), data_columns("de", "en"), data_columns("de", "fr")

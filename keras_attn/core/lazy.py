@@ -1,9 +1,5 @@
-"""PEP 562 lazy names for a package whose public names live in its submodules.
-
-``keras_attn.decoding`` and ``keras_attn.export`` read each name from its submodule the first
-time it is asked for, so importing the package (or one light submodule of it, such as
-``keras_attn.decoding.options`` or ``keras_attn.export.runtime``) imports neither Keras nor
-TensorFlow.
+"""PEP 562 lazy names: a package reads each public name from its submodule the first time
+it is asked for, so importing it imports neither Keras nor TensorFlow.
 
 Example:
     >>> __getattr__, __dir__, __all__ = attach(__name__, {"options": ("DecodingOptions",)})

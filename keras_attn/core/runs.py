@@ -21,9 +21,8 @@ import tempfile
 
 
 def atomic_write_bytes(path, content):
-    """Write ``content`` to ``path`` through a temporary file in the same folder and a
-    rename, so a reader never sees half a file, even if the process is killed mid-write.
-    The one implementation used for configs, metrics, vocabularies and TFLite files."""
+    """Write ``content`` to ``path`` through a temporary file and a rename: a reader never
+    sees half a file, even if the process is killed mid-write."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
@@ -46,10 +45,8 @@ def atomic_write_text(path, text):
 
 
 def atomic_save(path, save):
-    """Call ``save(tmp)`` with a temporary path next to ``path`` (same suffix, so
-    ``.keras`` / ``.weights.h5`` writers accept it), then rename it to ``path``. A crash or
-    an error while saving leaves any previous ``path`` intact; an error removes the
-    temporary file."""
+    """Call ``save(tmp)`` on a temporary path beside ``path`` (same suffix), then rename
+    it to ``path``; an error leaves any previous ``path`` intact."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, ".tmp-" + os.path.basename(path))
@@ -95,7 +92,7 @@ def paths(run_dir):
         "csv": os.path.join(run_dir, "training_log.csv"),
         "model": os.path.join(run_dir, "model.keras"),
         "metrics": os.path.join(run_dir, "metrics.json"),
-        # The confidence calibrator fitted on the validation split (keras_attn.training.calibration).
+        # the confidence calibrator (keras_attn.training.calibration)
         "calibration": os.path.join(run_dir, "calibration.json"),
         "budget": os.path.join(run_dir, "budget.json"),
         "export": os.path.join(run_dir, "export"),

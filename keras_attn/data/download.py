@@ -1,8 +1,5 @@
-"""A ``--data`` value (local path or URL, plain text or ``.zip``) as a local corpus file.
-
-Downloads and extracted members are written with :func:`keras_attn.core.runs.atomic_write_bytes`,
-so an interrupted download never leaves a half file that a later run would take as the
-corpus.
+"""A ``--data`` value (local path or URL, plain text or ``.zip``) as a local corpus file,
+written atomically (an interrupted download never leaves a half file).
 """
 import logging
 import urllib.parse
@@ -34,12 +31,9 @@ def _extract_corpus(zip_path, cache_dir):
 
 
 def resolve_data(url_or_path, cache_dir=None):
-    """Turn a `--data` value into a local corpus file, downloading it if it is a URL.
-
-    A URL (http, https, ftp, file) is downloaded once into `cache_dir` (atomically);
-    a `.zip` (URL or local) is extracted there and the corpus `.txt` inside is returned
-    (`fra.txt` preferred, `_about.txt` ignored) — D2L's `fra-eng.zip` gives `fra-eng/fra.txt`.
-    Any other path is returned as is.
+    """Turn a `--data` value into a local corpus file: a URL is downloaded once into
+    `cache_dir`, a `.zip` extracted there (its `.txt`, `fra.txt` preferred); any other path
+    is returned as is.
 
     Args:
         url_or_path: URL or local path.

@@ -1,9 +1,6 @@
-"""Parallel text: Tatoeba's files (D2L's English-French one by default,
-``English<TAB>Other[<TAB>attribution]``) read in either direction, any tab-separated file
-whose columns are named (``columns="de,en"``), or two aligned plain-text files.
-
-Bad lines (wrong number of fields, invalid UTF-8, an empty line or field) are skipped,
-counted and reported with their line numbers, never dropped silently.
+"""Parallel text: Tatoeba's files (``English<TAB>Other[<TAB>attribution]``) in either
+direction, any tab-separated file of named columns, or two aligned plain-text files. Bad
+lines are skipped, counted and reported with their line numbers, never dropped silently.
 
 References: D2L 10.5 (machine translation data).
 """
@@ -32,9 +29,6 @@ class LoadReport:
         num_read: lines examined.
         num_kept: pairs returned.
         bad_lines: list of `(line_no, reason)`, 1-based line numbers.
-    Example:
-        >>> pairs, report = load_tatoeba("fra.txt")
-        >>> print(report.summary())
     """
 
     path: str
@@ -94,21 +88,17 @@ def _pair(source, target, normalize, names):
 
 def load_tatoeba(path, normalize=True, max_pairs=None, source="en", target="fr",
                  columns=None):
-    """Read tab-separated sentence pairs (UTF-8): `English<TAB>French[<TAB>attribution]`
-    by default, any direction and columns with ``source``, ``target`` and ``columns``.
-
-    Bad lines (wrong number of fields, invalid UTF-8, empty line or field) are skipped,
-    counted and listed in the report with their line numbers, and a warning is logged.
-    A line holds the named columns and may end with one more (Tatoeba's attribution).
+    """Read tab-separated sentence pairs (UTF-8), `English<TAB>French[<TAB>attribution]` by
+    default. Bad lines (wrong number of fields, invalid UTF-8, an empty line or field) are
+    listed in the report and logged as a warning.
 
     Args:
         path: the corpus file (e.g. `fra.txt`, `train.txt`).
-        normalize: apply `keras_attn.text.tokenizers.normalize_text` (D2L preprocessing) to both sides.
+        normalize: apply `keras_attn.text.tokenizers.normalize_text` (D2L) to both sides.
         max_pairs: stop after this many good pairs (None: read everything).
         source, target: the language codes of the pair to return (BCP 47).
-        columns: the languages of the file's columns in order, comma-separated
-            (``"en,de"``); None: :func:`keras_attn.core.languages.data_columns` (English
-            first when the pair has English, as every Tatoeba file).
+        columns: the file's column languages, comma-separated (``"en,de"``); None:
+            :func:`keras_attn.core.languages.data_columns` (English first).
     Returns:
         `(pairs, report)`: a list of `(source, target)` sentences and a `LoadReport`.
     Raises:
@@ -175,10 +165,7 @@ def load_aligned(source_path, target_path, normalize=True, max_pairs=None,
         `(pairs, report)` as :func:`load_tatoeba`.
     Raises:
         FileNotFoundError: a file does not exist.
-        ValueError: the files have different numbers of lines (they cannot be aligned), or
-            no good pair.
-    Example:
-        >>> pairs, report = load_aligned("train.de", "train.en", source="de", target="en")
+        ValueError: the files differ in line count, or hold no good pair.
     """
     expected = "a UTF-8 file of one sentence per line, aligned with the other file"
     source_path = _check_file(source_path, "source text", expected)
@@ -222,15 +209,13 @@ def load_tatoeba_references(path, normalize=True, source="en", target="fr", colu
     Args:
         path: corpus file (e.g. `dev.txt`: 2,000 English sentences, all their translations).
         normalize: apply `normalize_text` to both sides.
-        source, target, columns: the pair and the file's columns, as :func:`load_tatoeba`.
+        source, target, columns: as :func:`load_tatoeba`.
     Returns:
         `(sources, references)`: source sentences in order of first appearance and, for
         each, the list of its distinct references.
     Example:
         >>> sources, refs = load_tatoeba_references("fra-eng/dev.txt")
-        >>> streams = [[r[i] if i < len(r) else None for r in refs]
-        ...            for i in range(max(map(len, refs)))]
-        >>> sacrebleu.corpus_bleu(hypotheses, streams)   # None: no such reference
+        >>> len(sources), refs[0][:2]
     """
     pairs, _ = load_tatoeba(path, normalize=normalize, source=source, target=target,
                             columns=columns)
@@ -249,7 +234,7 @@ def corpus_location(data_arg=""):
     """The Tatoeba corpus to read: ``data_arg``, else the ``KERAS_ATTN_DATA`` variable.
 
     Raises:
-        ValueError: neither is set; the message names both and D2L's public file.
+        ValueError: neither is set.
     """
     location = data_arg or os.environ.get(DATA_ENV, "")
     if not location:
@@ -261,20 +246,25 @@ def corpus_location(data_arg=""):
 
 def tatoeba_splits(data_arg="", num_valid=2000, max_pairs=None, seed=0, normalize=False,
                    log=print, source="en", target="fr", columns=None, target_data=""):
-    """Train/valid/test pairs from a Tatoeba file or a folder with train.txt and dev.txt,
-    any tab-separated file of named columns, or two aligned plain-text files.
+    """Train/valid/test pairs of a Tatoeba file or folder, a tab-separated file of named
+    columns, or two aligned plain-text files; ``valid`` is held out of the training file by
+    source sentence.
 
-    ``data_arg``: a file, a folder (``train.txt`` and ``dev.txt``: dev becomes the test
-    split, with all references of each source sentence for BLEU), or a URL (downloaded,
-    then split). Empty: the ``KERAS_ATTN_DATA`` environment variable; a ``ValueError``
-    if that is unset too. ``target_data``: the target side's plain-text file (then
-    ``data_arg`` is the source side's, line by line aligned with it).
-    ``valid`` is held out of the training file by source sentence (never in train).
-    ``normalize``: D2L's lower-casing and re-spacing of both sides (the WordPiece
-    tokenizer needs it); False keeps the text as written (SentencePiece).
-    ``source``, ``target``, ``columns``: the pair and the file's columns (as
-    :func:`load_tatoeba`; the defaults read D2L's English-French file).
-
+    Args:
+        data_arg: a file, a folder (``train.txt``, and ``dev.txt`` as the test split with
+            all references of each source), or a URL (downloaded); empty:
+            :func:`corpus_location`.
+        num_valid: source sentences held out for ``valid`` (and ``test`` without a dev file).
+        max_pairs: read at most this many pairs.
+        seed: the shuffle's seed.
+        normalize: D2L's lower-casing and re-spacing (WordPiece needs it); False keeps the
+            text as written (SentencePiece).
+        log: where the bad-line summary goes.
+        source, target, columns: as :func:`load_tatoeba`.
+        target_data: the target side's plain-text file (``data_arg`` is then the source's).
+    Returns:
+        `(splits, refs)`: ``{"train", "valid", "test"}`` lists of pairs, and the dev file's
+        references per test source (None without one).
     Example:
         >>> splits, refs = tatoeba_splits("fra.txt", source="fr", target="en")
         >>> splits["train"][0]          # (French, English)

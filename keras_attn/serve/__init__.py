@@ -1,11 +1,7 @@
 """``keras-attn serve``: a translation service speaking LibreTranslate's API, over the
-exported artefacts (no decoding of its own).
-
-:mod:`.locate` and :mod:`.models` find what is served; :mod:`.engines`, :mod:`.replicas`
-and :mod:`.batcher` decode; :mod:`.app`, :mod:`.routes`, :mod:`.spec`, :mod:`.http` and
-:mod:`.api` answer HTTP; :mod:`.limits`, :mod:`.store`, :mod:`.cache`, :mod:`.files`,
-:mod:`.markup`, :mod:`.detect`, :mod:`.metrics` and :mod:`.attention` serve one feature
-each; :mod:`.server` runs it under uvicorn.
+exported artefacts (no decoding of its own): :mod:`.locate` and :mod:`.models` find what is
+served, :mod:`.engines`, :mod:`.replicas` and :mod:`.batcher` decode, :mod:`.app` and
+:mod:`.routes` answer HTTP, :mod:`.server` runs it under uvicorn.
 
 Example:
     >>> from keras_attn.serve import serve

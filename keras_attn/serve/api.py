@@ -1,14 +1,9 @@
 """LibreTranslate's ``POST /translate`` fields, read and checked, and its answer built.
 
-Fields (JSON, urlencoded or multipart form): LibreTranslate's ``q`` (a string or a list),
-``source`` (or ``auto``), ``target``, ``format`` (``text`` | ``html``), ``alternatives``,
-``api_key``; ours: every decoding option of :data:`keras_attn.decoding.options.OPTIONS`,
-``return_scores`` and ``passthrough`` (docs/real_text.md).
-
-The answer: ``{"translatedText"}`` (a list when ``q`` is), ``alternatives`` when asked,
-``detectedLanguage`` for ``source=auto``, ``pivot`` when two models chain, and
-``hypotheses`` (per text, the n-best list) when ``return_scores``, ``return_alignments``
-or ``num_hypotheses > 1`` asks for it. Errors: ``{"error": "..."}`` (:class:`ApiError`).
+Fields: LibreTranslate's (``q``, ``source``, ``target``, ``format``, ``alternatives``,
+``api_key``) and ours (every option of :data:`keras_attn.decoding.options.OPTIONS`,
+``return_scores``, ``passthrough``). The answer: ``translatedText``, and ``alternatives``,
+``detectedLanguage``, ``pivot`` and ``hypotheses`` where asked. Errors: :class:`ApiError`.
 
 Example:
     >>> request = parse_fields({"q": "3 March 2021", "source": "dates", "target": "iso",

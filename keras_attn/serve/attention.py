@@ -1,11 +1,6 @@
 """``POST /attention``: the cross-attention of a translation over its source (the web
-page's heatmap).
-
-The served artefacts return no attention weights, so the matrix comes from the Keras model
-of the run they were exported from (:attr:`~keras_attn.serve.locate.Artefact.run_dir`):
-one teacher-forced pass over the given translation
-(:func:`keras_attn.decoding.cross_attention`). Row ``t`` is the attention while the
-decoder produced target token ``t``.
+page's heatmap), from one teacher-forced pass of the run's Keras model
+(:func:`keras_attn.decoding.cross_attention`): row ``t`` while producing target token ``t``.
 
 Example:
     >>> heatmaps = Attention(locate("exported"))

@@ -1,12 +1,10 @@
-"""Requests of concurrent clients decoded together (as TF Serving's
-``--enable_batching``).
+"""Requests of concurrent clients decoded together (as TF Serving's ``--enable_batching``).
 
-Requests are grouped by ``DecodingOptions``, confidence and passthrough. When a replica is
-free, the group whose oldest request came first is taken: once it holds ``max_batch``
-texts, or ``wait_ms`` after its oldest request arrived, up to ``max_batch`` texts of it
-(whole requests) go to the replica as one batch. At most ``queue_size`` requests wait
-(:class:`QueueFull`: 503); a request unanswered within its ``timeout`` raises
-``asyncio.TimeoutError`` (504) and, if still waiting, is never decoded.
+Requests are grouped by decoding options, confidence and passthrough. A free replica takes
+the group whose oldest request came first, once it holds ``max_batch`` texts or its oldest
+waited ``wait_ms``: up to ``max_batch`` texts of it, whole requests. At most
+``queue_size`` requests wait (:class:`QueueFull`: 503); one unanswered within its
+``timeout`` raises ``asyncio.TimeoutError`` (504) and is never decoded if still waiting.
 
 Example:
     >>> batcher = Batcher(InProcessReplicas(engine), max_batch=32, wait_ms=0)

@@ -1,10 +1,5 @@
-"""``POST /detect``: the language of a text, by langid.py (Lui & Baldwin's naive Bayes
-identifier), answered as LibreTranslate does: the three likeliest languages, best first.
-
-A list of texts gets the mean probability over the texts. A server of several models
-answers among its sources only (``among``), the probabilities normalised over them; a
-served code langid does not know (``dates``) gets 0 when any other source is known, else
-an equal share with the other unknown ones.
+"""``POST /detect``: the three likeliest languages of a text, best first, by langid.py
+(Lui & Baldwin's naive Bayes identifier), as LibreTranslate answers.
 
 Example:
     >>> detect("Bonjour tout le monde, comment allez-vous aujourd'hui ?")[0]
@@ -33,8 +28,9 @@ def detect(texts, among=None):
     """The likeliest languages of ``texts`` (a string, or a list of strings: their mean).
 
     Args:
-        among: the codes to choose from (a server's sources; module docstring), or None:
-            every language langid knows.
+        texts: a string, or a list of strings (their mean probability).
+        among: the codes to choose from (a server's sources, normalised over them; a code
+            langid does not know gets 0, or an equal share when none is known), or None.
 
     Returns:
         ``[{"confidence": float 0-100, "language": code}]``, :data:`TOP` of them, best first

@@ -1,15 +1,8 @@
-"""``POST /translate_file``: a document translated with its formatting kept.
-
-Every format becomes what ``format=html`` translates (:mod:`keras_attn.serve.markup`): a
-paragraph's text with its inline formatting as ``<span>`` elements.
-
-* ``.txt``: each non-blank line translated as text; ``.html`` / ``.htm``: as ``format=html``.
-* ``.docx`` (``word/document.xml``) and ``.odt`` (``content.xml``): per paragraph, runs of
-  one formatting merged, the paragraph's own formatting (:func:`_formats`) left plain and
-  every other one a span, written back as runs; hyperlinks, fields, images, notes and the
-  archive's other files stay unchanged.
-
-:class:`FileStore` keeps the translations for ``GET /download_file/{name}``.
+"""``POST /translate_file``: a document translated with its formatting kept, as
+``format=html`` translates (:mod:`keras_attn.serve.markup`). ``.txt``: each non-blank line;
+``.html``: as ``format=html``; ``.docx`` / ``.odt``: per paragraph, runs of one formatting
+merged, all but the paragraph's own formatting as spans, written back as runs (everything
+else unchanged). :class:`FileStore` keeps the results for ``GET /download_file/{name}``.
 
 Example:
     >>> translated = await translate_file("letter.docx", data, as_text, as_html)

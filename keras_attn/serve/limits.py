@@ -1,10 +1,7 @@
-"""API keys and request limits, as LibreTranslate's ``--api-keys`` and ``--req-limit``.
-
-``--req-limit N``: ``N`` translation requests a minute per client (its API key, else its
-address); more are answered 429. ``--api-keys FILE``: ``KEY`` or ``KEY LIMIT`` a line
-(``#`` comments); an unknown key is answered 403; with ``--req-limit 0`` a key is required
-(400) and a key without its own limit has none. The windows are this process's
-(:class:`MemoryWindows`) or shared in Redis (:class:`RedisWindows`).
+"""API keys and request limits, as LibreTranslate's ``--api-keys`` and ``--req-limit``:
+``N`` translation requests a minute per client (API key, else address; 429 beyond); an
+unknown key is 403; with ``--req-limit 0`` a key is required (400). The windows are this
+process's (:class:`MemoryWindows`) or shared in Redis (:class:`RedisWindows`).
 
 Example:
     >>> keys = read_api_keys("keys.txt")          # {"k1": None, "k2": 120}

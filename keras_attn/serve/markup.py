@@ -1,10 +1,9 @@
 """``format=html``: the text of an HTML fragment translated, its markup kept.
 
-The fragment is cut into segments at every tag that is not inline; each segment's text is
-translated as a document, all segments of a request in one batch. An inline tag then wraps
-the target words aligned with the source words it wrapped (nested tags stay nested; one
-aligned with nothing is kept, empty, where its segment ends). An engine without
-alignments translates the text between any two tags on its own instead.
+The fragment is cut into segments at every tag that is not inline, all segments of a
+request translated in one batch; an inline tag then wraps the target words aligned with
+the source words it wrapped (one aligned with nothing stays, empty, at its segment's end).
+Without alignments the text between any two tags is translated on its own.
 
 Example:
     >>> segments = parse("<p>Le <b>4 juillet</b> 1999</p>")
