@@ -148,6 +148,15 @@ def _serving_default(path):
     return lambda batch: utf8(serve(text=tf.constant(batch, tf.string))["translation"])
 
 
+def _passes_through(export_dir):
+    """Whether the export's serving_default passes spans through (it has translate_v3)."""
+    from keras_attn.export import option_sets, saved_model
+    from keras_attn.export.contract import ARTEFACTS
+
+    path = os.path.join(export_dir, ARTEFACTS["saved_model"])
+    return option_sets.PASSTHROUGH_SIGNATURE in saved_model.saved_model_signatures(path)
+
+
 def _options_signature(path, name):
     from keras_attn.decoding.options import DecodingOptions
     from keras_attn.serve.engines import SavedModelEngine
@@ -188,10 +197,14 @@ def measure(run_dir, texts, export_dir=None, ct2_dir=None, builtin_limit=0, batc
     ct2_dir = ct2_dir or os.path.join(export_dir, "ctranslate2")
     translator = Translator.from_run_dir(run_dir)
     t0 = time.time()
-    # The decoding is compared: spans are not passed through anywhere (the signatures
-    # called directly do not; the pipeline around them would, docs/real_text.md).
-    reference = batched(lambda b: translator.translate(b, batch_size=batch_size,
-                                                       passthrough=False), texts, batch_size)
+    # The decoding is compared: spans are passed through nowhere but in serving_default of
+    # an export that passes them through (its translate_v3 is then called with them off).
+    def translations(passthrough):
+        return batched(lambda b: translator.translate(b, batch_size=batch_size,
+                                                      passthrough=passthrough),
+                       texts, batch_size)
+
+    reference = translations(False)
     report = {"run_dir": run_dir, "export_dir": export_dir, "inputs": len(texts),
               "inputs_several_sentences": sum(len(documents.split(t).sentences) > 1
                                               for t in texts),
@@ -204,7 +217,9 @@ def measure(run_dir, texts, export_dir=None, ct2_dir=None, builtin_limit=0, batc
         n = min(builtin_limit, len(texts)) if builtin_limit and "builtin" in name else len(texts)
         t0 = time.time()
         got = batched(loader(), texts[:n], batch_size)
-        entry = compare(texts, reference, got, time.time() - t0, keep, ("translator", name))
+        want = (translations(True) if name == "saved_model/serving_default"
+                and _passes_through(export_dir) else reference)
+        entry = compare(texts, want, got, time.time() - t0, keep, ("translator", name))
         report["artefacts"][name] = entry
         log(f"{name}: {entry['identical']}/{n} identical ({entry['identical_fraction']:.2%})")
     return report

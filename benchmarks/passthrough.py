@@ -5,7 +5,8 @@ run with and without ``passthrough``.
 Reported per setting: ``identical`` (the share of spans back byte-identical, per kind and
 overall) and ``bleu_around_spans_delta`` (BLEU of the translations with each span removed,
 minus the span-less sources'). ``--plain``: the whole file with and without passing through;
-``--saved-model``: passing through by ``serving_default``. Without the corpus: ``"skipped"``.
+``--saved-model``: passing through by its ``--signature`` (``serving_default``, or
+``translate_v3`` at ``--beam-size``). Without the corpus: ``"skipped"``.
 
     python -m benchmarks.passthrough --run-dir RUN [--data DEV] [--n 200] [--plain]
         [--saved-model RUN/export/saved_model/translator/1] [--out results.json]
@@ -147,12 +148,19 @@ def plain_bleu(translate, path):
     return report
 
 
-def saved_model_translate(path, batch_size, fallback):
-    """``translate(texts, passthrough)``: passing through, the SavedModel's
-    ``serving_default``; without, ``fallback``."""
+def saved_model_translate(path, batch_size, fallback, signature="serving_default", beam=1):
+    """``translate(texts, passthrough)``: passing through, the SavedModel's ``signature``
+    (``translate_v3``: through ``SavedModelEngine``, beam ``beam``); without, ``fallback``."""
     from benchmarks.artefact_agreement import _serving_default, batched
+    from keras_attn.decoding.options import DecodingOptions
+    from keras_attn.serve.engines import SavedModelEngine
 
-    serve = _serving_default(path)
+    if signature == "serving_default":
+        serve = _serving_default(path)
+    else:
+        engine = SavedModelEngine(path, signature=signature)
+        serve = lambda batch: [h[0]["translation"] for h in engine.translate(  # noqa: E731
+            list(batch), DecodingOptions(beam_size=beam), passthrough=True)]
     return lambda texts, on: batched(serve, texts, batch_size) if on else fallback(texts, False)
 
 
@@ -166,7 +174,10 @@ def main(argv=None):
     parser.add_argument("--plain", action="store_true",
                         help="also the whole --data file's BLEU with and without passing through")
     parser.add_argument("--saved-model", help="passing through with this SavedModel's "
-                        "serving_default (its graph's pass-through)")
+                        "--signature (its graph's pass-through)")
+    parser.add_argument("--signature", default="serving_default",
+                        choices=["serving_default", "translate_v3"])
+    parser.add_argument("--beam-size", type=int, default=1, help="every decoding's beam")
     parser.add_argument("--out", help="write the JSON here too")
     args = parser.parse_args(argv)
     if not os.path.exists(args.data):
@@ -181,12 +192,14 @@ def main(argv=None):
     pairs = read_pairs(args.data, args.n)
 
     def translate(texts, on):
-        return translator.translate(texts, batch_size=args.batch_size, passthrough=on)
+        return translator.translate(texts, beam_size=args.beam_size,
+                                    batch_size=args.batch_size, passthrough=on)
 
-    engine = "Translator"
+    engine = f"Translator, beam {args.beam_size}"
     if args.saved_model:
-        translate = saved_model_translate(args.saved_model, args.batch_size, translate)
-        engine = "SavedModel serving_default (off: Translator)"
+        translate = saved_model_translate(args.saved_model, args.batch_size, translate,
+                                          args.signature, args.beam_size)
+        engine = f"SavedModel {args.signature} (off: {engine})"
     result = {"run_dir": os.path.abspath(args.run_dir), "data": os.path.abspath(args.data),
               "engine": engine, **measure(translate, pairs, args.seed)}
     if args.plain:
