@@ -64,17 +64,18 @@ setup(
         # with Debian's chromium and chromium-driver: CI's browser pass installs them and
         # runs it); openapi-spec-validator: GET /spec checked; python-docx and odfpy: the
         # .docx and .odt files of /translate_file written and read by other code than the
-        # server's (tests/test_serve_api.py). All must run, not skip.
+        # server's (tests/test_serve_api.py); psutil: the memory of a served process tree
+        # (benchmarks.serve_load, tests/test_serve_load.py). All must run, not skip.
         # torch==2.13.0 is met by 2.13.0+cpu, which the README's test command installs from
         # PyTorch's CPU index first (from PyPI alone it is the CUDA build); jax[cpu] is the
         # CPU build.
         "test": ["pytest>=7", "pytest-xdist>=3.2", "hypothesis>=6", "import-linter>=2.1", "torch==2.13.0",
                  "jax[cpu]>=0.8", "ctranslate2>=4.5,<5", "keras-hub",
                  "tensorflow-serving-api==2.21.*", "httpx", "libretranslatepy",
-                 "selenium>=4.11", "openapi-spec-validator", "python-docx", "odfpy"],
+                 "selenium>=4.11", "openapi-spec-validator", "python-docx", "odfpy", "psutil"],
         "ctranslate2": ["ctranslate2>=4.5,<5"],
         # pysbd: the reference of the retired segmentation study (docs/benchmarks/).
-        "bench": ["keras-hub", "pysbd"],
+        "bench": ["keras-hub", "pysbd", "psutil"],
         "serving": ["tensorflow-serving-api==2.21.*"],
         # The documentation site (mkdocs.yml): MkDocs with the Material theme, and
         # mkdocstrings for the API reference read from the docstrings. tests/test_docs.py

@@ -1,27 +1,21 @@
 """Where a benchmark writes when no output is given: a new folder per run,
-``benchmarks/results/<UTC date and time>-<name>/`` (ignored by git), never the figures
+``benchmarks/results/<UTC date and time>-<random>-<name>/`` (ignored by git), never the figures
 committed under ``docs/benchmarks/``.
 """
 import datetime
 import json
 import os
+import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                     "benchmarks", "results")
 
 
 def fresh_dir(name, root=ROOT):
-    """A new, empty folder ``root/<YYYYmmdd-HHMMSS>-<name>`` (a suffix if taken)."""
+    """A new, empty folder ``root/<YYYYmmdd-HHMMSS>-<random>-<name>``."""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    base = os.path.join(root, f"{stamp}-{name}")
-    path, n = base, 1
-    while True:
-        try:
-            os.makedirs(path)
-            return path
-        except FileExistsError:
-            n += 1
-            path = f"{base}-{n}"
+    os.makedirs(root, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f"{stamp}-", suffix=f"-{name}", dir=root)
 
 
 def add_output_args(parser, name):

@@ -12,6 +12,7 @@ offline throughput is measured in the same run.
         --anchor ANCHOR.py --anchor-python LT_VENV/bin/python --repeats 3
 """
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -79,26 +80,17 @@ def free_port():
 
 
 def rss_bytes(pid):
-    """Resident memory of ``pid`` and its descendants (from /proc)."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = open(f"/proc/{entry}/stat").read()
-                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(
-                    int(entry))
-            except OSError:
-                continue
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            for line in open(f"/proc/{p}/status"):
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        todo.extend(children.get(p, []))
+    """Resident memory of ``pid`` and its descendants (psutil)."""
+    import psutil
+
+    total = 0
+    try:
+        parent = psutil.Process(pid)
+        for process in [parent, *parent.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += process.memory_info().rss
+    except psutil.NoSuchProcess:
+        pass
     return total
 
 
