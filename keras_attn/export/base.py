@@ -288,6 +288,20 @@ def run_languages(run_dir):
     return run.languages(run_dir)
 
 
+def run_parts(run_dir):
+    """``(translator, parts)`` of a run, its confidence calibrator fitted first where the run
+    has none, ``parts.languages`` the run's (:func:`run_languages`)."""
+    from keras_attn.training.calibration import calibrate_run
+    from keras_attn.translator import Translator
+
+    if not os.path.exists(runs.paths(run_dir)["calibration"]):
+        calibrate_run(run_dir, log=lambda *a: None)
+    translator = Translator.from_run_dir(run_dir)
+    parts = as_parts(translator)
+    parts.languages = run_languages(run_dir)
+    return translator, parts
+
+
 def sample_sources(run_dir, limit=10):
     """Source sentences to check every artefact on: the run's test samples, else dates."""
     path = runs.paths(run_dir)["metrics"]

@@ -24,8 +24,8 @@ from keras_attn.export.ct2_converter import (  # noqa: F401  (this module's API)
 import ctranslate2
 
 from keras_attn.core import runs
-from keras_attn.export.base import (Exporter, as_parts, check_choice, run_languages,
-                                    sample_sources, tokenizer_files, versions, write_files)
+from keras_attn.export.base import (Exporter, check_choice, run_parts, sample_sources,
+                                    tokenizer_files, versions, write_files)
 from keras_attn.export.ctranslate2_compare import compare
 from keras_attn.export.ctranslate2_runtime import (  # noqa: F401  (read beside the exporter)
     METADATA, CTranslate2Translator, decoding_options)
@@ -124,15 +124,8 @@ def export_ctranslate2(run_dir, export_dir=None, quantization="float32", overwri
     Example:
         >>> export_ctranslate2("runs/dates")   # CLI: keras-attn export runs/dates --format ctranslate2
     """
-    from keras_attn.translator import Translator
-
     exporter = CTranslate2Exporter(quantization, overwrite)
-    if not os.path.exists(runs.paths(run_dir)["calibration"]):  # as export_all_targets
-        from keras_attn.training.calibration import calibrate_run
-
-        calibrate_run(run_dir, log=lambda *a: None)
-    parts = as_parts(Translator.from_run_dir(run_dir))
-    parts.languages = run_languages(run_dir)
+    _, parts = run_parts(run_dir)
     path = os.path.abspath(export_dir or default_dir(run_dir, quantization))
     log(f"exporting {run_dir} -> {path} (CTranslate2, {quantization})")
     report = exporter.export(parts, path, samples=sample_sources(run_dir))
