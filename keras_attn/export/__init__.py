@@ -32,8 +32,7 @@ _NAMES = {
              "sample_sources"),
     "core_text": ("CoreCharTokenizer",),
     "builtin": ("BuiltinModule",),
-    "modules": ("IDS_SIGNATURE", "SCORE_SIGNATURE", "SERVING_SIGNATURE",
-                "TEXT_OPS",
+    "modules": ("IDS_SIGNATURE", "SCORE_SIGNATURE", "SERVING_SIGNATURE", "TEXT_OPS",
                 "TranslatorModule", "resolve_text_ops"),
     "saved_model": ("MODEL_NAME", "SERVING_DOCKER", "SavedModelExporter",
                     "TF_SERVING_TFTEXT_OPS", "classify_ops", "core_ops", "export_saved_model",
@@ -48,9 +47,9 @@ _NAMES = {
     "all_targets": ("ExportCheckError", "check_agreement", "compare_samples", "export_run"),
     "runtime": ("TFLITE_ENCODER_SIGNATURE", "TFLITE_OPTIONS_SIGNATURE",
                 "TFLITE_SCORE_SIGNATURE", "TFLITE_STEP_SIGNATURE", "TFLITE_FROZEN_STEP_SIGNATURE",
-                "TFLITE_TEXT_SIGNATURE",
-                "option_inputs", "run_tflite_builtin", "run_tflite_options",
-                "run_tflite_score", "run_tflite_text", "text_array", "text_interpreter"),
+                "TFLITE_TEXT_SIGNATURE", "option_inputs", "run_tflite_builtin",
+                "run_tflite_options", "run_tflite_score", "run_tflite_text", "text_array",
+                "text_interpreter"),
 }
 __getattr__, __dir__, __all__ = lazy.attach(__name__, _NAMES)
 

@@ -81,13 +81,17 @@ class CTranslate2Translator:
             os.fspath(model_dir), device=device, compute_type=compute_type,
             intra_threads=intra_threads, inter_threads=inter_threads)
 
+    def _normalized(self, texts):
+        """``texts`` normalised as the run's were (WordPiece runs only, TensorFlow's)."""
+        if not self.normalize:
+            return texts
+        from keras_attn.text import tokenizers as text
+
+        return [text.normalize_text(t) for t in texts]
+
     def tokenize(self, sentences):
         """Source ids per sentence (normalised as the run's, not cut)."""
-        if self.normalize:  # WordPiece runs only, whose tokenizer is TensorFlow's anyway
-            from keras_attn.text import tokenizers as text
-
-            sentences = [text.normalize_text(s) for s in sentences]
-        return self.src_tokenizer.tokenize(list(sentences))
+        return self.src_tokenizer.tokenize(list(self._normalized(sentences)))
 
     def tokenize_target(self, texts):
         """Target ids per text (``target_prefix``, :meth:`target_tokens`)."""
@@ -312,11 +316,7 @@ class CTranslate2Translator:
     def target_tokens(self, targets):
         """Target token strings per translation (no ``</s>``), cut to ``max_len - 1`` tokens
         as ``Translator.score`` cuts them, and whether each was cut."""
-        if self.normalize:
-            from keras_attn.text import tokenizers as text
-
-            targets = [text.normalize_text(t) for t in targets]
-        rows = self.tokenize_target(targets)
+        rows = self.tokenize_target(self._normalized(targets))
         keep = self.max_len - 1
         return [[self.tgt_tokens[i] for i in row[:keep]] for row in rows], \
             [len(row) > keep for row in rows]

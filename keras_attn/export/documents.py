@@ -147,13 +147,11 @@ def join_nbest(translations, row_splits, separators):
     counts = row_splits[1:] - row_splits[:-1]  # (B,)
     n = tf.shape(translations, out_type=tf.int64)[1]
     batch = tf.shape(counts, out_type=tf.int64)[0]
-    if isinstance(separators, str):
+    first_and_last_empty = isinstance(separators, str)
+    seps = separators
+    if first_and_last_empty:
         seps = tf.RaggedTensor.from_row_lengths(
             tf.fill([tf.reduce_sum(counts + 1)], separators), counts + 1)
-        first_and_last_empty = True
-    else:
-        seps = separators
-        first_and_last_empty = False
     pieces_per = 2 * counts + 1  # separator, sentence, separator, ..., separator
     lengths = tf.repeat(pieces_per, n)  # (B * N,): text b's hypothesis j
     positions = tf.ragged.range(lengths)
@@ -166,12 +164,9 @@ def join_nbest(translations, row_splits, separators):
     flat_translations = tf.concat([tf.reshape(translations, [-1]), [""]], axis=0)
     pad = tf.size(flat_translations, out_type=tf.int64) - 1
     sentence_index = tf.maximum(sentence_row, 0) * n + j
-    sep_values = seps.flat_values
+    sep_piece = tf.gather(seps.flat_values, sep_index)
     if first_and_last_empty:
-        last = p == 2 * tf.gather(counts, b)
-        sep_piece = tf.where((p == 0) | last, "", tf.gather(sep_values, sep_index))
-    else:
-        sep_piece = tf.gather(sep_values, sep_index)
+        sep_piece = tf.where((p == 0) | (p == 2 * tf.gather(counts, b)), "", sep_piece)
     odd = p % 2 == 1
     piece = tf.where(odd, tf.gather(flat_translations, tf.where(odd, sentence_index, pad)),
                      sep_piece)

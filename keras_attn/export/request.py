@@ -232,10 +232,8 @@ class RequestDecoder:
             tokens, scores, codes, confidences = self._search(source, prefix, o)
         n = tf.shape(tokens)[1]
         flat = tf.reshape(tokens, [rows * n, m.max_len])
-        if m.for_tflite:
-            words = m.tgt_tokenizer.detokenize_tflite(flat)
-        else:
-            words = m.tgt_tokenizer.detokenize(flat)
+        tok = m.tgt_tokenizer
+        words = tok.detokenize_tflite(flat) if m.for_tflite else tok.detokenize(flat)
         out = {"translations": tf.reshape(words, [rows, n]), "scores": scores,
                "confidences": confidences,
                "alignments": tf.reshape(self.pharaoh(tf.reshape(codes, [rows * n, -1])),
