@@ -113,9 +113,8 @@ def export_ctranslate2(run_dir, export_dir=None, quantization="float32", overwri
         quantization: ``"float32"`` or ``"int8"``. overwrite: replace an existing one.
 
     Returns:
-        Report dict: path, quantization, architecture, files and sizes, sample
-        translations of both engines, their agreement and the largest log-probability
-        difference on those samples.
+        Report dict: path, quantization, architecture, files and sizes, and the sample
+        translations of both engines compared (:func:`compare`).
 
     Raises:
         ValueError: an unknown ``quantization``, or an architecture CTranslate2 cannot

@@ -68,11 +68,10 @@ class TranslatorModule(tf.Module):
             ``"tftext"`` (the ``Tokenizer`` objects) or ``"auto"`` (core when possible).
         batch_size: fixed batch of ``serve`` (None: any).
         max_beam_size: the largest ``beam_size`` a ``translate`` request may ask.
-        request_signature: also export the options signatures (``translate``,
-            ``translate_v2``: decoding options per request, ``keras_attn.export.request``).
-        passthrough: ``serve`` (``serving_default``) passes URLs, e-mail addresses, code,
-            tags, numbers and emoji through in its graph (:mod:`keras_attn.export.spans_graph`;
-            None: for subword and word vocabularies; never in TFLite, which runs no regex).
+        request_signature: also the options signatures (:mod:`keras_attn.export.request`).
+        passthrough: ``serve`` passes spans through in its graph
+            (:mod:`keras_attn.export.spans_graph`; None: for subword and word vocabularies;
+            never in TFLite).
     """
 
     def __init__(self, parts, beam_size=1, alpha=LENGTH_PENALTY, for_tflite=False, text_ops="auto",
