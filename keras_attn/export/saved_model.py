@@ -140,8 +140,8 @@ class SavedModelExporter(Exporter):
 
 
 def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, version=1,
-                       overwrite=False, beam_size=1, max_len=None, alpha=LENGTH_PENALTY, text_ops="auto",
-                       request_signature=True, passthrough=None):
+                       overwrite=False, beam_size=1, max_len=None, alpha=LENGTH_PENALTY,
+                       text_ops="auto", request_signature=True, passthrough=None):
     """Write a TF-Serving SavedModel to ``export_dir/model_name/version/``
     (:class:`SavedModelExporter`; ``max_len`` overrides the translator's).
 

@@ -258,8 +258,8 @@ class TFLiteTextExporter(TFLiteExporter):
         if parts.normalize:
             report["warnings"] = [
                 "this file expects normalised input: the model was trained on text normalised "
-                "by keras_attn.text.tokenizers.normalize_text (lower case, spaced punctuation), which "
-                "TFLite cannot do without Flex ops; apply normalize_text before calling it "
+                "by keras_attn.text.tokenizers.normalize_text (lower case, spaced punctuation), "
+                "which TFLite cannot do without Flex ops; apply normalize_text before calling it "
                 "(raw text gives the agreement measured in export_report.json)"]
         return report
 
