@@ -461,7 +461,7 @@ def test_interrupted_builtin_export_leaves_no_folder(translator, tmp_path, monke
 
     monkeypatch.setattr(export.TFLiteBuiltinExporter, "convert",
                         lambda self, fn, module, name: (b"tflite", {}))
-    monkeypatch.setattr(tflite_export, "_rename_signature", lambda content, key: content)
+    monkeypatch.setattr(tflite_export, "_rename_signatures", lambda content, new_key: content)
     monkeypatch.setattr(tflite_export, "_signature", lambda content, key=None: {})
 
     def fail(path, obj):

@@ -1,10 +1,8 @@
 """Export a trained translator: one ``Exporter`` per target, and the TFLite runtime.
 
-Everything a client needs is inside the exported artefacts: the tokenizers, the Keras
-model's weights and (SavedModel, TFLite text) the decoding loop. The targets, each an
-:class:`~keras_attn.export.base.Exporter` whose options are checked in its constructor
-and whose ``export(translator, export_dir)`` writes into a temporary folder, loads and
-runs what it wrote, renames it into place and returns a report:
+Everything a client needs is inside the exported artefacts (tokenizers, weights and, for
+SavedModel and TFLite text, the decoding loop). Each target is an
+:class:`~keras_attn.export.base.Exporter` (template: :mod:`keras_attn.export.base`):
 
 ==========================  ==================================================  ============
 class                       artefact                                            module
@@ -15,23 +13,10 @@ class                       artefact                                            
 ``CTranslate2Exporter``     a CTranslate2 model directory                       ctranslate2
 ==========================  ==================================================  ============
 
-Modules (arrows only downward): ``all_targets`` (``export_run``: a run directory to every
-TF target, one report) -> ``saved_model``, ``tflite``, ``ctranslate2`` (the exporters;
-CTranslate2's runtime translator is ``ctranslate2_runtime``, the check of one against the
-other ``ctranslate2_compare``) ->
-``modules`` (the serving ``tf.Module`` s: the model side owns the serving functions; its
-options signatures take the decoding options per request: ``request``; every decoding
-there is ``Translator.search``), ``builtin`` (the TFLite builtin target's encoder and
-decoder step) and ``core_text`` (a character tokenizer from core ops) -> ``base`` (the template, ``Parts``,
-report helpers) and ``runtime`` (the app's loop over the TFLite files; no Keras);
-``contract`` (no TensorFlow) freezes the signatures every export keeps
-(docs/serving_contract.md).
-
-Names are loaded on first use (PEP 562): ``from keras_attn.export import runtime`` imports
-neither TensorFlow nor Keras. The functions below keep the earlier API:
-``export_saved_model``, ``export_tflite``, ``export_run``, ``run_tflite_text``,
-``run_tflite_builtin``, ``text_interpreter``, ``saved_model_ops``, ``tflite_ops``,
-``check_builtin_only``, ...
+``all_targets.export_run`` writes every TF target with one report; the serving graphs are
+``modules`` (options per request: ``request``); ``runtime`` runs the TFLite files without
+Keras; ``contract`` freezes the signatures (docs/serving_contract.md). Names load on first
+use (PEP 562): ``from keras_attn.export import runtime`` imports neither TensorFlow nor Keras.
 
 References: TF Serving SavedModel/REST/gRPC docs; OpenNMT-tf ``opennmt/utils/exporters.py``.
 
@@ -47,8 +32,7 @@ _NAMES = {
              "sample_sources"),
     "core_text": ("CoreCharTokenizer",),
     "builtin": ("BuiltinModule",),
-    "modules": ("IDS_SIGNATURE", "SCORE_SIGNATURE", "SERVING_SIGNATURE",
-                "TEXT_OPS",
+    "modules": ("IDS_SIGNATURE", "SCORE_SIGNATURE", "SERVING_SIGNATURE", "TEXT_OPS",
                 "TranslatorModule", "resolve_text_ops"),
     "saved_model": ("MODEL_NAME", "SERVING_DOCKER", "SavedModelExporter",
                     "TF_SERVING_TFTEXT_OPS", "classify_ops", "core_ops", "export_saved_model",
@@ -63,9 +47,9 @@ _NAMES = {
     "all_targets": ("ExportCheckError", "check_agreement", "compare_samples", "export_run"),
     "runtime": ("TFLITE_ENCODER_SIGNATURE", "TFLITE_OPTIONS_SIGNATURE",
                 "TFLITE_SCORE_SIGNATURE", "TFLITE_STEP_SIGNATURE", "TFLITE_FROZEN_STEP_SIGNATURE",
-                "TFLITE_TEXT_SIGNATURE",
-                "option_inputs", "run_tflite_builtin", "run_tflite_options",
-                "run_tflite_score", "run_tflite_text", "text_array", "text_interpreter"),
+                "TFLITE_TEXT_SIGNATURE", "option_inputs", "run_tflite_builtin",
+                "run_tflite_options", "run_tflite_score", "run_tflite_text", "text_array",
+                "text_interpreter"),
 }
 __getattr__, __dir__, __all__ = lazy.attach(__name__, _NAMES)
 
@@ -77,9 +61,9 @@ class ExportTarget:
     Args:
         name: the ``--format`` value. writes: what it writes (the CLI's help).
         function: ``"module:function"`` of ``function(run_dir, export_dir=, overwrite=,
-            log=, **options)``, imported when run (listing imports no TensorFlow).
-        options: ``{name: default}`` it takes beyond those (flags ``--name``); fixed:
-            arguments always passed.
+            log=, **options)``, imported when run.
+        options: ``{name: default}`` it takes beyond those (flags ``--name``).
+        fixed: arguments always passed.
 
     Example:
         >>> EXPORT_TARGETS["ctranslate2"].options

@@ -10,26 +10,18 @@
     tflite/builtin_int8/                    ops only) + metadata.json + tokenizer files
     export_report.json                     all of the above + sample translations
 
-Every artefact is run on the run's sample sentences and compared with the SavedModel: a
-text target on the raw strings (what an app passes; ``serving_default`` gets the same
-strings), a builtin target on the ids of ``Translator.encode`` (``translate_ids`` gets the
-same ids). ``samples.agreement_with_saved_model`` is the share of equal outputs and
-``samples.agreement_measured_on`` says which; ``warnings`` gathers every artefact's.
-
-The comparison is a check (:func:`check_agreement`): every artefact runs the same step, the
-same processors and the same choice, so a float32 file that does not give the SavedModel's
-output on every sample fails the export (:class:`ExportCheckError`, after the report is
-written). A quantised file (int8, float16) is converted from the same traced functions as
-its float32 twin, only its weights quantised: when the twin agrees on every sample, what the
-quantised file does differently is the quantisation's, and its share is reported.
+Every artefact is run on the run's sample sentences and compared with the SavedModel (a
+text target on the raw strings, a builtin target on ``Translator.encode``'s ids):
+``samples.agreement_with_saved_model`` is the share of equal outputs. A float32 file that
+does not give the SavedModel's output on every sample fails the export
+(:func:`check_agreement`, :class:`ExportCheckError`, after the report is written).
 """
 import json
 import os
 import shlex
 
 from keras_attn.core import runs
-from keras_attn.export.base import (QUANTIZATIONS, as_parts, now, run_languages,
-                                    sample_sources, versions)
+from keras_attn.export.base import QUANTIZATIONS, now, run_parts, sample_sources, versions
 from keras_attn.export.saved_model import MODEL_NAME, SERVING_DOCKER, SavedModelExporter
 from keras_attn.export.tflite import TFLiteBuiltinExporter, TFLiteTextExporter
 
@@ -46,10 +38,8 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
                passthrough="auto"):
     """Export a training run: SavedModel, TFLite text/builtin targets and one report.
 
-    Writes under ``export_dir`` (default ``RUN_DIR/export``): ``saved_model/translator/
-    <version>/`` (+ ``<version>.report.json``), ``tflite/text_<q>.tflite`` and
-    ``tflite/builtin_<q>/`` for each quantization ``q`` (builtin only for Transformers),
-    and ``export_report.json``. Prints where everything is and how to serve it.
+    Writes the layout of the module docstring under ``export_dir`` (builtin files only for
+    Transformers) and prints where everything is and how to serve it.
 
     Args:
         run_dir: a run directory (``keras_attn.core.runs``).
@@ -57,12 +47,10 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
             existing artefacts. beam_size: decoding of the SavedModel and text target.
         quantizations: TFLite variants (``"float32"``, ``"float16"``, ``"int8"``); ``()``:
             the SavedModel alone.
-        request_signature: give the SavedModel and the text files the ``translate``
-            signature (every decoding option per request); False exports in about half the
-            time, with ``serving_default`` alone.
+        request_signature: give the SavedModel and the text files the options signatures;
+            False: ``serving_default`` alone.
         passthrough: ``"auto"`` (subword and word models), ``"on"`` or ``"off"`` (or a
-            bool): the SavedModel's ``serving_default`` passes URLs, e-mail addresses, code,
-            tags, numbers and emoji through in the graph (docs/real_text.md).
+            bool): the SavedModel's ``serving_default`` passes spans through in the graph.
 
     Returns:
         The combined report dict (also ``export_dir/export_report.json``).
@@ -70,8 +58,6 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
     Example:
         >>> export_run("runs/dates")          # CLI: keras-attn export runs/dates
     """
-    from keras_attn.translator import Translator
-
     # Every option is checked (by the exporters' constructors) before any work.
     switch = {"auto": None, "on": True, "off": False}
     if not isinstance(passthrough, bool) and passthrough not in switch:
@@ -87,15 +73,7 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
                                       request_signature=request_signature)
                    for q in quantizations]
                   + [TFLiteBuiltinExporter(q, overwrite=overwrite) for q in quantizations])
-    if not os.path.exists(runs.paths(run_dir)["calibration"]):
-        # A run trained before calibrators existed: fit its calibrator first, so that
-        # every artefact's confidence is calibrated (keras_attn.training.calibration).
-        from keras_attn.training.calibration import calibrate_run
-
-        calibrate_run(run_dir, log=lambda *a: None)
-    translator = Translator.from_run_dir(run_dir)
-    parts = as_parts(translator)
-    parts.languages = run_languages(run_dir)  # into every artefact's metadata
+    translator, parts = run_parts(run_dir)
     tflite = [e for e in candidates if e.supports(parts) is None]
     shared = {}  # the text targets' traced modules, one per model
     for exporter in tflite:
@@ -148,11 +126,9 @@ def check_agreement(samples, exporters, normalize):
     ``"FAILED: ..."``, or why a share is not a failure.
 
     Every float32 file must give the SavedModel's output on every sample. A quantised file
-    passes when its float32 twin (the same target, converted from the same traced
-    functions) does, its differences being the quantisation's; without a twin its share is
-    reported unchecked. A text file of a model that expects normalised input (``normalize``:
-    the file cannot normalise) gets the raw text, so its share measures the normalisation
-    the app skipped, not the decoding: reported, unchecked.
+    passes when its float32 twin (converted from the same traced functions) does; without a
+    twin, or for a text file of a model that expects normalised input (``normalize``), its
+    share is reported unchecked.
     """
     agreement = samples["agreement_with_saved_model"]
     by_key = {e.key: e for e in exporters}
@@ -188,8 +164,7 @@ def compare_samples(translator, saved, report, exporters, sources):
     reference = saved.run_samples(report["saved_model"]["path"], translator, sources)
     translations = {"saved_model": reference["translation"]}
     agreement, measured_on = {}, {}
-    # serving_default's graph passes spans through (saved_model.passthrough): the text
-    # files' runtime does too, so that the two read the same sentences.
+    # Where serving_default's graph passes spans through, the text files' runtime does too.
     passthrough = bool(report["saved_model"].get("passthrough", False))
     for exporter in exporters:
         out = exporter.run_samples(report["tflite"][exporter.key]["path"], translator, sources,

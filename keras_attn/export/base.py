@@ -1,17 +1,10 @@
 """The ``Exporter`` base class (TensorFlow-only): options checked once, one ``export()``.
 
-Every target (``SavedModelExporter``, ``TFLiteTextExporter``, ``TFLiteBuiltinExporter``,
-``CTranslate2Exporter``) is a subclass that checks its options in ``__init__`` and fills
-three hooks; :meth:`Exporter.export` is the same for all of them:
-
-1. the model is checked (:meth:`Exporter.check_model`) and an existing destination refused
-   (unless ``overwrite``), before any work;
-2. the artefact is written (:meth:`Exporter.write`) inside a temporary folder beside the
-   destination (named ``.tmp-...``, never an integer, so TF Serving ignores it);
-3. it is loaded and run (:meth:`Exporter.check`);
-4. it is renamed into place (:func:`publish`): a reader never sees half an artefact, and
-   an error or Ctrl-C at any step leaves nothing behind;
-5. the report (format, options, versions, files and sizes) is returned.
+Every target is a subclass that checks its options in ``__init__`` and fills the hooks;
+:meth:`Exporter.export` checks the model and refuses an existing destination, writes the
+artefact in a ``.tmp-...`` folder beside it (TF Serving ignores it), loads and runs it, and
+renames it into place (:func:`publish`): a reader never sees half an artefact, and an error
+or Ctrl-C leaves nothing behind. It returns the report.
 
 References: OpenNMT-tf ``opennmt/utils/exporters.py`` (an ``Exporter`` per format).
 """
@@ -33,9 +26,8 @@ DEFAULT_SAMPLES = ("3 March 2021", "1999-07-04", "le 4 juillet 1999")
 @dataclasses.dataclass
 class Parts:
     """What an export needs: model, tokenizers, length limit, input normalisation, the
-    confidence calibrator (None: ``Calibrator.uncalibrated()``) and the languages
-    (:func:`keras_attn.core.languages.languages_metadata`'s dict, which every artefact's
-    metadata then holds; None: not known, none written)."""
+    confidence calibrator (None: uncalibrated) and the languages
+    (:func:`keras_attn.core.languages.languages_metadata`'s dict; None: none written)."""
     model: object
     src_tokenizer: object
     tgt_tokenizer: object
@@ -201,8 +193,7 @@ def publish(staged, final, overwrite):
     if os.path.exists(final):
         if not overwrite:
             raise FileExistsError(f"{final} appeared while exporting")
-        # Two renames: for a moment there is no `final` (a server unloads the version and
-        # loads the new one); a new version number avoids even that.
+        # Two renames: for a moment there is no `final` (a new version number avoids that).
         old = tempfile.mkdtemp(prefix=".old-" + os.path.basename(final) + "-",
                                dir=os.path.dirname(final))
         replaced = os.path.join(old, "replaced")
@@ -256,9 +247,8 @@ def decoding_info(parts, beam_size, alpha, normalize):
 
 
 def tokenizer_files(parts):
-    """``{file name: bytes}`` that rebuild the tokenizers: a SentencePiece tokenizer's
-    model (``src.model``), else the vocabulary (``src_vocab.txt``, ``text.save_vocab``'s
-    format); ``keras_attn.text.subword.load_tokenizer`` reads either."""
+    """``{file name: bytes}`` that rebuild the tokenizers (``src.model`` for SentencePiece,
+    else ``src_vocab.txt``; ``keras_attn.text.subword.load_tokenizer`` reads either)."""
     files = {}
     for side, tok in (("src", parts.src_tokenizer), ("tgt", parts.tgt_tokenizer)):
         proto = getattr(tok, "proto", None)
@@ -276,8 +266,7 @@ def write_files(folder, files):
 
 
 def run_languages(run_dir):
-    """The languages of a run (:func:`keras_attn.translation.run.languages`): its
-    ``config.json``'s codes and names, or its task's for a run written before they existed.
+    """The languages of a run (:func:`keras_attn.translation.run.languages`).
 
     Example:
         >>> run_languages("exported/run")["source"]
@@ -286,6 +275,20 @@ def run_languages(run_dir):
     from keras_attn.translation import run
 
     return run.languages(run_dir)
+
+
+def run_parts(run_dir):
+    """``(translator, parts)`` of a run, its confidence calibrator fitted first where the run
+    has none, ``parts.languages`` the run's (:func:`run_languages`)."""
+    from keras_attn.training.calibration import calibrate_run
+    from keras_attn.translator import Translator
+
+    if not os.path.exists(runs.paths(run_dir)["calibration"]):
+        calibrate_run(run_dir, log=lambda *a: None)
+    translator = Translator.from_run_dir(run_dir)
+    parts = as_parts(translator)
+    parts.languages = run_languages(run_dir)
+    return translator, parts
 
 
 def sample_sources(run_dir, limit=10):

@@ -1,8 +1,6 @@
 """The TFLite builtin target's graphs (TensorFlow-only): :class:`BuiltinModule`, the
-encoder and one decoder step with fixed shapes, builtin ops only. The application runs the
-loop (``keras_attn.export.runtime``); the step, the processors every loop runs and the
-greedy choice are :mod:`keras_attn.decoding`'s, inside the file. Traced under the kernel
-policy of a TFLite graph (:func:`keras_attn.export.modules.forward_only`, fixed shapes).
+encoder and one decoder step with fixed shapes, builtin ops only; the application runs the
+loop (``keras_attn.export.builtin_runtime``).
 """
 import tensorflow as tf
 
@@ -21,27 +19,18 @@ class BuiltinModule(tf.Module):
     ``encode``: ``source`` int32 ``(1, max_len)`` -> ``encoder_output``, ``source_mask``
     float32 ``(1, max_len)``, per layer ``cross_k_<i>``/``cross_v_<i>`` heads-first
     ``(1, H, max_len, d_h)`` (``kv_shape``), ``source_length`` and ``unknown`` float32
-    ``(1,)`` (the confidence's source statistics), ``length_limit`` int32 ``(1,)`` (the most
-    tokens under ``max_length_factor``: :func:`keras_attn.decoding.processors.row_limits`).
-    ``step``: ``token`` int32 ``(1, 1)``, ``index`` int32 ``()``, ``score`` float32 ``(1,)``
-    (the sum of log-probabilities so far), ``lowest`` and ``unsure`` float32 ``(1,)`` (the
-    least token log-probability so far, 0 at first, and how many tokens were below
-    probability 1/2), ``history`` int32 ``(1, max_len)`` (the tokens so far, 0 at first:
-    what the repetition controls read), ``source_length``, ``unknown``, ``length_limit``,
-    ``source_mask``, ``cross_k_<i>``, ``cross_v_<i>``, ``cache_k_<i>``, ``cache_v_<i>`` ->
-    ``next_token`` int32 ``(1,)``, ``finished`` bool ``(1,)`` (``[END]``, or the length
-    limit reached), ``score``, ``lowest``, ``unsure`` float32 ``(1,)``, ``history`` with
-    ``next_token`` written at ``index``, ``confidence`` float32 ``(1,)`` (of the output if
-    it ended with this token: :func:`keras_attn.decoding.confidence.features_from` and the
-    run's calibrator), ``logits`` float32 ``(1, V)`` (after the processors) and the updated
-    ``cache_k_<i>``, ``cache_v_<i>``.
+    ``(1,)`` (the confidence's source statistics), ``length_limit`` int32 ``(1,)``.
+    ``step``: ``token`` int32 ``(1, 1)``, ``index`` int32 ``()``, ``score``, ``lowest`` and
+    ``unsure`` float32 ``(1,)`` (log-probability sum, least token log-probability, tokens
+    below probability 1/2), ``history`` int32 ``(1, max_len)`` (the tokens so far),
+    ``source_length``, ``unknown``, ``length_limit``, ``source_mask``, ``cross_k_<i>``,
+    ``cross_v_<i>``, ``cache_k_<i>``, ``cache_v_<i>`` -> ``next_token`` int32 ``(1,)``,
+    ``finished`` bool ``(1,)``, ``score``, ``lowest``, ``unsure``, ``confidence`` float32
+    ``(1,)``, ``history``, ``logits`` float32 ``(1, V)`` and the updated caches.
 
-    The step is :class:`keras_attn.decoding.DecodingStep` (the decoder's cached call), the
-    list of processors every loop runs (:func:`keras_attn.decoding.processors_for`: the
-    bans and the repetition controls at ``controls``, the export's defaults) and
-    :class:`keras_attn.decoding.GreedySampler`'s choice: the app only feeds ``next_token``,
-    ``score``, ``lowest``, ``unsure``, ``history`` and the caches back until ``finished``
-    (``keras_attn.export.runtime``).
+    The step runs :class:`keras_attn.decoding.DecodingStep`, the processors every loop runs
+    and :class:`keras_attn.decoding.GreedySampler`'s choice; the app feeds the state back
+    until ``finished``.
 
     Args:
         model: a Transformer of :mod:`keras_attn.models`. max_len: the buffers' length.
@@ -81,8 +70,7 @@ class BuiltinModule(tf.Module):
         self.step = tf.function(forward_only(self._step, False), input_signature=[
             *head, tf.TensorSpec((1, max_len), tf.int32, name="history"), *tail,
             tf.TensorSpec((1,), tf.int32, name="length_limit"), mask, *kv])
-        # The step's first shipped inputs, frozen (keras_attn.export.contract): an app's loop
-        # written against them keeps running, without the repetition controls as then.
+        # The step's first shipped inputs, frozen (keras_attn.export.contract).
         self.step_frozen = tf.function(forward_only(self._step_without_controls, False),
                                        input_signature=[*head, *tail, mask, *kv])
 
@@ -158,7 +146,6 @@ class BuiltinModule(tf.Module):
                             "source_mask": tf.not_equal(source_mask, 0.0)})  # (1, S)
         state = {"self": tuple(HeadsFirstCache(kv[2 * n + i], kv[3 * n + i]) for i in range(n))}
         logits, state, _ = step.step(token[:, 0], state, index)  # (1, V)
-        # The list every loop runs, with the export's defaults (Translator's).
         options = DecodingOptions().resolve(self.max_len, controls=controls or self.controls)
         processors = processors_for(options, text.START_ID, self.decoder.vocab_size)
         logits = processors(logits, StepState(index, history))

@@ -1,8 +1,6 @@
-"""The loop an app on a phone runs over the builtin TFLite target (two files: an encoder and
-a decoder step), with ``ai_edge_litert`` and numpy only: the step file applies the
-processors, chooses each token, sums its log-probability and says when the output ends
-itself (``keras_attn.export.builtin.BuiltinModule``); :func:`run_tflite_builtin` encodes,
-then feeds the step what it returned until it says ``finished``.
+"""The loop an app on a phone runs over the builtin TFLite target (an encoder file and a
+decoder step file, ``keras_attn.export.builtin.BuiltinModule``), with ``ai_edge_litert`` and
+numpy only.
 
 Example:
     >>> out = run_tflite_builtin("exported/tflite/builtin_float32", [[5, 6, 7, 3]])
@@ -17,8 +15,8 @@ import numpy as np
 from keras_attn.core.special_tokens import END_ID, START_ID
 
 TFLITE_ENCODER_SIGNATURE = "encode"
-# The builtin step file's signatures: decode_step as first shipped (frozen: no repetition
-# controls), decode_step_v2 the step with the tokens so far (every processor).
+# The step file's signatures: decode_step as first shipped (no repetition controls),
+# decode_step_v2 with the tokens so far.
 TFLITE_FROZEN_STEP_SIGNATURE = "decode_step"
 TFLITE_STEP_SIGNATURE = "decode_step_v2"
 BUILTIN_FILES = ("encoder.tflite", "decoder_step.tflite")
@@ -53,13 +51,10 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
 
     Returns:
         dict of numpy arrays: ``tokens`` int32 ``(B, max_len)`` (0 after ``end_id``),
-        ``lengths`` int32 ``(B,)``, ``log_prob`` float32 ``(B,)``; the same conventions as
-        ``keras_attn.decoding.greedy_decode_fixed``, whose step, processors and choice the
-        file runs (the export's default options); and ``confidence`` float32 ``(B,)``, the
-        last step's. Files exported before the step kept a state of its own run too (a
-        step without a ``history`` input decodes without the repetition controls and ends
-        at ``end_id``; one without ``lowest`` returns no ``confidence``): the loop feeds
-        back whichever of them the step file has.
+        ``lengths`` int32 ``(B,)``, ``log_prob`` float32 ``(B,)`` as
+        ``keras_attn.decoding.greedy_decode_fixed``'s, and ``confidence`` float32 ``(B,)``
+        (none from a step file without ``lowest``; one without ``history`` decodes without
+        the repetition controls).
 
     Example:
         >>> out = run_tflite_builtin("export/tflite/builtin_float32", tr.encode(["3 May 1999"]))
@@ -78,12 +73,10 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
         else TFLITE_FROZEN_STEP_SIGNATURE)  # a file exported before the controls
     width = int(encoder.get_input_details()["source"]["shape"][1])
     step_inputs = step.get_input_details()
-    # What the step rewrites and gets back at the next call: the caches, and in newer files
-    # the confidence's running statistics and the tokens so far. Each starts at zero.
+    # What the step rewrites and gets back at the next call, each starting at zero.
     fed_back = sorted(n for n in step_inputs
                       if n.startswith("cache_") or n in ("lowest", "unsure", "history"))
-    # The caches hold as many positions as the encoder's source (BuiltinModule: max_len
-    # both), whatever their layout ((1, L, H, d_h), or heads-first (1, H, L, d_h)).
+    # The caches hold as many positions as the encoder's source, whatever their layout.
     max_len = width if max_len is None else min(int(max_len), width)
     source_ids = np.asarray(source_ids, dtype=np.int32).reshape(len(source_ids), -1)
     batch = source_ids.shape[0]

@@ -3,13 +3,9 @@ export works on every later one (docs/serving_contract.md). Imports neither Kera
 TensorFlow (an app's runtime and the serving client read it); :func:`artefact_signatures`
 loads TensorFlow and ``ai_edge_litert`` when called.
 
-The rule, as TF Serving clients and SignatureRunners see it: a signature, once shipped, is
-frozen. Its inputs (names, dtypes, shapes) never change: the Python loader
-(``loaded.signatures[name](...)``) and TFLite's ``SignatureRunner`` need every input of a
-signature and refuse any other, so even an input with a default breaks their callers. Its
-outputs may grow, never shrink or change. A new option set is a new signature beside the
-old ones (``translate_v2``, ``translate_v3``, ...); a new output or a new signature is
-allowed. :data:`SNAPSHOT` records every artefact's signatures as they shipped and
+The rule: a shipped signature is frozen (inputs never change, not even by one with a
+default; outputs may grow, never shrink or change); a new option set is a new signature.
+:data:`SNAPSHOT` records every artefact's signatures as they shipped and
 :func:`breaking_changes` lists what a new export would break.
 
 Example:
@@ -81,13 +77,10 @@ def generic(signatures):
 
 def breaking_changes(shipped, current, artefacts=None):
     """What ``current`` (an export's :func:`artefact_signatures`) breaks of ``shipped``
-    (the snapshot): every signature of a shipped artefact must still be there with the
-    same inputs (no input removed, renamed, retyped or reshaped, none added, no default
-    dropped) and every output it had (same dtype and rank, no size fixed that was any).
-    New signatures, new outputs and artefacts that ``current`` lacks are allowed (an
-    export may leave a target out).
+    (the snapshot), by the module's rule. Artefacts that ``current`` lacks are allowed.
 
     Args:
+        shipped, current: :func:`artefact_signatures`' dicts.
         artefacts: only these artefacts (default: those both have).
 
     Returns:

@@ -1,8 +1,5 @@
-"""A character tokenizer from core TensorFlow ops (TensorFlow-only): no custom op to serve.
-
-A SavedModel that tokenizes with :class:`CoreCharTokenizer` instead of
-``keras_attn.text.tokenizers.Tokenizer`` (FastWordpiece) loads in any TensorFlow process
-(``saved_model_cli run`` included) and in any TF Serving image, whatever its TF-Text build.
+"""A character tokenizer from core TensorFlow ops (TensorFlow-only): a SavedModel that uses
+it needs no custom op, so it loads in any TensorFlow process and any TF Serving image.
 """
 import tensorflow as tf
 
@@ -12,17 +9,10 @@ _INVALID_CODEPOINT = 0x10FFFF
 
 
 class CoreCharTokenizer(tf.Module):
-    """A character-level ``keras_attn.text.tokenizers.Tokenizer`` rebuilt from core TensorFlow ops.
-
-    A SavedModel that uses it needs no tensorflow-text op, so it loads in any TensorFlow
-    (``saved_model_cli``, a TF Serving image whatever its TF-Text build). Same ids and text
-    as the ``Tokenizer`` (``UnicodeDecode`` + ``searchsorted`` to tokenize, string tables +
-    ``ReduceJoin`` to detokenize): every character becomes its ``##c`` id; a string with a
-    character outside the vocabulary or invalid UTF-8 becomes one ``[UNK]``; detokenizing
-    stops at ``[END]``, drops ``[PAD]``/``[START]``, writes ``[UNK]`` (and ids outside the
-    vocabulary) as `` [UNK]`` (no space at the start). One difference: the ``Tokenizer``
-    (FastWordpiece) reads a reserved token (``[END]``, ...) or ``##`` at the very start of
-    an input as that token; here they are ordinary characters.
+    """A character-level ``keras_attn.text.tokenizers.Tokenizer`` rebuilt from core TensorFlow
+    ops, with the same ids and text: every character becomes its ``##c`` id, a string with an
+    unknown character or invalid UTF-8 one ``[UNK]``. One difference: a reserved token or
+    ``##`` at the very start of an input is ordinary characters here.
 
     Args:
         tokenizer: a character-level ``Tokenizer`` (``supports(tokenizer)`` is True).
@@ -32,11 +22,13 @@ class CoreCharTokenizer(tf.Module):
         super().__init__(name=name)
         if not self.supports(tokenizer):
             raise ValueError("CoreCharTokenizer needs a character vocabulary from "
-                             "keras_attn.text.tokenizers.char_vocab. Received a word-level tokenizer")
+                             "keras_attn.text.tokenizers.char_vocab. "
+                             "Received a word-level tokenizer")
         vocab = tokenizer.vocab
         index = {t: i for i, t in enumerate(vocab)}
         chars = sorted((t for t in vocab[len(text.RESERVED_TOKENS):]
-                        if not t.startswith(text.SUFFIX) and ord(t) != _INVALID_CODEPOINT), key=ord)
+                        if not t.startswith(text.SUFFIX) and ord(t) != _INVALID_CODEPOINT),
+                       key=ord)
         self.vocab_size = len(vocab)
         self._codepoints = tf.constant([ord(c) for c in chars], tf.int32)
         self._char_ids = tf.constant([index[text.SUFFIX + c] for c in chars], tf.int32)

@@ -2,8 +2,18 @@
 
 :class:`KerasAttnConverter`, a ``ctranslate2.converters.Converter``, only fills the spec from
 the Keras weights (the model knows nothing of the engine); :func:`check_supported` refuses,
-naming the option, what one ``TransformerSpec`` cannot hold. The mapping is described in
-``keras_attn.export.ctranslate2``.
+naming the option, what one ``TransformerSpec`` cannot hold. The mapping:
+
+* kernels ``(in, out)`` transposed; self-attention Q/K/V fused, cross-attention K/V fused;
+  biases where the model has them;
+* LayerNorms ``addnorm{1,2,3}`` -> ``self_attention``, ``attention``, ``ffn.layer_norm``
+  (pre-norm: ``final_norm`` -> ``encoder/decoder.layer_norm`` too), the model's epsilon;
+* our positional table as ``position_encodings.encodings`` (CTranslate2's own differs);
+* ``tie_embeddings``: the projection's weight is the target embedding (stored once);
+* reserved tokens renamed (:data:`SPECIAL_TOKENS`), ``add_source_eos`` as
+  ``Translator.encode`` appends ``[END]``;
+* the projection's bias for ``[PAD]`` and ``[START]`` lowered by :data:`BANNED_BIAS`, so
+  that any client, as ours, never emits them.
 
 Reference: CTranslate2's ``converters/opennmt_py.py`` (the same mapping for OpenNMT-py).
 """

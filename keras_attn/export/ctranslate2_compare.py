@@ -15,7 +15,9 @@ def compare(translator, ct2, sources, beam_size=1, alpha=LENGTH_PENALTY):
     output tokens (teacher-forced: ``score_batch`` against our decoder).
 
     Args:
-        translator: ``keras_attn.translator.Translator``. ct2: :class:`~keras_attn.export.ctranslate2_runtime.CTranslate2Translator`.
+        translator: ``keras_attn.translator.Translator``.
+        ct2: :class:`~keras_attn.export.ctranslate2_runtime.CTranslate2Translator`.
+        sources: source strings. beam_size, alpha: the decoding of both.
     """
     import tensorflow as tf
 

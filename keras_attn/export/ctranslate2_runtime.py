@@ -1,8 +1,6 @@
-"""Running a CTranslate2 export (CTranslate2-only): :class:`CTranslate2Translator`, the
-CTranslate2 engine of :mod:`keras_attn.translation.pipeline` (our tokenizers, the options
-of API.md under our names). Imports no TensorFlow and no Keras but a WordPiece run's
-tokenizer (TensorFlow's). How its decoding compares with ours:
-:mod:`keras_attn.export.ctranslate2` and docs/ctranslate2.md.
+"""Running a CTranslate2 export: :class:`CTranslate2Translator`, the CTranslate2 engine of
+:mod:`keras_attn.translation.pipeline`. No TensorFlow or Keras (but a WordPiece run's
+tokenizer). How it compares with ours: :mod:`keras_attn.export.ctranslate2`.
 
 Example:
     >>> ct2 = CTranslate2Translator("runs/dates/export/ctranslate2")
@@ -35,17 +33,15 @@ from keras_attn.export.ctranslate2_tokens import (  # noqa: F401  (read beside t
 
 METADATA = "keras_attn.json"  # what the exporter writes beside the model, read here
 SRC_VOCAB, TGT_VOCAB = "src_vocab.txt", "tgt_vocab.txt"  # keras_attn.text's vocabulary files
+
+
 class CTranslate2Translator:
     """Text in, text out with a model directory from :func:`export_ctranslate2`.
 
-    The same interface as ``keras_attn.translator.Translator`` (``encode``,
-    ``translate_ids``, ``translate``, ``translate_nbest``, ``score``), so
-    ``keras_attn.training.evaluation.evaluate`` scores it too. CTranslate2 is asked for raw
-    sums of log-probabilities (``length_penalty=0``); ``beam_size > 1`` asks for
-    ``beam_size`` hypotheses and reranks them with our GNMT penalty. Equal to
-    ``Translator``: greedy output (with ``target_prefix``, ``max_length``); beam search's
-    best hypothesis on most sentences, its lower ranks its own search's
-    (docs/ctranslate2.md, "n-best lists"). Refused (:func:`refuse`): sampling, alignments.
+    The interface of ``keras_attn.translator.Translator`` (``encode``, ``translate_ids``,
+    ``translate``, ``translate_nbest``, ``score``). Scores are raw log-probability sums,
+    a beam reranked with our GNMT penalty (docs/ctranslate2.md). Refused (:func:`refuse`):
+    sampling, alignments.
 
     Args:
         model_dir: the exported directory.
@@ -59,9 +55,8 @@ class CTranslate2Translator:
         [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
     """
 
-    # Word alignments for placing passed-through spans, from CTranslate2's attention
-    # (``return_attention``: its alignment head, not our mean over heads): used inside the
-    # pipeline only; a request's ``return_alignments`` is refused (:func:`refuse`).
+    # Alignments from CTranslate2's attention place passed-through spans in the pipeline
+    # (a request's return_alignments is refused).
     aligns = True
 
     def __init__(self, model_dir, device="cpu", compute_type="default", intra_threads=0,
@@ -77,25 +72,26 @@ class CTranslate2Translator:
         self.tgt_tokens = ct2_vocab(self.tgt_tokenizer.vocab)
         self.tgt_ids = {t: i for i, t in enumerate(self.tgt_tokens)}
         self.src_ids = {t: i for i, t in enumerate(self.src_tokens)}
-        # The export's confidence calibrator (the graphs' own), or uncalibrated without one.
         self.calibrator = (Calibrator.from_dict(meta["calibration"])
                            if meta.get("calibration") else Calibrator.uncalibrated())
         self.controls = dict(control_defaults(self.tgt_tokenizer))  # as Translator's
         self.split_long = False  # as Translator's: long sentences truncated and reported
-        # What must not be translated passes through, as Translator's default, its spans
-        # placed by the alignments of CTranslate2's attention (:meth:`alignment`).
         self.passthrough = spans.default_for(self.src_tokenizer)
         self.translator = ctranslate2.Translator(
             os.fspath(model_dir), device=device, compute_type=compute_type,
             intra_threads=intra_threads, inter_threads=inter_threads)
 
+    def _normalized(self, texts):
+        """``texts`` normalised as the run's were (WordPiece runs only, TensorFlow's)."""
+        if not self.normalize:
+            return texts
+        from keras_attn.text import tokenizers as text
+
+        return [text.normalize_text(t) for t in texts]
+
     def tokenize(self, sentences):
         """Source ids per sentence (normalised as the run's, not cut)."""
-        if self.normalize:  # WordPiece runs only, whose tokenizer is TensorFlow's anyway
-            from keras_attn.text import tokenizers as text
-
-            sentences = [text.normalize_text(s) for s in sentences]
-        return self.src_tokenizer.tokenize(list(sentences))
+        return self.src_tokenizer.tokenize(list(self._normalized(sentences)))
 
     def tokenize_target(self, texts):
         """Target ids per text (``target_prefix``, :meth:`target_tokens`)."""
@@ -120,9 +116,7 @@ class CTranslate2Translator:
                 for row in np.asarray(source).tolist()]
 
     def options(self, **options):
-        """:class:`~keras_attn.decoding.options.DecodingOptions` from keyword arguments, as
-        ``Translator.options`` (:func:`keras_attn.translation.pipeline.resolve`), refusing
-        what CTranslate2 cannot give as ours.
+        """``DecodingOptions`` from keyword arguments, as ``Translator.options``.
 
         Raises:
             ValueError: a bad or unknown option (``DecodingOptions``), ``sampling_topk > 1``
@@ -139,21 +133,17 @@ class CTranslate2Translator:
 
     def decode_nbest(self, tokens, opts, prefix=(), ct2_options=None, log_probs=False,
                      attention=False):
-        """``translate_batch`` on source token strings (:meth:`encode`); per sentence
-        ``[(target ids, score)]``, best first, at most ``opts.num_hypotheses`` (ids as
-        ``Translator``'s). Scores: the generated tokens' summed log-probabilities
-        (``</s>`` in, the prefix not), for ``beam_size > 1`` over the GNMT penalty of the
-        whole length, as ``keras_attn.decoding.decode``.
+        """``translate_batch`` on source token strings; per sentence ``[(target ids, score)]``,
+        best first, at most ``opts.num_hypotheses``, scored as ``keras_attn.decoding.decode``.
 
         Args:
             tokens: source token strings per sentence. opts: resolved ``DecodingOptions``.
             prefix: target token strings forced first (:meth:`prefix_tokens`).
-            ct2_options: ``translate_batch`` arguments that override ours (CTranslate2's
-                meanings; its own ``length_penalty`` keeps its ranking and scores).
+            ct2_options: ``translate_batch`` arguments that override ours.
             log_probs: greedy only: each hypothesis ``(ids, score, token log-probabilities
                 or None)`` (:meth:`_search_log_probs`).
-            attention: each hypothesis gets one more item, last: CTranslate2's attention,
-                per target token a vector over the source tokens (``return_attention``).
+            attention: each hypothesis ends with CTranslate2's attention, per target token
+                a vector over the source tokens.
         """
         kwargs = dict(decoding_options(self.max_len, opts.beam_size), return_scores=True,
                       max_decoding_length=opts.max_length, length_penalty=0.0,
@@ -174,9 +164,8 @@ class CTranslate2Translator:
                       for t in tokens]  # + 1: the </s> the model appends, as ours counts
             results, over = [None] * len(tokens), range(len(tokens))
             if opts.beam_size == 1 and "beam_size" not in (ct2_options or {}):
-                # Greedy rows decode independently: one call at the longest limit gives
-                # each row its own result unless it ran past its own limit (a hypothesis
-                # no longer than its limit is what that limit gives).
+                # Greedy rows decode independently: one call at the longest limit, then the
+                # rows that ran past their own limit again.
                 results = self.translator.translate_batch(
                     tokens, target_prefix, **dict(kwargs, max_decoding_length=max(limits)))
                 over = [i for i, r in enumerate(results) if len(r.hypotheses[0]) > limits[i]]
@@ -209,10 +198,9 @@ class CTranslate2Translator:
         return out
 
     def _search_log_probs(self, result, penalty):
-        """A greedy hypothesis' token log-probabilities under the model alone (what
-        ``score_batch`` gives) from the search's logits (``return_logits_vocab``), its
-        repetition penalty undone (``x / penalty``, ``x * penalty`` when negative); None
-        after a banned token (its logit lost) or without ``[END]`` (the caller scores it)."""
+        """A greedy hypothesis' token log-probabilities under the model alone (``score_batch``'s)
+        from the search's logits, the repetition penalty undone; None after a banned token
+        or without ``[END]`` (the caller scores it)."""
         hyp = result.hypotheses[0]
         if not hyp or hyp[-1] != "</s>":
             return None
@@ -246,10 +234,9 @@ class CTranslate2Translator:
         return pipeline.pad(ids)
 
     def translate_nbest(self, texts, batch_size=128, confidence=True, **options):
-        """``Translator.translate_nbest``'s result for this model (the same pipeline,
-        :func:`keras_attn.translation.pipeline.translate_nbest`; ``confidence=False``: no
-        confidence, no ``score_batch`` call). ``ValueError``: as :meth:`options`, or a
-        ``target_prefix`` that leaves no room within ``max_length``."""
+        """``Translator.translate_nbest``'s result for this model
+        (:func:`keras_attn.translation.pipeline.translate_nbest`). ``ValueError``: as
+        :meth:`options`, or a ``target_prefix`` with no room within ``max_length``."""
         return pipeline.translate_nbest(self, texts, batch_size, confidence=confidence,
                                         **options)
 
@@ -263,8 +250,7 @@ class CTranslate2Translator:
 
     def decode(self, source, opts, prefix=(), confidence=True):
         """The pipeline's step: source ids ``(B, S)`` -> ``tokens`` ``(B, N, T)``,
-        ``scores`` ``(B, N)`` and the confidence ``features`` ``(B, N, F)`` (greedy: from
-        the search's logits, :meth:`_search_log_probs`; else one ``score_batch`` pass)."""
+        ``scores`` ``(B, N)`` and the confidence ``features`` ``(B, N, F)``."""
         tokens = self.tokens_from_ids(source)
         read = confidence and opts.beam_size == 1 and opts.sampling_topk <= 1 and not prefix
         nbest = self.decode_nbest(tokens, opts, [self.tgt_tokens[i] for i in prefix],
@@ -292,8 +278,7 @@ class CTranslate2Translator:
 
     def alignment(self, source, target_ids, attention):
         """Pharaoh ``i-j`` word pairs of one hypothesis from CTranslate2's attention, as
-        ``keras_attn.translation.alignment`` makes ours: each target token points at the
-        source token it attends to most, the pieces of both sides merged into words.
+        ``keras_attn.translation.alignment`` makes ours.
 
         Args:
             source: the source token strings (no ``</s>``). target_ids: the hypothesis's
@@ -314,41 +299,31 @@ class CTranslate2Translator:
 
     def _features(self, sources, log_probs):
         """``keras_attn.decoding.confidence.features`` ``(R, F)`` of targets for their
-        sources (token strings): ``log_probs`` per target its tokens' log-probabilities,
-        ``</s>``'s last (``score_batch``'s)."""
+        sources (token strings) from their tokens' log-probabilities (``</s>``'s last)."""
         padded = pipeline.pad([list(row) for row in log_probs], dtype=np.float32)
         source = pipeline.pad([[self.src_ids[t] for t in row] + [END_ID] for row in sources])
         return features(padded, np.array([len(row) for row in log_probs], np.int32),
                         source, ops=NumpyOps)
 
     def confidences(self, sources, scored):
-        """The confidence of each target for its source (token strings), from
-        ``score_batch``'s results ``scored``: :meth:`_features`, then the export's
-        calibrator."""
+        """The calibrated confidence of each target for its source (token strings), from
+        ``score_batch``'s results ``scored``."""
         if not sources:
             return []
         x = self._features(sources, [r.log_probs for r in scored])
         return [float(c) for c in self.calibrator(x, ops=NumpyOps)]
 
     def target_tokens(self, targets):
-        """Target token strings per translation (CTranslate2's vocabulary; no ``</s>``:
-        ``score_batch`` appends it), cut to ``max_len - 1`` tokens as ``Translator.score``
-        cuts them, and whether each was cut."""
-        if self.normalize:
-            from keras_attn.text import tokenizers as text
-
-            targets = [text.normalize_text(t) for t in targets]
-        rows = self.tokenize_target(targets)
+        """Target token strings per translation (no ``</s>``), cut to ``max_len - 1`` tokens
+        as ``Translator.score`` cuts them, and whether each was cut."""
+        rows = self.tokenize_target(self._normalized(targets))
         keep = self.max_len - 1
         return [[self.tgt_tokens[i] for i in row[:keep]] for row in rows], \
             [len(row) > keep for row in rows]
 
     def score(self, sources, targets, batch_size=128, length_penalty=None):
-        """Score given translations with CTranslate2's ``score_batch`` (forced decoding),
-        as ``Translator.score``: the same dict per pair (``tokens`` in our target
-        vocabulary's spelling, ``[END]`` last, ``token_ids``, ``token_log_probs``,
-        ``log_prob``, ``score`` = ``log_prob / ((5 + n) / 6) ** length_penalty``,
-        ``confidence``, ``truncated``).
+        """Score given translations with CTranslate2's ``score_batch``: ``Translator.score``'s
+        dict per pair.
 
         Raises:
             ValueError: ``sources`` and ``targets`` of different lengths, an item that is
@@ -376,9 +351,6 @@ class CTranslate2Translator:
 
     def translate(self, sentences, beam_size=1, alpha=LENGTH_PENALTY, batch_size=128, **options):
         """Translate a list of strings; returns a list of strings (the best translation).
-
-        Any other option of :meth:`translate_nbest` (``length_penalty`` is ``alpha``'s name
-        there) gives that method's best hypothesis, as ``Translator.translate``.
-        """
+        Other options: :meth:`translate_nbest`'s (``length_penalty`` is ``alpha``)."""
         return pipeline.translate(self, sentences, beam_size,
                                   options.pop("length_penalty", alpha), batch_size, **options)

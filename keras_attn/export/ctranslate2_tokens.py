@@ -1,9 +1,7 @@
-"""Our tokens under CTranslate2's names, and what its runtime refuses (no CTranslate2 and no
-TensorFlow imported here): the reserved tokens renamed (:func:`ct2_vocab`), the words of a
-token sequence for alignments (:func:`_word_ids`), ``translate_batch``'s options that decode
-as :mod:`keras_attn.decoding` does, and the options CTranslate2 cannot give as ours
-(:func:`refuse`). Read by the converter and by
-:class:`keras_attn.export.ctranslate2_runtime.CTranslate2Translator`.
+"""Our tokens under CTranslate2's names (:func:`ct2_vocab`), the words of a token sequence
+(:func:`_word_ids`), ``translate_batch``'s options that decode as ours
+(:func:`decoding_options`) and the options CTranslate2 refuses (:func:`refuse`). Imports
+neither CTranslate2 nor TensorFlow.
 
 Example:
     >>> ct2_vocab(["[PAD]", "[UNK]", "[START]", "[END]", "hello"])
@@ -29,8 +27,7 @@ def ct2_vocab(vocab):
 
 def refuse(opts, engine="CTranslate2"):
     """``ValueError`` naming the option for what CTranslate2 cannot give as ours: sampling
-    (its random numbers are not our seeded hash) and alignments (its attention is not our
-    word alignment). ``engine``: how the message names the engine."""
+    and alignments. ``engine``: how the message names the engine."""
     if opts.sampling:
         raise ValueError(
             f"`sampling_topk` > 1 (random sampling) is not available with {engine}: its "
@@ -52,9 +49,7 @@ def decoding_options(max_len, beam_size=1):
 
 def _word_ids(tokens, tokenizer):
     """The word of each token string (-1: a reserved token or a space), as
-    ``keras_attn.translation.alignment.word_positions`` numbers them: a word begins at a
-    SentencePiece ``\u2581`` piece, at a WordPiece token that is no ``##`` suffix, or (every
-    vocabulary) after a space or a reserved token."""
+    ``keras_attn.translation.alignment.word_positions`` numbers them."""
     sentencepiece = isinstance(tokenizer, tokenizers.PieceTokenizer)
     chars = getattr(tokenizer, "char_level", False)
     words, word, gap = [], -1, True
@@ -81,8 +76,8 @@ def _word_ids(tokens, tokenizer):
 
 
 class _GraphTokenizer:
-    """A WordPiece tokenizer (``keras_attn.text.tokenizers.Tokenizer``: TensorFlow ops) with the list
-    interface of :mod:`keras_attn.text.python_tokenizers`."""
+    """A WordPiece tokenizer (TensorFlow ops) with the list interface of
+    :mod:`keras_attn.text.python_tokenizers`."""
 
     def __init__(self, path):
         import tensorflow as tf

@@ -1,23 +1,14 @@
 """TensorFlow only: the document split of :mod:`keras_attn.text.documents` inside a graph.
 
-The same rule list (:data:`keras_attn.text.documents.RULES`, in the common subset of Python's
-``re`` and RE2) runs with ``tf.strings.regex_replace``; ``tf.strings.split`` at the boundary
-marker then gives, for a batch of texts ``(B,)``, a RaggedTensor of sentences and one of
-separators equal to what :func:`keras_attn.text.documents.split` returns for each text
-(``tests/test_documents.py`` checks it on every test case and on generated text).
+The same rules (:data:`keras_attn.text.documents.RULES`) run with
+``tf.strings.regex_replace``: :func:`split_tensor` gives, for texts ``(B,)``, ragged
+sentences and separators equal to :func:`keras_attn.text.documents.split`'s. A SavedModel
+splits before the tokenizer, decodes every sentence of a request as one batch and joins
+back (:func:`translate_documents_tensor`).
 
-For a SavedModel: :func:`split_tensor` before the tokenizer, decode
-``sentences.flat_values`` (every sentence of the request, one batch), then
-``sentences.with_flat_values(translations)`` and :func:`join_tensor`.
-
-TFLite: the regex ops (``StaticRegexReplace``, or ``RegexReplace`` for a pattern that is
-a tensor) are TensorFlow ops with no TFLite builtin or tensorflow-text kernel; a TFLite file
-cannot run this split (docs/documents.md has the converter's and the interpreter's
-errors). A TFLite app splits with the same rules before the file and joins after
-(``keras_attn.export.runtime.split_for_tflite`` / ``join_from_tflite``), and the file
-flags any text it cannot vouch for: :func:`needs_split_tensor`, from the text's bytes with
-TFLite builtins and tensorflow-text's ``ByteSplit`` kernel, is False only for a text that
-the rules read as exactly one sentence with no whitespace around it.
+TFLite has no regex kernel (docs/documents.md): an app splits before the file and joins
+after (``keras_attn.export.runtime``), and the file flags any text that may not be one bare
+sentence with :func:`needs_split_tensor` (builtins and tensorflow-text's ``ByteSplit``).
 """
 import functools
 import re
@@ -66,8 +57,7 @@ def split_tensor(texts):
     if texts.dtype != tf.string or texts.shape.rank != 1:
         raise ValueError("`texts` must be a string tensor of shape (B,). Received: "
                          f"texts with dtype {texts.dtype.name} and shape {texts.shape}")
-    # The rules are Unicode patterns: bytes that are not UTF-8 read as U+FFFD first (as
-    # keras_attn.export.runtime.split_for_tflite decodes them).
+    # The rules are Unicode patterns: bytes that are not UTF-8 read as U+FFFD first.
     texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace")
     pieces = tf.strings.split(mark_tensor(texts), documents.BOUNDARY)  # (B, 2 N_i + 1)
     pieces = pieces.with_flat_values(_replace_all(pieces.flat_values,
@@ -98,9 +88,8 @@ def join_tensor(sentences, separators):
 
 
 def translate_documents_tensor(texts, translate_sentences):
-    """A served graph's documents: every text split (:func:`split_tensor`), the sentences of
-    the whole request translated as one batch, each output joined back per text
-    (:func:`join_documents_tensor`).
+    """A served graph's documents: every text split, the request's sentences translated as
+    one batch, each output joined back per text (:func:`join_documents_tensor`).
 
     Args:
         texts: string ``(B,)``.
@@ -112,11 +101,8 @@ def translate_documents_tensor(texts, translate_sentences):
 
 
 def join_documents_tensor(outputs, sentences, separators):
-    """The rule of :func:`keras_attn.translation.pipeline.join_documents` in a graph, for
-    every output a signature has: per text, hypothesis ``j`` of each of its sentences,
-    ``translation(s)`` joined with the text's whitespace, ``score(s)`` summed,
-    ``confidence(s)`` the lowest (1.0 for no sentence), ``alignments`` joined by
-    ``pipeline.ALIGNMENT_SEPARATOR``, ``truncated`` if any sentence was.
+    """:func:`keras_attn.translation.pipeline.join_documents`'s rule in a graph, for every
+    output a signature has.
 
     Args:
         outputs: ``{name: (S,) or (S, N) tensor}``, one row per sentence of ``sentences``.
@@ -161,13 +147,11 @@ def join_nbest(translations, row_splits, separators):
     counts = row_splits[1:] - row_splits[:-1]  # (B,)
     n = tf.shape(translations, out_type=tf.int64)[1]
     batch = tf.shape(counts, out_type=tf.int64)[0]
-    if isinstance(separators, str):
+    first_and_last_empty = isinstance(separators, str)
+    seps = separators
+    if first_and_last_empty:
         seps = tf.RaggedTensor.from_row_lengths(
             tf.fill([tf.reduce_sum(counts + 1)], separators), counts + 1)
-        first_and_last_empty = True
-    else:
-        seps = separators
-        first_and_last_empty = False
     pieces_per = 2 * counts + 1  # separator, sentence, separator, ..., separator
     lengths = tf.repeat(pieces_per, n)  # (B * N,): text b's hypothesis j
     positions = tf.ragged.range(lengths)
@@ -180,12 +164,9 @@ def join_nbest(translations, row_splits, separators):
     flat_translations = tf.concat([tf.reshape(translations, [-1]), [""]], axis=0)
     pad = tf.size(flat_translations, out_type=tf.int64) - 1
     sentence_index = tf.maximum(sentence_row, 0) * n + j
-    sep_values = seps.flat_values
+    sep_piece = tf.gather(seps.flat_values, sep_index)
     if first_and_last_empty:
-        last = p == 2 * tf.gather(counts, b)
-        sep_piece = tf.where((p == 0) | last, "", tf.gather(sep_values, sep_index))
-    else:
-        sep_piece = tf.gather(sep_values, sep_index)
+        sep_piece = tf.where((p == 0) | (p == 2 * tf.gather(counts, b)), "", sep_piece)
     odd = p % 2 == 1
     piece = tf.where(odd, tf.gather(flat_translations, tf.where(odd, sentence_index, pad)),
                      sep_piece)
@@ -194,9 +175,8 @@ def join_nbest(translations, row_splits, separators):
 
 
 def lowest(values):
-    """float32 ``(B,)``: each row's lowest value of ragged ``(B, None)`` ``values``, 1.0 for a
-    row without any (a text of no sentence: nothing to get wrong); the confidence of a
-    document. ``(B, None, N)`` -> ``(B, N)`` alike."""
+    """float32 ``(B,)``: each row's lowest value of ragged ``(B, None)`` ``values`` (a
+    document's confidence), 1.0 for an empty row. ``(B, None, N)`` -> ``(B, N)`` alike."""
     return tf.minimum(tf.reduce_min(values, axis=1), 1.0)
 
 
@@ -211,9 +191,8 @@ def lowest(values):
 #   - a whitespace character after "<digit>)" (an item "2) " in a line);
 #   - a bullet after whitespace.
 # A text with none of them, content, no whitespace at either end and valid UTF-8 is one
-# sentence that the SavedModel translates as it stands. The test looks back over at most
-# _CLOSE_RUN closing marks and ahead over at most _SPACE_RUN spaces, and answers "needs a
-# split" beyond them: it may flag a whole sentence ("Mr. Smith left."), never miss a split.
+# sentence. Beyond _CLOSE_RUN closing marks back or _SPACE_RUN spaces ahead the answer is
+# "needs a split": it may flag a whole sentence ("Mr. Smith left."), never miss a split.
 _CLOSE_RUN = 4
 _SPACE_RUN = 4
 
@@ -307,14 +286,8 @@ def _valid_utf8(x, valid):
 
 def needs_split_tensor(texts):
     """bool ``(B,)``: False only where the text is exactly one sentence by the rules of
-    :mod:`keras_attn.text.documents`, with no whitespace at either end, in valid UTF-8 — then a
-    TFLite text file's translation of it is the SavedModel's. True where it may hold several
-    sentences (or none, or whitespace around one): split it first
-    (``keras_attn.export.runtime.split_for_tflite``). Sound, not exact: a whole sentence
-    with an abbreviation before a capital ("Mr. Smith left.") is flagged too.
-
-    Runs in a TFLite file: tensorflow-text's ``ByteSplit`` kernel (``TFText>
-    ByteSplitWithOffsets``), ``RaggedTensorToTensor`` and TFLite builtins (no regex).
+    :mod:`keras_attn.text.documents`, with no whitespace at either end, in valid UTF-8.
+    Sound, not exact ("Mr. Smith left." is flagged too). Runs in a TFLite file (no regex).
 
     Args:
         texts: string Tensor ``(B,)``.

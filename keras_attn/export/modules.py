@@ -1,26 +1,14 @@
 """The serving graphs as ``tf.Module`` s (TensorFlow-only): what the exporters save or convert.
 
-:class:`TranslatorModule` holds the tokenizers, the Keras model and the decoding loop
-(``keras_attn.decoding``) as ``tf.function`` s: ``serve`` (strings in, strings out),
-``translate_ids`` (ids in, ids out) and ``score`` (a source and a given translation in, its
-log-probabilities out); the SavedModel and the TFLite text target are made from it.
-The TFLite builtin target's encoder and decoder step are :mod:`keras_attn.export.builtin`'s.
-Every decoding here is :meth:`keras_attn.translator.Translator.search`: ``serving_default``
-and ``translate_ids`` with the export's own options, the options signatures
-(:mod:`keras_attn.export.request`) with a request's.
+:class:`TranslatorModule` holds the tokenizers, the Keras model and the decoding loop as
+``tf.function`` s: ``serve`` (strings in, strings out), ``translate_ids`` (ids in, ids out),
+``score`` (forced decoding) and the options signatures (:mod:`keras_attn.export.request`).
+Every decoding is :meth:`keras_attn.translator.Translator.search`. The TFLite builtin
+target's graphs are :mod:`keras_attn.export.builtin`'s.
 
-Kernel policy (:mod:`keras_attn.kernels.fastpath`, :func:`forward_only`): every serving graph is
-traced without the fast paths' hand-written gradients (it only runs forward); the
-SavedModel's with ``dynamic_shapes`` on (growing caches, loops that drop ended rows), the
-TFLite graphs with it off (fixed ``max_len`` buffers: the interpreter re-plans its memory
-whenever a loop variable changes shape).
-
-Portable graphs. Keras's TF backend implements ``keras.ops.slice_update`` with
-``XlaDynamicUpdateSlice``, an XLA op that TF Serving refuses unless started with
-``--xla_cpu_compilation_enabled`` (tensorflow/serving issue 2217). The decoding buffers and
-the key/value cache are therefore written with core ops (``keras_attn.ops.slice_update``,
-and on TensorFlow's fast path a concat or ``tensor_scatter_nd_update``,
-``keras_attn.kernels.tf_step``); the SavedModel export fails if an ``Xla*`` op is left.
+Kernel policy (:func:`forward_only`): no hand-written gradients; ``dynamic_shapes`` on in a
+SavedModel, off in TFLite (fixed ``max_len`` buffers). The graphs write their buffers with
+core ops, no ``Xla*`` op (TF Serving refuses those without XLA; the SavedModel export checks).
 """
 import tensorflow as tf
 
@@ -80,11 +68,10 @@ class TranslatorModule(tf.Module):
             ``"tftext"`` (the ``Tokenizer`` objects) or ``"auto"`` (core when possible).
         batch_size: fixed batch of ``serve`` (None: any).
         max_beam_size: the largest ``beam_size`` a ``translate`` request may ask.
-        request_signature: also export the options signatures (``translate``,
-            ``translate_v2``: decoding options per request, ``keras_attn.export.request``).
-        passthrough: ``serve`` (``serving_default``) passes URLs, e-mail addresses, code,
-            tags, numbers and emoji through in its graph (:mod:`keras_attn.export.spans_graph`;
-            None: for subword and word vocabularies; never in TFLite, which runs no regex).
+        request_signature: also the options signatures (:mod:`keras_attn.export.request`).
+        passthrough: ``serve`` passes spans through in its graph
+            (:mod:`keras_attn.export.spans_graph`; None: for subword and word vocabularies;
+            never in TFLite).
     """
 
     def __init__(self, parts, beam_size=1, alpha=LENGTH_PENALTY, for_tflite=False, text_ops="auto",
@@ -94,22 +81,17 @@ class TranslatorModule(tf.Module):
         check_beam(beam_size)
         check_beam(max_beam_size, "max_beam_size")
         # The Keras model is not a SavedModel dependency: `track_variables` records the
-        # tf.Variables the traced functions capture instead (as keras.export does). Tracking
-        # the Keras variable wrappers saves a second copy of every variable, and TF1-style
-        # loaders (saved_model_cli) restore that copy and not the one the graph reads.
+        # tf.Variables the graphs capture instead (as keras.export does; tracking the Keras
+        # wrappers too would save a second copy that TF1-style loaders restore).
         self._keras = _Untracked(parts.model)
         self.max_len = int(parts.max_len)
         self.normalize = bool(parts.normalize) and not for_tflite
         self.beam_size = int(beam_size)
         self.alpha = float(alpha)
         self.for_tflite = bool(for_tflite)
-        # The repetition controls' defaults for this target vocabulary (DecodingOptions).
         self.controls = dict(control_defaults(parts.tgt_tokenizer))
-        # Its weights become constants of the graphs (keras_attn.decoding.confidence).
         self._calibrator = _Untracked(parts.calibrator or Calibrator.uncalibrated())
         self.text_ops = resolve_text_ops(text_ops, parts, for_tflite)
-        # serving_default passes spans through in the graph (keras_attn.export.spans_graph):
-        # by default where the source is subwords or words; TFLite runs no regex op.
         if passthrough is None:
             passthrough = spans.default_for(parts.src_tokenizer)
         self.passthrough = bool(passthrough) and not self.for_tflite
@@ -134,18 +116,14 @@ class TranslatorModule(tf.Module):
                              tf.TensorSpec([batch_size], tf.string, name="target")])
         self.max_beam_size = int(max_beam_size)
         self.batch_size = batch_size
-        # Without it (request_signature=False) an artefact has serving_default alone:
-        # smaller and exported in about half the time (no three decoders to trace). The
-        # tf.function is not even made then: tf.saved_model.save traces and keeps every
+        # Without it the tf.functions are not even made: tf.saved_model.save traces every
         # tf.function with an input signature that the module holds, signature or not.
         self.request_signature = bool(request_signature)
-        # Every decoding of the module's graphs (Translator.search), on the Keras model.
         self._translator = _Untracked(Translator(parts.model, parts.src_tokenizer,
                                                  parts.tgt_tokenizer, self.max_len))
         self._request = _Untracked(request.RequestDecoder(self, max_beam_size))
-        # The options signatures (keras_attn.export.contract), the inputs each lacks left
-        # to the export. In a SavedModel an older one calls the newest (one decoder in the
-        # file); TFLite's converter refuses a call of another function: each is traced.
+        # The options signatures: in a SavedModel an older one calls the newest (one decoder
+        # in the file); TFLite's converter refuses a call of another function.
         self.requests = {}
         names = exported_options_signatures(self.for_tflite, self.passthrough)
         newest = names[-1]
@@ -157,9 +135,8 @@ class TranslatorModule(tf.Module):
                 body = request.signature_function(self.requests[newest], name, newest=newest)
             self.requests[name] = tf.function(
                 body, input_signature=request.input_signature(batch_size, name))
-        # A SavedModel's compiled twins (``translate_v2_xla``): greedy decoding in one XLA
-        # cluster, beam search and sampling by the signature they twin (its function); an
-        # older twin calls the newest.
+        # A SavedModel's compiled twins (``translate_v2_xla``: greedy decoding in one XLA
+        # cluster); an older twin calls the newest.
         twins = [(twin, name) for twin, name in COMPILED_SIGNATURES.items()
                  if name in self.requests and not for_tflite]
         for twin, name in sorted(twins, key=lambda pair: pair[1] != newest):
@@ -195,8 +172,7 @@ class TranslatorModule(tf.Module):
 
     @property
     def translator(self):
-        """The :class:`keras_attn.translator.Translator` whose ``search`` every graph of
-        the module decodes with."""
+        """The ``Translator`` whose ``search`` every graph of the module decodes with."""
         return self._translator.value
 
     def track_variables(self, concrete_functions):
@@ -210,19 +186,13 @@ class TranslatorModule(tf.Module):
                      SCORE_SIGNATURE: self.score.get_concrete_function()}
         self.track_variables([*functions.values(), *(
             fn.get_concrete_function() for fn in self.requests.values())])
-        # The options signatures as tf.functions: their inputs' defaults become the
-        # SignatureDef's (TF Serving fills what a request leaves out).
+        # As tf.functions, the options signatures' input defaults become the SignatureDef's.
         return {**functions, **self.requests}
 
     def tflite_functions(self):
-        """``{signature key: concrete function}`` of the TFLite text target. A module with
-        a fixed batch (a Bahdanau model: Keras's GRU loops need a static batch in TFLite)
-        has no ``translate`` signature (beams and n-best need ``B * K`` rows) and no
-        ``score``: it converts, but the interpreter refuses the teacher-forced GRU pass
-        ("Fill dimensions must be >= 0 ... FILL failed to prepare"), so its
-        ``confidence`` is the search's geometric mean of the tokens' probabilities,
-        uncalibrated; a Transformer's ``score`` runs with builtin ops and tensorflow-text's
-        kernels only."""
+        """``{signature key: concrete function}`` of the TFLite text target. A fixed batch (a
+        Bahdanau model) has no options signatures (beams need ``B * K`` rows) and no
+        ``score`` (the interpreter refuses the teacher-forced GRU pass)."""
         functions = {SERVING_SIGNATURE: self.serve.get_concrete_function()}
         if self.batch_size is None:
             functions[SCORE_SIGNATURE] = self.score.get_concrete_function()
@@ -232,9 +202,8 @@ class TranslatorModule(tf.Module):
         return functions
 
     def encode_text(self, strings, tokenizer=None):
-        """Strings ``(B,)`` -> source ids ``(B, S)`` (``[END]`` appended, 0-padded),
-        truncated ``(B,)``; exactly ``Translator.encode`` (plus the truncation flag).
-        ``tokenizer``: another than the source's (the target's: ``Translator.encode_targets``)."""
+        """Strings ``(B,)`` -> ids ``(B, S)`` as ``Translator.encode`` (``[END]`` appended,
+        0-padded), truncated ``(B,)``. ``tokenizer``: another than the source's."""
         if self.normalize:
             strings = text.normalize_text_tf(strings)
         ids = (tokenizer or self.src_tokenizer).tokenize(strings)  # ragged (B, None)
@@ -249,12 +218,9 @@ class TranslatorModule(tf.Module):
         return source, truncated
 
     def decode(self, source, confidence=False, return_alignments=False):
-        """The export's own decoding of source ids ``(B, S)`` (``serving_default``'s and
-        ``translate_ids``'s: its ``beam_size`` and ``alpha``, every other option's default):
-        :meth:`keras_attn.translator.Translator.search`'s outputs for the best hypothesis,
-        ``tokens`` ``(B, max_len)``, ``lengths``, ``scores`` ``(B,)`` and with
-        ``confidence`` the ``features`` ``(B, F)`` (traced inside the module's functions,
-        under their kernel policy)."""
+        """The export's own decoding of source ids ``(B, S)`` (its ``beam_size`` and
+        ``alpha``): ``Translator.search``'s best hypothesis, ``tokens`` ``(B, max_len)``,
+        ``lengths``, ``scores`` ``(B,)`` and with ``confidence`` the ``features`` ``(B, F)``."""
         opts = DecodingOptions(beam_size=self.beam_size).resolve(self.max_len, self.alpha,
                                                                  self.controls)
         if return_alignments is not False:  # a bool tensor: the pair codes when True
@@ -266,23 +232,18 @@ class TranslatorModule(tf.Module):
         from keras_attn.export import documents
 
         if self.for_tflite:
-            # TFLite runs no regex op: the app splits documents first (keras_attn.export.
-            # runtime.split_for_tflite); the file flags each text it cannot vouch is one
-            # sentence, so no text is lost in silence.
+            # TFLite runs no regex op: the app splits documents first; the file flags each
+            # text it cannot vouch is one sentence.
             out = self._serve_sentences(strings)
             out["needs_split"] = documents.needs_split_tensor(strings)
             return out
-        # Documents: split in the graph, every sentence of the request decoded as one
-        # batch, joined back by the pipeline's rule (documents.join_documents_tensor).
         return documents.translate_documents_tensor(
             strings, lambda sentences: self._serve_sentences(sentences.flat_values))
 
     def _serve_sentences(self, strings):
         """Sentences ``(B,)`` -> ``translation``, ``score``, ``confidence``, ``truncated``
-        ``(B,)``; with :attr:`passthrough`, what must not be translated cut out of the
-        sentences that hold it and put back into their translations by the alignments
-        (:mod:`keras_attn.export.spans_graph`; a sentence of spans alone is itself, score
-        0, confidence 1)."""
+        ``(B,)``; with :attr:`passthrough`, spans passed through
+        (:mod:`keras_attn.export.spans_graph`)."""
         if not self.passthrough:
             return self._decode_sentences(strings)
         from keras_attn.export import spans_graph
@@ -308,9 +269,8 @@ class TranslatorModule(tf.Module):
             # TFLite leaves the WHILE loop's outputs unallocated for an empty batch (reading
             # them fails): decode one padding row instead and return none of it.
             source = tf.pad(source, [[0, tf.maximum(1 - batch, 0)], [0, 0]])
-        # A fixed batch (a Bahdanau model in TFLite): the interpreter refuses the
-        # teacher-forced GRU pass (tflite_functions), so the search's own geometric mean of
-        # the tokens' probabilities stands in, uncalibrated.
+        # A fixed batch (a Bahdanau model in TFLite) has no teacher-forced pass: the
+        # search's geometric mean of the tokens' probabilities stands in, uncalibrated.
         geometric = self.for_tflite and self.batch_size is not None
         out = self.decode(source, confidence=not geometric, return_alignments=return_alignments)
         tokens, score = out["tokens"], out["scores"]
@@ -331,14 +291,11 @@ class TranslatorModule(tf.Module):
         return result
 
     def _score(self, source, target):
-        """The ``score`` signature: ``source`` and ``target`` strings ``(B,)`` -> ``tokens``
-        string ``(B, T)`` (the target vocabulary's pieces, ``[END]`` last, "" after),
-        ``token_ids`` int32 and ``token_log_probs`` float32 ``(B, T)`` (0 after ``[END]``),
-        ``log_prob``, ``score`` float32 ``(B,)`` (GNMT-normalised with the export's
-        ``alpha``), ``confidence`` float32 ``(B,)``, ``lengths`` int32 ``(B,)`` and
-        ``truncated`` bool ``(B,)`` (the target was cut to ``max_len - 1`` tokens):
-        ``Translator.score``'s numbers (:func:`keras_attn.decoding.score`, one
-        teacher-forced pass)."""
+        """The ``score`` signature, ``Translator.score``'s numbers: ``source`` and ``target``
+        strings ``(B,)`` -> ``tokens`` string ``(B, T)`` ("" after ``[END]``), ``token_ids``
+        int32 and ``token_log_probs`` float32 ``(B, T)``, ``log_prob``, ``score`` (with the
+        export's ``alpha``), ``confidence`` float32, ``lengths`` int32 and ``truncated``
+        bool ``(B,)``."""
         from keras_attn import decoding
         from keras_attn.decoding.confidence import features
 

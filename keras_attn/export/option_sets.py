@@ -25,29 +25,24 @@ OPTION_SIGNATURES = {
                      "target_prefix", "sampling_topk", "sampling_topp",
                      "sampling_temperature", "seed", "return_alignments",
                      "repetition_penalty", "no_repeat_ngram_size", "max_length_factor"),
-    # Every decoding option and the request pipeline's `passthrough` (URLs, addresses,
-    # numbers, code, tags and emoji pass through in the graph: keras_attn.export.
-    # spans_graph). Only a SavedModel exported with pass-through has it (PASSTHROUGH_SIGNATURE).
+    # And `passthrough` (keras_attn.export.spans_graph): PASSTHROUGH_SIGNATURE.
     "translate_v3": ("beam_size", "num_hypotheses", "length_penalty", "max_length",
                      "target_prefix", "sampling_topk", "sampling_topp",
                      "sampling_temperature", "seed", "return_alignments",
                      "repetition_penalty", "no_repeat_ngram_size", "max_length_factor",
                      "passthrough"),
 }
-# The newest signature every export with options signatures has (TFLite's newest): every
-# decoding option of keras_attn.decoding.options.
+# The newest signature every export with options signatures has (TFLite's newest).
 LATEST_OPTIONS_SIGNATURE = "translate_v2"
 # The signature with a `passthrough` input: only in a SavedModel whose serving_default
-# passes spans through (no regex op elsewhere: a character export stays plain TensorFlow).
+# passes spans through.
 PASSTHROUGH_SIGNATURE = "translate_v3"
-# The SavedModel's XLA-compiled options signatures (keras_attn.export.request): each has
-# the inputs and outputs of the signature it is named after, its greedy decoding compiled
-# by XLA (a server runs it with XLA JIT on: TF Serving's --xla_cpu_compilation_enabled).
+# The SavedModel's XLA-compiled twins: the inputs and outputs of the signature they are
+# named after, greedy decoding compiled by XLA (keras_attn.export.request).
 COMPILED_SUFFIX = "_xla"
 COMPILED_SIGNATURES = {name + COMPILED_SUFFIX: name
                        for name in (LATEST_OPTIONS_SIGNATURE, PASSTHROUGH_SIGNATURE)}
-# The numbers of sentences their compiled decoding runs (XLA compiles once per shape): a
-# request's sentences are padded to the next one; more than the last run in chunks of it.
+# The numbers of sentences their compiled decoding runs (XLA compiles once per shape).
 COMPILED_BUCKETS = (1, 2, 4, 8, 16, 32)
 
 

@@ -2,36 +2,16 @@
 signatures of the SavedModel and of the TFLite text file.
 
 Each signature of :data:`keras_attn.export.option_sets.OPTION_SIGNATURES` takes ``text`` and
-the option set it shipped with, frozen (docs/serving_contract.md): ``translate`` the ten
-options it first had, ``translate_v2`` every option of ``keras_attn.decoding.options``
-(API.md, "Decoding options per request"). The newest is the graph below; an older one
-calls it with the unset value of each option it lacks (the export's defaults). Every
-option input has that unset value as its SavedModel default (:func:`signature_function`),
-which TF Serving and ``saved_model_cli run`` fill in when a request leaves the input out;
-the Python loader and TFLite need every input. The graph checks them (:func:`checks`: an ``InvalidArgument`` naming
-the option from a SavedModel; in TFLite, which drops ``Assert``, a failed ``RESHAPE`` that
-ends the invocation with an error), then picks one of three traced decoders with ``tf.cond``
-(greedy, beam search, sampling). Every branch is ``keras_attn.decoding.decode``, the same
-code that eager decoding and ``Translator.translate_nbest`` run; only the kind of search is
-chosen by the branch, the rest (beam size, n-best, length penalty, length, prefix,
-sampling settings, seed) are tensors. Alignments, when asked, come from one more
-teacher-forced pass of the decoder over the hypotheses (``decoding.cross_attention``).
+its frozen option set (docs/serving_contract.md). The newest is the graph below; an older one
+calls it with the unset value of each option it lacks, which is also each input's SavedModel
+default (:func:`signature_function`). ``max_length`` 0 and a negative ``length_penalty``
+stand for the export's own. The graph checks the options (:func:`checks`), then picks greedy,
+beam search or sampling with ``tf.cond``, every branch ``keras_attn.decoding.decode``. The
+compiled twins (``translate_v2_xla``) decode a greedy request in one XLA cluster
+(:meth:`RequestDecoder.translate_compiled`).
 
-Two values stand for the export's own: ``max_length`` 0 (its ``max_len``) and a negative
-``length_penalty`` (its ``alpha``); a signature has no optional inputs.
-
-The SavedModel's compiled twins (``translate_v2_xla``,
-:data:`~keras_attn.export.option_sets.COMPILED_SIGNATURES`) take and give what the signature
-they twin does: a greedy request decodes in one XLA cluster
-(:meth:`RequestDecoder.translate_compiled`: the text ops outside, the sentences padded to a
-bucket of :data:`~keras_attn.export.option_sets.COMPILED_BUCKETS` rows and ``max_len``
-columns, so XLA compiles a few shapes); beam search and sampling call the twinned
-signature's function.
-
-Outputs: ``translations`` string ``(B, N)``, ``scores`` float32 ``(B, N)``, ``confidences``
-float32 ``(B, N)`` (``keras_attn.decoding.confidence``: one more teacher-forced pass, the
-calibrator in the graph), ``alignments`` string ``(B, N)`` (Pharaoh ``i-j`` pairs,
-``keras_attn.translation.alignment``; empty unless asked), ``truncated`` bool ``(B,)``.
+Outputs: ``translations``, ``alignments`` (Pharaoh pairs, empty unless asked) string
+``(B, N)``, ``scores``, ``confidences`` float32 ``(B, N)``, ``truncated`` bool ``(B,)``.
 """
 import inspect
 
@@ -48,8 +28,7 @@ from keras_attn.decoding.options import OPTIONS, DecodingOptions
 from keras_attn.export.option_sets import (COMPILED_BUCKETS, LATEST_OPTIONS_SIGNATURE,
                                             OPTION_SIGNATURES)
 
-# Every input of an options signature but ``text`` and its dtype: the options of
-# keras_attn.decoding.options and ``passthrough`` (PASSTHROUGH_SIGNATURE's).
+# Every input of an options signature but ``text``, and its dtype.
 OPTION_SPECS = {**{name: tf.as_dtype(opt.dtype) for name, opt in OPTIONS.items()},
                 "passthrough": tf.bool}
 TRANSLATE_SIGNATURE = "translate"  # the first options signature (frozen, as all are)
@@ -79,12 +58,9 @@ def unset_value(name):
 
 def signature_function(translate, signature, name=None, newest=LATEST_OPTIONS_SIGNATURE):
     """The Python function of the options signature ``signature``: ``(text, *its inputs)``
-    -> ``translate(text, **every input of newest)``, those it lacks at :func:`unset_value`.
-    Its option arguments default to :func:`unset_value` too (``passthrough`` to True: only
-    an export that passes spans through has it), so a SavedModel saved with the
-    ``tf.function`` of it records them as the SignatureDef's ``defaults``. ``name``: the
-    function's (default ``signature``; the compiled twin's own). ``newest``: the signature
-    ``translate`` takes."""
+    -> ``translate(text, **every input of newest)``, those it lacks at :func:`unset_value`,
+    which is also each argument's default (``passthrough``: True), so that the SignatureDef
+    records it. ``name``: the function's (default ``signature``)."""
     names = OPTION_SIGNATURES[signature]
 
     def call(text_input, *options):
@@ -179,23 +155,17 @@ class RequestDecoder:
                 input_signature=[rows, rows, options], jit_compile=True)
 
     def translate_compiled(self, fallback, strings, **options):
-        """The compiled signatures' body: a greedy request (``beam_size`` and
-        ``sampling_topk`` at most 1) is :meth:`translate` with its decoding XLA-compiled
-        (:meth:`_compiled_search`); beam search and sampling run ``fallback`` (the
-        ``tf.function`` of the signature it twins: its graph, not compiled)."""
+        """The compiled signatures' body: a greedy request is :meth:`translate` with its
+        decoding XLA-compiled; beam search and sampling run ``fallback`` (the twinned
+        signature's ``tf.function``)."""
         search = tf.logical_or(options["beam_size"] > 1, options["sampling_topk"] > 1)
         return tf.cond(search, lambda: fallback(strings, **options),
                        lambda: self.translate(strings, compiled=True, **options))
 
     def translate(self, strings, compiled=False, passthrough=False, **options):
-        """The ``translate`` signature's body (module docstring). In a SavedModel each text
-        is split into sentences in the graph (:mod:`keras_attn.export.documents`), every
-        sentence of the request decoded as one batch, and hypothesis ``j`` of a text is
-        hypothesis ``j`` of each of its sentences joined with the text's whitespace (its
-        score their sum, its confidence their lowest, its alignments theirs joined by
-        `` | ``, truncated if any was);
-        a TFLite file translates sentences (``keras_attn.export.runtime`` splits) and
-        returns ``needs_split`` (:func:`keras_attn.export.documents.needs_split_tensor`).
+        """The options signatures' body. A SavedModel splits each text into sentences and
+        joins them back (:func:`keras_attn.export.documents.translate_documents_tensor`); a
+        TFLite file translates sentences and returns ``needs_split``.
         ``compiled``: greedy decoding only, XLA-compiled (:meth:`translate_compiled`).
         ``passthrough``: a bool (tensor), spans pass through each sentence
         (:func:`keras_attn.export.spans_graph.passed_through`; a SavedModel only)."""
@@ -262,10 +232,8 @@ class RequestDecoder:
             tokens, scores, codes, confidences = self._search(source, prefix, o)
         n = tf.shape(tokens)[1]
         flat = tf.reshape(tokens, [rows * n, m.max_len])
-        if m.for_tflite:
-            words = m.tgt_tokenizer.detokenize_tflite(flat)
-        else:
-            words = m.tgt_tokenizer.detokenize(flat)
+        tok = m.tgt_tokenizer
+        words = tok.detokenize_tflite(flat) if m.for_tflite else tok.detokenize(flat)
         out = {"translations": tf.reshape(words, [rows, n]), "scores": scores,
                "confidences": confidences,
                "alignments": tf.reshape(self.pharaoh(tf.reshape(codes, [rows * n, -1])),
@@ -276,10 +244,9 @@ class RequestDecoder:
         return out
 
     def _search(self, source, prefix, o, kinds=decoding.KINDS):
-        """:meth:`keras_attn.translator.Translator.search` over ``kinds`` (``tf.cond``),
-        the confidences calibrated: tokens ``(B, N, max_len)``, scores ``(B, N)``, pair
-        codes ``(B, N, max_len)`` (0 unless asked) and confidences ``(B, N)``."""
-        # The function Translator traces, here with every option a tensor.
+        """``Translator.search`` over ``kinds``, the confidences calibrated: tokens
+        ``(B, N, max_len)``, scores ``(B, N)``, pair codes ``(B, N, max_len)`` (0 unless
+        asked) and confidences ``(B, N)``."""
         out = self.module.translator.search(source, prefix, o, kinds=kinds)
         shape = tf.shape(out["tokens"])
         features = out["features"]
@@ -295,11 +262,9 @@ class RequestDecoder:
                             ("greedy",))
 
     def _compiled_search(self, source, prefix, o):
-        """:meth:`_search` of greedy decoding, XLA-compiled (``self._compiled_greedy``):
-        ``source`` and ``prefix`` padded to ``max_len`` columns (padding: the same
-        tokens), the rows to the next of :data:`COMPILED_BUCKETS` with copies of the last
-        (they end with it), more than the last bucket in chunks of it (``tf.map_fn``), so
-        XLA compiles a few shapes only."""
+        """:meth:`_search` of greedy decoding, XLA-compiled: ``source`` and ``prefix`` padded
+        to ``max_len`` columns, the rows to the next of :data:`COMPILED_BUCKETS` with copies
+        of the last (beyond the last bucket: chunks of it), so XLA compiles a few shapes."""
         length = self.module.max_len
         rows = tf.shape(source)[0]
         source, prefix = (tf.pad(t, [[0, tf.maximum(1 - rows, 0)],  # no sentence: one row

@@ -1,15 +1,10 @@
 """Running the TFLite files as an application does: numpy and ``ai_edge_litert`` only.
 
-Imports neither Keras nor TensorFlow (``tensorflow_text`` is imported by
-:func:`text_interpreter` alone, for its TFLite kernels): :func:`run_tflite_builtin` is the
-loop an app on a phone runs over the builtin target, with ``ai_edge_litert`` and numpy (the
-step file applies the processors, chooses each token, sums its log-probability and says when
-the output ends itself: ``keras_attn.export.builtin.BuiltinModule``); :func:`run_tflite_text`
-calls the one-file text target (strings in, strings out). The text file takes one sentence
-per string (it runs no regex op, so it cannot split documents; its ``translate_sentences``
-signature says so, and every signature returns ``needs_split``, True for a string that may
-not be one sentence): :func:`split_for_tflite` before it and :func:`join_from_tflite` after
-give the SavedModel's answer for any text.
+No Keras, no TensorFlow (:func:`text_interpreter` imports ``tensorflow_text`` for its TFLite
+kernels). :func:`run_tflite_builtin` is an app's loop over the builtin target
+(``keras_attn.export.builtin_runtime``); :func:`run_tflite_text` calls the text target. The
+text file takes one sentence per string (no regex op): :func:`split_for_tflite` before it and
+:func:`join_from_tflite` after give the SavedModel's answer for any text.
 
 Example:
     >>> out = run_tflite_text("exported/tflite/text_float32.tflite", ["3 March 2021"])
@@ -27,10 +22,8 @@ from keras_attn.export.builtin_runtime import (  # noqa: F401  (the TFLite runti
     TFLITE_STEP_SIGNATURE, run_tflite_builtin)
 
 TFLITE_TEXT_SIGNATURE = "serving_default"
-# serving_default's subgraph under a name that says what it takes: one sentence per string.
-TFLITE_SENTENCES_SIGNATURE = "translate_sentences"
-# The signature run_tflite_options calls in a file that has it (an older file: the newest
-# options signature it has, keras_attn.export.contract).
+TFLITE_SENTENCES_SIGNATURE = "translate_sentences"  # serving_default: one sentence a string
+# run_tflite_options' signature (an older file: its newest options signature).
 TFLITE_OPTIONS_SIGNATURE = LATEST_OPTIONS_SIGNATURE
 TFLITE_SCORE_SIGNATURE = "score"  # keras_attn.export.modules.SCORE_SIGNATURE
 
@@ -56,29 +49,22 @@ def _text_file(model):
 def run_tflite_text(model, texts, split=True, passthrough=False):
     """Translate with a text-target flatbuffer (a path or its bytes).
 
-    Each text may hold several sentences and paragraphs: TFLite's interpreter runs no regex
-    op (docs/documents.md), so the texts are split here by the rules of
-    :mod:`keras_attn.text.documents` (:func:`split_for_tflite`, the same result as the
-    SavedModel's in-graph split), every sentence goes through the file in one batch, and the
-    translations are joined back with each text's whitespace (:func:`join_from_tflite`).
+    Each text may hold several sentences and paragraphs: it is split as the SavedModel splits
+    (:func:`split_for_tflite`), its sentences go through the file in one batch and are joined
+    back with the text's whitespace (:func:`join_from_tflite`).
 
     Args:
         model: the ``.tflite`` file or its content.
-        texts: str or bytes (what an app passes: the file does its own tokenizing; see the
-            export report's ``warnings`` for a model that expects normalised text).
+        texts: str or bytes (the file does its own tokenizing).
         split: False passes each text to the file as one sentence.
         passthrough: URLs, e-mail addresses, code, tags, numbers and emoji pass through
-            unchanged (:func:`keras_attn.translation.pipeline.passed_through`; this
-            signature gives no alignments: each is put at its proportional place). Off by
-            default: the file does not say whether its vocabulary is characters.
+            unchanged (:func:`keras_attn.translation.pipeline.passed_through`), each at its
+            proportional place. Off by default.
 
     Returns:
         dict of numpy arrays ``translation`` (bytes), ``score``, ``confidence`` and
-        ``truncated`` ``(B,)``, each text's sentences joined (:func:`by_document`: scores
-        summed, the lowest confidence, truncated if any sentence was cut at the file's
-        ``max_len``); with ``split=False`` the file's outputs as they are, ``needs_split``
-        too (bool ``(B,)``, True where a text may not be one sentence; files exported
-        before it have none).
+        ``truncated`` ``(B,)``, each text's sentences joined (:func:`by_document`); with
+        ``split=False`` the file's outputs as they are, ``needs_split`` (bool ``(B,)``) too.
     """
     interpreter = _text_file(model)
     runner = interpreter.get_signature_runner(TFLITE_TEXT_SIGNATURE)
@@ -89,12 +75,12 @@ def run_tflite_text(model, texts, split=True, passthrough=False):
 
 
 def _run_sentences(runner, texts):
+    if not len(texts):
+        return _empty()
     if list(runner.get_input_details()["text"]["shape_signature"]) != [1]:
-        return runner(text=texts) if len(texts) else _empty()
+        return runner(text=texts)
     # A fixed batch of one (Bahdanau models): one call per sentence.
     rows = [runner(text=texts[i: i + 1]) for i in range(len(texts))]
-    if not rows:
-        return _empty()
     return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
 
 
@@ -107,21 +93,19 @@ def run_tflite_options(model, texts, passthrough=False, **options):
     """Translate with the text file's ``translate`` signature: per-request decoding options
     (API.md, "Decoding options per request"), n-best and alignments.
 
-    Options are checked first (``ValueError`` naming the option, as ``Translator``); the
-    file refuses what it alone knows (``beam_size`` above its maximum, ``max_length`` above
-    its ``max_len``, a prefix too long) with a failed invocation (``RuntimeError``).
-
     Args:
         model: the ``.tflite`` file or its content.
         texts: strings. options: keyword arguments of ``DecodingOptions``.
-        passthrough: URLs, e-mail addresses, code, tags, numbers and emoji pass through
-            unchanged, placed by the file's alignments (off by default, as
-            :func:`run_tflite_text`).
+        passthrough: as :func:`run_tflite_text`'s, placed by the file's alignments.
 
     Returns:
         dict of numpy arrays ``translations`` (bytes), ``scores``, ``confidences``,
-        ``alignments`` (bytes, empty unless asked) ``(B, N)`` and ``truncated`` ``(B,)``,
-        each text's sentences joined as the SavedModel joins them (:func:`by_document`).
+        ``alignments`` (bytes, empty unless asked) ``(B, N)`` and ``truncated`` ``(B,)``.
+
+    Raises:
+        ValueError: a bad option (checked before the file runs).
+        RuntimeError: what only the file refuses (``beam_size`` above its maximum,
+            ``max_length`` above its ``max_len``, a prefix too long).
 
     Example:
         >>> run_tflite_options("exported/tflite/text_float32.tflite", ["3 March 2021"],
@@ -169,15 +153,13 @@ def run_tflite_score(model, sources, targets):
 
 def option_inputs(opts, accepted=None, passthrough=False):
     """An options signature's inputs (numpy scalars) for ``DecodingOptions`` ``opts``, one
-    per declared option (``keras_attn.decoding.options.OPTIONS``): its ``unset`` value
-    (``max_length`` 0, ``length_penalty`` -1) where ``opts`` leaves it to the artefact;
-    ``target_prefix`` a list of no string or one.
+    per ``keras_attn.decoding.options.OPTIONS`` entry (its ``unset`` value where ``opts``
+    leaves it to the artefact; ``target_prefix`` a list of no string or one).
 
     Args:
-        accepted: the input names of the signature called (None: every option); an option
-            it lacks is left out, and must then be left to the artefact.
-        passthrough: the ``passthrough`` input, where ``accepted`` has it
-            (``translate_v3``).
+        opts: the ``DecodingOptions``.
+        accepted: the input names of the signature called (None: every option).
+        passthrough: the ``passthrough`` input, where ``accepted`` has it.
 
     Raises:
         ValueError: ``opts`` sets an option that ``accepted`` lacks (an older export).
@@ -209,10 +191,7 @@ def text_array(texts):
                     dtype=object).reshape(-1)
 
 
-# --- documents: split before the TFLite file, join after -----------------------------------
-# A TFLite file cannot run the document split (its regex ops have no TFLite kernel:
-# docs/documents.md), so an app splits with keras_attn.text.documents' rules, the same ones the
-# SavedModel runs in its graph.
+# --- documents: split before the TFLite file (it has no regex op), join after --------------
 # A file's outputs by the keys of the pipeline's hypotheses: (S,) outputs, (S, N) outputs.
 _SINGLE = {"translation": "translation", "score": "score", "confidence": "confidence"}
 _NBEST = {"translation": "translations", "score": "scores", "confidence": "confidences",
@@ -221,13 +200,11 @@ _NBEST = {"translation": "translations", "score": "scores", "confidence": "confi
 
 def by_document(texts, run, names, num_hypotheses=None, passthrough=False,
                 keep_alignments=True):
-    """A file's outputs for B documents (str or UTF-8 bytes): ``run(sentences)`` gives its
-    outputs per sentence, joined back by the pipeline's one rule
-    (:func:`keras_attn.translation.pipeline.join_documents`); ``names``: ``{hypothesis
-    key: output name}`` (:data:`_SINGLE` or, with ``num_hypotheses`` N, :data:`_NBEST`).
-    Returns the outputs ``(B,)`` or ``(B, N)`` under the file's names, ``truncated``
-    ``(B,)``. ``passthrough``, ``keep_alignments``: the pipeline's
-    (:func:`keras_attn.translation.pipeline.split_and_join`)."""
+    """A file's outputs for B documents: ``run(sentences)``'s per-sentence outputs joined by
+    :func:`keras_attn.translation.pipeline.split_and_join` (``passthrough``,
+    ``keep_alignments``: its arguments). ``names``: ``{hypothesis key: output name}``
+    (:data:`_SINGLE`, or :data:`_NBEST` with ``num_hypotheses``). Returns the outputs
+    ``(B,)`` or ``(B, N)`` under the file's names, ``truncated`` ``(B,)``."""
     from keras_attn.translation import pipeline
 
     n = num_hypotheses or 1
@@ -277,15 +254,14 @@ def split_for_tflite(texts):
 
     Returns:
         ``(sentences, counts, separators)``: ``sentences`` an object array ``(N,)`` of UTF-8
-        bytes, every document's sentences in order (the file's ``text`` input, e.g.
-        ``run_tflite_text(model, sentences)``); ``counts`` int64 ``(B,)`` sentences per
-        document (0 for an empty one); ``separators`` B lists of ``counts[i] + 1`` str, the
-        whitespace around them. Per-sentence outputs (``score``, ``truncated``) group back by
-        document with ``np.split(x, np.cumsum(counts)[:-1])``.
+        bytes, every document's sentences in order (the file's ``text`` input);
+        ``counts`` int64 ``(B,)`` sentences per document; ``separators`` B lists of
+        ``counts[i] + 1`` str, the whitespace around them. Per-sentence outputs group back
+        with ``np.split(x, np.cumsum(counts)[:-1])``.
 
     Raises:
-        ValueError: a document that is not str / bytes (bytes that are not UTF-8 are
-            read with U+FFFD in place of the bad bytes).
+        ValueError: a document that is not str / bytes (bytes not UTF-8 are read with
+            U+FFFD in place of the bad bytes).
 
     Example:
         >>> sentences, counts, seps = split_for_tflite(["Hi. Bye.", "Yes."])

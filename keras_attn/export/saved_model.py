@@ -2,29 +2,14 @@
 
 :class:`SavedModelExporter` saves :class:`~keras_attn.export.modules.TranslatorModule`'s
 signatures to ``<export_dir>/<model_name>/<version>/`` (TF Serving's layout) and writes
-``<version>.report.json`` beside it:
+``<version>.report.json`` beside it. The signatures (``serving_default``, ``translate_ids``,
+``score``, the options signatures and their compiled twins): docs/export.md.
 
-* ``serving_default``: ``text`` string ``(B,)`` -> ``translation`` string ``(B,)``,
-  ``score`` float32 ``(B,)`` (sum of log-probabilities, or the beam score),
-  ``truncated`` bool ``(B,)`` (the input had more than ``max_len - 1`` tokens and was cut).
-* ``translate_ids``: ``source`` int32 ``(B, S)`` -> ``tokens`` int32 ``(B, T)`` (0 after
-  ``[END]``), ``lengths`` int32 ``(B,)``, ``score`` float32 ``(B,)``.
-* ``score``: ``source``, ``target`` string ``(B,)`` -> ``tokens`` string, ``token_ids``
-  int32, ``token_log_probs`` float32 ``(B, T)``, ``log_prob``, ``score`` float32 ``(B,)``,
-  ``lengths``, ``truncated`` ``(B,)``: forced decoding of given translations, as
-  ``Translator.score`` (``score`` normalised with the export's ``alpha``).
-* ``translate`` (unless ``request_signature=False``): every decoding option per request
-  (``keras_attn.export.request``), ``translate_v2`` (the newest option set) and its twin
-  ``translate_v2_xla`` (greedy decoding compiled by XLA: TF Serving runs it only with
-  ``--xla_cpu_compilation_enabled``; the other signatures never call it).
-
-Which ops the graph needs. A character vocabulary (dates) is tokenized with core TensorFlow
-ops (``CoreCharTokenizer``): no custom op, any TensorFlow process and any TF Serving image.
-WordPiece and SentencePiece tokenizers need tensorflow-text ops: ``import tensorflow_text``
-before loading, and a TF Serving image that links them (tensorflow/serving issue 4057).
-The report lists every op, the non-core ones with the library that registers them, and the
-ones a stock TF Serving lacks (:data:`TF_SERVING_TFTEXT_OPS`; an ``Xla*`` op is refused:
-TF Serving runs XLA ops only with ``--xla_cpu_compilation_enabled``).
+A character vocabulary is tokenized with core TensorFlow ops (any TF Serving image);
+WordPiece and SentencePiece need tensorflow-text ops (``import tensorflow_text`` before
+loading, and a TF Serving image that links them). The report lists every op, the non-core
+ones with the library that registers them, and those a stock TF Serving lacks
+(:data:`TF_SERVING_TFTEXT_OPS`); an ``Xla*`` op is refused.
 """
 import json
 import os
@@ -42,7 +27,6 @@ from keras_attn.export.modules import (IDS_SIGNATURE, SERVING_SIGNATURE, TEXT_OP
                                        TranslatorModule)
 
 MODEL_NAME = "translator"
-# The version folder's own metadata (the languages), beside the graph.
 METADATA = SAVED_MODEL_METADATA
 # tensorflow-text ops that every stock TF Serving (2.12 and later) links
 # (tensorflow_text:ops_lib, text 2.12.1 / 2.20.0; tensorflow/serving BUILD and workspace.bzl).
@@ -67,15 +51,13 @@ class SavedModelExporter(Exporter):
         version: integer version folder (>= 0).
         beam_size: 1 = greedy decoding; more = beam search with ``alpha``.
         alpha: beam-search length-penalty exponent.
-        text_ops: ``"auto"``: character vocabularies tokenized with core TensorFlow ops
-            (``CoreCharTokenizer``), others with tensorflow-text; ``"tftext"``: always the
-            tokenizer objects; ``"core"``: core ops or an error.
+        text_ops: ``"auto"``, ``"core"`` or ``"tftext"``
+            (:func:`~keras_attn.export.modules.resolve_text_ops`).
         overwrite: replace an existing version (otherwise ``FileExistsError``).
         request_signature: also the ``translate`` signature (every decoding option per
             request); False: ``serving_default``, ``translate_ids`` and ``score`` alone.
-        passthrough: ``serving_default`` passes URLs, e-mail addresses, code, tags, numbers
-            and emoji through in the graph (None: where the source vocabulary is subwords
-            or words, :func:`keras_attn.text.spans.default_for`).
+        passthrough: ``serving_default`` passes spans through in the graph (None:
+            :func:`keras_attn.text.spans.default_for`).
 
     Example:
         >>> SavedModelExporter(version=2).export(translator, "exported/saved_model")
@@ -122,8 +104,7 @@ class SavedModelExporter(Exporter):
 
     @staticmethod
     def _save(module, path, signatures):
-        # Serving needs no gradients: the custom-gradient functions (the masked softmax's)
-        # are left out of the file.
+        # Serving needs no gradients: the custom-gradient functions are left out.
         tf.saved_model.save(module, path, signatures=signatures, options=tf.saved_model
                             .SaveOptions(experimental_custom_gradients=False))
 
@@ -159,8 +140,8 @@ class SavedModelExporter(Exporter):
 
 
 def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, version=1,
-                       overwrite=False, beam_size=1, max_len=None, alpha=LENGTH_PENALTY, text_ops="auto",
-                       request_signature=True, passthrough=None):
+                       overwrite=False, beam_size=1, max_len=None, alpha=LENGTH_PENALTY,
+                       text_ops="auto", request_signature=True, passthrough=None):
     """Write a TF-Serving SavedModel to ``export_dir/model_name/version/``
     (:class:`SavedModelExporter`; ``max_len`` overrides the translator's).
 

@@ -3,12 +3,9 @@ TensorFlow ops of :func:`keras_attn.text.spans.cut` and :func:`keras_attn.text.s
 so that ``serving_default`` called by TF Serving gives back URLs, e-mail addresses, code,
 tags, numbers and emoji byte-identical (docs/real_text.md).
 
-The same rules (:data:`keras_attn.text.span_rules.RULES`, read by RE2 here as by ``re`` there),
-the same groups, anchors and placements: ``tests/test_spans_graph.py`` holds the two equal
-on held-out sentences with spans inserted. Positions are bytes (a TensorFlow string's), the
-Python version's are characters; every rule that moves one (whitespace, punctuation, the
-French spacing before ``!``) reads whole UTF-8 characters through RE2. TFLite runs no regex
-op: its runtime does the cut and the put-back in Python around the file.
+The same rules (:data:`keras_attn.text.span_rules.RULES`, read by RE2), groups, anchors and
+placements; positions are bytes here, characters there. TFLite runs no regex op: its runtime
+cuts and puts back in Python around the file.
 
 Example:
     >>> plan = cut(tf.constant(["Call me at 10:30."]))
@@ -300,8 +297,7 @@ def put_back(plan, translations, alignments, owner, renumber=True):
         alignments: string ``(H,)``, their Pharaoh pairs ("" places each group at its
             proportional place).
         owner: int32 ``(H,)``, the sentence of each hypothesis.
-        renumber: False: the alignments are not needed and come back as given (no ops
-            spent renumbering them).
+        renumber: False: the alignments come back as given.
 
     Returns:
         ``(translations, alignments)``, string ``(H,)`` each.
@@ -313,12 +309,9 @@ def put_back(plan, translations, alignments, owner, renumber=True):
 
 
 def passed_through(sentences, decode, enabled=True, keep_alignments=False):
-    """Sentences decoded with what must not be translated passed through: each sentence
-    that holds a span (:func:`may_hold_spans`) decoded without its spans (:func:`cut`) and
-    every hypothesis given them back by its alignments (:func:`put_back`); a sentence of
-    spans alone is itself, score 0, confidence 1, not truncated. The graphs' one rule
-    (``serving_default`` and the options signature ``translate_v3``), as the pipeline's
-    :func:`keras_attn.translation.passthrough.passed_through` is Python's.
+    """Sentences decoded with their spans passed through (:func:`cut`, then
+    :func:`put_back` by the alignments); a sentence of spans alone is itself, score 0,
+    confidence 1. The graphs' :func:`keras_attn.translation.passthrough.passed_through`.
 
     Args:
         sentences: string ``(S,)``.
@@ -327,8 +320,7 @@ def passed_through(sentences, decode, enabled=True, keep_alignments=False):
             ``truncated`` ``(S,)``.
         enabled: bool (a scalar tensor or Python): False decodes every sentence as it is.
         keep_alignments: bool (a scalar tensor or Python): the answer's ``alignments``,
-            renumbered over the whole sentence and translation; False: "" (they were asked
-            only to place the spans).
+            renumbered over the whole sentence and translation; False: "".
 
     Returns:
         ``decode``'s dict for ``sentences``.

@@ -1,30 +1,17 @@
 """The TFLite targets (TensorFlow-only): one text-to-text file, or builtin-op files.
 
 * :class:`TFLiteTextExporter` (``tflite/text_<q>.tflite``): one flatbuffer, strings in
-  and strings out: tokenizer, encoder, decoding ``WHILE`` loop (stops at ``[END]``),
-  detokenizer (``detokenize_tflite``). TFLite builtins plus tensorflow-text's TFLite kernels
-  only (:data:`TFTEXT_TFLITE_OPS`, registered by ``tensorflow_text.tflite_registrar.
-  SELECT_TFTEXT_OPS``; ``keras_attn.export.runtime.run_tflite_text`` runs it): a Flex
-  (Select TF) op is refused by name, since an app without the Flex delegate cannot run it.
-  The file runs no regex op, so it cannot split documents into sentences as the SavedModel
-  does (docs/documents.md): its ``serving_default`` and ``translate_sentences``
-  (``sentences`` input; the same subgraph) and ``translate`` take one sentence per
-  string, and return ``needs_split`` (bool, ``keras_attn.export.documents.
-  needs_split_tensor``): True where a string may not be exactly one sentence, whose
-  translation may then lack text. The app splits with the rules of
-  ``keras_attn.text.documents`` first (``runtime.split_for_tflite`` / ``join_from_tflite``).
-  The file takes raw text. A model trained on D2L-normalised text (a WordPiece Tatoeba run)
-  cannot normalise inside the file (``StringLower`` and ``StaticRegexReplace`` exist only as
-  Flex ops): it is still exported, and its report's ``warnings`` say that it expects
-  normalised input. Transformers take any batch; a Bahdanau model one sentence per call
-  (Keras's GRU loops need a static batch in TFLite).
+  and strings out (tokenizer, encoder, decoding loop, detokenizer), TFLite builtins plus
+  tensorflow-text's kernels only (:data:`TFTEXT_TFLITE_OPS`; a Flex op is refused by name).
+  It runs no regex op: its signatures take one sentence per string and return
+  ``needs_split`` (``keras_attn.export.runtime`` splits and joins documents around it), and
+  a model trained on normalised text gets a report ``warnings`` entry (normalising needs
+  Flex ops). A Bahdanau model takes one sentence per call (a static batch for its GRU).
 * :class:`TFLiteBuiltinExporter` (``tflite/builtin_<q>/``, Transformer only):
-  ``encoder.tflite`` (signature ``encode``) and ``decoder_step.tflite`` (``decode_step``)
-  from :class:`~keras_attn.export.builtin.BuiltinModule`, builtin ops only (checked), fixed
-  shapes, batch 1, plus ``metadata.json`` and the tokenizer files; the app runs the greedy
-  loop (``keras_attn.export.runtime.run_tflite_builtin`` is the reference), feeding back the
-  step's state (the caches, the tokens so far that the repetition controls read), until the
-  step says ``finished``.
+  ``encoder.tflite`` and ``decoder_step.tflite`` from
+  :class:`~keras_attn.export.builtin.BuiltinModule`, builtin ops only, batch 1, plus
+  ``metadata.json`` and the tokenizer files; the app runs the greedy loop
+  (``keras_attn.export.runtime.run_tflite_builtin`` is the reference).
 
 Quantization: ``float32``; ``float16`` (float16 weights, dequantized at load); ``int8``
 (dynamic-range: int8 weights, float activations).
@@ -87,12 +74,8 @@ def check_builtin_only(model_content, name="model"):
 
 def check_text_ops(model_content, name="the text target"):
     """Raise ``ValueError`` naming every op beyond TFLite builtins and tensorflow-text's
-    TFLite kernels (:data:`TFTEXT_TFLITE_OPS`).
-
-    Those are TensorFlow ops that TFLite runs only through the Flex (Select TF) delegate:
-    ``Flex<Op>`` custom codes, and the TensorFlow op names the converter leaves as custom
-    ops when it may not use Flex (``allow_custom_ops`` without ``SELECT_TF_OPS``).
-    """
+    TFLite kernels (:data:`TFTEXT_TFLITE_OPS`): ``Flex<Op>`` custom codes, and TensorFlow
+    ops the converter left as custom ops."""
     ops = tflite_ops(model_content)
     flex = sorted(set(ops["flex"]) | (set(ops["custom"]) - TFTEXT_TFLITE_OPS))
     if flex:
@@ -130,12 +113,6 @@ def signatures_of(content):
 def _dtype_name(dtype):
     dtype = np.dtype(dtype)
     return "string" if dtype.kind in "OSU" else dtype.name
-
-
-def _rename_signature(content, key):
-    """A flatbuffer converted from one concrete function gets the key ``serving_default``;
-    give it ``key``."""
-    return _rename_signatures(content, lambda _: key)
 
 
 def _alias_signature(content, key, alias, inputs):
@@ -236,13 +213,13 @@ class TFLiteTextExporter(TFLiteExporter):
         return check_text_ops(content, name)
 
     # Set by export_run to one dict for all its text exporters: the quantizations of one
-    # model share the traced module (tracing the decoders costs more than converting).
+    # model share the traced module.
     module_cache = None
 
     def __init__(self, quantization="float32", beam_size=1, alpha=LENGTH_PENALTY, overwrite=False,
                  request_signature=True):
         super().__init__(quantization, beam_size, alpha, overwrite)
-        # False: serving_default alone (no `translate` signature; half the export time).
+        # False: serving_default alone (no `translate` signature).
         self.request_signature = check_choice("request_signature", request_signature,
                                               (True, False))
 
@@ -253,8 +230,7 @@ class TFLiteTextExporter(TFLiteExporter):
                self.request_signature)
         if self.module_cache is not None and key in self.module_cache:
             return self.module_cache[key]
-        # Keras's GRU loops keep per-step TensorLists whose element shape must be static
-        # for TFLite: a Bahdanau model gets a batch of exactly one sentence.
+        # Keras's GRU loops need a static batch in TFLite: a Bahdanau model gets one sentence.
         batch_size = 1 if model_kind(parts.model) == "bahdanau" else None
         module = TranslatorModule(parts, self.beam_size, self.alpha, for_tflite=True,
                                   text_ops="tftext", batch_size=batch_size,
@@ -282,8 +258,8 @@ class TFLiteTextExporter(TFLiteExporter):
         if parts.normalize:
             report["warnings"] = [
                 "this file expects normalised input: the model was trained on text normalised "
-                "by keras_attn.text.tokenizers.normalize_text (lower case, spaced punctuation), which "
-                "TFLite cannot do without Flex ops; apply normalize_text before calling it "
+                "by keras_attn.text.tokenizers.normalize_text (lower case, spaced punctuation), "
+                "which TFLite cannot do without Flex ops; apply normalize_text before calling it "
                 "(raw text gives the agreement measured in export_report.json)"]
         return report
 
@@ -333,8 +309,8 @@ class TFLiteBuiltinExporter(TFLiteExporter):
         files, ops, signatures = {}, {}, {}
         for name, (key, fn) in module.tflite_functions().items():
             content, ops[name] = self.convert(fn, module, f"builtin {name}.tflite")
-            if key is not None:  # one signature (a dict of them is named by convert)
-                content = _rename_signature(content, key)
+            if key is not None:  # one signature, converted as serving_default
+                content = _rename_signatures(content, lambda _, key=key: key)
             files[f"{name}.tflite"] = content
             for each in (fn if key is None else {key: fn}):
                 signatures[each] = _signature(content, each)
