@@ -84,7 +84,8 @@ def test_every_option_is_declared_once_and_derived_everywhere():
         "docs/decoding.md's options table: paste keras_attn.decoding.options.docs_table()")
     from keras_attn.export import request, runtime
 
-    assert list(request.OPTION_SPECS) == list(NAMES)
+    # The options signatures' inputs: every option, then translate_v3's passthrough.
+    assert list(request.OPTION_SPECS) == [*NAMES, "passthrough"]
     assert list(runtime.option_inputs(DecodingOptions())) == list(NAMES)
     # The artefact's own values travel as the declared unset values.
     inputs = runtime.option_inputs(DecodingOptions())
