@@ -82,9 +82,8 @@ def load_models(paths, engine="savedmodel", replicas=1, threads=None, log=print,
 
     settings = settings or Settings()
     make = make or make_replicas
-    found = find_artefacts(paths, engine)
     entries = []
-    for path, artefact in found:
+    for path, artefact in find_artefacts(paths, engine):
         before = rss_mb()
         pool = make(artefact, replicas, threads, log, xla)
         label = f"{artefact.source[0]}->{artefact.target[0]}"
