@@ -110,8 +110,7 @@ def parse_spec(spec):
     name, _, rest = spec.partition(":")
     if name not in DEFAULT_SERVERS:
         raise ValueError(f"unknown server {name!r} (one of {DEFAULT_SERVERS})")
-    options = dict(item.split("=", 1) for item in rest.split(",") if item)
-    return name, options
+    return name, dict(item.split("=", 1) for item in rest.split(",") if item)
 
 
 class Server:
