@@ -271,11 +271,9 @@ class CTranslate2Engine:
 
     @staticmethod
     def find(folder):
-        for candidate in (folder, os.path.join(folder, "ctranslate2"),
-                          os.path.join(folder, "export", "ctranslate2")):
-            if os.path.exists(os.path.join(candidate, CT2_METADATA)):
-                return candidate
-        return None
+        return next((candidate for candidate in (folder, os.path.join(folder, "ctranslate2"),
+                                                 os.path.join(folder, "export", "ctranslate2"))
+                     if os.path.exists(os.path.join(candidate, CT2_METADATA))), None)
 
     @staticmethod
     def max_len(path):

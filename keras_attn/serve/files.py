@@ -7,6 +7,7 @@ else unchanged). :class:`FileStore` keeps the results for ``GET /download_file/{
 Example:
     >>> translated = await translate_file("letter.docx", data, as_text, as_html)
 """
+import contextlib
 import copy
 import html
 import io
@@ -272,8 +273,6 @@ class FileStore:
     def _expire(self):
         limit = time.time() - self.max_age_s
         for entry in os.scandir(self.directory):
-            try:
+            with contextlib.suppress(FileNotFoundError):  # another server removed it
                 if entry.is_file() and entry.stat().st_mtime < limit:
                     os.remove(entry.path)
-            except FileNotFoundError:  # another server removed it
-                pass
