@@ -22,14 +22,8 @@ QUANTIZATIONS = ("float32", "int8")
 
 def read_sources(path):
     """The distinct English sentences of a Tatoeba file, in file order, as written."""
-    seen, sources = set(), []
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            english = line.rstrip("\n").split("\t")[0]
-            if english not in seen:
-                seen.add(english)
-                sources.append(english)
-    return sources
+        return list(dict.fromkeys(line.rstrip("\n").split("\t")[0] for line in f))
 
 
 def batched(fn, items, batch_size=64):

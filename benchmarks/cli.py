@@ -87,15 +87,14 @@ def parse_args(argv=None):
                               ("serve_batches", [1, 2], [1, 32])):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
-    if args.serve_engines is None:
-        args.serve_engines = list(ENGINES)
-    elif set(args.serve_engines) - set(ENGINES):
-        ap.error(f"unknown --serve-engines {sorted(set(args.serve_engines) - set(ENGINES))}; "
+    engines = set(ENGINES if args.serve_engines is None else args.serve_engines)
+    if engines - set(ENGINES):
+        ap.error(f"unknown --serve-engines {sorted(engines - set(ENGINES))}; "
                  f"choose from {','.join(ENGINES)}")
-    else:  # the references (ratios, agreement) and the int8 yardstick where int8 is timed
-        wanted = set(args.serve_engines) | set(REFERENCE_ENGINES) | (
-            {"ctranslate2_int8"} if any(e.endswith("int8") for e in args.serve_engines) else set())
-        args.serve_engines = [e for e in ENGINES if e in wanted]
+    # the references (ratios, agreement) and the int8 yardstick where int8 is timed
+    engines |= set(REFERENCE_ENGINES) | (
+        {"ctranslate2_int8"} if any(e.endswith("int8") for e in engines) else set())
+    args.serve_engines = [e for e in ENGINES if e in engines]
     if set(args.serve_models) - {"dates", "fra"}:
         ap.error(f"--serve-models: dates and/or fra. Received: {','.join(args.serve_models)}")
     return args
@@ -136,7 +135,6 @@ def main(argv=None):
 
 
 def _write(path, content):
-    if path:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "w") as f:
-            f.write(content + "\n")
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        f.write(content + "\n")

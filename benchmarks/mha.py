@@ -1,5 +1,7 @@
 """Section ``mha`` (TensorFlow): ``MultiHeadAttention`` vs ``keras.layers.MultiHeadAttention``
 and the layer's matmuls alone, forward and forward+backward, with and without XLA."""
+import functools
+
 import tensorflow as tf
 
 from benchmarks.common import mha_flops, mha_matmul_floor, profiles
@@ -27,10 +29,10 @@ def bench_mha(args, peak):
             for backward in (False, True):
                 fns = {}
                 for name, call in calls.items():
-                    fns[name] = _bound(tf.function(
+                    fns[name] = functools.partial(tf.function(
                         _with_grads(call, layers[name]) if backward else call, jit_compile=jit), x)
                 # The same matmuls and nothing else: the best any layer could do.
-                fns["matmuls_only"] = _bound(tf.function(
+                fns["matmuls_only"] = functools.partial(tf.function(
                     mha_matmul_floor(batch, length, d, heads, backward), jit_compile=jit), x)
                 times = interleaved(fns, args.repeats, args.warmup, args.clock)
                 stats = {k: summarize(v) for k, v in times.items()}
@@ -63,10 +65,6 @@ def bench_mha(args, peak):
                        "matmuls_only": "benchmarks.common.mha_matmul_floor: the layer's "
                                        "matmuls alone (same FLOPs), a floor for any layer"},
             "target": "forward+backward at L=256: ours <= 0.8x Keras", "rows": rows}
-
-
-def _bound(fn, x):
-    return lambda: fn(x)
 
 
 def _with_grads(call, layer):

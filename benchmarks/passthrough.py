@@ -72,14 +72,13 @@ def spans_of(sentences, seed=0):
 def read_pairs(path, n):
     """``n`` pairs spread evenly over a tab-separated file, one per English sentence (its
     first reference): the file may be sorted by length."""
-    pairs, seen = [], set()
+    first = {}  # English -> its first reference
     with open(path, encoding="utf-8") as f:
         for line in f:
             parts = line.rstrip("\n").split("\t")
-            if len(parts) < 2 or parts[0] in seen:
-                continue
-            seen.add(parts[0])
-            pairs.append((parts[0], parts[1]))
+            if len(parts) >= 2:
+                first.setdefault(parts[0], parts[1])
+    pairs = list(first.items())
     step = max(1, len(pairs) // max(n, 1))
     return pairs[::step][:n]
 

@@ -52,19 +52,16 @@ class KerasHubDecoding:
     def __init__(self, model, num_tokens, start_id):
         import keras_hub
 
-        layers = model.layers
-        embeddings = [layer for layer in layers
-                      if isinstance(layer, keras_hub.layers.TokenAndPositionEmbedding)]
-        self.src_embedding, self.tgt_embedding = embeddings
-        self.encoders = [layer for layer in layers
-                         if isinstance(layer, keras_hub.layers.TransformerEncoder)]
-        self.decoders = [layer for layer in layers
-                         if isinstance(layer, keras_hub.layers.TransformerDecoder)]
+        def of_type(cls):
+            return [layer for layer in model.layers if isinstance(layer, cls)]
+
+        hub = keras_hub.layers
+        self.src_embedding, self.tgt_embedding = of_type(hub.TokenAndPositionEmbedding)
+        self.encoders = of_type(hub.TransformerEncoder)
+        self.decoders = of_type(hub.TransformerDecoder)
         self.dense = model.get_layer("logits")
         self.sampler = keras_hub.samplers.GreedySampler()
-        self.model = model
-        self.num_tokens = num_tokens
-        self.start_id = start_id
+        self.model, self.num_tokens, self.start_id = model, num_tokens, start_id
 
     def encode(self, source):
         mask = ops.not_equal(source, 0)

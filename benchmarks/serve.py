@@ -49,8 +49,7 @@ def bench_serve(args, peak):
                           "sentences": count, "batches": args.serve_batches},
                "target_tokens": "tokens the SavedModel generates (translate_ids, [END] "
                                 "included); tokens/s = those / seconds, for every engine"}
-        models = getattr(args, "serve_models", ("dates", "fra"))
-        for name in [m for m in ("dates", "fra") if m in models]:
+        for name in [m for m in ("dates", "fra") if m in args.serve_models]:
             run_dir, how = (dates, "") if name == "dates" else _serve_fra_run(args, work, dates)
             if run_dir is None:
                 out["models"][name] = {"available": False, "reason": how}
@@ -148,7 +147,7 @@ def yardstick(engine):
     return "ctranslate2_int8" if engine.endswith("int8") else "ctranslate2_float32"
 
 
-def _export_all(translator, run_dir, work, label, ct2_export, engines=ENGINES):
+def _export_all(translator, run_dir, work, label, ct2_export, engines):
     """The artefacts of ``run_dir`` that ``engines`` run, under ``work``: engine -> path,
     sizes, unavailable."""
     from keras_attn import export
@@ -211,7 +210,7 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads, count):
 
     translator = Translator.from_run_dir(run_dir)
     paths, sizes, unavailable = _export_all(translator, run_dir, work, label, ct2_export,
-                                            getattr(args, "serve_engines", ENGINES))
+                                            args.serve_engines)
     sentences = _serve_sentences(run_dir, count)
     source = translator.encode(sentences).numpy()  # the same ids for every engine
     ct2 = ct2_export.CTranslate2Translator(paths["ctranslate2_float32"], intra_threads=1)

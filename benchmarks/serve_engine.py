@@ -92,16 +92,15 @@ def _ctranslate2(spec, inputs):
     return run
 
 
+LOADERS = {"saved_model": _saved_model, "tflite": _tflite, "ctranslate2": _ctranslate2}
+
+
 def load_engine(spec, inputs):
     """``run(lo, hi)``: the engine's outputs for sentences ``lo:hi`` (one batch)."""
-    engine = spec["engine"]
-    if engine.startswith("saved_model"):
-        return _saved_model(spec, inputs)
-    if engine.startswith("tflite"):
-        return _tflite(spec, inputs)
-    if engine.startswith("ctranslate2"):
-        return _ctranslate2(spec, inputs)
-    raise ValueError(f"unknown engine {engine!r}")
+    for prefix, load in LOADERS.items():
+        if spec["engine"].startswith(prefix):
+            return load(spec, inputs)
+    raise ValueError(f"unknown engine {spec['engine']!r}")
 
 
 def measure(spec):

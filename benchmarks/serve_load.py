@@ -67,11 +67,6 @@ def held_out(data, count):
     return [s for s in stripped if s and len(documents.split(s).sentences) == 1][:count]
 
 
-def machine():
-    return {"cpu": cpu_info()[0], "cores": len(os.sched_getaffinity(0)),
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
-
-
 # --- the servers ----------------------------------------------------------------------------
 def free_port():
     with socket.socket() as s:
@@ -84,13 +79,11 @@ def rss_bytes(pid):
     import psutil
 
     total = 0
-    try:
+    with contextlib.suppress(psutil.NoSuchProcess):
         parent = psutil.Process(pid)
         for process in [parent, *parent.children(recursive=True)]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 total += process.memory_info().rss
-    except psutil.NoSuchProcess:
-        pass
     return total
 
 
@@ -117,25 +110,23 @@ def parse_spec(spec):
     name, _, rest = spec.partition(":")
     if name not in DEFAULT_SERVERS:
         raise ValueError(f"unknown server {name!r} (one of {DEFAULT_SERVERS})")
-    options = dict(item.split("=", 1) for item in rest.split(",") if item)
-    return name, options
+    return name, dict(item.split("=", 1) for item in rest.split(",") if item)
 
 
 class Server:
     """A server in its own process (context manager): ``url``, ``languages``, ``pid``."""
 
-    def __init__(self, spec, paths, args, memory_every=1.0):
+    def __init__(self, spec, paths, args):
         self.spec = spec
         self.name, self.options = parse_spec(spec)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.memory_every = memory_every
-        env = dict(os.environ)
+        self.env = dict(os.environ)
         if self.name == "libretranslate":
             if not (args.anchor and args.anchor_python):
                 raise ValueError("the libretranslate server needs --anchor and --anchor-python")
             self.workdir = tempfile.mkdtemp(prefix="lt_anchor_")
-            env["ARGOS_BEAM_SIZE"] = "1"  # greedy, as ours by default
+            self.env["ARGOS_BEAM_SIZE"] = "1"  # greedy, as ours by default
             self.args = [args.anchor_python, args.anchor, "serve", paths["ctranslate2"],
                          "--port", str(self.port), "--workdir", self.workdir,
                          "--threads", self.options.get("threads", "2")]
@@ -146,7 +137,6 @@ class Server:
                          "4096", "--timeout", "600", "--char-limit", "-1"]
             for key, value in self.options.items():  # xla= (no value): a bare flag
                 self.args += ["--" + key.replace("_", "-")] + ([value] if value else [])
-        self.env = env
 
     def __enter__(self):
         self.logfile = tempfile.TemporaryFile()
@@ -159,14 +149,15 @@ class Server:
                 raise RuntimeError(f"{self.spec} ended:\n" +
                                    self.logfile.read().decode()[-3000:])
             try:
-                self.languages = json_get(self.url + "/languages")
+                with urllib.request.urlopen(self.url + "/languages", timeout=10) as response:
+                    self.languages = json.loads(response.read())
                 break
             except OSError:
                 if time.monotonic() - started > 600:
                     raise
                 time.sleep(0.5)
         self.startup_s = time.monotonic() - started
-        self.memory = MemorySampler(self.proc.pid, self.memory_every)
+        self.memory = MemorySampler(self.proc.pid)
         self.memory.start()
         return self
 
@@ -191,24 +182,16 @@ class Server:
                           ensure_ascii=False)
 
 
-def json_get(url):
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
-
-
 # --- load -----------------------------------------------------------------------------------
 def wrk_load(url, bodies_file, clients, duration):
     """``wrk`` with ``clients`` keep-alive connections (one thread) on ``POST url/translate``
     for ``duration`` seconds: requests/s, latency percentiles (ms), failures."""
-    script = tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False)
-    script.write(WRK_SCRIPT % {"bodies": bodies_file})
-    script.close()
-    try:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
+        script.write(WRK_SCRIPT % {"bodies": bodies_file})
+        script.flush()
         done = subprocess.run(
             ["wrk", "-t1", f"-c{clients}", f"-d{duration:g}s", "--timeout", "60s", "-s",
              script.name, url + "/translate"], capture_output=True, text=True, check=True)
-    finally:
-        os.unlink(script.name)
     line = next(l for l in done.stdout.splitlines() if l.startswith("WRK_JSON "))
     raw = json.loads(line[len("WRK_JSON "):])
     seconds = raw["duration_us"] / 1e6
@@ -220,29 +203,20 @@ def wrk_load(url, bodies_file, clients, duration):
                for k in ("p50_us", "p90_us", "p99_us", "mean_us")}}
 
 
-def write_bodies(server, sentences):
-    """A file of one JSON body a line for ``server`` (wrk's script reads it)."""
-    f = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8")
-    for sentence in sentences:
-        f.write(server.body(sentence) + "\n")
-    f.close()
-    return f.name
-
-
 def measure_server(spec, paths, sentences, args, log):
     """One server: started, warmed up, loaded at each client count, stopped."""
-    with Server(spec, paths, args) as server:
-        bodies = write_bodies(server, sentences)
-        try:
-            wrk_load(server.url, bodies, 16, args.warmup)
-            points = []
-            for clients in args.clients:
-                m = wrk_load(server.url, bodies, clients, args.duration)
-                log(f"  {spec:<28} {clients:>2} clients: {m['requests_per_s']:>7} req/s, "
-                    f"p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms, {m['failed']} failed")
-                points.append(m)
-        finally:
-            os.unlink(bodies)
+    with Server(spec, paths, args) as server, tempfile.NamedTemporaryFile(
+            "w", suffix=".jsonl", encoding="utf-8") as bodies:
+        # one JSON body a line, which wrk's script reads in turn
+        bodies.writelines(server.body(sentence) + "\n" for sentence in sentences)
+        bodies.flush()
+        wrk_load(server.url, bodies.name, 16, args.warmup)
+        points = []
+        for clients in args.clients:
+            m = wrk_load(server.url, bodies.name, clients, args.duration)
+            log(f"  {spec:<28} {clients:>2} clients: {m['requests_per_s']:>7} req/s, "
+                f"p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms, {m['failed']} failed")
+            points.append(m)
         samples = server.memory.samples
         return {"server": spec, "startup_s": round(server.startup_s, 1), "points": points,
                 "rss_mb_max": round(max(samples) / 2**20, 1) if samples else None,
@@ -316,7 +290,8 @@ def server_threads(spec):
 
 
 def run(args, log=print):
-    info = machine()
+    info = {"cpu": cpu_info()[0], "cores": len(os.sched_getaffinity(0)),
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     sentences = held_out(args.data, SENTENCES)
     sentences_file = os.path.join(tempfile.mkdtemp(prefix="serve_load_"), "sentences.json")
     with open(sentences_file, "w", encoding="utf-8") as f:

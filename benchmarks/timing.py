@@ -6,6 +6,7 @@ Example:
     >>> times = interleaved({"ours": f, "theirs": g}, repeats=9, warmup=2, clock="cpu")
     >>> summarize(times["ours"])["median_ms"]
 """
+import contextlib
 import time
 
 import numpy as np
@@ -20,15 +21,12 @@ def log(*args):
 def cpu_info():
     """``(model name, set of CPU flags)`` from /proc/cpuinfo (``("", set())`` without it)."""
     model, flags = "", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and not model:
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name") and not model:
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
     return model, flags
 
 

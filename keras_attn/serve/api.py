@@ -36,6 +36,15 @@ def bad_request(message):
     return ApiError(400, message)
 
 
+def check_int(name, value, low, note=""):
+    """``value`` if an integer >= ``low``, else ``ValueError`` naming ``name`` (``note``:
+    what the bound means, such as ``" (-1: no limit)"``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"`{name}` must be an integer >= {low}{note}. "
+                         f"Received: {name}={value!r}")
+    return value
+
+
 @dataclasses.dataclass
 class TranslateRequest:
     """A checked ``POST /translate``: the texts (``batch``: ``q`` was a list), languages,

@@ -14,9 +14,12 @@ Example:
 """
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import time
 from typing import Optional
+
+from keras_attn.serve.api import check_int
 
 
 class QueueFull(Exception):
@@ -37,12 +40,6 @@ class _Request:
     timing: Optional[dict] = None
 
 
-def _check_int(name, value, low):
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"`{name}` must be an integer >= {low}. Received: {name}={value!r}")
-    return value
-
-
 class Batcher:
     """Groups requests by decoding options and sends batches to free replicas.
 
@@ -55,12 +52,12 @@ class Batcher:
 
     def __init__(self, replicas, max_batch=32, wait_ms=0.0, queue_size=256):
         self.replicas = replicas
-        self.max_batch = _check_int("max_batch", max_batch, 1)
+        self.max_batch = check_int("max_batch", max_batch, 1)
         if isinstance(wait_ms, bool) or not isinstance(wait_ms, (int, float)) or wait_ms < 0:
             raise ValueError(f"`batch_wait_ms` must be a number >= 0. Received: "
                              f"batch_wait_ms={wait_ms!r}")
         self.wait = wait_ms / 1000.0
-        self.queue_size = _check_int("queue_size", queue_size, 1)
+        self.queue_size = check_int("queue_size", queue_size, 1)
         self._groups = collections.OrderedDict()  # (options, confidence) -> deque of _Request
         self._waiting = 0
         self._in_flight = 0
@@ -84,10 +81,8 @@ class Batcher:
             await asyncio.gather(*self._batch_tasks, return_exceptions=True)
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
 
     @property
     def waiting(self):

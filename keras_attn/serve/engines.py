@@ -91,13 +91,6 @@ class Engine(Protocol):
         ``ValueError`` naming the option (the HTTP layer's 400)."""
 
 
-def _latest_version(base):
-    """The highest integer version folder of a TF Serving model base (TF Serving's choice)."""
-    versions = [int(n) for n in os.listdir(base) if n.isdigit()
-                and os.path.exists(os.path.join(base, n, "saved_model.pb"))]
-    return os.path.join(base, str(max(versions))) if versions else None
-
-
 class SavedModelEngine:
     """The newest options signature of an exported SavedModel, or its XLA-compiled twin.
 
@@ -142,10 +135,8 @@ class SavedModelEngine:
             with contextlib.suppress(RuntimeError):
                 tf.config.threading.set_intra_op_parallelism_threads(int(threads))
                 tf.config.threading.set_inter_op_parallelism_threads(1)
-        try:
+        with contextlib.suppress(ImportError):
             import tensorflow_text  # noqa: F401  (registers a SentencePiece model's ops)
-        except ImportError:
-            pass
         self._np, self._tf, self._option_inputs, self._pipeline = np, tf, option_inputs, pipeline
         self.path = path
         try:
@@ -170,16 +161,16 @@ class SavedModelEngine:
 
     @staticmethod
     def find(folder):
-        """The SavedModel version a folder holds: itself, a model base, or an export
-        directory's."""
+        """The SavedModel version a folder holds: itself, a model base's highest integer
+        version (TF Serving's choice), or an export directory's."""
         if os.path.exists(os.path.join(folder, "saved_model.pb")):
             return folder
         for base in (folder, os.path.join(folder, MODEL_NAME),
                      os.path.join(folder, "saved_model", MODEL_NAME)):
-            if os.path.isdir(base):
-                found = _latest_version(base)
-                if found:
-                    return found
+            versions = [int(n) for n in (os.listdir(base) if os.path.isdir(base) else ())
+                        if n.isdigit() and os.path.exists(os.path.join(base, n, "saved_model.pb"))]
+            if versions:
+                return os.path.join(base, str(max(versions)))
         return None
 
     @staticmethod
@@ -280,11 +271,9 @@ class CTranslate2Engine:
 
     @staticmethod
     def find(folder):
-        for candidate in (folder, os.path.join(folder, "ctranslate2"),
-                          os.path.join(folder, "export", "ctranslate2")):
-            if os.path.exists(os.path.join(candidate, CT2_METADATA)):
-                return candidate
-        return None
+        return next((candidate for candidate in (folder, os.path.join(folder, "ctranslate2"),
+                                                 os.path.join(folder, "export", "ctranslate2"))
+                     if os.path.exists(os.path.join(candidate, CT2_METADATA))), None)
 
     @staticmethod
     def max_len(path):

@@ -7,6 +7,7 @@ else unchanged). :class:`FileStore` keeps the results for ``GET /download_file/{
 Example:
     >>> translated = await translate_file("letter.docx", data, as_text, as_html)
 """
+import contextlib
 import copy
 import html
 import io
@@ -70,6 +71,9 @@ def _formats(runs):
 
 
 # --- .docx -----------------------------------------------------------------------------------
+_DOCX_SPACING = {f"{{{W}}}tab": "\t", f"{{{W}}}br": "\n", f"{{{W}}}cr": "\n"}
+
+
 def _docx_paragraphs(root):
     """Per ``<w:p>`` with text: ``(paragraph, runs, [(text, rPr key)])`` of its direct runs."""
     from lxml import etree
@@ -78,14 +82,8 @@ def _docx_paragraphs(root):
     for p in root.iter(f"{{{W}}}p"):
         runs, texts = [], []
         for r in p.findall(f"{{{W}}}r"):
-            text = ""
-            for child in r:
-                if child.tag == f"{{{W}}}t":
-                    text += child.text or ""
-                elif child.tag == f"{{{W}}}tab":
-                    text += "\t"
-                elif child.tag in (f"{{{W}}}br", f"{{{W}}}cr"):
-                    text += "\n"
+            text = "".join((child.text or "") if child.tag == f"{{{W}}}t"
+                           else _DOCX_SPACING.get(child.tag, "") for child in r)
             if not text:
                 continue
             rpr = r.find(f"{{{W}}}rPr")
@@ -121,18 +119,17 @@ def _docx_write(p, runs, keys, pieces):
 _ODT_PLAIN = {f"{{{TEXT}}}s", f"{{{TEXT}}}tab", f"{{{TEXT}}}line-break"}
 
 
+def _spacing(element):
+    """The text a spacing element (``<text:s>``, ``<text:tab>``, ``<text:line-break>``)
+    stands for; "" for any other."""
+    if element.tag == f"{{{TEXT}}}s":
+        return " " * int(element.get(f"{{{TEXT}}}c", "1"))
+    return {f"{{{TEXT}}}tab": "\t", f"{{{TEXT}}}line-break": "\n"}.get(element.tag, "")
+
+
 def _odt_text(element):
     """The text of a ``<text:span>``'s content (spaces, tabs and line breaks included)."""
-    text = element.text or ""
-    for child in element:
-        if child.tag == f"{{{TEXT}}}s":
-            text += " " * int(child.get(f"{{{TEXT}}}c", "1"))
-        elif child.tag == f"{{{TEXT}}}tab":
-            text += "\t"
-        elif child.tag == f"{{{TEXT}}}line-break":
-            text += "\n"
-        text += child.tail or ""
-    return text
+    return (element.text or "") + "".join(_spacing(c) + (c.tail or "") for c in element)
 
 
 def _odt_paragraphs(root):
@@ -148,23 +145,12 @@ def _odt_paragraphs(root):
             if child.tag == f"{{{TEXT}}}span":
                 texts.append((_odt_text(child), child.get(f"{{{TEXT}}}style-name", "")))
             else:
-                texts.append((_odt_text(_holder(child)), ""))
+                texts.append((_spacing(child), ""))
             texts.append((child.tail or "", ""))
         texts = [(t, s) for t, s in texts if t]
         if any(t.strip() for t, _ in texts):
             out.append((p, texts))
     return out
-
-
-def _holder(spacing):
-    """A spacing element as the content of a bare element (for :func:`_odt_text`)."""
-    from lxml import etree
-
-    holder = etree.Element("holder")
-    element = copy.deepcopy(spacing)
-    element.tail = None
-    holder.append(element)
-    return holder
 
 
 def _odt_write(p, keys, pieces):
@@ -287,8 +273,6 @@ class FileStore:
     def _expire(self):
         limit = time.time() - self.max_age_s
         for entry in os.scandir(self.directory):
-            try:
+            with contextlib.suppress(FileNotFoundError):  # another server removed it
                 if entry.is_file() and entry.stat().st_mtime < limit:
                     os.remove(entry.path)
-            except FileNotFoundError:  # another server removed it
-                pass

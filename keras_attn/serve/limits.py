@@ -11,7 +11,7 @@ Example:
 import collections
 import time
 
-from keras_attn.serve.api import ApiError, bad_request
+from keras_attn.serve.api import ApiError, bad_request, check_int
 
 WINDOW_S = 60.0
 REDIS_PREFIX = "keras_attn:req:"
@@ -99,11 +99,7 @@ class RateLimiter:
     """
 
     def __init__(self, default_limit=-1, keys=None, clock=None, storage=None):
-        if isinstance(default_limit, bool) or not isinstance(default_limit, int) \
-                or default_limit < -1:
-            raise ValueError(f"`req_limit` must be an integer >= -1 (-1: no limit). "
-                             f"Received: req_limit={default_limit!r}")
-        self.default_limit = default_limit
+        self.default_limit = check_int("req_limit", default_limit, -1, " (-1: no limit)")
         self.keys = keys
         self.storage = storage or MemoryWindows()
         shared = not isinstance(self.storage, MemoryWindows)

@@ -83,10 +83,9 @@ def languages_of(run_dir, found=None):
         >>> languages_of("exported/run")
         (('dates', 'Dates as people write them'), ('iso', 'ISO 8601 dates'))
     """
-    if found is not None:
-        from_artefact = artefact_languages(found)
-        if from_artefact:
-            return from_artefact
+    from_artefact = artefact_languages(found) if found is not None else None
+    if from_artefact:
+        return from_artefact
     if run_dir is None:
         return UNKNOWN_LANGUAGES
     return config_languages(read_json(os.path.join(run_dir, "config.json")))

@@ -16,11 +16,6 @@ import html.parser
 import re
 
 from keras_attn.serve.api import passthrough_of
-import dataclasses
-import html
-import html.parser
-import re
-
 
 INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em",
                     "i", "kbd", "mark", "q", "s", "samp", "small", "span", "strong", "sub",
@@ -146,9 +141,8 @@ def rebuild(segment, translation, alignment):
     lead = text[: len(text) - len(text.lstrip())]
     trail = text[len(text.rstrip()):]
     if not text.strip():
-        body = html.escape(text, quote=False)
-        return "".join(s.start_tag for s in segment.spans) + body + "".join(
-            f"</{s.name}>" for s in reversed(segment.spans))
+        return "".join(s.start_tag for s in segment.spans) + html.escape(text, quote=False) \
+            + "".join(f"</{s.name}>" for s in reversed(segment.spans))
     source_words = _words(text)
     spans = _target_words(translation)
     target_words = [translation[a:b] for a, b in spans]
@@ -192,11 +186,10 @@ def rebuild(segment, translation, alignment):
         for k in sorted(closes[j], key=lambda k: (ranges[k][0], -segment.spans[k].depth),
                         reverse=True):
             out.append(f"</{segment.spans[k].name}>")
-    body = "".join(out)
-    dropped = [k for k, r in enumerate(ranges) if r is None]
-    for k in dropped:  # aligned with nothing: kept, empty, where the segment ends
-        body += segment.spans[k].start_tag + f"</{segment.spans[k].name}>"
-    return lead + body + trail
+    # aligned with nothing: kept, empty, where the segment ends
+    out += [segment.spans[k].start_tag + f"</{segment.spans[k].name}>"
+            for k, r in enumerate(ranges) if r is None]
+    return lead + "".join(out) + trail
 
 
 def split_inline(items):

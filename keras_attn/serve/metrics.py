@@ -27,10 +27,8 @@ class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self, batchers):
-        if hasattr(batchers, "models"):
-            pairs = {m.pair: m.batcher for m in batchers}
-        else:
-            pairs = {("", ""): batchers}
+        pairs = ({m.pair: m.batcher for m in batchers} if hasattr(batchers, "models")
+                 else {("", ""): batchers})
         self.registry = CollectorRegistry()
         self.requests = Counter("keras_attn_http_requests", "HTTP requests answered",
                                 ["route", "method", "status"], registry=self.registry)

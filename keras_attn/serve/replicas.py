@@ -16,6 +16,7 @@ import threading
 import time
 
 from keras_attn.serve import engines
+from keras_attn.serve.api import check_int
 
 _ENGINE = None  # the engine of a worker process (ProcessReplicas)
 
@@ -101,9 +102,7 @@ class ProcessReplicas:
     """
 
     def __init__(self, artefact, size, threads=1, xla=False):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"`replicas` must be an integer >= 1. Received: replicas={size!r}")
-        self.size = size
+        self.size = check_int("replicas", size, 1)
         self.pids = []  # the workers' process ids, once started
         self._pool = concurrent.futures.ProcessPoolExecutor(
             size, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,

@@ -32,15 +32,13 @@ def make_replicas(artefact, replicas, threads=None, log=print, xla=False):
     ``threads`` None: :func:`default_threads`; ``xla``: as
     :func:`~keras_attn.serve.engines.load_engine`'s."""
     from keras_attn.serve import engines
+    from keras_attn.serve.api import check_int
     from keras_attn.serve.replicas import InProcessReplicas, ProcessReplicas
 
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise ValueError(f"`replicas` must be an integer >= 1. Received: replicas={replicas!r}")
+    check_int("replicas", replicas, 1)
     if threads is None:
         threads = default_threads(artefact.engine, replicas)
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-        raise ValueError(f"`threads` must be an integer >= 0 (0: every core). "
-                         f"Received: threads={threads!r}")
+    check_int("threads", threads, 0, " (0: every core)")
     log(f"loading {artefact.engine} {artefact.path}: {replicas} replica(s), "
         f"{threads or 'default'} intra-op thread(s) each")
     if replicas == 1:
@@ -84,9 +82,8 @@ def load_models(paths, engine="savedmodel", replicas=1, threads=None, log=print,
 
     settings = settings or Settings()
     make = make or make_replicas
-    found = find_artefacts(paths, engine)
     entries = []
-    for path, artefact in found:
+    for path, artefact in find_artefacts(paths, engine):
         before = rss_mb()
         pool = make(artefact, replicas, threads, log, xla)
         label = f"{artefact.source[0]}->{artefact.target[0]}"

@@ -68,12 +68,10 @@ def prune(meta_graph, keep):
         todo.extend(f for n in library[name].node_def for f in _called_functions(n.attr))
     functions = [f for name, f in library.items() if name in needed]
     gradients = [g for g in graph_def.library.gradient if g.function_name in needed]
-    del graph_def.node[:]
-    graph_def.node.extend(sub.node)
-    del graph_def.library.function[:]
-    graph_def.library.function.extend(functions)
-    del graph_def.library.gradient[:]
-    graph_def.library.gradient.extend(gradients)
+    for field, kept in ((graph_def.node, sub.node), (graph_def.library.function, functions),
+                        (graph_def.library.gradient, gradients)):
+        del field[:]
+        field.extend(kept)
     for name in [k for k in signatures if k not in keep]:
         del signatures[name]
     meta_graph.ClearField("object_graph_def")  # TF2's object restore; a session has no use

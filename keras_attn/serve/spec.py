@@ -169,12 +169,10 @@ def _body(endpoint):
 
 
 def _operation(endpoint):
-    ok = {"description": "Success"}
-    if endpoint.media == "application/json":
-        ok["content"] = {"application/json": {"schema": endpoint.schema or {}}}
-    else:
-        ok["content"] = {endpoint.media: {"schema": {"type": "string"}}}
-    responses = {"200": ok}
+    schema = ((endpoint.schema or {}) if endpoint.media == "application/json"
+              else {"type": "string"})
+    responses = {"200": {"description": "Success",
+                         "content": {endpoint.media: {"schema": schema}}}}
     for status in endpoint.errors:
         responses[str(status)] = {
             "description": ERROR_TEXT.get(status, "Error"),

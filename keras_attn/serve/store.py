@@ -13,6 +13,8 @@ import os
 import sqlite3
 import uuid
 
+from keras_attn.serve.api import check_int
+
 
 @contextlib.contextmanager
 def _connect(path):
@@ -72,10 +74,8 @@ class KeyStore(_Table):
     def add(self, req_limit, key=None, char_limit=None):
         """Add (or replace) ``key`` (default: a new uuid4); the key."""
         for name, value in (("req_limit", req_limit), ("char_limit", char_limit)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < -1):
-                raise ValueError(f"`{name}` must be an integer >= -1 (-1: no limit). "
-                                 f"Received: {name}={value!r}")
+            if value is not None:
+                check_int(name, value, -1, " (-1: no limit)")
         if req_limit is None:
             raise ValueError("`req_limit` is required (requests a minute; -1: no limit)")
         key = key or str(uuid.uuid4())
