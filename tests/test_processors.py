@@ -62,7 +62,17 @@ def test_list_order_and_what_is_off():
     assert not processors.processors_for(off, START, 9).reads_history
     tensors = types.SimpleNamespace(repetition_penalty=tf.constant(1.0),
                                     no_repeat_ngram_size=tf.constant(0))
-    assert len(processors.processors_for(tensors, START, 9)) == 3
+    procs = processors.processors_for(tensors, START, 9)
+    assert len(procs) == 3 and not bool(procs.gate)  # the request's one decision: all off
+    assert [type(p).__name__ for p in procs.bans_only()] == ["BanIds"]
+    assert procs.bans_only().gate is None
+    on = types.SimpleNamespace(repetition_penalty=tf.constant(1.0),
+                               no_repeat_ngram_size=tf.constant(2))
+    assert bool(processors.processors_for(on, START, 9).gate)
+    assert bool(processors.processors_for(tensors, START, 9, tf.constant([[0, 4]])).gate)
+    assert not bool(processors.processors_for(tensors, START, 9, tf.zeros((1, 2), "int32")).gate)
+    # A Python value that switches a control on: no decision to make.
+    assert processors.processors_for(opts, START, 9, [[4]]).gate is None
     assert processors.length_limits(off, np.ones((2, 3), "int32"), 16) is None
 
 

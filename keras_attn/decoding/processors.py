@@ -8,8 +8,10 @@ compacted loop, the TFLite builtin target's step file). In order: the banned ids
 prefix. Marian's ``--max-length-factor`` is the stop rule (:func:`length_limits`).
 
 Option values may be tensors (per-request inputs of a served graph); a Python value that
-switches a control off leaves its processor, and its ops, out. A new processor is one class
-registered with :func:`from_option` and one field of ``DecodingOptions``.
+switches a control off leaves its processor, and its ops, out. Where every control is a
+tensor, the list holds the request's one decision (:attr:`LogitsProcessorList.gate`): the
+loops run the bans alone for a request that switches every control off. A new processor is
+one class registered with :func:`from_option` and one field of ``DecodingOptions``.
 
 Example:
     >>> procs = processors_for(options, start_id=2, vocab_size=V)
@@ -46,12 +48,23 @@ class StepState:
 
 
 class LogitsProcessorList(list):
-    """Processors applied in order: ``procs(logits, state) -> logits``."""
+    """Processors applied in order: ``procs(logits, state) -> logits``.
+
+    ``gate``: None, or a bool scalar tensor that is false where none of the processors after
+    the first (the bans) changes anything for this request (every control a tensor at its
+    off value, no prefix): a loop may then run the first alone (:meth:`bans_only`).
+    """
+
+    gate = None
 
     def __call__(self, logits, state):
         for processor in self:
             logits = processor(logits, state)
         return logits
+
+    def bans_only(self):
+        """The list of the first processor alone (the bans), without a gate."""
+        return LogitsProcessorList(self[:1])
 
     @property
     def reads_history(self):
@@ -149,13 +162,15 @@ class NoRepeatNgram:
         vocab = ops.shape(logits)[-1]
         padded = ops.pad(history, [[0, 0], [0, MAX_NGRAM]])  # room for the shifted windows
         starts = ops.arange(width, dtype="int32")  # j: a candidate n-gram starts here
-        # The (n-1)-gram the next token would complete: positions length-n+1 .. length-1.
-        match = ops.ones((rows, width), "bool")
-        for m in range(MAX_NGRAM - 1):
-            at = ops.maximum(length - n + 1 + m, 0)
-            suffix = ops.take(padded, ops.minimum(at, width + MAX_NGRAM - 1), axis=1)  # (N,)
-            equal = ops.equal(padded[:, m:m + width], suffix[:, None])
-            match = ops.logical_and(match, ops.logical_or(equal, m >= n - 1))
+        offsets = ops.arange(MAX_NGRAM - 1, dtype="int32")  # m: a position in the window
+        # The (n-1)-gram the next token would complete: positions length-n+1 .. length-1
+        # (offsets from n-1 on match anything), against every window j .. j+MAX_NGRAM-2.
+        at = ops.minimum(ops.maximum(length - n + 1 + offsets, 0), width + MAX_NGRAM - 1)
+        suffix = ops.take(padded, at, axis=1)  # (N, MAX_NGRAM - 1)
+        windows = ops.take(padded, ops.expand_dims(starts, 1) + offsets, axis=1)  # (N, W, M-1)
+        equal = ops.logical_or(ops.equal(windows, ops.expand_dims(suffix, 1)),
+                               offsets >= n - 1)
+        match = ops.all(equal, axis=-1)  # (N, width)
         match = ops.logical_and(match, starts[None, :] <= length - n)  # the n-gram is complete
         match = ops.logical_and(match, n >= 1)
         # The token that followed each matching (n-1)-gram is banned.
@@ -202,12 +217,20 @@ def processors_for(options, start_id, vocab_size, prefix=None, beams=1):
         beams: hypotheses per sentence (the rows of a prefix's sentence).
     """
     procs = LogitsProcessorList([BanIds((PAD_ID, start_id), vocab_size)])
+    gates = []  # per processor: a bool tensor (on for this request), or None (always on)
     for name, cls in _BY_OPTION:
         value = getattr(options, name, None)
         if active(name, value):
             procs.append(cls(value))
+            gates.append(None if isinstance(value, (int, float)) else
+                         ops.not_equal(value, OFF[name]))
     if prefix is not None:
         procs.append(ForcePrefix(prefix, beams))
+        gates.append(ops.any(ops.not_equal(procs[-1].prefix, 0)))
+    if gates and all(gate is not None for gate in gates):
+        procs.gate = gates[0]
+        for gate in gates[1:]:
+            procs.gate = ops.logical_or(procs.gate, gate)
     return procs
 
 

@@ -104,6 +104,19 @@ class Sampler:
             ops.cast(max_length, "int32"), max_len)
         processors = processors_for(options, self.start_id, steps.decoder.vocab_size, prefix, k)
         row_limit = length_limits(options, source, max_len)
+        if processors.gate is not None:
+            # One decision per request: a loop without the controls' ops where all are off.
+            return ops.cond(
+                processors.gate,
+                lambda: self._run(steps, batch, src_len, limit, processors, row_limit),
+                lambda: self._run(steps, batch, src_len, limit, processors.bans_only(),
+                                  row_limit))
+        return self._run(steps, batch, src_len, limit, processors, row_limit)
+
+    def _run(self, steps, batch, src_len, limit, processors, row_limit):
+        """The loop of this call: :func:`~keras_attn.decoding.compacted.compacted_loop` where
+        the call :meth:`compacts` and has more than one row, else :meth:`_loop`."""
+        k = self.beams
         loop = (processors, row_limit)
         if self.compacts():
             # One row: nothing to drop, and the plain loop's step is lighter.
