@@ -134,24 +134,24 @@ class TranslatorModule(tf.Module):
                                        if n + COMPILED_SUFFIX in COMPILED_SIGNATURES]
         for key in keys:
             name = COMPILED_SIGNATURES.get(key, key)
-            twin = key[len(name):]  # "" or COMPILED_SUFFIX
+            suffix = key[len(name):]  # "" or COMPILED_SUFFIX
             if name == newest or self.for_tflite:
-                translate = self._compiled_body(name) if twin else self._request.value.translate
+                translate = self._compiled_body(name) if suffix else self._request.value.translate
                 body = forward_only(request.signature_function(translate, name, key,
                                                                newest=newest), dynamic)
             else:
-                body = request.signature_function(self.requests[newest + twin], name, key,
+                body = request.signature_function(self.requests[newest + suffix], name, key,
                                                   newest=newest)
             self.requests[key] = tf.function(
                 body, input_signature=request.input_signature(batch_size, name))
 
-    def _compiled_body(self, twin):
-        """``(text, **options) ->`` the compiled twin of options signature ``twin``
-        (``RequestDecoder.translate_compiled``, falling back on ``self.requests[twin]``)."""
-        plain, names = self.requests[twin], OPTION_SIGNATURES[twin]
+    def _compiled_body(self, name):
+        """``(text, **options) ->`` the compiled twin of options signature ``name``
+        (``RequestDecoder.translate_compiled``, falling back on ``self.requests[name]``)."""
+        plain, names = self.requests[name], OPTION_SIGNATURES[name]
 
         def fallback(strings, **options):
-            return plain(strings, *(options[name] for name in names))
+            return plain(strings, *(options[n] for n in names))
 
         def body(strings, **options):
             return self._request.value.translate_compiled(fallback, strings, **options)
