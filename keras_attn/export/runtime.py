@@ -40,7 +40,6 @@ def text_interpreter(model_content=None, model_path=None, num_threads=None):
 
 
 def _text_file(model):
-    """:func:`text_interpreter` of a ``.tflite`` path or its content."""
     if isinstance(model, (bytes, bytearray)):
         return text_interpreter(model_content=bytes(model))
     return text_interpreter(model_path=os.fspath(model))
@@ -172,8 +171,7 @@ def option_inputs(opts, accepted=None, passthrough=False):
         if opt.dtype == "string":
             inputs[name] = np.array([value.encode("utf-8")] if value else [], dtype=object)
         else:
-            inputs[name] = np.dtype({"int32": np.int32, "float32": np.float32,
-                                     "bool": np.bool_}[opt.dtype]).type(value)
+            inputs[name] = np.dtype(opt.dtype).type(value)  # int32, float32 or bool
     if accepted is not None and "passthrough" in accepted:
         inputs["passthrough"] = np.bool_(passthrough)
     return inputs
