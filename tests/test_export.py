@@ -462,7 +462,7 @@ def test_interrupted_builtin_export_leaves_no_folder(translator, tmp_path, monke
     monkeypatch.setattr(export.TFLiteBuiltinExporter, "convert",
                         lambda self, fn, module, name: (b"tflite", {}))
     monkeypatch.setattr(tflite_export, "_rename_signatures", lambda content, new_key: content)
-    monkeypatch.setattr(tflite_export, "_signature", lambda content, key=None: {})
+    monkeypatch.setattr(tflite_export, "signatures_of", lambda content: {})
 
     def fail(path, obj):
         raise OSError("disk full")

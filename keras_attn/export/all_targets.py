@@ -133,8 +133,10 @@ def check_agreement(samples, exporters, normalize):
     agreement = samples["agreement_with_saved_model"]
     by_key = {e.key: e for e in exporters}
     verdicts = {}
-    for key, share in agreement.items():
-        exporter = by_key[key]
+    # The float32 files first: a quantised file's verdict reads its twin's.
+    for key in sorted(agreement, key=lambda k: by_key[k].quantization != "float32"):
+        share, exporter = agreement[key], by_key[key]
+        twin = f"{exporter.target}_float32"
         if exporter.agreement_on == "translation" and normalize:
             verdicts[key] = ("unchecked: the file expects normalised input and got the raw "
                              "text")
@@ -142,12 +144,7 @@ def check_agreement(samples, exporters, normalize):
             verdicts[key] = ("passed" if share == 1.0 else
                              f"FAILED: {share:.0%} of the samples equal the SavedModel's, "
                              "a float32 file must give all of them")
-    for key, share in agreement.items():
-        exporter = by_key[key]
-        if key in verdicts:
-            continue
-        twin = f"{exporter.target}_float32"
-        if twin not in verdicts:
+        elif twin not in verdicts:
             verdicts[key] = f"unchecked: {share:.0%} (no float32 {exporter.target} file beside it)"
         elif verdicts[twin] == "passed":
             verdicts[key] = (f"passed: the float32 {exporter.target} file agrees on every "

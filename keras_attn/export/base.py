@@ -120,11 +120,6 @@ class Exporter:
         """``None`` when this target can hold ``parts.model``, else the reason."""
         return None
 
-    def check_model(self, parts):
-        reason = self.supports(parts)
-        if reason:
-            raise ValueError(reason)
-
     def write(self, parts, path):
         """Write the artefact at ``path`` (not yet visible); return report fields."""
         raise NotImplementedError
@@ -156,7 +151,9 @@ class Exporter:
             The report dict (``path`` is the published artefact).
         """
         parts = as_parts(translator)
-        self.check_model(parts)
+        reason = self.supports(parts)
+        if reason:
+            raise ValueError(reason)
         final = self.destination(export_dir)
         if os.path.exists(final) and not self.overwrite:
             raise FileExistsError(f"{final} already exists; pass overwrite=True (CLI: "
@@ -185,14 +182,12 @@ class Exporter:
 
 def publish(staged, final, overwrite):
     """Rename the finished file or folder ``staged`` to ``final`` (never half visible)."""
+    if os.path.exists(final) and not overwrite:
+        raise FileExistsError(f"{final} appeared while exporting")
     if os.path.isfile(staged):
-        if os.path.exists(final) and not overwrite:
-            raise FileExistsError(f"{final} appeared while exporting")
         os.replace(staged, final)  # atomic, also over an existing file
         return
     if os.path.exists(final):
-        if not overwrite:
-            raise FileExistsError(f"{final} appeared while exporting")
         # Two renames: for a moment there is no `final` (a new version number avoids that).
         old = tempfile.mkdtemp(prefix=".old-" + os.path.basename(final) + "-",
                                dir=os.path.dirname(final))
@@ -265,29 +260,18 @@ def write_files(folder, files):
         runs.atomic_write_bytes(os.path.join(folder, name), content)
 
 
-def run_languages(run_dir):
-    """The languages of a run (:func:`keras_attn.translation.run.languages`).
-
-    Example:
-        >>> run_languages("exported/run")["source"]
-        {'code': 'dates', 'name': 'Dates as people write them'}
-    """
-    from keras_attn.translation import run
-
-    return run.languages(run_dir)
-
-
 def run_parts(run_dir):
     """``(translator, parts)`` of a run, its confidence calibrator fitted first where the run
-    has none, ``parts.languages`` the run's (:func:`run_languages`)."""
+    has none, ``parts.languages`` the run's (:func:`keras_attn.translation.run.languages`)."""
     from keras_attn.training.calibration import calibrate_run
+    from keras_attn.translation import run
     from keras_attn.translator import Translator
 
     if not os.path.exists(runs.paths(run_dir)["calibration"]):
         calibrate_run(run_dir, log=lambda *a: None)
     translator = Translator.from_run_dir(run_dir)
     parts = as_parts(translator)
-    parts.languages = run_languages(run_dir)
+    parts.languages = run.languages(run_dir)
     return translator, parts
 
 

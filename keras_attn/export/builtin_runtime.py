@@ -23,19 +23,6 @@ BUILTIN_FILES = ("encoder.tflite", "decoder_step.tflite")
 BUILTIN_METADATA = "metadata.json"
 
 
-def _builtin_paths(paths):
-    """``(encoder, decoder_step, metadata or None)`` of a builtin folder or a file pair."""
-    if isinstance(paths, (str, os.PathLike)):
-        folder = os.fspath(paths)
-        meta_path = os.path.join(folder, BUILTIN_METADATA)
-        meta = None
-        if os.path.exists(meta_path):
-            with open(meta_path, encoding="utf-8") as f:
-                meta = json.load(f)
-        return (*(os.path.join(folder, name) for name in BUILTIN_FILES), meta)
-    return os.fspath(paths[0]), os.fspath(paths[1]), None
-
-
 def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=None):
     """The loop over the builtin target (what an app does), one row at a time: encode, then
     call the step with what it returned (the token, the score, the tokens so far, the
@@ -61,8 +48,14 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
     """
     from ai_edge_litert.interpreter import Interpreter
 
-    encoder_path, step_path, meta = _builtin_paths(paths)
-    meta = meta or {}
+    meta = {}
+    if isinstance(paths, (str, os.PathLike)):  # a folder
+        meta_path = os.path.join(paths, BUILTIN_METADATA)
+        if os.path.exists(meta_path):
+            with open(meta_path, encoding="utf-8") as f:
+                meta = json.load(f) or {}
+        paths = [os.path.join(paths, name) for name in BUILTIN_FILES]
+    encoder_path, step_path = os.fspath(paths[0]), os.fspath(paths[1])
     start_id = meta.get("start_id", START_ID) if start_id is None else start_id
     end_id = meta.get("end_id", END_ID) if end_id is None else end_id
     encoder = Interpreter(model_path=encoder_path).get_signature_runner(

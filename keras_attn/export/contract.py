@@ -44,14 +44,12 @@ def artefact_signatures(export_dir):
             continue
         if artefact == "saved_model":
             sigs = saved_model.saved_model_signatures(path)
-        elif os.path.isdir(path):
-            sigs = {}
-            for name in runtime.BUILTIN_FILES:
-                with open(os.path.join(path, name), "rb") as f:
-                    sigs.update(tflite.signatures_of(f.read()))
         else:
-            with open(path, "rb") as f:
-                sigs = tflite.signatures_of(f.read())
+            sigs = {}
+            for file in ([os.path.join(path, name) for name in runtime.BUILTIN_FILES]
+                         if os.path.isdir(path) else [path]):
+                with open(file, "rb") as f:
+                    sigs.update(tflite.signatures_of(f.read()))
         found[artefact] = {name: {"inputs": sig["inputs"], "outputs": sig["outputs"]}
                            for name, sig in sigs.items()}
     return found

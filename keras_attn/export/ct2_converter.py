@@ -81,7 +81,6 @@ def check_supported(model):
 
 
 def _layer_norms(stack):
-    """Every LayerNorm of a stack: the blocks' ``addnorm*.ln`` and ``final_norm``."""
     found = [an.ln for blk in stack.blks
              for an in (blk.addnorm1, blk.addnorm2, getattr(blk, "addnorm3", None)) if an]
     return found + ([stack.final_norm] if stack.final_norm is not None else [])

@@ -121,7 +121,7 @@ def export_ctranslate2(run_dir, export_dir=None, quantization="float32", overwri
             represent exactly (:func:`check_supported`).
 
     Example:
-        >>> export_ctranslate2("runs/dates")   # CLI: keras-attn export runs/dates --format ctranslate2
+        >>> export_ctranslate2("runs/dates")  # keras-attn export runs/dates --format ctranslate2
     """
     exporter = CTranslate2Exporter(quantization, overwrite)
     _, parts = run_parts(run_dir)

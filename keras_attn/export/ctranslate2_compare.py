@@ -46,7 +46,6 @@ def compare(translator, ct2, sources, beam_size=1, alpha=LENGTH_PENALTY):
 
 
 def _rows(ids):
-    """``(B, T)`` ids -> lists without the padding."""
     return [[t for t in row if t != text.PAD_ID] for row in np.asarray(ids).tolist()]
 
 

@@ -104,11 +104,8 @@ class CTranslate2Translator:
     def encode(self, sentences):
         """Source token strings per sentence (no ``</s>``: the model appends it), cut to
         ``max_len - 1`` tokens."""
-        return [row[: self.max_len - 1] for row in self.encode_all(sentences)]
-
-    def encode_all(self, sentences):
-        """Source token strings per sentence, not truncated."""
-        return [[self.src_tokens[i] for i in row] for row in self.tokenize(sentences)]
+        return [[self.src_tokens[i] for i in row[: self.max_len - 1]]
+                for row in self.tokenize(sentences)]
 
     def tokens_from_ids(self, source):
         """Token strings from our source ids ``(B, S)`` (``Translator.encode``'s)."""
@@ -148,13 +145,10 @@ class CTranslate2Translator:
         kwargs = dict(decoding_options(self.max_len, opts.beam_size), return_scores=True,
                       max_decoding_length=opts.max_length, length_penalty=0.0,
                       repetition_penalty=opts.repetition_penalty,
-                      no_repeat_ngram_size=opts.no_repeat_ngram_size)
+                      no_repeat_ngram_size=opts.no_repeat_ngram_size,
+                      return_logits_vocab=bool(log_probs), return_attention=bool(attention))
         if opts.beam_size > 1:
             kwargs["num_hypotheses"] = opts.beam_size  # rerank the whole beam, as ours
-        if log_probs:
-            kwargs["return_logits_vocab"] = True
-        if attention:
-            kwargs["return_attention"] = True
         kwargs.update(ct2_options or {})
         rerank = opts.beam_size > 1 and "length_penalty" not in (ct2_options or {})
         target_prefix = [list(prefix)] * len(tokens) if prefix else None
@@ -218,20 +212,14 @@ class CTranslate2Translator:
             np.exp(logits - top).sum(axis=1, dtype=np.float64))
         return logits[np.arange(len(ids)), ids] - log_z
 
-    def translate_tokens(self, tokens, beam_size=1, alpha=LENGTH_PENALTY, ct2_options=None):
-        """Target ids per sentence (``[END]`` included when it ended) and their scores
-        (:meth:`decode_nbest`'s best; ``ct2_options`` as there)."""
-        opts = DecodingOptions(beam_size=beam_size, length_penalty=alpha).resolve(
-            self.max_len, alpha, self.controls)
-        best = [hyps[0] for hyps in self.decode_nbest(tokens, opts, ct2_options=ct2_options)]
-        return [ids for ids, _ in best], [score for _, score in best]
-
     def translate_ids(self, source, beam_size=1, alpha=LENGTH_PENALTY, ct2_options=None):
         """Best output ids ``(B, T)`` for source ids ``(B, S)``, as
-        ``Translator.translate_ids`` (``[END]`` included, then 0)."""
-        ids, _ = self.translate_tokens(self.tokens_from_ids(source), beam_size, alpha,
-                                       ct2_options)
-        return pipeline.pad(ids)
+        ``Translator.translate_ids`` (``[END]`` included, then 0; ``ct2_options`` as
+        :meth:`decode_nbest`'s)."""
+        opts = DecodingOptions(beam_size=beam_size, length_penalty=alpha).resolve(
+            self.max_len, alpha, self.controls)
+        nbest = self.decode_nbest(self.tokens_from_ids(source), opts, ct2_options=ct2_options)
+        return pipeline.pad([hyps[0][0] for hyps in nbest])
 
     def translate_nbest(self, texts, batch_size=128, confidence=True, **options):
         """``Translator.translate_nbest``'s result for this model
@@ -305,22 +293,6 @@ class CTranslate2Translator:
         return features(padded, np.array([len(row) for row in log_probs], np.int32),
                         source, ops=NumpyOps)
 
-    def confidences(self, sources, scored):
-        """The calibrated confidence of each target for its source (token strings), from
-        ``score_batch``'s results ``scored``."""
-        if not sources:
-            return []
-        x = self._features(sources, [r.log_probs for r in scored])
-        return [float(c) for c in self.calibrator(x, ops=NumpyOps)]
-
-    def target_tokens(self, targets):
-        """Target token strings per translation (no ``</s>``), cut to ``max_len - 1`` tokens
-        as ``Translator.score`` cuts them, and whether each was cut."""
-        rows = self.tokenize_target(self._normalized(targets))
-        keep = self.max_len - 1
-        return [[self.tgt_tokens[i] for i in row[:keep]] for row in rows], \
-            [len(row) > keep for row in rows]
-
     def score(self, sources, targets, batch_size=128, length_penalty=None):
         """Score given translations with CTranslate2's ``score_batch``: ``Translator.score``'s
         dict per pair.
@@ -331,22 +303,25 @@ class CTranslate2Translator:
         """
         sources, targets = pipeline.string_pairs(sources, targets)
         alpha = self.options(length_penalty=length_penalty).length_penalty
-        vocab = self.tgt_tokenizer.vocab
+        vocab, keep = self.tgt_tokenizer.vocab, self.max_len - 1
         out = []
         for i in range(0, len(sources), batch_size):
-            target, truncated = self.target_tokens(targets[i: i + batch_size])
+            # Target token strings (no </s>) cut as Translator.score cuts them.
+            rows = self.tokenize_target(self._normalized(targets[i: i + batch_size]))
+            target = [[self.tgt_tokens[t] for t in row[:keep]] for row in rows]
             # max_input_length=0: our own cuts above and in encode, none of CTranslate2's.
             source = self.encode(sources[i: i + batch_size])
             scored = self.translator.score_batch(source, target, max_input_length=0)
-            confidences = self.confidences(source, scored)
-            for result, cut, confidence in zip(scored, truncated, confidences):
+            confidences = self.calibrator(self._features(source, [r.log_probs for r in scored]),
+                                          ops=NumpyOps)
+            for result, row, confidence in zip(scored, rows, confidences):
                 ids = [self.tgt_ids[t] for t in result.tokens]  # ..., "</s>"
                 log_probs = [float(p) for p in result.log_probs]
                 total = float(np.sum(np.asarray(log_probs, np.float32)))
                 out.append({"tokens": [vocab[t] for t in ids], "token_ids": ids,
                             "token_log_probs": log_probs, "log_prob": total,
                             "score": total / float(gnmt_penalty(len(ids), alpha, ops=NumpyOps)),
-                            "confidence": confidence, "truncated": cut})
+                            "confidence": float(confidence), "truncated": len(row) > keep})
         return out
 
     def translate(self, sentences, beam_size=1, alpha=LENGTH_PENALTY, batch_size=128, **options):

@@ -24,13 +24,6 @@ def _replace_all(texts, rules):
     return texts
 
 
-def mark_tensor(texts):
-    """:func:`keras_attn.text.documents.mark` for a batch: string ``(B,)`` -> string ``(B,)``."""
-    texts = _replace_all(texts, documents.ESCAPE_RULES)
-    texts = tf.strings.join([documents.BEGIN, texts, documents.END])
-    return _replace_all(texts, documents.RULES)
-
-
 def split_tensor(texts):
     """Split a batch of texts into sentences, keeping the whitespace around them.
 
@@ -59,7 +52,11 @@ def split_tensor(texts):
                          f"texts with dtype {texts.dtype.name} and shape {texts.shape}")
     # The rules are Unicode patterns: bytes that are not UTF-8 read as U+FFFD first.
     texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace")
-    pieces = tf.strings.split(mark_tensor(texts), documents.BOUNDARY)  # (B, 2 N_i + 1)
+    # keras_attn.text.documents.mark, then a cut at every boundary it marked.
+    texts = tf.strings.join([documents.BEGIN, _replace_all(texts, documents.ESCAPE_RULES),
+                             documents.END])
+    pieces = tf.strings.split(_replace_all(texts, documents.RULES),
+                              documents.BOUNDARY)  # (B, 2 N_i + 1)
     pieces = pieces.with_flat_values(_replace_all(pieces.flat_values,
                                                   documents.RESTORE_RULES))
     return pieces[:, 1::2], pieces[:, 0::2]
@@ -121,8 +118,8 @@ def join_documents_tensor(outputs, sentences, separators):
         elif name in ("translations", "alignments"):
             out[name] = join_nbest(value, sentences.row_splits, separators
                                    if name == "translations" else ALIGNMENT_SEPARATOR)
-        elif name in ("confidence", "confidences"):
-            out[name] = lowest(rows)
+        elif name in ("confidence", "confidences"):  # the lowest, 1.0 for no sentence
+            out[name] = tf.minimum(tf.reduce_min(rows, axis=1), 1.0)
         else:  # score(s) summed, truncated if any sentence was
             reduce = tf.reduce_any if value.dtype == tf.bool else tf.reduce_sum
             out[name] = reduce(rows, axis=1)
@@ -172,12 +169,6 @@ def join_nbest(translations, row_splits, separators):
                      sep_piece)
     joined = tf.strings.reduce_join(tf.RaggedTensor.from_row_lengths(piece, lengths), axis=1)
     return tf.reshape(joined, tf.stack([batch, n]))
-
-
-def lowest(values):
-    """float32 ``(B,)``: each row's lowest value of ragged ``(B, None)`` ``values`` (a
-    document's confidence), 1.0 for an empty row. ``(B, None, N)`` -> ``(B, N)`` alike."""
-    return tf.minimum(tf.reduce_min(values, axis=1), 1.0)
 
 
 # --- TFLite: "is this text one bare sentence?" from its bytes --------------------------------

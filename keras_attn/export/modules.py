@@ -122,40 +122,36 @@ class TranslatorModule(tf.Module):
         self._translator = _Untracked(Translator(parts.model, parts.src_tokenizer,
                                                  parts.tgt_tokenizer, self.max_len))
         self._request = _Untracked(request.RequestDecoder(self, max_beam_size))
-        # The options signatures: in a SavedModel an older one calls the newest (one decoder
-        # in the file); TFLite's converter refuses a call of another function.
+        # The options signatures, newest first, then a SavedModel's compiled twins
+        # (``translate_v2_xla``: greedy decoding in one XLA cluster). In a SavedModel an older
+        # one calls the newest (one decoder in the file); TFLite's converter refuses a call of
+        # another function.
         self.requests = {}
         names = exported_options_signatures(self.for_tflite, self.passthrough)
         newest = names[-1]
-        for name in reversed(names) if self.request_signature else ():
+        keys = list(reversed(names)) if self.request_signature else []
+        keys += [] if for_tflite else [n + COMPILED_SUFFIX for n in keys
+                                       if n + COMPILED_SUFFIX in COMPILED_SIGNATURES]
+        for key in keys:
+            name = COMPILED_SIGNATURES.get(key, key)
+            suffix = key[len(name):]  # "" or COMPILED_SUFFIX
             if name == newest or self.for_tflite:
-                body = forward_only(request.signature_function(
-                    self._request.value.translate, name, newest=newest), dynamic)
+                translate = self._compiled_body(name) if suffix else self._request.value.translate
+                body = forward_only(request.signature_function(translate, name, key,
+                                                               newest=newest), dynamic)
             else:
-                body = request.signature_function(self.requests[newest], name, newest=newest)
-            self.requests[name] = tf.function(
-                body, input_signature=request.input_signature(batch_size, name))
-        # A SavedModel's compiled twins (``translate_v2_xla``: greedy decoding in one XLA
-        # cluster); an older twin calls the newest.
-        twins = [(twin, name) for twin, name in COMPILED_SIGNATURES.items()
-                 if name in self.requests and not for_tflite]
-        for twin, name in sorted(twins, key=lambda pair: pair[1] != newest):
-            if name == newest:
-                body = forward_only(request.signature_function(
-                    self._compiled_body(name), name, twin, newest=newest), dynamic)
-            else:
-                body = request.signature_function(self.requests[newest + COMPILED_SUFFIX],
-                                                  name, twin, newest=newest)
-            self.requests[twin] = tf.function(
+                body = request.signature_function(self.requests[newest + suffix], name, key,
+                                                  newest=newest)
+            self.requests[key] = tf.function(
                 body, input_signature=request.input_signature(batch_size, name))
 
-    def _compiled_body(self, twin):
-        """``(text, **options) ->`` the compiled twin of options signature ``twin``
-        (``RequestDecoder.translate_compiled``, falling back on ``self.requests[twin]``)."""
-        plain, names = self.requests[twin], OPTION_SIGNATURES[twin]
+    def _compiled_body(self, name):
+        """``(text, **options) ->`` the compiled twin of options signature ``name``
+        (``RequestDecoder.translate_compiled``, falling back on ``self.requests[name]``)."""
+        plain, names = self.requests[name], OPTION_SIGNATURES[name]
 
         def fallback(strings, **options):
-            return plain(strings, *(options[name] for name in names))
+            return plain(strings, *(options[n] for n in names))
 
         def body(strings, **options):
             return self._request.value.translate_compiled(fallback, strings, **options)
@@ -175,16 +171,12 @@ class TranslatorModule(tf.Module):
         """The ``Translator`` whose ``search`` every graph of the module decodes with."""
         return self._translator.value
 
-    def track_variables(self, concrete_functions):
-        """Make the variables the traced functions read part of the SavedModel."""
-        track_variables(self, concrete_functions)
-
     def signatures(self):
         """``{signature name: concrete function}`` of the SavedModel (variables tracked)."""
         functions = {SERVING_SIGNATURE: self.serve.get_concrete_function(),
                      IDS_SIGNATURE: self.translate_ids.get_concrete_function(),
                      SCORE_SIGNATURE: self.score.get_concrete_function()}
-        self.track_variables([*functions.values(), *(
+        track_variables(self, [*functions.values(), *(
             fn.get_concrete_function() for fn in self.requests.values())])
         # As tf.functions, the options signatures' input defaults become the SignatureDef's.
         return {**functions, **self.requests}
@@ -198,7 +190,7 @@ class TranslatorModule(tf.Module):
             functions[SCORE_SIGNATURE] = self.score.get_concrete_function()
             functions.update({name: fn.get_concrete_function()
                               for name, fn in self.requests.items()})
-        self.track_variables(functions.values())
+        track_variables(self, functions.values())
         return functions
 
     def encode_text(self, strings, tokenizer=None):

@@ -40,7 +40,6 @@ def text_interpreter(model_content=None, model_path=None, num_threads=None):
 
 
 def _text_file(model):
-    """:func:`text_interpreter` of a ``.tflite`` path or its content."""
     if isinstance(model, (bytes, bytearray)):
         return text_interpreter(model_content=bytes(model))
     return text_interpreter(model_path=os.fspath(model))
@@ -66,8 +65,7 @@ def run_tflite_text(model, texts, split=True, passthrough=False):
         ``truncated`` ``(B,)``, each text's sentences joined (:func:`by_document`); with
         ``split=False`` the file's outputs as they are, ``needs_split`` (bool ``(B,)``) too.
     """
-    interpreter = _text_file(model)
-    runner = interpreter.get_signature_runner(TFLITE_TEXT_SIGNATURE)
+    runner = _text_file(model).get_signature_runner(TFLITE_TEXT_SIGNATURE)
     if not split:
         return _run_sentences(runner, text_array(texts))
     return by_document(texts, lambda sentences: _run_sentences(runner, sentences), _SINGLE,
@@ -76,17 +74,13 @@ def run_tflite_text(model, texts, split=True, passthrough=False):
 
 def _run_sentences(runner, texts):
     if not len(texts):
-        return _empty()
+        return {"translation": np.zeros((0,), object), "score": np.zeros((0,), np.float32),
+                "confidence": np.zeros((0,), np.float32), "truncated": np.zeros((0,), bool)}
     if list(runner.get_input_details()["text"]["shape_signature"]) != [1]:
         return runner(text=texts)
     # A fixed batch of one (Bahdanau models): one call per sentence.
     rows = [runner(text=texts[i: i + 1]) for i in range(len(texts))]
     return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
-
-
-def _empty():
-    return {"translation": np.zeros((0,), object), "score": np.zeros((0,), np.float32),
-            "confidence": np.zeros((0,), np.float32), "truncated": np.zeros((0,), bool)}
 
 
 def run_tflite_options(model, texts, passthrough=False, **options):
@@ -146,8 +140,7 @@ def run_tflite_score(model, sources, targets):
     if len(sources) != len(targets):
         raise ValueError(f"`sources` and `targets` must have the same length. Received: "
                          f"{len(sources)} sources and {len(targets)} targets")
-    interpreter = _text_file(model)
-    runner = interpreter.get_signature_runner(TFLITE_SCORE_SIGNATURE)
+    runner = _text_file(model).get_signature_runner(TFLITE_SCORE_SIGNATURE)
     return runner(source=text_array(sources), target=text_array(targets))
 
 
@@ -178,8 +171,7 @@ def option_inputs(opts, accepted=None, passthrough=False):
         if opt.dtype == "string":
             inputs[name] = np.array([value.encode("utf-8")] if value else [], dtype=object)
         else:
-            inputs[name] = np.dtype({"int32": np.int32, "float32": np.float32,
-                                     "bool": np.bool_}[opt.dtype]).type(value)
+            inputs[name] = np.dtype(opt.dtype).type(value)  # int32, float32 or bool
     if accepted is not None and "passthrough" in accepted:
         inputs["passthrough"] = np.bool_(passthrough)
     return inputs

@@ -87,32 +87,22 @@ def check_text_ops(model_content, name="the text target"):
     return ops
 
 
-def _signature(content, key=None):
-    """Input/output names, dtypes and shapes of a flatbuffer's signature ``key`` (None:
-    the first)."""
+def signatures_of(content):
+    """``{key: {"key", "inputs", "outputs"}}`` of every signature of a flatbuffer (names,
+    dtypes, shapes; -1 = any size)."""
     interpreter = runtime.text_interpreter(model_content=content)
-    key = key or list(interpreter.get_signature_list())[0]
-    runner = interpreter.get_signature_runner(key)
 
     def spec(details):
-        return {name: {"dtype": _dtype_name(d["dtype"]),
+        return {name: {"dtype": "string" if np.dtype(d["dtype"]).kind in "OSU"
+                       else np.dtype(d["dtype"]).name,
                        "shape": [int(s) for s in d["shape_signature"]]}
                 for name, d in sorted(details.items())}
 
-    return {"key": key, "inputs": spec(runner.get_input_details()),
-            "outputs": spec(runner.get_output_details())}
-
-
-def signatures_of(content):
-    """``{key: {"inputs", "outputs"}}`` of every signature of a flatbuffer (names, dtypes,
-    shapes; -1 = any size)."""
-    keys = runtime.text_interpreter(model_content=content).get_signature_list()
-    return {key: _signature(content, key) for key in keys}
-
-
-def _dtype_name(dtype):
-    dtype = np.dtype(dtype)
-    return "string" if dtype.kind in "OSU" else dtype.name
+    runners = {key: interpreter.get_signature_runner(key)
+               for key in interpreter.get_signature_list()}
+    return {key: {"key": key, "inputs": spec(runner.get_input_details()),
+                  "outputs": spec(runner.get_output_details())}
+            for key, runner in runners.items()}
 
 
 def _alias_signature(content, key, alias, inputs):
@@ -207,11 +197,8 @@ class TFLiteTextExporter(TFLiteExporter):
     target = "text"
     suffix = ".tflite"
     allow_custom_ops = True  # tensorflow-text's kernels; anything else is refused
+    check_ops = staticmethod(check_text_ops)
     agreement_on = "translation"
-
-    def check_ops(self, content, name):
-        return check_text_ops(content, name)
-
     # Set by export_run to one dict for all its text exporters: the quantizations of one
     # model share the traced module.
     module_cache = None
@@ -226,18 +213,16 @@ class TFLiteTextExporter(TFLiteExporter):
     def build_module(self, parts):
         from keras_attn.models import model_kind
 
+        cache = {} if self.module_cache is None else self.module_cache
         key = (id(parts.model), parts.max_len, self.beam_size, self.alpha,
                self.request_signature)
-        if self.module_cache is not None and key in self.module_cache:
-            return self.module_cache[key]
-        # Keras's GRU loops need a static batch in TFLite: a Bahdanau model gets one sentence.
-        batch_size = 1 if model_kind(parts.model) == "bahdanau" else None
-        module = TranslatorModule(parts, self.beam_size, self.alpha, for_tflite=True,
-                                  text_ops="tftext", batch_size=batch_size,
-                                  request_signature=self.request_signature)
-        if self.module_cache is not None:
-            self.module_cache[key] = module
-        return module
+        if key not in cache:
+            # Keras's GRU loops need a static batch in TFLite: one sentence for a Bahdanau.
+            batch_size = 1 if model_kind(parts.model) == "bahdanau" else None
+            cache[key] = TranslatorModule(parts, self.beam_size, self.alpha, for_tflite=True,
+                                          text_ops="tftext", batch_size=batch_size,
+                                          request_signature=self.request_signature)
+        return cache[key]
 
     def write(self, parts, path):
         module = self.build_module(parts)
@@ -253,8 +238,7 @@ class TFLiteTextExporter(TFLiteExporter):
                   "runtime": "ai_edge_litert InterpreterWithCustomOps with tensorflow_text."
                              "tflite_registrar.SELECT_TFTEXT_OPS (keras_attn.export.runtime."
                              "run_tflite_text, run_tflite_options)",
-                  "signatures": {key: _signature(content, key) for key in
-                                 [*functions, runtime.TFLITE_SENTENCES_SIGNATURE]}}
+                  "signatures": signatures_of(content)}
         if parts.normalize:
             report["warnings"] = [
                 "this file expects normalised input: the model was trained on text normalised "
@@ -283,6 +267,7 @@ class TFLiteBuiltinExporter(TFLiteExporter):
 
     target = "builtin"
     allow_custom_ops = False
+    check_ops = staticmethod(check_builtin_only)
     agreement_on = "ids"
 
     def __init__(self, quantization="float32", beam_size=1, alpha=LENGTH_PENALTY, overwrite=False):
@@ -290,9 +275,6 @@ class TFLiteBuiltinExporter(TFLiteExporter):
         if beam_size != 1:
             raise ValueError("the builtin target leaves decoding to the application "
                              f"(run_tflite_builtin is greedy). Received: beam_size={beam_size}")
-
-    def check_ops(self, content, name):
-        return check_builtin_only(content, name)
 
     def supports(self, parts):
         from keras_attn.models import model_kind
@@ -312,8 +294,7 @@ class TFLiteBuiltinExporter(TFLiteExporter):
             if key is not None:  # one signature, converted as serving_default
                 content = _rename_signatures(content, lambda _, key=key: key)
             files[f"{name}.tflite"] = content
-            for each in (fn if key is None else {key: fn}):
-                signatures[each] = _signature(content, each)
+            signatures.update(signatures_of(content))
         tokenizers = tokenizer_files(parts)
         meta = dict(module.metadata(), tgt_vocab_size=parts.tgt_tokenizer.vocab_size,
                     normalize_input=bool(parts.normalize),
