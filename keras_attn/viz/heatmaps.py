@@ -196,11 +196,8 @@ def plot_attention_maps(model, source, target_in, src_labels=None, tgt_labels=No
         queries = src_labels if kind.startswith("encoder") else tgt_labels
         xlabel, ylabel = _MAP_AXES.get(kind, ("Keys", "Queries"))
         title = _MAP_TITLES.get(kind, kind)
-        if layers * heads > 1:
-            titles = [[f"layer {i + 1}, head {j + 1}" for j in range(heads)]
-                      for i in range(layers)]
-        else:
-            titles = None
+        titles = ([[f"layer {i + 1}, head {j + 1}" for j in range(heads)] for i in range(layers)]
+                  if layers * heads > 1 else None)
         fig = show_heatmaps(weights, xlabel, ylabel, titles, cmap, xticklabels=keys,
                             yticklabels=queries, vmin=0.0, vmax=1.0, mask_zeros=True,
                             suptitle=f"{suptitle}: {title}" if suptitle else title)
