@@ -73,22 +73,14 @@ def read_json(path):
             raise ValueError(f"{path} is not valid JSON: {e}") from None
 
 
+# Each named path inside a run directory (the module docstring says what each holds).
+_PATHS = {"config": "config.json", "src_vocab": "src_vocab.txt", "tgt_vocab": "tgt_vocab.txt",
+          "src_model": "src.model", "tgt_model": "tgt.model", "backup": "backup",
+          "best": "checkpoints/best.weights.h5", "logs": "logs",
+          "csv": "training_log.csv", "model": "model.keras", "metrics": "metrics.json",
+          "calibration": "calibration.json", "budget": "budget.json", "export": "export"}
+
+
 def paths(run_dir):
     """Named paths inside a run directory."""
-    return {
-        "config": os.path.join(run_dir, "config.json"),
-        "src_vocab": os.path.join(run_dir, "src_vocab.txt"),
-        "tgt_vocab": os.path.join(run_dir, "tgt_vocab.txt"),
-        "src_model": os.path.join(run_dir, "src.model"),
-        "tgt_model": os.path.join(run_dir, "tgt.model"),
-        "backup": os.path.join(run_dir, "backup"),
-        "best": os.path.join(run_dir, "checkpoints", "best.weights.h5"),
-        "logs": os.path.join(run_dir, "logs"),
-        "csv": os.path.join(run_dir, "training_log.csv"),
-        "model": os.path.join(run_dir, "model.keras"),
-        "metrics": os.path.join(run_dir, "metrics.json"),
-        # the confidence calibrator (keras_attn.training.calibration)
-        "calibration": os.path.join(run_dir, "calibration.json"),
-        "budget": os.path.join(run_dir, "budget.json"),
-        "export": os.path.join(run_dir, "export"),
-    }
+    return {name: os.path.join(run_dir, *path.split("/")) for name, path in _PATHS.items()}
