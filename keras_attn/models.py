@@ -125,11 +125,9 @@ def attention_maps(model, batch):
         _, dec_maps = decoder(target_in, enc_outputs,
                               enc_outputs_mask=ops.not_equal(source, 0),
                               return_attention_scores=True)
-        for i, w in enumerate(enc_maps):
-            maps[f"encoder/self/layer_{i}"] = w
-        for kind in ("self", "cross"):
-            for i, w in enumerate(dec_maps[kind]):
-                maps[f"decoder/{kind}/layer_{i}"] = w
+        stacks = {"encoder/self": enc_maps, "decoder/self": dec_maps["self"],
+                  "decoder/cross": dec_maps["cross"]}
+        maps = {f"{kind}/layer_{i}": w for kind, ws in stacks.items() for i, w in enumerate(ws)}
     else:
         enc_outputs, enc_states = encoder(source)
         _, w = decoder(target_in, enc_outputs, enc_states,

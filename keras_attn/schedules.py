@@ -5,11 +5,15 @@ import keras
 from keras import ops
 
 
-def _check_positive(name, value):
-    # `not 0 < value < inf` rejects NaN and inf as well: `value <= 0` is False for NaN.
-    if (not isinstance(value, (int, float)) or isinstance(value, bool)
-            or not 0 < value < math.inf):
-        raise ValueError(f"`{name}` must be positive. Received: {name}={value!r}")
+def _check(name, value, rule, ok):
+    # `not ok(value)` rejects NaN as well: every comparison with NaN is False.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+        raise ValueError(f"`{name}` must be {rule}. Received: {name}={value!r}")
+
+
+def _check_positive(**values):
+    for name, value in values.items():
+        _check(name, value, "positive", lambda v: 0 < v < math.inf)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -29,9 +33,7 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, d_model, warmup_steps=4000, scale=1.0):
-        _check_positive("d_model", d_model)
-        _check_positive("warmup_steps", warmup_steps)
-        _check_positive("scale", scale)
+        _check_positive(d_model=d_model, warmup_steps=warmup_steps, scale=scale)
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.scale = scale
@@ -61,12 +63,8 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, peak_lr, warmup_steps, decay_steps, alpha=0.0):
-        _check_positive("peak_lr", peak_lr)
-        _check_positive("warmup_steps", warmup_steps)
-        _check_positive("decay_steps", decay_steps)
-        if (isinstance(alpha, bool) or not isinstance(alpha, (int, float))
-                or not 0 <= alpha <= 1):
-            raise ValueError(f"`alpha` must be in [0, 1]. Received: alpha={alpha!r}")
+        _check_positive(peak_lr=peak_lr, warmup_steps=warmup_steps, decay_steps=decay_steps)
+        _check("alpha", alpha, "in [0, 1]", lambda v: 0 <= v <= 1)
         self.peak_lr = peak_lr
         self.warmup_steps = warmup_steps
         self.decay_steps = decay_steps
@@ -110,11 +108,9 @@ class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, peak_lr, warmup=0.1, alpha=0.0):
-        _check_positive("peak_lr", peak_lr)
-        if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not 0 < warmup < 1:
-            raise ValueError(f"`warmup` must be in (0, 1). Received: warmup={warmup!r}")
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-            raise ValueError(f"`alpha` must be in [0, 1]. Received: alpha={alpha!r}")
+        _check_positive(peak_lr=peak_lr)
+        _check("warmup", warmup, "in (0, 1)", lambda v: 0 < v < 1)
+        _check("alpha", alpha, "in [0, 1]", lambda v: 0 <= v <= 1)
         self.peak_lr = peak_lr
         self.warmup = warmup
         self.alpha = alpha

@@ -38,13 +38,9 @@ def _parsers():
                         help="print the version and exit (default: off)")
     add_verbose(parser, False)
     sub = parser.add_subparsers(dest="command", required=True)
-    commands = {"train": train.add_parser(sub)}
-    commands.update(decode.add_parsers(sub))
-    commands["export"] = export.add_parser(sub)
-    commands["score"] = score.add_parser(sub)
-    commands["serve"] = serve.add_parser(sub)
-    commands["calibrate"] = calibrate.add_parser(sub)
-    return parser, commands
+    return parser, {"train": train.add_parser(sub), **decode.add_parsers(sub),
+                    "export": export.add_parser(sub), "score": score.add_parser(sub),
+                    "serve": serve.add_parser(sub), "calibrate": calibrate.add_parser(sub)}
 
 
 def build_parser():

@@ -95,12 +95,6 @@ ENVIRONMENT = {"host": "LT_HOST", "port": "LT_PORT", "threads": "LT_THREADS",
 _TRUE, _FALSE = ("TRUE", "True", "true", "1"), ("FALSE", "False", "false", "0")
 
 
-def _env_flag(name, default=False):
-    """A boolean variable as LibreTranslate reads it (anything else: ``default``)."""
-    value = os.environ.get(name)
-    return True if value in _TRUE else False if value in _FALSE else default
-
-
 def add_libretranslate_options(p):
     """LibreTranslate's options (same names, meanings and ``LT_*`` variables) and the state
     servers share; then every option's default from its environment variable."""
@@ -166,10 +160,12 @@ def add_libretranslate_options(p):
             continue
         if not action.help.endswith("]"):
             action.help += f" [env {env}]"
-        if isinstance(action.const, bool) or action.nargs == 0:  # a switch
-            defaults[action.dest] = _env_flag(env, action.default)
-        elif env in os.environ:  # a string: argparse converts it, or names the flag
-            defaults[action.dest] = os.environ[env]
+        value = os.environ.get(env)
+        if isinstance(action.const, bool) or action.nargs == 0:  # a switch, as LibreTranslate
+            defaults[action.dest] = (True if value in _TRUE else False if value in _FALSE
+                                     else action.default)
+        elif value is not None:  # a string: argparse converts it, or names the flag
+            defaults[action.dest] = value
     p.set_defaults(**defaults)
 
 

@@ -84,12 +84,9 @@ def check_language_code(code, name="language"):
 
 
 def _normalise_case(tag):
-    parts = tag.split("-")
-    out = [parts[0].lower()]
-    for part in parts[1:]:
-        out.append(part.title() if len(part) == 4 and part.isalpha() else
-                   part.upper() if len(part) == 2 else part.lower())
-    return "-".join(out)
+    language, *rest = tag.split("-")  # then script Title, region UPPER, variants lower
+    return "-".join([language.lower()] + [p.title() if len(p) == 4 and p.isalpha() else
+                                          p.upper() if len(p) == 2 else p.lower() for p in rest])
 
 
 def primary(code):

@@ -21,22 +21,15 @@ import tempfile
 
 
 def atomic_write_bytes(path, content):
-    """Write ``content`` to ``path`` through a temporary file and a rename: a reader never
-    sees half a file, even if the process is killed mid-write."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
+    """Write ``content`` to ``path`` through :func:`atomic_save`: a reader never sees half a
+    file, even if the process is killed mid-write."""
+    def write(tmp):
+        with open(tmp, "wb") as f:
             f.write(content)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, _default_file_mode())  # mkstemp makes it 0600; open() would not
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    atomic_save(path, write)
 
 
 def atomic_write_text(path, text):
@@ -45,13 +38,15 @@ def atomic_write_text(path, text):
 
 
 def atomic_save(path, save):
-    """Call ``save(tmp)`` on a temporary path beside ``path`` (same suffix), then rename
-    it to ``path``; an error leaves any previous ``path`` intact."""
+    """Call ``save(tmp)`` on a temporary path of its own beside ``path`` (same suffix), then
+    rename it to ``path``; an error leaves any previous ``path`` intact."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, ".tmp-" + os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    os.close(fd)
     try:
         save(tmp)
+        os.chmod(tmp, _default_file_mode())  # mkstemp makes it 0600; open() would not
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -78,22 +73,14 @@ def read_json(path):
             raise ValueError(f"{path} is not valid JSON: {e}") from None
 
 
+# Each named path inside a run directory (the module docstring says what each holds).
+_PATHS = {"config": "config.json", "src_vocab": "src_vocab.txt", "tgt_vocab": "tgt_vocab.txt",
+          "src_model": "src.model", "tgt_model": "tgt.model", "backup": "backup",
+          "best": "checkpoints/best.weights.h5", "logs": "logs",
+          "csv": "training_log.csv", "model": "model.keras", "metrics": "metrics.json",
+          "calibration": "calibration.json", "budget": "budget.json", "export": "export"}
+
+
 def paths(run_dir):
     """Named paths inside a run directory."""
-    return {
-        "config": os.path.join(run_dir, "config.json"),
-        "src_vocab": os.path.join(run_dir, "src_vocab.txt"),
-        "tgt_vocab": os.path.join(run_dir, "tgt_vocab.txt"),
-        "src_model": os.path.join(run_dir, "src.model"),
-        "tgt_model": os.path.join(run_dir, "tgt.model"),
-        "backup": os.path.join(run_dir, "backup"),
-        "best": os.path.join(run_dir, "checkpoints", "best.weights.h5"),
-        "logs": os.path.join(run_dir, "logs"),
-        "csv": os.path.join(run_dir, "training_log.csv"),
-        "model": os.path.join(run_dir, "model.keras"),
-        "metrics": os.path.join(run_dir, "metrics.json"),
-        # the confidence calibrator (keras_attn.training.calibration)
-        "calibration": os.path.join(run_dir, "calibration.json"),
-        "budget": os.path.join(run_dir, "budget.json"),
-        "export": os.path.join(run_dir, "export"),
-    }
+    return {name: os.path.join(run_dir, *path.split("/")) for name, path in _PATHS.items()}

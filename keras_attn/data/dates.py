@@ -90,18 +90,10 @@ DATE_FORMATS = {
     "yyyy.mm.dd": (lambda d: f"{d.year}.{d.month:02d}.{d.day:02d}", False),
     "yyyymmdd": (lambda d: f"{d.year}{d.month:02d}{d.day:02d}", False),
 }
-# Casing applied to the whole source: (name, weight).
-_CASINGS = (("as_is", 0.55), ("lower", 0.2), ("upper", 0.15), ("title", 0.1))
-
-
-def _apply_casing(source, casing):
-    if casing == "lower":
-        return source.lower()
-    if casing == "upper":
-        return source.upper()
-    if casing == "title":  # str.title() would write "3Rd"
-        return " ".join(w[:1].upper() + w[1:] for w in source.split(" "))
-    return source
+# Casing applied to the whole source: name -> (weight, function).
+_CASINGS = {"as_is": (0.55, str), "lower": (0.2, str.lower), "upper": (0.15, str.upper),
+            # str.title() would write "3Rd"
+            "title": (0.1, lambda s: " ".join(w[:1].upper() + w[1:] for w in s.split(" ")))}
 
 
 def _date_stream(rng):
@@ -109,15 +101,15 @@ def _date_stream(rng):
     names = list(DATE_FORMATS)
     four_digit = [n for n in names if not DATE_FORMATS[n][1]]
     first, span = FIRST_DATE.toordinal(), LAST_DATE.toordinal() - FIRST_DATE.toordinal()
-    casings = [c for c, _ in _CASINGS]
-    weights = [w for _, w in _CASINGS]
+    casings = list(_CASINGS)
+    weights = [w for w, _ in _CASINGS.values()]
     while True:
         date = datetime.date.fromordinal(first + rng.randint(0, span))
         name = rng.choice(names)
         if DATE_FORMATS[name][1] and not TWO_DIGIT_YEAR_MIN <= date.year <= TWO_DIGIT_YEAR_MAX:
             name = rng.choice(four_digit)
         casing = rng.choices(casings, weights)[0]
-        source = _apply_casing(DATE_FORMATS[name][0](date), casing)
+        source = _CASINGS[casing][1](DATE_FORMATS[name][0](date))
         yield source, date.isoformat(), name
 
 

@@ -48,8 +48,7 @@ def prepare_target(ids, max_len=None):
     if max_len is not None:
         ids = ids[:, : max_len - 1]
     start = tf.fill([ids.nrows(), 1], tf.constant(text.START_ID, ids.dtype))
-    end = tf.fill([ids.nrows(), 1], tf.constant(text.END_ID, ids.dtype))
-    return tf.concat([start, ids], axis=1), tf.concat([ids, end], axis=1)
+    return tf.concat([start, ids], axis=1), prepare_source(ids)
 
 
 def _bucket_boundaries(max_len):

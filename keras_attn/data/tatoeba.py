@@ -117,35 +117,39 @@ def load_tatoeba(path, normalize=True, max_pairs=None, source="en", target="fr",
     names = [languages.language_name(c) for c in codes]
     side_names = (names[src_col], names[tgt_col])
     path = _check_file(path)
-    report = LoadReport(path=str(path))
-    pairs = []
+
+    def parse(line_no, raw):
+        line, reason = _decode(raw, line_no)
+        if reason is None and not line.strip():
+            reason = "empty line"
+        if reason is not None:
+            return None, reason
+        fields = line.split("\t")
+        if len(fields) not in (n_named, n_named + 1):
+            return None, (f"expected {n_named} or {n_named + 1} tab-separated fields "
+                          f"({', '.join(names)}[, attribution]), found {len(fields)}")
+        return _pair(fields[src_col], fields[tgt_col], normalize, side_names)
+
     with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, start=1):
-            if max_pairs is not None and len(pairs) >= max_pairs:
-                break
-            report.num_read += 1
-            line, reason = _decode(raw, line_no)
-            if reason is None and not line.strip():
-                reason = "empty line"
-            if reason is None:
-                fields = line.split("\t")
-                if len(fields) not in (n_named, n_named + 1):
-                    reason = (f"expected {n_named} or {n_named + 1} tab-separated fields "
-                              f"({', '.join(names)}[, attribution]), found {len(fields)}")
-                else:
-                    pair, reason = _pair(fields[src_col], fields[tgt_col], normalize,
-                                         side_names)
-            if reason is not None:
-                report.bad_lines.append((line_no, reason))
-                continue
+        return _collect(LoadReport(path=str(path)), max_pairs,
+                        (parse(line_no, raw) for line_no, raw in enumerate(f, start=1)))
+
+
+def _collect(report, max_pairs, parsed):
+    """The pairs of ``parsed`` (a ``(pair, None)`` or ``(None, reason)`` per line, read
+    until ``max_pairs`` good ones), counted in ``report``; ``(pairs, report)``."""
+    pairs = []
+    for line_no, (pair, reason) in enumerate(parsed, start=1):
+        if max_pairs is not None and len(pairs) >= max_pairs:
+            break
+        report.num_read += 1
+        if reason is None:
             pairs.append(pair)
-    return _finish(pairs, report, path)
-
-
-def _finish(pairs, report, path):
+        else:
+            report.bad_lines.append((line_no, reason))
     report.num_kept = len(pairs)
     if not pairs:
-        raise ValueError(f"No valid sentence pair in {path}. {report.summary()}")
+        raise ValueError(f"No valid sentence pair in {report.path}. {report.summary()}")
     if report.bad_lines:
         logger.warning("load_tatoeba: %s", report.summary())
     return pairs, report
@@ -180,12 +184,8 @@ def load_aligned(source_path, target_path, normalize=True, max_pairs=None,
             f"{target_path} has {len(target_lines)}; line i of one must translate line i of "
             "the other (a sentence per line, the same number of lines)")
     names = (languages.language_name(source), languages.language_name(target))
-    report = LoadReport(path=f"{source_path} + {target_path}")
-    pairs = []
-    for line_no, (raw_src, raw_tgt) in enumerate(zip(source_lines, target_lines), start=1):
-        if max_pairs is not None and len(pairs) >= max_pairs:
-            break
-        report.num_read += 1
+
+    def parse(line_no, raw_src, raw_tgt):
         (src, reason), tgt = _decode(raw_src, line_no), None
         if reason is None:
             tgt, reason = _decode(raw_tgt, line_no)
@@ -194,13 +194,11 @@ def load_aligned(source_path, target_path, normalize=True, max_pairs=None,
             reason = f"{source_path.name}: {reason}"
         if reason is None and not src.strip() and not tgt.strip():
             reason = "empty line"
-        if reason is None:
-            pair, reason = _pair(src, tgt, normalize, names)
-        if reason is not None:
-            report.bad_lines.append((line_no, reason))
-            continue
-        pairs.append(pair)
-    return _finish(pairs, report, report.path)
+        return (None, reason) if reason is not None else _pair(src, tgt, normalize, names)
+
+    return _collect(LoadReport(path=f"{source_path} + {target_path}"), max_pairs,
+                    (parse(n, src, tgt) for n, (src, tgt)
+                     in enumerate(zip(source_lines, target_lines), start=1)))
 
 
 def load_tatoeba_references(path, normalize=True, source="en", target="fr", columns=None):

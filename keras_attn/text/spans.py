@@ -167,31 +167,23 @@ def cut(sentence, rules=RULES):
         else:
             bounds.append([span.start, span.end])
     keep = [True] * len(sentence)  # which source characters stay in rest
-    marks = []  # per group: (start, end, mode, closing, before, after, where)
+    marks = []  # per group: (start, end, mode, closing, before, after)
     n = len(sentence)
     for start, end in bounds:
         left_space = start == 0 or sentence[start - 1].isspace()
         right_space = end == n or sentence[end].isspace()
         tail = re.match(r"\S*", sentence[end:]).group()
         closing = tail if not right_space and _punctuation(tail) else ""
-        for k in range(start, end):
-            keep[k] = False
-        lead = start
-        while lead > 0 and sentence[lead - 1].isspace():
-            lead -= 1
+        keep[start:end] = [False] * (end - start)
+        lead = len(sentence[:start].rstrip())
         before, after = sentence[lead:start], ""
         if left_space and (right_space or closing):
             mode = "after"
             if lead > 0 and any(keep[:lead]):  # the whitespace before it goes with it
-                for k in range(lead, start):
-                    keep[k] = False
+                keep[lead:start] = [False] * (start - lead)
             else:  # at the start: the whitespace after it goes
-                stop = end
-                while stop < n and sentence[stop].isspace():
-                    stop += 1
-                after = sentence[end:stop]
-                for k in range(end, stop):
-                    keep[k] = False
+                after = sentence[end:n - len(sentence[end:].lstrip())]
+                keep[end:end + len(after)] = [False] * len(after)
         elif left_space:
             mode = "before"
         else:

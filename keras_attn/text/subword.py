@@ -97,7 +97,7 @@ def save_model(proto, path):
     runs.atomic_write_bytes(path, proto)
 
 
-class SentencePieceTokenizer(tf.Module):
+class SentencePieceTokenizer(text.TokenList, tf.Module):
     """Raw text <-> subword ids on `tensorflow_text.FastSentencepieceTokenizer`.
 
     Same interface as `keras_attn.text.tokenizers.Tokenizer`; an id outside the vocabulary is
@@ -108,7 +108,8 @@ class SentencePieceTokenizer(tf.Module):
             as `learn_sentencepiece` makes it.
         name: module name.
     Attributes:
-        vocab: the pieces.  vocab_size: their number.  proto: the model bytes.
+        vocab: the pieces (a space written ``▁``).  vocab_size: their number.
+        proto: the model bytes.
         char_level: False.  normalize_input: False (the model normalises its input).
     Example:
         >>> tok = SentencePieceTokenizer(learn_sentencepiece(["J'ai faim."] * 30, 20))
@@ -144,16 +145,8 @@ class SentencePieceTokenizer(tf.Module):
         ``▁w`` is the word ``w``, any other piece ``p`` the suffix ``##p``. A lone ``▁`` is dropped
         and the next piece becomes a word, as does a sentence's first piece.
         """
-        index, words, word_of = {}, [], []
-
-        def lookup(token):
-            if token not in index:
-                index[token] = len(words)
-                words.append(token)
-            return index[token]
-
-        for token in text.RESERVED_TOKENS:
-            lookup(token)
+        words, lookup = text.extendable(text.RESERVED_TOKENS)
+        word_of = []
         self._space_id = -1
         for i, piece in enumerate(self._vocab_list):
             if i < len(text.RESERVED_TOKENS):
@@ -173,11 +166,6 @@ class SentencePieceTokenizer(tf.Module):
         self._detokenizer = tf_text.FastWordpieceTokenizer(
             words, suffix_indicator=text.SUFFIX, token_out_type=tf.int32,
             unknown_token=text.UNK, support_detokenization=True)
-
-    @property
-    def vocab(self):
-        """The pieces (a copy); spaces are written ``▁``, as SentencePiece does."""
-        return list(self._vocab_list)
 
     @classmethod
     def from_file(cls, path, name=None):
@@ -205,17 +193,6 @@ class SentencePieceTokenizer(tf.Module):
 
     # The whole of `detokenize` runs in TFLite: there is nothing to leave out.
     detokenize_tflite = detokenize
-
-    def id_to_token(self, index):
-        """The piece of an id (Python helper)."""
-        return self._vocab_list[int(index)]
-
-    def token_to_id(self, token):
-        """The id of a piece (Python helper); raises `KeyError` for an unknown piece."""
-        try:
-            return self._vocab_list.index(token)
-        except ValueError:
-            raise KeyError(f"Piece not in the vocabulary: {token!r}") from None
 
 
 def load_tokenizer(path):

@@ -121,7 +121,42 @@ def compact(ids, keep):
     return tf.gather(ids, order, batch_dims=1), tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)
 
 
-class Tokenizer(tf.Module):
+def extendable(tokens):
+    """``(tokens, lookup)``: a copy of ``tokens`` and ``lookup(token)``, the id of a token,
+    appended when new."""
+    tokens = list(tokens)
+    index = {t: i for i, t in enumerate(tokens)}
+
+    def lookup(token):
+        if token not in index:
+            index[token] = len(tokens)
+            tokens.append(token)
+        return index[token]
+
+    return tokens, lookup
+
+
+class TokenList:
+    """The Python side of an in-graph tokenizer: its token list (``_vocab_list``) by id."""
+
+    @property
+    def vocab(self):
+        """The token list (a copy)."""
+        return list(self._vocab_list)
+
+    def id_to_token(self, index):
+        """Token string of an int id (Python helper)."""
+        return self._vocab_list[int(index)]
+
+    def token_to_id(self, token):
+        """Id of a token string (Python helper); raises `KeyError` for unknown tokens."""
+        try:
+            return self._vocab_list.index(token)
+        except ValueError:
+            raise KeyError(f"Token not in the vocabulary: {token!r}") from None
+
+
+class Tokenizer(TokenList, tf.Module):
     """WordPiece or character tokenizer on `tensorflow_text.FastWordpieceTokenizer`.
 
     `tokenize` adds no reserved id; a word not buildable from the vocabulary becomes `[UNK]`.
@@ -156,17 +191,9 @@ class Tokenizer(tf.Module):
         self._tokenizer = self._wordpiece(vocab, support_detokenization=False)
         # Detokenization vocabulary: vocab + the missing "##t" (suffix) form of every word
         # token t and the missing "t" form of every suffix token "##t".
-        index = {t: i for i, t in enumerate(vocab)}
-        extended = list(vocab)
+        extended, lookup = extendable(vocab)
         suffix_of = list(range(len(vocab)))
         prefix_of = list(range(len(vocab)))
-
-        def lookup(token):
-            if token not in index:
-                index[token] = len(extended)
-                extended.append(token)
-            return index[token]
-
         for i, token in enumerate(vocab):
             if i < len(RESERVED_TOKENS) or token == SUFFIX:
                 continue
@@ -189,11 +216,6 @@ class Tokenizer(tf.Module):
             max_bytes_per_word=2**31 - 1 if self.char_level else 100,
             token_out_type=tf.int32, unknown_token=UNK, no_pretokenization=self.char_level,
             support_detokenization=support_detokenization)
-
-    @property
-    def vocab(self):
-        """The token list (a copy)."""
-        return list(self._vocab_list)
 
     @classmethod
     def from_file(cls, path, name=None):
@@ -258,15 +280,3 @@ class Tokenizer(tf.Module):
     def detokenize(self, ids):
         """Ids (B, T) or ragged -> natural text (B,): `repair(detokenize_tflite(ids))`."""
         return self.repair(self.detokenize_tflite(ids))
-
-    def id_to_token(self, index):
-        """Token string of an int id (Python helper)."""
-        return self._vocab_list[int(index)]
-
-    def token_to_id(self, token):
-        """Id of a token string (Python helper); raises `KeyError` for unknown tokens."""
-        try:
-            return self._vocab_list.index(token)
-        except ValueError:
-            raise KeyError(f"Token not in the vocabulary: {token!r}") from None
-

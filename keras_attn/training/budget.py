@@ -126,25 +126,25 @@ class AfterTraining:
         """Measured over estimated seconds of the steps so far (at least 1)."""
         return max((self.clock() - self.began) / self.estimated, 1.0)
 
-    def _plan(self, test, valid, export):
+    def _plan(self, test, valid):
         self.chosen["slowness"] = round(self.slowness(), 2)
         left = (self.deadline - self.clock()) / self.slowness()
-        return plan(left, test, valid, export, fixed=False)
+        return plan(left, test, valid, self.export, fixed=False)
+
+    def _sentences(self, split, work):
+        n = getattr(work, split)
+        self.estimated += COSTS[split] * n
+        self.chosen[f"{split}_sentences"] = n
+        return n
 
     def test_sentences(self):
-        n = self._plan(self.num_test, self.num_valid, self.export).test
-        self.estimated += COSTS["test"] * n
-        self.chosen["test_sentences"] = n
-        return n
+        return self._sentences("test", self._plan(self.num_test, self.num_valid))
 
     def valid_sentences(self):
-        n = self._plan(0, self.num_valid, self.export).valid
-        self.estimated += COSTS["valid"] * n
-        self.chosen["valid_sentences"] = n
-        return n
+        return self._sentences("valid", self._plan(0, self.num_valid))
 
     def quantizations(self):
-        q = self._plan(0, 0, self.export).quantizations
+        q = self._plan(0, 0).quantizations
         self.chosen["quantizations"] = list(q)
         return q
 

@@ -293,7 +293,7 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
         chosen["steps"] = budget.optimizer_step(model.optimizer)
     elif os.path.exists(p["best"]):
         model.load_weights(p["best"])
-    _save_model(model, p["model"])
+    runs.atomic_save(p["model"], model.save)
 
     from keras_attn.translator import Translator
 
@@ -366,8 +366,3 @@ class BestWeightsCheckpoint(keras.callbacks.Callback):
         runs.atomic_save(self.path, lambda tmp: self.model.save_weights(tmp, overwrite=True))
         runs.write_json(self.state_path, {"best": float(value), "epoch": epoch + 1,
                                           "monitor": self.monitor})
-
-
-def _save_model(model, path):
-    """Save ``.keras`` atomically."""
-    runs.atomic_save(path, model.save)

@@ -145,13 +145,6 @@ def _group_maps(maps, index):
             for kind, items in groups.items()}
 
 
-def _grey_padding_ticks(fig, pad_label=PAD_LABEL):
-    for ax in fig.axes:
-        for tick in ax.get_xticklabels() + ax.get_yticklabels():
-            if tick.get_text() == pad_label:
-                tick.set_color("0.6")
-
-
 def plot_attention_maps(model, source, target_in, src_labels=None, tgt_labels=None,
                         path_prefix=None, index=0, suptitle=None, cmap="Reds", dpi=DPI):
     """Every attention map of a translator for one example, one figure per kind of map
@@ -196,15 +189,14 @@ def plot_attention_maps(model, source, target_in, src_labels=None, tgt_labels=No
         queries = src_labels if kind.startswith("encoder") else tgt_labels
         xlabel, ylabel = _MAP_AXES.get(kind, ("Keys", "Queries"))
         title = _MAP_TITLES.get(kind, kind)
-        if layers * heads > 1:
-            titles = [[f"layer {i + 1}, head {j + 1}" for j in range(heads)]
-                      for i in range(layers)]
-        else:
-            titles = None
+        titles = ([[f"layer {i + 1}, head {j + 1}" for j in range(heads)] for i in range(layers)]
+                  if layers * heads > 1 else None)
         fig = show_heatmaps(weights, xlabel, ylabel, titles, cmap, xticklabels=keys,
                             yticklabels=queries, vmin=0.0, vmax=1.0, mask_zeros=True,
                             suptitle=f"{suptitle}: {title}" if suptitle else title)
-        _grey_padding_ticks(fig)
+        for tick in (t for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()):
+            if tick.get_text() == PAD_LABEL:
+                tick.set_color("0.6")  # padding keys in grey
         if path_prefix is not None:
             save(fig, f"{path_prefix}_{kind.replace('/', '_')}.png", dpi)
         figures[kind] = fig
