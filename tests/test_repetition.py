@@ -156,10 +156,14 @@ def test_tensor_values_equal_python_values():
     np.testing.assert_array_equal(
         np.asarray(decoding.decode(model, SOURCE, off, 16, START, END)["tokens"]),
         np.asarray(greedy(model)["tokens"]))
-    # In a graph both loops are traced and the request's values pick one: with one control
-    # on (the loop with the processors) and with all off (the loop with the bans alone).
-    traced = tf.function(lambda n: decoding.decode(model, SOURCE, types.SimpleNamespace(
-        **{**vars(off), "no_repeat_ngram_size": n}), 16, START, END)["tokens"])
+    # In a plain graph both loops are traced and the request's values pick one: with one
+    # control on (the loop with the processors) and with all off (the bans alone).
+    def decode(n):
+        with fastpath.using(dynamic_shapes=True):
+            return decoding.decode(model, SOURCE, types.SimpleNamespace(
+                **{**vars(off), "no_repeat_ngram_size": n}), 16, START, END)["tokens"]
+
+    traced = tf.function(decode)
     np.testing.assert_array_equal(np.asarray(traced(tf.constant(0))),
                                   np.asarray(greedy(model)["tokens"]))
     np.testing.assert_array_equal(

@@ -20,6 +20,7 @@ from keras_attn.decoding.processors import (NEG, StepState, length_limits,
                                             processors_for)
 from keras_attn.decoding.rng import uniform
 from keras_attn.decoding.step import check_source, encode, step_functions
+from keras_attn.kernels import fastpath
 
 _POSITION_MAJOR = ("tokens", "attention")  # the loop's buffers written one position a step
 
@@ -104,8 +105,10 @@ class Sampler:
             ops.cast(max_length, "int32"), max_len)
         processors = processors_for(options, self.start_id, steps.decoder.vocab_size, prefix, k)
         row_limit = length_limits(options, source, max_len)
-        if processors.gate is not None:
-            # One decision per request: a loop without the controls' ops where all are off.
+        if processors.gate is not None and fastpath.current().dynamic_shapes:
+            # One decision per request, in a plain TensorFlow graph (TF Serving's): a loop
+            # without the controls' ops where all are off. TFLite and XLA keep one loop (the
+            # file or the compiled code would hold both).
             return ops.cond(
                 processors.gate,
                 lambda: self._run(steps, batch, src_len, limit, processors, row_limit),
@@ -193,8 +196,6 @@ class Sampler:
         """
         if not (self.compact and self.use_cache) or self.reorders or self.return_attention:
             return False
-        from keras_attn.kernels import fastpath
-
         return fastpath.current().growing_cache()
 
 
