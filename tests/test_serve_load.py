@@ -82,13 +82,11 @@ def test_wrk_counts_what_the_server_answered(tmp_path):
     args = types.SimpleNamespace(anchor="", anchor_python="")
     dates = ["3 March 2021", "July 4, 1999", "12/25/2000", "1 Jan 1970"]
     with serve_load.Server("ctranslate2:threads=1", {"ctranslate2": path}, args) as server:
-        bodies = serve_load.write_bodies(server, dates)
-        try:
-            before = translations_answered(server.url)
-            m = serve_load.wrk_load(server.url, bodies, clients=4, duration=2)
-            after = translations_answered(server.url)
-        finally:
-            os.unlink(bodies)
+        bodies = tmp_path / "bodies.jsonl"
+        bodies.write_text("".join(server.body(d) + "\n" for d in dates), encoding="utf-8")
+        before = translations_answered(server.url)
+        m = serve_load.wrk_load(server.url, str(bodies), clients=4, duration=2)
+        after = translations_answered(server.url)
     assert m["failed"] == 0 and m["requests"] > 0
     # wrk stops with up to one request a connection in flight, which the server answers.
     assert m["requests"] <= after - before <= m["requests"] + 4
