@@ -21,6 +21,8 @@ References: Hugging Face ``LogitsProcessorList``; Keskar et al. 2019 (CTRL), sec
 (the repetition penalty); Paulus et al. 2018 (no repeated trigrams); Marian's
 ``--max-length-factor``; Wu et al. 2016 (the GNMT length penalty).
 """
+import functools
+
 from keras import ops
 
 from keras_attn import ops as attn_ops
@@ -228,9 +230,7 @@ def processors_for(options, start_id, vocab_size, prefix=None, beams=1):
         procs.append(ForcePrefix(prefix, beams))
         gates.append(ops.any(ops.not_equal(procs[-1].prefix, 0)))
     if gates and all(gate is not None for gate in gates):
-        procs.gate = gates[0]
-        for gate in gates[1:]:
-            procs.gate = ops.logical_or(procs.gate, gate)
+        procs.gate = functools.reduce(ops.logical_or, gates)
     return procs
 
 
