@@ -20,12 +20,14 @@ def _inputs():
 def transformer_seq2seq(src_vocab_size, tgt_vocab_size, num_hiddens=256, ffn_num_hiddens=1024,
                         num_heads=4, num_layers=2, dropout=0.1, max_len=256, use_bias=False,
                         norm_first=False, tie_embeddings=False, ffn_dropout=0.0,
-                        name="transformer_seq2seq"):
+                        num_decoder_layers=None, name="transformer_seq2seq"):
     """Encoder–decoder Transformer (Vaswani et al. 2017) as a functional ``keras.Model``.
 
     Args:
         src_vocab_size, tgt_vocab_size: vocabulary sizes (id 0 = padding).
         num_hiddens, ffn_num_hiddens, num_heads, num_layers: sizes (layers per stack).
+        num_decoder_layers: the decoder's layers when they differ from the encoder's (a deep
+            encoder and a shallow decoder: Kasai et al. 2021); None: ``num_layers``.
         dropout: rate on the embeddings + positions, the attention weights and every
             residual branch (section 5.4 of the paper; D2L 11.7). max_len: longest
             source/target sequence.
@@ -45,7 +47,7 @@ def transformer_seq2seq(src_vocab_size, tgt_vocab_size, num_hiddens=256, ffn_num
                                  num_layers, dropout, use_bias, max_len, norm_first,
                                  ffn_dropout=ffn_dropout, name="encoder")
     decoder = TransformerDecoder(tgt_vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
-                                 num_layers, dropout, use_bias, max_len, norm_first,
+                                 num_decoder_layers or num_layers, dropout, use_bias, max_len, norm_first,
                                  tie_embeddings=tie_embeddings, ffn_dropout=ffn_dropout,
                                  name="decoder")
     enc_outputs = encoder(inputs["source"])
@@ -88,7 +90,9 @@ def build_model(config):
         return transformer_seq2seq(
             c["src_vocab_size"], c["tgt_vocab_size"], c["num_hiddens"], c["ffn_num_hiddens"],
             c["num_heads"], c["num_layers"], c["dropout"], max_len=c["max_len"] + 2,
-            ffn_dropout=c.get("ffn_dropout", 0.0))  # runs saved before it existed: 0
+            # Runs saved before these options existed: their defaults.
+            ffn_dropout=c.get("ffn_dropout", 0.0), tie_embeddings=c.get("tie_embeddings", False),
+            num_decoder_layers=c.get("num_decoder_layers", 0) or None)
     if c["model"] == "bahdanau":
         return bahdanau_seq2seq(c["src_vocab_size"], c["tgt_vocab_size"], c["num_hiddens"],
                                 c["num_hiddens"], c["num_layers"], c["dropout"])

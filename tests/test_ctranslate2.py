@@ -461,7 +461,7 @@ def test_bad_quantization_writes_nothing(run, tmp_path):
 
 # --- other architectures: teacher-forced log-probabilities on random weights ---------------
 def _seq2seq(use_bias=False, norm_first=False, tie_embeddings=False, epsilon=1e-5,
-             dec_epsilon=None, vocab=(40, 50)):
+             dec_epsilon=None, vocab=(40, 50), dec_layers=2):
     """``models.transformer_seq2seq``'s graph with a choice of LayerNorm epsilon."""
     inputs = {"source": keras.Input((None,), dtype="int32", name="source"),
               "target_in": keras.Input((None,), dtype="int32", name="target_in")}
@@ -469,7 +469,8 @@ def _seq2seq(use_bias=False, norm_first=False, tie_embeddings=False, epsilon=1e-
               use_bias=use_bias, max_len=40, norm_first=norm_first)
     encoder = TransformerEncoder(vocab[0], epsilon=epsilon, name="encoder", **kw)
     decoder = TransformerDecoder(vocab[1], epsilon=dec_epsilon or epsilon,
-                                 tie_embeddings=tie_embeddings, name="decoder", **kw)
+                                 tie_embeddings=tie_embeddings, name="decoder",
+                                 **{**kw, "num_layers": dec_layers})
     logits = decoder(inputs["target_in"], encoder(inputs["source"]))
     return keras.Model(inputs, logits)
 
@@ -484,6 +485,7 @@ def _vocab(n, prefix):
     dict(tie_embeddings=True),
     dict(epsilon=1e-3),
     dict(use_bias=True, norm_first=True, tie_embeddings=True, epsilon=1e-6),
+    dict(dec_layers=1, tie_embeddings=True),  # a deep encoder, a shallow decoder
 ], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
 def test_architectures_score_like_ours(options, tmp_path):
     keras.utils.set_random_seed(1)

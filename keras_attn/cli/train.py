@@ -21,6 +21,8 @@ TASK_OPTIONS = [
     ("ffn-num-hiddens", int, "hidden width of the position-wise feed-forward layers"),
     ("num-heads", int, "attention heads"),
     ("num-layers", int, "layers in the encoder and in the decoder"),
+    ("num-decoder-layers", int, "layers in the decoder when they differ from the encoder's "
+                                "(0: --num-layers)"),
     ("dropout", float, "dropout on embeddings, attention weights and residual branches"),
     ("ffn-dropout", float, "dropout on the feed-forward hidden layer"),
     ("batch-size", int, "sentence pairs per (global) batch"),
@@ -142,6 +144,9 @@ def add_parser(sub):
     for name, typ, what in TASK_OPTIONS:
         default = _task_default(name.replace("-", "_"))
         p.add_argument(f"--{name}", type=typ, help=f"{what} ({default})")
+    p.add_argument("--tie-embeddings", action="store_true", default=None,
+                   help="the decoder's output projection is its embedding, transposed "
+                        "(Press and Wolf 2017; section 3.4 of the paper) (default: off)")
     p.add_argument("--steps", type=int, default=0,
                    help="total training steps, overriding --epochs (default: 0, use --epochs)")
     p.add_argument("--time-budget", type=_duration, default=0.0, metavar="DURATION",

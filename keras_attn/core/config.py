@@ -35,6 +35,8 @@ class TrainConfig:
     ffn_num_hiddens: int = 256
     num_heads: int = 4
     num_layers: int = 2
+    num_decoder_layers: int = 0  # 0: num_layers
+    tie_embeddings: bool = False
     dropout: float = 0.1
     ffn_dropout: float = 0.0
     batch_size: int = 128
@@ -136,7 +138,7 @@ _TASK_OVERRIDES = {
 }
 # The options whose default depends on the task.
 _SIZES = ("model", "tokenizer", "num_hiddens", "ffn_num_hiddens", "num_heads", "num_layers",
-          "dropout", "batch_size", "epochs", "warmup", "lr_scale", "label_smoothing",
+          "num_decoder_layers", "dropout", "batch_size", "epochs", "warmup", "lr_scale", "label_smoothing",
           "max_len", "vocab_size", "num_train", "num_valid", "num_test")
 TASK_DEFAULTS = {
     task: {**{k: getattr(TrainConfig, k) for k in _SIZES}, **overrides}

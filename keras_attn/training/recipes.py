@@ -150,7 +150,7 @@ def check_config(config):
         fail("steps", "0 with a time budget (the budget decides when training ends)")
     if config.steps == 0 and config.epochs < 1:
         fail("epochs", "a positive integer (or give --steps)")
-    for name in ("warmup", "num_train", "num_test", "vocab_size"):
+    for name in ("warmup", "num_train", "num_test", "vocab_size", "num_decoder_layers"):
         if getattr(config, name) < 0:
             fail(name, ">= 0")
     if not 0 <= config.label_smoothing < 1:
