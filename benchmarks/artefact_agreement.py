@@ -9,6 +9,7 @@ not passed through; a missing artefact is skipped.
     python -m benchmarks.artefact_agreement RUN --data fra-eng/dev.txt --json OUT.json
 """
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -119,13 +120,9 @@ def artefacts(translator, export_dir, ct2_dir):
         yield f"tflite/builtin_{q}", (
             (lambda folder=folder: builtin_files(translator, folder)) if present
             else f"no {' and '.join(runtime.BUILTIN_FILES)} in {folder}")
-    try:
-        import ctranslate2  # noqa: F401
-    except ImportError:
-        ctranslate2 = None
     for q in QUANTIZATIONS:
         path = ct2_dir + ("" if q == "float32" else f"_{q}")
-        if ctranslate2 is None:
+        if importlib.util.find_spec("ctranslate2") is None:
             yield f"ctranslate2/{q}", "ctranslate2 is not installed"
         elif not os.path.isfile(os.path.join(path, "model.bin")):
             yield f"ctranslate2/{q}", (f"no CTranslate2 model at {path} (keras-attn export "
@@ -140,15 +137,6 @@ def _serving_default(path):
 
     serve = tf.saved_model.load(path).signatures["serving_default"]
     return lambda batch: utf8(serve(text=tf.constant(batch, tf.string))["translation"])
-
-
-def _passes_through(export_dir):
-    """Whether the export's serving_default passes spans through (it has translate_v3)."""
-    from keras_attn.export import option_sets, saved_model
-    from keras_attn.export.contract import ARTEFACTS
-
-    path = os.path.join(export_dir, ARTEFACTS["saved_model"])
-    return option_sets.PASSTHROUGH_SIGNATURE in saved_model.saved_model_signatures(path)
 
 
 def _options_signature(path, name):
@@ -184,6 +172,7 @@ def measure(run_dir, texts, export_dir=None, ct2_dir=None, builtin_limit=0, batc
         sentence, ``keras_attn.text.documents.split``), and ``artefacts``: per name either
         :func:`compare`'s dict or ``{"skipped": reason}``.
     """
+    from keras_attn.export.option_sets import PASSTHROUGH_SIGNATURE
     from keras_attn.text import documents
     from keras_attn.translator import Translator
 
@@ -192,7 +181,7 @@ def measure(run_dir, texts, export_dir=None, ct2_dir=None, builtin_limit=0, batc
     translator = Translator.from_run_dir(run_dir)
     t0 = time.time()
     # The decoding is compared: spans are passed through nowhere but in serving_default of
-    # an export that passes them through (its translate_v3 is then called with them off).
+    # an export that passes them through, one with translate_v3 (called with them off).
     def translations(passthrough):
         return batched(lambda b: translator.translate(b, batch_size=batch_size,
                                                       passthrough=passthrough),
@@ -203,7 +192,9 @@ def measure(run_dir, texts, export_dir=None, ct2_dir=None, builtin_limit=0, batc
               "inputs_several_sentences": sum(len(documents.split(t).sentences) > 1
                                               for t in texts),
               "translator_seconds": round(time.time() - t0, 2), "artefacts": {}}
-    for name, loader in artefacts(translator, export_dir, ct2_dir):
+    loaders = dict(artefacts(translator, export_dir, ct2_dir))
+    passes_through = callable(loaders[f"saved_model/{PASSTHROUGH_SIGNATURE}"])
+    for name, loader in loaders.items():
         if isinstance(loader, str):
             report["artefacts"][name] = {"skipped": loader}
             log(f"{name}: skipped ({loader})")
@@ -211,8 +202,8 @@ def measure(run_dir, texts, export_dir=None, ct2_dir=None, builtin_limit=0, batc
         n = min(builtin_limit, len(texts)) if builtin_limit and "builtin" in name else len(texts)
         t0 = time.time()
         got = batched(loader(), texts[:n], batch_size)
-        want = (translations(True) if name == "saved_model/serving_default"
-                and _passes_through(export_dir) else reference)
+        want = (translations(True) if name == "saved_model/serving_default" and passes_through
+                else reference)
         entry = compare(texts, want, got, time.time() - t0, keep, ("translator", name))
         report["artefacts"][name] = entry
         log(f"{name}: {entry['identical']}/{n} identical ({entry['identical_fraction']:.2%})")
@@ -234,11 +225,9 @@ def main(argv=None):
     parser.add_argument("--json", default="", help="write the report here (default: a new "
                                                    "folder under benchmarks/results/)")
     args = parser.parse_args(argv)
-    for flag in ("limit", "builtin_limit"):
-        if getattr(args, flag) < 0:
-            parser.error(f"--{flag.replace('_', '-')} must be >= 0")
-    if args.batch_size < 1:
-        parser.error("--batch-size must be >= 1")
+    for flag, least in (("limit", 0), ("builtin_limit", 0), ("batch_size", 1)):
+        if getattr(args, flag) < least:
+            parser.error(f"--{flag.replace('_', '-')} must be >= {least}")
 
     texts = read_sources(args.data)[: args.limit or None]
     report = measure(args.run_dir, texts, args.export_dir or None, args.ct2_dir or None,
@@ -248,8 +237,7 @@ def main(argv=None):
                                      "artefact_agreement.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2, ensure_ascii=False)
-        f.write("\n")
+        f.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     print(f"inputs: {report['inputs']} ({report['inputs_several_sentences']} of more than one "
           f"sentence); report: {path}")
     return 0

@@ -53,12 +53,10 @@ def parse_args(argv=None):
     ap.add_argument("--profile", action="store_true",
                     help="also record the op types taking most time on each side")
     ap.add_argument("--mha-lengths", type=_list(int), default=None)
-    ap.add_argument("--train-policies", type=_list(),
-                    default=["float32", "mixed_bfloat16"])
+    ap.add_argument("--train-policies", type=_list(), default=["float32", "mixed_bfloat16"])
     ap.add_argument("--train-dropouts", type=_list(float),
                     default=[0.1, 0.0], help="0.1 (the target) and extra float32 rows")
-    ap.add_argument("--run-dir", default="/tmp/run_default",
-                    help="'serve': the trained dates run")
+    ap.add_argument("--run-dir", default="/tmp/run_default", help="'serve': the trained dates run")
     ap.add_argument("--serve-fra-run-dir", default="",
                     help="'serve': an English-French run (default: trained briefly)")
     ap.add_argument("--serve-rounds", type=int, default=None,
@@ -74,11 +72,9 @@ def parse_args(argv=None):
     ap.add_argument("--note", default="", help="free text for the results (machine state, ...)")
     ap.add_argument("--render", metavar="JSON", default=None,
                     help="only rewrite --md from an existing results file")
-    ap.add_argument("--json", default="",
-                    help="results file (default: bench.json in a new benchmarks/results/ "
-                         "folder)")
-    ap.add_argument("--md", default="",
-                    help="Markdown table (default: bench.md beside --json)")
+    ap.add_argument("--json", default="", help="results file (default: bench.json in a new "
+                    "benchmarks/results/ folder)")
+    ap.add_argument("--md", default="", help="Markdown table (default: bench.md beside --json)")
     args = ap.parse_args(argv)
     bad = sorted(set(args.sections) - set(SECTIONS))
     if bad:

@@ -70,8 +70,7 @@ def mha_matmul_floor(batch, length, d_model, heads, backward=False, seed=0):
     """Only the matmuls of a self-attention layer, a lower bound on its time: a function of
     ``x (batch, length, d_model)`` running the six matmuls (with ``backward`` the twelve of
     the backward pass too) with the layer's shapes and nothing else: :func:`mha_flops`."""
-    b, n, d, h = batch, length, d_model, heads
-    dh = d // h
+    b, n, d, h, dh = batch, length, d_model, heads, d_model // heads
     rng = np.random.default_rng(seed)
     w_q, w_k, w_v, w_o = (tf.constant(rng.normal(0, d ** -0.5, (d, d)), tf.float32)
                           for _ in range(4))
@@ -94,10 +93,9 @@ def mha_matmul_floor(batch, length, d_model, heads, backward=False, seed=0):
         d_w_o = tf.matmul(context, dy, transpose_a=True)
         d_context = heads_of(tf.matmul(dy, w_o, transpose_b=True))
         d_scores = tf.matmul(d_context, v, transpose_b=True)
-        d_v = tf.matmul(scores, d_context, transpose_a=True)
+        d_v = rows(tf.matmul(scores, d_context, transpose_a=True))
         d_q = rows(tf.matmul(d_scores, k))
         d_k = rows(tf.matmul(d_scores, q, transpose_a=True))
-        d_v = rows(d_v)
         d_ws = [tf.matmul(x, g, transpose_a=True) for g in (d_q, d_k, d_v)]
         d_x = tf.add_n([tf.matmul(g, w, transpose_b=True)
                         for g, w in zip((d_q, d_k, d_v), (w_q, w_k, w_v))])

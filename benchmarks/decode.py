@@ -15,18 +15,13 @@ class KerasHubGreedy(KerasHubDecoding):
     def step(self, token, index, enc, enc_mask, self_caches, cross_caches, cross_index):
         logits, new_self, new_cross = self.logits(token, index, enc, enc_mask, self_caches,
                                                   cross_caches, cross_index)
-        log_probs = tf.nn.log_softmax(logits)
-        return tf.argmax(log_probs, -1, output_type=tf.int32), new_self, new_cross
+        return tf.argmax(tf.nn.log_softmax(logits), -1, output_type=tf.int32), new_self, new_cross
 
     def decode(self, source):
-        enc, enc_mask = self.encode(source)
-        batch, src_len = tf.shape(source)[0], tf.shape(source)[1]
-        self_caches, cross_caches = self.init_caches(batch, src_len)
-        start = tf.fill([batch], self.start_id)
-        token, self_caches, cross_caches = self.step(start, 0, enc, enc_mask, self_caches,
-                                                     cross_caches, 0)
-        tokens = tf.zeros((batch, self.num_tokens), tf.int32)
-        tokens = tf.tensor_scatter_nd_update(tokens, _column(batch, 0), token)
+        enc, enc_mask, cross_caches, token, self_caches = self.seed(source, self.start_id)
+        batch = tf.shape(source)[0]
+        tokens = tf.tensor_scatter_nd_update(tf.zeros((batch, self.num_tokens), tf.int32),
+                                             _column(batch, 0), token)
 
         def body(i, token, self_caches, tokens):
             token, self_caches, _ = self.step(token, i, enc, enc_mask, self_caches,
@@ -37,18 +32,19 @@ class KerasHubGreedy(KerasHubDecoding):
         return tf.while_loop(lambda i, *_: i < self.num_tokens, body,
                              (tf.constant(1), token, self_caches, tokens))[3]
 
-    def seed(self, source):
-        """Encoder output, its mask and the filled cross-attention caches (outside the loop)."""
+    def seed(self, source, start=5):
+        """Encoder output, its mask and the filled cross-attention caches (outside the loop),
+        then the token and self-attention caches of the first step (from ``start``)."""
         enc, enc_mask = self.encode(source)
         self_caches, cross_caches = self.init_caches(tf.shape(source)[0], tf.shape(source)[1])
-        _, _, cross_caches = self.step(tf.fill([tf.shape(source)[0]], 5), 0, enc, enc_mask,
-                                       self_caches, cross_caches, 0)
-        return enc, enc_mask, cross_caches
+        token, self_caches, cross_caches = self.step(tf.fill([tf.shape(source)[0]], start), 0,
+                                                     enc, enc_mask, self_caches, cross_caches, 0)
+        return enc, enc_mask, cross_caches, token, self_caches
 
     def window(self, seeded, first, steps):
         """``steps`` loop iterations from position ``first``, as ours: fresh self-attention
         caches, cross-attention caches computed beforehand (:meth:`seed`)."""
-        enc, enc_mask, cross_caches = seeded
+        enc, enc_mask, cross_caches = seeded[:3]
         self_caches, _ = self.init_caches(tf.shape(enc)[0], tf.shape(enc)[1])
 
         def body(i, token, self_caches):
@@ -89,11 +85,10 @@ def bench_decode(args, peak):
                                                jit_compile=True),
            "ours_naive": ours_fn(False)}
     tokens = {k: f(source).numpy() for k, f in fns.items()}
-    times = interleaved({k: (lambda f=f: f(source)) for k, f in fns.items()},
-                        args.repeats, args.warmup, args.clock)
-    stats = {k: summarize(v) for k, v in times.items()}
-    profile = profiles(args, {k: (lambda f=f: f(source)) for k, f in fns.items()
-                              if k in ("ours_cached", "keras_hub_cached")})
+    calls = {k: (lambda f=f: f(source)) for k, f in fns.items()}
+    stats = {k: summarize(v) for k, v in
+             interleaved(calls, args.repeats, args.warmup, args.clock).items()}
+    profile = profiles(args, {k: calls[k] for k in ("ours_cached", "keras_hub_cached")})
     per_token = {k: round(v["median_ms"] / n, 3) for k, v in stats.items()}
     for k, v in per_token.items():
         log(f"  decode {k:22s} {v:7.3f} ms/token")

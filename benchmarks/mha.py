@@ -27,10 +27,9 @@ def bench_mha(args, peak):
         layers = {"ours": ours, "keras": theirs}
         for jit in (False, True):
             for backward in (False, True):
-                fns = {}
-                for name, call in calls.items():
-                    fns[name] = functools.partial(tf.function(
-                        _with_grads(call, layers[name]) if backward else call, jit_compile=jit), x)
+                fns = {name: functools.partial(tf.function(
+                    _with_grads(call, layers[name]) if backward else call, jit_compile=jit), x)
+                    for name, call in calls.items()}
                 # The same matmuls and nothing else: the best any layer could do.
                 fns["matmuls_only"] = functools.partial(tf.function(
                     mha_matmul_floor(batch, length, d, heads, backward), jit_compile=jit), x)

@@ -74,10 +74,8 @@ def read_pairs(path, n):
     first reference): the file may be sorted by length."""
     first = {}  # English -> its first reference
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) >= 2:
-                first.setdefault(parts[0], parts[1])
+        for english, french in (line.rstrip("\n").split("\t")[:2] for line in f if "\t" in line):
+            first.setdefault(english, french)
     pairs = list(first.items())
     step = max(1, len(pairs) // max(n, 1))
     return pairs[::step][:n]
@@ -102,9 +100,9 @@ def measure(translate, pairs, seed=0):
     references = [fr for _, fr in pairs]
     inserted = spans_of(sources, seed)
     texts = [t for t, _, _ in inserted]
+    kinds = [k for _, _, k in inserted]
     plain = translate(sources, True)
-    report = {"sentences": len(pairs), "spans_per_kind": {
-        kind: sum(1 for _, _, k in inserted if k == kind) for kind in KINDS}}
+    report = {"sentences": len(pairs), "spans_per_kind": {k: kinds.count(k) for k in KINDS}}
     for name, passthrough in (("passthrough", True), ("passthrough_off", False)):
         out = translate(texts, passthrough)
         hits = [span in o for (_, span, _), o in zip(inserted, out)]
@@ -114,10 +112,8 @@ def measure(translate, pairs, seed=0):
         bleu_stripped = sacrebleu.corpus_bleu(stripped, [references]).score
         report[name] = {
             "identical": round(sum(hits) / len(hits), 4),
-            "identical_per_kind": {kind: round(sum(h for h, (_, _, k) in zip(hits, inserted)
-                                                   if k == kind) /
-                                               max(1, report["spans_per_kind"][kind]), 4)
-                                   for kind in KINDS},
+            "identical_per_kind": {kind: round(sum(h for h, k in zip(hits, kinds) if k == kind)
+                                               / max(1, kinds.count(kind)), 4) for kind in KINDS},
             "bleu_with_spans_vs_without": round(
                 sacrebleu.corpus_bleu(stripped, [plain_ref]).score, 2),
             "bleu_reference_without_spans": round(bleu_plain, 2),

@@ -33,15 +33,14 @@ def markdown(results):
                          f"{r['keras_gflops']:.0f} ({r['keras_pct_peak']}%) | {floor} |")
         lines.append("")
     if "train" in s:
+        t = s["train"]
         lines += ["## Training step (ours / keras_hub)", "",
-                  f"Config: {_kv(s['train']['config'])}; "
-                  f"{s['train']['train_gflop_per_step']} GFLOP "
-                  f"per step ({s['train']['flops']}). Target: {s['train']['target']} "
-                  f"(met: {s['train']['target_met']}).", "",
+                  f"Config: {_kv(t['config'])}; {t['train_gflop_per_step']} GFLOP per step "
+                  f"({t['flops']}). Target: {t['target']} (met: {t['target_met']}).", "",
                   "| policy | XLA | dropout | ours tokens/s (MFU) | keras_hub tokens/s (MFU) "
                   "| speedup |",
                   "|---|---|---|---|---|---|"]
-        for r in s["train"]["rows"]:
+        for r in t["rows"]:
             lines.append(f"| {r['policy']} | {'yes' if r['jit'] else 'no'} | "
                          f"{r.get('dropout', 0.1)}"
                          f"{' + FFN ' + str(r['ffn_dropout']) if r.get('ffn_dropout') else ''} | "

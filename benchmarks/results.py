@@ -22,24 +22,20 @@ def add_output_args(parser, name):
     """``--name`` (default ``name``) and ``--out-dir`` (default: :func:`fresh_dir`)."""
     parser.add_argument("--name", default=name)
     parser.add_argument("--out-dir", default="", help="folder for NAME.json and NAME.md "
-                                                      "(default: a new benchmarks/results/ "
-                                                      "folder)")
+                        "(default: a new benchmarks/results/ folder)")
 
 
 def run_and_write(args, run, markdown):
-    """``run(args, log=print)``, then its results written by :func:`write_results` into
-    ``args.out_dir`` or a fresh folder named after ``args.name``."""
+    """``run(args, log=print)``, then its results written into ``args.out_dir`` or a fresh
+    folder named after ``args.name``: ``NAME.json`` and ``NAME.md`` (``markdown(results)``),
+    and the table printed."""
     results = run(args, log=lambda m: print(m, flush=True))
-    write_results(results, markdown, args.out_dir or fresh_dir(args.name), args.name)
-    return 0
-
-
-def write_results(results, markdown, out_dir, name):
-    """``out_dir/NAME.json`` and ``NAME.md`` (``markdown(results)``), and the table printed."""
+    out_dir = args.out_dir or fresh_dir(args.name)
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, name + ".json"), "w") as f:
+    with open(os.path.join(out_dir, args.name + ".json"), "w") as f:
         json.dump(results, f, indent=1)
     text = markdown(results)
-    with open(os.path.join(out_dir, name + ".md"), "w") as f:
+    with open(os.path.join(out_dir, args.name + ".md"), "w") as f:
         f.write(text)
     print(text)
+    return 0

@@ -161,22 +161,20 @@ def _export_all(translator, run_dir, work, label, ct2_export, engines):
     sizes = {"saved_model": sm["total_bytes"]}
     unavailable = {}
     for q in ("float32", "int8"):
-        if f"tflite_text_{q}" in engines:
+        tflite, ct2 = f"tflite_text_{q}", f"ctranslate2_{q}"
+        if tflite in engines:
             try:  # a target that fails to export is reported, the other engines still timed
                 rep = export.export_tflite(translator, os.path.join(
                     work, f"{label}_text_{q}.tflite"), "text", q)
             except Exception as e:  # noqa: BLE001
-                unavailable[f"tflite_text_{q}"] = f"{type(e).__name__}: {e}"[:500]
-                log(f"  [{label}] tflite_text_{q} not available: "
-                    f"{unavailable[f'tflite_text_{q}']}")
+                unavailable[tflite] = f"{type(e).__name__}: {e}"[:500]
+                log(f"  [{label}] {tflite} not available: {unavailable[tflite]}")
             else:
-                paths[f"tflite_text_{q}"] = rep["path"]
-                sizes[f"tflite_text_{q}"] = rep["total_bytes"]
-        if f"ctranslate2_{q}" in engines:
+                paths[tflite], sizes[tflite] = rep["path"], rep["total_bytes"]
+        if ct2 in engines:
             rep = ct2_export.export_ctranslate2(run_dir, os.path.join(
                 work, f"{label}_ct2_{q}"), q, log=lambda *a: None)
-            paths[f"ctranslate2_{q}"] = rep["path"]
-            sizes[f"ctranslate2_{q}"] = rep["total_bytes"]
+            paths[ct2], sizes[ct2] = rep["path"], rep["total_bytes"]
     return paths, sizes, unavailable
 
 
@@ -250,10 +248,9 @@ def _serve_one(args, ct2_export, run_dir, work, label, threads, count):
     ref_ids = outputs["saved_model_translate_ids"]
     target_tokens = sum(len(r) for r in ref_ids)
     decode = translator.tgt_tokenizer.detokenize
-    ids = {"saved_model_translate_ids": ref_ids}
-    for e in engines:
-        if e.startswith("ctranslate2"):
-            ids[e] = [[ct2.tgt_ids[t] for t in row] for row in outputs[e]]
+    ids = {e: [[ct2.tgt_ids[t] for t in row] for row in outputs[e]]
+           for e in engines if e.startswith("ctranslate2")}
+    ids["saved_model_translate_ids"] = ref_ids
     texts = {e: utf8(decode(tf.constant(pad(rows)))) for e, rows in ids.items()}
     texts.update({e: outputs[e] for e in engines if e not in ids})
     ref_text = texts["saved_model_serving_default"]

@@ -83,8 +83,7 @@ def _ctranslate2(spec, inputs):
 
     translator = ctranslate2.Translator(spec["path"], device="cpu",
                                         intra_threads=spec["threads"], inter_threads=1)
-    tokens = inputs["ct2_tokens"]
-    options = spec["ct2_options"]
+    tokens, options = inputs["ct2_tokens"], spec["ct2_options"]
 
     def run(lo, hi):
         results = translator.translate_batch(tokens[lo:hi], **options)

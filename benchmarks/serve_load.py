@@ -57,38 +57,10 @@ end
 """
 
 
-# --- inputs -------------------------------------------------------------------------------
-def held_out(data, count):
-    """Up to ``count`` distinct one-sentence English inputs of a Tatoeba file (English TAB
-    French lines), in file order."""
-    from keras_attn.text import documents
-
-    stripped = dict.fromkeys(s.strip() for s in read_sources(data))
-    return [s for s in stripped if s and len(documents.split(s).sentences) == 1][:count]
-
-
 # --- the servers ----------------------------------------------------------------------------
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss_bytes(pid):
-    """Resident memory of ``pid`` and its descendants (psutil)."""
-    import psutil
-
-    total = 0
-    with contextlib.suppress(psutil.NoSuchProcess):
-        parent = psutil.Process(pid)
-        for process in [parent, *parent.children(recursive=True)]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                total += process.memory_info().rss
-    return total
-
-
 class MemorySampler(threading.Thread):
-    """RSS of a process tree every ``every`` seconds: ``samples``, bytes."""
+    """RSS of a process tree (``pid`` and its descendants, psutil) every ``every`` seconds:
+    ``samples``, bytes."""
 
     def __init__(self, pid, every=1.0):
         super().__init__(daemon=True)
@@ -96,8 +68,16 @@ class MemorySampler(threading.Thread):
         self._halt = threading.Event()
 
     def run(self):
+        import psutil
+
         while not self._halt.is_set():
-            self.samples.append(rss_bytes(self.pid))
+            total = 0
+            with contextlib.suppress(psutil.NoSuchProcess):
+                parent = psutil.Process(self.pid)
+                for process in [parent, *parent.children(recursive=True)]:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        total += process.memory_info().rss
+            self.samples.append(total)
             self._halt.wait(self.every)
 
     def stop(self):
@@ -119,7 +99,9 @@ class Server:
     def __init__(self, spec, paths, args):
         self.spec = spec
         self.name, self.options = parse_spec(spec)
-        self.port = free_port()
+        with socket.socket() as s:  # a free port
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = dict(os.environ)
         if self.name == "libretranslate":
@@ -224,16 +206,10 @@ def measure_server(spec, paths, sentences, args, log):
 
 
 # --- the engines on their own ---------------------------------------------------------------
-def offline(engine, path, threads, sentences_file, duration):
-    """The engine alone in a fresh process (``--offline``): sentences/s at batch 32, and the
-    median milliseconds of one sentence, with ``threads`` intra-op threads."""
-    done = subprocess.run([sys.executable, "-m", "benchmarks.serve_load", "--offline", engine,
-                           path, str(threads), sentences_file, str(duration)], cwd=ROOT,
-                          capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def _offline(engine_name, path, threads, sentences_file, duration):
+    """The engine alone, run by :func:`run` in a fresh process (``--offline``): sentences/s
+    at batch 32, and the median milliseconds of one sentence, with ``threads`` intra-op
+    threads; printed as a JSON line."""
     from keras_attn.decoding.options import DecodingOptions
     from keras_attn.serve import engines
 
@@ -241,13 +217,11 @@ def _offline(engine_name, path, threads, sentences_file, duration):
     engine = engines.ENGINE_CLASSES[engine_name](path, int(threads))
     options = DecodingOptions()
     engine.translate(sentences[:32], options, False)  # warm-up
-    count, start, i = 0, time.monotonic(), 0
+    i, start = 0, time.monotonic()  # i: sentences translated
     while time.monotonic() - start < float(duration):
-        batch = [sentences[(i + j) % len(sentences)] for j in range(32)]
+        engine.translate([sentences[(i + j) % len(sentences)] for j in range(32)], options, False)
         i += 32
-        engine.translate(batch, options, False)
-        count += len(batch)
-    batch32 = count / (time.monotonic() - start)
+    batch32 = i / (time.monotonic() - start)
     one = []
     for sentence in sentences[:200]:
         t0 = time.perf_counter()
@@ -278,21 +252,15 @@ def engine_paths(path, log):
     return paths
 
 
-def server_threads(spec):
-    """The intra-op threads the server's engine runs with (its ``--threads``, else
-    ``keras-attn serve``'s default, :func:`keras_attn.serve.server.default_threads`)."""
-    from keras_attn.serve.server import default_threads
-
-    name, options = parse_spec(spec)
-    if "threads" in options:
-        return int(options["threads"])
-    return default_threads(name, int(options.get("replicas", 1)))
-
-
 def run(args, log=print):
+    from keras_attn.serve.server import default_threads
+    from keras_attn.text import documents
+
     info = {"cpu": cpu_info()[0], "cores": len(os.sched_getaffinity(0)),
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
-    sentences = held_out(args.data, SENTENCES)
+    # the held-out inputs: distinct one-sentence English sources of --data, in file order
+    stripped = dict.fromkeys(s.strip() for s in read_sources(args.data))
+    sentences = [s for s in stripped if s and len(documents.split(s).sentences) == 1][:SENTENCES]
     sentences_file = os.path.join(tempfile.mkdtemp(prefix="serve_load_"), "sentences.json")
     with open(sentences_file, "w", encoding="utf-8") as f:
         json.dump(sentences, f)
@@ -306,30 +274,35 @@ def run(args, log=print):
     for repeat in range(args.repeats):
         log(f"repeat {repeat + 1}/{args.repeats}")
         rows = [measure_server(spec, paths, sentences, args, log) for spec in args.servers]
-        engines = {}
-        for spec in args.servers:
-            name, _ = parse_spec(spec)
-            key = (name, server_threads(spec))
-            if name != "libretranslate" and key not in engines:
-                engines[key] = offline(name, paths[name], key[1], sentences_file,
-                                       OFFLINE_SECONDS)
-                log(f"  offline {name} threads {key[1]}: {engines[key]}")
+        engines = {}  # (engine, threads) -> its figures alone (_offline, in a fresh process)
+        for name, options in map(parse_spec, args.servers):
+            if name == "libretranslate":
+                continue
+            # the threads its server runs with: its --threads, else keras-attn serve's default
+            threads = int(options["threads"]) if "threads" in options else default_threads(
+                name, int(options.get("replicas", 1)))
+            if (name, threads) not in engines:
+                done = subprocess.run(
+                    [sys.executable, "-m", "benchmarks.serve_load", "--offline", name,
+                     paths[name], str(threads), sentences_file, str(OFFLINE_SECONDS)],
+                    cwd=ROOT, capture_output=True, text=True, check=True)
+                engines[name, threads] = json.loads(done.stdout.strip().splitlines()[-1])
+                log(f"  offline {name} threads {threads}: {engines[name, threads]}")
         results["repeats"].append({"servers": rows, "offline": list(engines.values())})
     results["summary"] = summary(results)
     return results
 
 
 # --- the report -----------------------------------------------------------------------------
-def point(row, clients):
-    return next((p for p in row["points"] if p["clients"] == clients), None)
-
-
 def summary(results):
     """Per server and client count the median and range over the repeats; per repeat the
     ratios to LibreTranslate's figures (when it ran), then their median and range."""
     def rows(spec):  # the server's row of every repeat
         return [next(r for r in rep["servers"] if r["server"] == spec)
                 for rep in results["repeats"]]
+
+    def point(row, clients):  # the row's point at that many clients
+        return next((p for p in row["points"] if p["clients"] == clients), None)
 
     out = {"servers": {}, "ratios": {}, "offline": {}}
     for spec in results["servers"]:

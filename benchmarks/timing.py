@@ -30,23 +30,17 @@ def cpu_info():
     return model, flags
 
 
-def _leaves(out):
-    if isinstance(out, dict):
-        return [t for v in out.values() for t in _leaves(v)]
-    if isinstance(out, (list, tuple)):
-        return [t for v in out for t in _leaves(v)]
-    return [out]
-
-
 def block(out):
     """Wait for ``out`` (any nest of TensorFlow, JAX or torch tensors) to be computed."""
-    for t in _leaves(out):
-        if hasattr(t, "block_until_ready"):  # JAX dispatches asynchronously
-            t.block_until_ready()
-        elif hasattr(t, "detach"):  # torch: a copy to the host waits for the device
-            t.detach().cpu()
-        elif hasattr(t, "numpy"):  # TensorFlow
-            t.numpy()
+    if isinstance(out, (dict, list, tuple)):
+        for t in (out.values() if isinstance(out, dict) else out):
+            block(t)
+    elif hasattr(out, "block_until_ready"):  # JAX dispatches asynchronously
+        out.block_until_ready()
+    elif hasattr(out, "detach"):  # torch: a copy to the host waits for the device
+        out.detach().cpu()
+    elif hasattr(out, "numpy"):  # TensorFlow
+        out.numpy()
     return out
 
 
