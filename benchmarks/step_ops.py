@@ -6,6 +6,11 @@ difference of the two runs' traced ops and median milliseconds over ``b - a``.
 
     python -m benchmarks.step_ops exported/saved_model/translator/1 --text "3 March 2021" \\
         --json docs/benchmarks/step_ops.json
+
+With ``--settings FILE`` it measures instead what TF Serving's speed flags change: milliseconds
+per sentence at batch 1, 8 and 32 (the batching parameters' ``max_batch_size``) under each
+intra-/inter-op thread count and with ``translate_v2_xla`` (``--xla_cpu_compilation_enabled``),
+on the first 64 sentences of FILE, every setting in its own session, interleaved.
 """
 import argparse
 import collections
@@ -38,10 +43,9 @@ def executed_ops(run, fetches, feeds):
     return ops
 
 
-def measure(path, text, short=4, long=12, signature="translate", repeats=30, threads=2):
-    """Ops and milliseconds per decoding step of ``signature`` in the SavedModel at ``path``
-    (see the module docstring). Returns a dict: ``ops_per_step`` (op type -> count, the
-    non-zero ones), ``total_per_step``, ``ms_per_step``, ``steps`` ``(short, long)``."""
+def _session(path, threads, inter=None):
+    """A ``tf.compat.v1.Session`` with the SavedModel loaded as TF Serving loads it, and a
+    ``run(texts, signature, **options)`` that returns the translations."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
 
@@ -50,9 +54,57 @@ def measure(path, text, short=4, long=12, signature="translate", repeats=30, thr
 
     tf.compat.v1.disable_eager_execution()
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads,
-                                      inter_op_parallelism_threads=threads)
-    with tf.compat.v1.Session(graph=tf.Graph(), config=config) as sess:
-        meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
+                                      inter_op_parallelism_threads=inter or threads)
+    sess = tf.compat.v1.Session(graph=tf.Graph(), config=config)
+    meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
+
+    def run(texts, signature, **options):
+        sig = meta.signature_def[signature]
+        tensor = sess.graph.get_tensor_by_name
+        inputs = {k: tensor(v.name) for k, v in sig.inputs.items()}
+        values = option_inputs(DecodingOptions(**options), accepted=set(inputs) - {"text"})
+        return sess.run(tensor(sig.outputs["translations"].name),
+                        {inputs["text"]: text_array(texts),
+                         **{inputs[k]: v for k, v in values.items()}})
+
+    return sess, meta, run
+
+
+# TF Serving's speed settings: (--tensorflow_intra_op_parallelism, ..._inter_op_..., signature).
+SETTINGS = {"intra 1, inter 1": (1, 1, "translate_v2"), "intra 1, inter 2": (1, 2, "translate_v2"),
+            "intra 2, inter 1": (2, 1, "translate_v2"), "intra 2, inter 2": (2, 2, "translate_v2"),
+            "intra 2, inter 2, XLA": (2, 2, "translate_v2_xla")}
+
+
+def serving_settings(path, texts, repeats=5, batches=(1, 8, 32)):
+    """Milliseconds per sentence of ``texts`` at each batch size under each of
+    :data:`SETTINGS`; ``{setting: {batch: summary}}`` and whether every setting's
+    translations equal the first's."""
+    runs = {name: _session(path, intra, inter)[2] for name, (intra, inter, _) in SETTINGS.items()}
+    result = {}
+    for batch in batches:
+        chunks = [texts[i:i + batch] for i in range(0, len(texts), batch)]
+        calls = {name: (lambda run=run, sig=SETTINGS[name][2]: [run(c, sig) for c in chunks])
+                 for name, run in runs.items()}
+        times = interleaved(calls, repeats=repeats)  # the first call compiles (warmup)
+        for name, t in times.items():
+            result.setdefault(name, {})[str(batch)] = summarize(
+                [x / len(texts) for x in t])
+    outputs = {name: np.ravel(run(texts[:32], SETTINGS[name][2])) for name, run in runs.items()}
+    first = next(iter(outputs.values()))
+    return {"ms_per_sentence": result,
+            "same_translations": all((o == first).all() for o in outputs.values())}
+
+
+def measure(path, text, short=4, long=12, signature="translate", repeats=30, threads=2):
+    """Ops and milliseconds per decoding step of ``signature`` in the SavedModel at ``path``
+    (see the module docstring). Returns a dict: ``ops_per_step`` (op type -> count, the
+    non-zero ones), ``total_per_step``, ``ms_per_step``, ``steps`` ``(short, long)``."""
+    from keras_attn.decoding.options import DecodingOptions
+    from keras_attn.export.runtime import option_inputs, text_array
+
+    sess, meta, _ = _session(path, threads)
+    with sess:
         sig = meta.signature_def[signature]
         graph = sess.graph
         fetches = {k: graph.get_tensor_by_name(v.name) for k, v in sig.outputs.items()}
@@ -98,17 +150,27 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--json", help="write the result here")
+    ap.add_argument("--settings", metavar="FILE",
+                    help="measure TF Serving's speed settings on FILE's sentences instead")
     args = ap.parse_args(argv)
-    short, long = (int(s) for s in args.steps.split(","))
-    if not 0 < short < long:
-        ap.error(f"--steps takes two cuts, the first smaller. Received: {args.steps!r}")
-    result = measure(args.saved_model, args.text, short, long, args.signature,
-                     args.repeats, args.threads)
+    if args.settings:
+        with open(args.settings, encoding="utf-8") as f:
+            texts = [line.split("\t")[0] for line in f.read().splitlines()[:64]]
+        result = serving_settings(args.saved_model, texts, args.repeats)
+        for name, by_batch in result["ms_per_sentence"].items():
+            print(f"{name:24s}", "  ".join(f"batch {b}: {s['median_ms']:.2f} ms"
+                                           for b, s in by_batch.items()))
+    else:
+        short, long = (int(s) for s in args.steps.split(","))
+        if not 0 < short < long:
+            ap.error(f"--steps takes two cuts, the first smaller. Received: {args.steps!r}")
+        result = measure(args.saved_model, args.text, short, long, args.signature,
+                         args.repeats, args.threads)
+        print(f"{result['total_per_step']:.0f} ops per step, {result['ms_per_step']} ms per "
+              f"step ({args.signature}, {args.threads} threads)")
+        for op, n in list(result["ops_per_step"].items())[:12]:
+            print(f"  {n:6.1f} {op}")
     result["saved_model"] = os.path.relpath(args.saved_model)
-    print(f"{result['total_per_step']:.0f} ops per step, {result['ms_per_step']} ms per step "
-          f"({args.signature}, {args.threads} threads)")
-    for op, n in list(result["ops_per_step"].items())[:12]:
-        print(f"  {n:6.1f} {op}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)

@@ -174,6 +174,20 @@ def test_step_ops_of_the_committed_savedmodel():
     assert result["total_per_step"] == sum(per_step.values())
 
 
+@pytest.mark.slow  # five sessions of the committed SavedModel, XLA compiling one (~1 minute)
+def test_serving_settings_time_every_setting_on_the_same_translations():
+    from benchmarks.step_ops import SETTINGS, serving_settings
+
+    texts = ["3 March 2021", "Sunday, 14 July 1789", "1/2/03", "may 5 1999"]
+    result = serving_settings(os.path.join(REPO, "exported", "saved_model", "translator", "1"),
+                              texts, repeats=1, batches=(1, 4))
+    assert result["same_translations"]  # threads and XLA change the speed, not the tokens
+    assert set(result["ms_per_sentence"]) == set(SETTINGS)
+    for by_batch in result["ms_per_sentence"].values():
+        assert set(by_batch) == {"1", "4"}
+        assert all(s["median_ms"] > 0 and s["repeats"] == 1 for s in by_batch.values())
+
+
 # --- benchmarks.passthrough ------------------------------------------------------------------
 def test_passthrough_measure_counts_spans_and_the_words_around_them():
     """An engine that keeps spans when asked and drops every span otherwise: 1.0 and 0.0
