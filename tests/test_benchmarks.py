@@ -174,7 +174,7 @@ def test_step_ops_of_the_committed_savedmodel():
     assert result["total_per_step"] == sum(per_step.values())
 
 
-@pytest.mark.slow  # five sessions of the committed SavedModel, XLA compiling one (~1 minute)
+@pytest.mark.slow  # five sessions of the committed SavedModel, XLA compiling one (minutes)
 def test_serving_settings_time_every_setting_on_the_same_translations():
     from benchmarks.step_ops import SETTINGS, serving_settings
 
