@@ -100,6 +100,33 @@ def build_model(config):
                      f"Received: model={c['model']!r}")
 
 
+def float32_model(model, config):
+    """``model`` as it computes in float32: itself for a float32 run, else the same
+    architecture built under the float32 policy with ``model``'s weights (a mixed-precision
+    run's variables are float32 already). Evaluation and every export use it: mixed
+    precision speeds up training, what a run ships computes in float32.
+
+    Args:
+        model: from :func:`build_model` (or ``model.keras``) for ``config``.
+        config: the run's ``TrainConfig`` or its dict; ``mixed_precision`` tells the policy.
+
+    Example:
+        >>> float32_model(model, config).get_layer("decoder").compute_dtype
+        'float32'
+    """
+    c = config if isinstance(config, dict) else dataclasses.asdict(config)
+    if c.get("mixed_precision", "") in ("", "float32"):
+        return model
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")
+    try:
+        copy = build_model(c)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
 def model_kind(model):
     """``"transformer"`` or ``"bahdanau"`` for a model built by this module."""
     decoder = model.get_layer("decoder")

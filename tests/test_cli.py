@@ -362,17 +362,22 @@ def test_a_deprecated_flag_name_says_so(capsys):
 
 @pytest.mark.parametrize("argv, stored", [
     ([], ("", "")),
+    (["--task", "tatoeba"], ("auto", "")),
     (["--mixed-precision", "float32", "--distribute", "none"], ("", "")),
+    (["--task", "tatoeba", "--mixed-precision", "float32"], ("", "")),
+    (["--mixed-precision", "auto"], ("auto", "")),
     (["--mixed-precision", "mixed_bfloat16", "--distribute", "mirrored"],
      ("mixed_bfloat16", "mirrored")),
 ])
 def test_train_choices_name_their_default(argv, stored):
     """The defaults of --mixed-precision and --distribute have a name on the command line
-    (float32, none) and are stored as config.json holds them ("")."""
+    (float32, none) and are stored as config.json holds them (""); the tatoeba recipe lets
+    the machine choose its precision (auto)."""
     from keras_attn import cli
+    from keras_attn.cli.train import config_from_args
 
     args = cli.build_parser().parse_args(["train", *argv])
-    assert (args.mixed_precision, args.distribute) == stored
+    assert (config_from_args(args).mixed_precision, args.distribute) == stored
 
 
 def test_train_rejects_an_unknown_choice(capsys):

@@ -159,9 +159,12 @@ def add_parser(sub):
     p.add_argument("--peak-lr", type=float, default=TrainConfig.peak_lr,
                    help="peak learning rate of the cosine schedule (default: %(default)s)")
     p.add_argument("--mixed-precision", type=_choice("float32", "mixed_float16",
-                                                     "mixed_bfloat16"),
-                   metavar="{float32,mixed_float16,mixed_bfloat16}", default="",
-                   help="Keras dtype policy (default: float32)")
+                                                     "mixed_bfloat16", "auto"),
+                   metavar="{float32,mixed_float16,mixed_bfloat16,auto}", default=None,
+                   help="Keras dtype policy of training; auto: mixed_bfloat16 on a CPU with "
+                        "native bfloat16 (AMX or AVX512_BF16), float32 elsewhere; the run "
+                        "logs and stores the one it took and decodes, evaluates and exports "
+                        "in float32 (default: float32 for dates, auto for tatoeba)")
     p.add_argument("--jit-compile", action="store_true",
                    help="XLA-compile the train step (default: off)")
     p.add_argument("--seed", type=int, default=0,

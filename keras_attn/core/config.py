@@ -48,7 +48,7 @@ class TrainConfig:
     lr_scale: float = 1.0
     peak_lr: float = 1e-3
     label_smoothing: float = 0.1
-    mixed_precision: str = ""
+    mixed_precision: str = ""  # float32; "auto": keras_attn.training.precision picks
     jit_compile: bool = False
     seed: int = 0
     max_len: int = 48
@@ -129,17 +129,19 @@ class TrainConfig:
 
 
 # TrainConfig's defaults are the dates task's; English-French differs where listed
-# (4,000 pieces a language and no dropout: docs/budget.md).
+# (4,000 pieces a language, no dropout, the precision the machine computes fastest:
+# docs/budget.md).
 _TASK_OVERRIDES = {
     "dates": {},
     "tatoeba": dict(tokenizer="sentencepiece", num_hiddens=256, ffn_num_hiddens=1024,
                     dropout=0.0, batch_size=64, epochs=8, warmup=4000, max_len=64,
-                    vocab_size=4000, num_train=0, num_valid=2000, num_test=0),
+                    vocab_size=4000, num_train=0, num_valid=2000, num_test=0,
+                    mixed_precision="auto"),
 }
 # The options whose default depends on the task.
 _SIZES = ("model", "tokenizer", "num_hiddens", "ffn_num_hiddens", "num_heads", "num_layers",
           "num_decoder_layers", "dropout", "batch_size", "epochs", "warmup", "lr_scale", "label_smoothing",
-          "max_len", "vocab_size", "num_train", "num_valid", "num_test")
+          "max_len", "vocab_size", "num_train", "num_valid", "num_test", "mixed_precision")
 TASK_DEFAULTS = {
     task: {**{k: getattr(TrainConfig, k) for k in _SIZES}, **overrides}
     for task, overrides in _TASK_OVERRIDES.items()

@@ -16,7 +16,7 @@ import tensorflow as tf
 import keras_attn.core.config
 from keras_attn import data, schedules
 from keras_attn.training import budget
-from keras_attn.training import losses
+from keras_attn.training import losses, precision
 from keras_attn.core import runs
 from keras_attn.text import subword
 from keras_attn.text import tokenizers as text
@@ -25,7 +25,7 @@ from keras_attn.training.distribute import (DistributedFitModel, ReplicaMeanMask
 from keras_attn.training.evaluation import evaluate
 from keras_attn.core.config import TrainConfig, format_duration
 from keras_attn.data import load_splits  # noqa: F401 (training.load_splits: a public name)
-from keras_attn.models import build_model
+from keras_attn.models import build_model, float32_model
 
 TASK_DEFAULTS = keras_attn.core.config.TASK_DEFAULTS
 
@@ -125,6 +125,19 @@ def _prepare_run_dir(config, run_dir):
     return p
 
 
+def _resolve_precision(config, run_dir, log):
+    """Replace ``mixed_precision="auto"`` by the policy it picks here (a resumed run keeps the
+    one its ``config.json`` holds) and log the choice."""
+    given = config.mixed_precision
+    stored = runs.paths(run_dir)["config"]
+    if given == precision.AUTO and os.path.exists(stored):
+        config.mixed_precision = runs.read_json(stored).get("mixed_precision", "")
+        why = "auto: as the run being resumed"
+    else:
+        config.mixed_precision, why = precision.resolve(given)
+    log(f"precision: {precision.describe(config.mixed_precision)} ({why})")
+
+
 def check_config(config):
     """Raise ValueError (naming the option and value) for options no run can use; called before
     anything is written, so a typo never leaves a run directory that refuses the fix.
@@ -157,6 +170,8 @@ def check_config(config):
         fail("label_smoothing", "a float in [0, 1)")
     if config.schedule not in ("noam", "cosine"):
         fail("schedule", "'noam' or 'cosine'")
+    if config.mixed_precision not in ("", "mixed_float16", "mixed_bfloat16", precision.AUTO):
+        fail("mixed_precision", "'' (float32), 'mixed_float16', 'mixed_bfloat16' or 'auto'")
     config.check_languages()  # BCP 47 codes, a pair of two, columns holding both
     # The model's own checks (num_heads dividing num_hiddens, dropout, model name...).
     build_model({**dataclasses.asdict(config), "src_vocab_size": 8, "tgt_vocab_size": 8})
@@ -181,10 +196,12 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     start = time.monotonic() if start is None else start
     strategy = make_strategy(distribute, cpu_devices)
     is_chief, worker_index = worker_info(strategy)
+    _resolve_precision(config, run_dir, log)
     check_config(config)
     keras.utils.set_random_seed(config.seed)
+    policy = keras.config.dtype_policy()
     if config.mixed_precision:
-        keras.mixed_precision.set_global_policy(config.mixed_precision)
+        keras.config.set_dtype_policy(config.mixed_precision)
     if not is_chief:
         run_dir = os.path.join(run_dir, f".worker-{worker_index}")
     p = _prepare_run_dir(config, run_dir)
@@ -283,6 +300,7 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
                   validation_freq=list(range(1, 10**4, 4)) if config.time_budget else 1,
                   callbacks=callbacks, shuffle=False, verbose=verbose)
     train_seconds = time.time() - t0
+    keras.config.set_dtype_policy(policy)  # what follows (evaluation, export) is float32
     if not is_chief:
         return {"chief": False, "worker": worker_index, "train_seconds": round(train_seconds, 1)}
     chosen, after = {}, None
@@ -297,7 +315,8 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
 
     from keras_attn.translator import Translator
 
-    translator = Translator(model, src_tok, tgt_tok, config.max_len,
+    # Evaluated as it ships: in float32 whatever precision it trained in.
+    translator = Translator(float32_model(model, config), src_tok, tgt_tok, config.max_len,
                             normalize=config.tokenizer == "wordpiece")
     test, test_refs = splits["test"], refs
     if after is not None:

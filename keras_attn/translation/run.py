@@ -26,7 +26,8 @@ def languages(run_dir):
 def load(run_dir, calibrated=True):
     """A run's ``(model, src_tokenizer, tgt_tokenizer, max_len, normalize, calibrator)``,
     ``Translator``'s arguments (the best checkpoint of an interrupted run; no
-    ``calibration.json`` or ``calibrated=False``: no calibrator).
+    ``calibration.json`` or ``calibrated=False``: no calibrator). The model computes in
+    float32 whatever precision it trained in (:func:`keras_attn.models.float32_model`).
 
     Raises:
         FileNotFoundError: not a run directory, or no trained weights yet.
@@ -47,6 +48,7 @@ def load(run_dir, calibrated=True):
         raise FileNotFoundError(
             f"{run_dir!r} has no trained weights yet (neither model.keras nor "
             "checkpoints/best.weights.h5): finish or resume the training first")
+    model = models.float32_model(model, config)  # a mixed-precision run decodes in float32
     calibrator = (Calibrator.load(p["calibration"])
                   if calibrated and os.path.exists(p["calibration"]) else None)
     return (model, *subword.run_tokenizers(run_dir), config["max_len"],
