@@ -92,7 +92,8 @@ def build_model(config):
             c["num_heads"], c["num_layers"], c["dropout"], max_len=c["max_len"] + 2,
             # Runs saved before these options existed: their defaults.
             ffn_dropout=c.get("ffn_dropout", 0.0), tie_embeddings=c.get("tie_embeddings", False),
-            num_decoder_layers=c.get("num_decoder_layers", 0) or None)
+            num_decoder_layers=c.get("num_decoder_layers", 0) or None,
+            norm_first=c.get("norm_first", False))
     if c["model"] == "bahdanau":
         return bahdanau_seq2seq(c["src_vocab_size"], c["tgt_vocab_size"], c["num_hiddens"],
                                 c["num_hiddens"], c["num_layers"], c["dropout"])

@@ -332,7 +332,7 @@ def test_train_config_ffn_dropout_reaches_the_model():
     assert model.get_layer("encoder").blks[0].ffn.dropout == 0.0
 
 
-def test_train_config_decoder_depth_and_tied_output_reach_the_model():
+def test_train_config_decoder_depth_tied_output_and_pre_norm_reach_the_model():
     import argparse
     import dataclasses
 
@@ -342,10 +342,12 @@ def test_train_config_decoder_depth_and_tied_output_reach_the_model():
     parser = argparse.ArgumentParser(prog="keras-attn")
     p = train_cli.add_parser(parser.add_subparsers())
     args = p.parse_args(["--task", "tatoeba", "--num-layers", "3", "--num-decoder-layers", "1",
-                         "--tie-embeddings"])
+                         "--tie-embeddings", "--norm-first"])
     config = train_cli.config_from_args(args)
-    assert (config.num_layers, config.num_decoder_layers, config.tie_embeddings) == (3, 1, True)
-    assert train_cli.config_from_args(p.parse_args(["--task", "tatoeba"])).tie_embeddings is False
+    assert (config.num_layers, config.num_decoder_layers, config.tie_embeddings,
+            config.norm_first) == (3, 1, True, True)
+    default = train_cli.config_from_args(p.parse_args(["--task", "tatoeba"]))
+    assert (default.tie_embeddings, default.norm_first) == (False, False)
     config = dataclasses.asdict(dataclasses.replace(config, num_hiddens=D, ffn_num_hiddens=FFN,
                                                     num_heads=HEADS))
     config.update(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
@@ -353,17 +355,21 @@ def test_train_config_decoder_depth_and_tied_output_reach_the_model():
     model({"source": SRC, "target_in": TGT})
     encoder, decoder = model.get_layer("encoder"), model.get_layer("decoder")
     assert (len(encoder.blks), len(decoder.blks), decoder.tie_embeddings) == (3, 1, True)
+    # Pre-norm: each stack ends with its own LayerNorm.
+    assert encoder.norm_first and decoder.norm_first
+    assert encoder.final_norm is not None and decoder.final_norm is not None
     # A deep encoder, a shallow decoder: the layer counts are what the weights say.
     assert len(model.weights) == len(encoder.weights) + len(decoder.weights)
     config["num_decoder_layers"] = 0  # 0: as deep as the encoder
     model = training.build_model(config)
     model({"source": SRC, "target_in": TGT})
     assert len(model.get_layer("decoder").blks) == 3
-    for key in ("num_decoder_layers", "tie_embeddings"):  # a run saved before the options
+    for key in ("num_decoder_layers", "tie_embeddings", "norm_first"):  # saved before them
         del config[key]
     model = training.build_model(config)
     model({"source": SRC, "target_in": TGT})
     assert len(model.get_layer("decoder").blks) == 3
     assert not model.get_layer("decoder").tie_embeddings
+    assert model.get_layer("encoder").final_norm is None
     with pytest.raises(ValueError, match="num_decoder_layers"):
         training.check_config(dataclasses.replace(training.TrainConfig(), num_decoder_layers=-1))

@@ -147,6 +147,10 @@ def add_parser(sub):
     p.add_argument("--tie-embeddings", action="store_true", default=None,
                    help="the decoder's output projection is its embedding, transposed "
                         "(Press and Wolf 2017; section 3.4 of the paper) (default: off)")
+    p.add_argument("--norm-first", action="store_true", default=None,
+                   help="pre-norm blocks, LayerNorm before each sublayer and after each stack "
+                        "(Xiong et al. 2020; the paper's blocks normalise after) "
+                        "(default: off)")
     p.add_argument("--steps", type=int, default=0,
                    help="total training steps, overriding --epochs (default: 0, use --epochs)")
     p.add_argument("--time-budget", type=_duration, default=0.0, metavar="DURATION",

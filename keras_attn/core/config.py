@@ -37,6 +37,7 @@ class TrainConfig:
     num_layers: int = 2
     num_decoder_layers: int = 0  # 0: num_layers
     tie_embeddings: bool = False
+    norm_first: bool = False  # pre-norm blocks and a final LayerNorm per stack
     dropout: float = 0.1
     ffn_dropout: float = 0.0
     batch_size: int = 128
