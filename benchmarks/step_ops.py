@@ -14,6 +14,7 @@ on the first 64 sentences of FILE, every setting in its own session, interleaved
 """
 import argparse
 import collections
+import functools
 import json
 import os
 import re
@@ -58,14 +59,17 @@ def _session(path, threads, inter=None):
     sess = tf.compat.v1.Session(graph=tf.Graph(), config=config)
     meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
 
+    @functools.lru_cache(maxsize=None)
+    def tensors(signature):  # looked up once per signature, not per request
+        sig, tensor = meta.signature_def[signature], sess.graph.get_tensor_by_name
+        return ({k: tensor(v.name) for k, v in sig.inputs.items()},
+                tensor(sig.outputs["translations"].name))
+
     def run(texts, signature, **options):
-        sig = meta.signature_def[signature]
-        tensor = sess.graph.get_tensor_by_name
-        inputs = {k: tensor(v.name) for k, v in sig.inputs.items()}
+        inputs, translations = tensors(signature)
         values = option_inputs(DecodingOptions(**options), accepted=set(inputs) - {"text"})
-        return sess.run(tensor(sig.outputs["translations"].name),
-                        {inputs["text"]: text_array(texts),
-                         **{inputs[k]: v for k, v in values.items()}})
+        return sess.run(translations, {inputs["text"]: text_array(texts),
+                                       **{inputs[k]: v for k, v in values.items()}})
 
     return sess, meta, run
 

@@ -34,9 +34,16 @@ AVX2_CPU = {"sse4_2", "avx", "avx2", "fma"}
 ])
 def test_auto_takes_bfloat16_only_where_the_cpu_computes_it(name, flags, environ, has_gpu,
                                                             policy):
-    chosen, why = precision.resolve(name, flags=flags, environ=environ, has_gpu=has_gpu)
+    chosen, why = precision.resolve(name, flags=flags, environ=environ, has_gpu=has_gpu,
+                                    backend="tensorflow")
     assert chosen == policy
     assert why  # the log line says why
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_auto_keeps_float32_on_the_other_backends(backend):
+    assert precision.resolve("auto", flags=AMX_CPU, environ={}, has_gpu=False,
+                             backend=backend)[0] == ""
 
 
 def test_cpu_flags_reads_the_first_processor(tmp_path):

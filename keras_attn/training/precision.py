@@ -27,25 +27,33 @@ def cpu_flags(path="/proc/cpuinfo"):
     return set()
 
 
-def resolve(name, flags=None, environ=None, has_gpu=None):
+def resolve(name, flags=None, environ=None, has_gpu=None, backend=None):
     """``(policy, reason)``: ``name`` itself unless it is ``"auto"``, which gives
     ``"mixed_bfloat16"`` on a CPU-only machine whose CPU has native bfloat16 dot products and
-    whose oneDNN may use them, and ``""`` (float32) everywhere else, GPUs included (choose
-    ``mixed_float16`` or ``mixed_bfloat16`` there by name).
+    whose oneDNN may use them, and ``""`` (float32) everywhere else: GPUs and the JAX and
+    PyTorch backends included (name a policy there to use one).
 
     Args:
         name: ``""`` (float32), ``"mixed_float16"``, ``"mixed_bfloat16"`` or ``"auto"``.
         flags: the CPU's flags (default: :func:`cpu_flags`).
         environ: the environment (default: ``os.environ``).
         has_gpu: whether TensorFlow sees a GPU (default: asks TensorFlow).
+        backend: the Keras backend (default: ``keras.backend.backend()``).
 
     Example:
-        >>> resolve("auto", flags={"avx2", "amx_bf16"}, environ={}, has_gpu=False)
+        >>> resolve("auto", flags={"avx2", "amx_bf16"}, environ={}, has_gpu=False,
+        ...         backend="tensorflow")
         ('mixed_bfloat16', 'auto: the CPU has amx_bf16')
     """
     if name != AUTO:
         return name, "as given"
     environ = os.environ if environ is None else environ
+    if backend is None:
+        import keras
+
+        backend = keras.backend.backend()
+    if backend != "tensorflow":
+        return "", f"auto: float32 on the {backend} backend (oneDNN's bfloat16 is TensorFlow's)"
     if has_gpu is None:
         import tensorflow as tf
 
