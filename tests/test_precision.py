@@ -13,6 +13,8 @@ import pytest
 from keras_attn import cli, models
 from keras_attn.training import precision
 
+import layer_checks as lc
+
 AMX_CPU = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
 AVX2_CPU = {"sse4_2", "avx", "avx2", "fma"}
 
@@ -63,20 +65,18 @@ def test_float32_model_computes_a_mixed_run_in_float32(policy):
     """The copy holds the same variables, computes every layer in float32 and gives what a
     float32 model with those weights gives; the mixed model differs from it by its rounding
     (bfloat16 keeps 8 bits of mantissa, float16 11)."""
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(policy)
-    try:
+    with lc.global_policy(policy):
         keras.utils.set_random_seed(0)
         mixed = models.build_model(CONFIG)
-    finally:
-        keras.config.set_dtype_policy(previous)
-    copy = models.float32_model(mixed, {**CONFIG, "mixed_precision": policy})
+    with lc.global_policy("mixed_float16"):  # whatever the process's policy, the copy's is
+        copy = models.float32_model(mixed, {**CONFIG, "mixed_precision": policy})
     assert copy is not mixed
     assert {layer.compute_dtype for layer in copy.layers} == {"float32"}
     assert mixed.get_layer("decoder").compute_dtype != "float32"
     for a, b in zip(mixed.get_weights(), copy.get_weights()):
         np.testing.assert_array_equal(a, b)
-    reference = models.build_model(CONFIG)
+    with lc.global_policy("float32"):
+        reference = models.build_model(CONFIG)
     reference.set_weights(mixed.get_weights())
     rng = np.random.default_rng(0)
     batch = {"source": rng.integers(1, 23, (3, 7)).astype("int32"),
@@ -125,5 +125,20 @@ def test_auto_run_stores_its_choice_and_loads_in_float32(tmp_path, capsys, monke
             capsys.readouterr().out)
     finally:  # training sets the process's policy: later tests start from the same one
         keras.config.set_dtype_policy(policy)
+    assert keras.config.dtype_policy().name == policy.name  # train() put it back
     model = run.load(str(tmp_path))[0]
     assert {layer.compute_dtype for layer in model.layers} == {"float32"}
+
+
+def test_train_puts_the_policy_back_when_it_raises(tmp_path):
+    """A run that fails after choosing its precision (here: data that does not exist) leaves
+    the process's policy as it found it."""
+    from keras_attn.core.config import TrainConfig
+    from keras_attn.training import recipes
+
+    before = keras.config.dtype_policy().name
+    with pytest.raises((FileNotFoundError, ValueError, OSError)):
+        recipes.train(TrainConfig(task="tatoeba", data=str(tmp_path / "missing.txt"),
+                                  mixed_precision="mixed_bfloat16"), str(tmp_path / "run"),
+                      log=lambda *a: None)
+    assert keras.config.dtype_policy().name == before

@@ -192,6 +192,14 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     multi-worker run only the chief writes ``run_dir``; the others back up to
     ``run_dir/.worker-<index>``, skip evaluation and return ``{"chief": False, "worker": i}``.
     """
+    policy = keras.config.dtype_policy()
+    try:
+        return _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export)
+    finally:  # the process's policy as it was, whether training ended or raised
+        keras.config.set_dtype_policy(policy)
+
+
+def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export):
     # First: the strategy must exist before TensorFlow creates any tensor or device.
     start = time.monotonic() if start is None else start
     strategy = make_strategy(distribute, cpu_devices)
