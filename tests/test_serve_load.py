@@ -47,6 +47,16 @@ def test_summary_takes_ratios_per_repeat_then_their_spread():
                                  "path": "run", "sentences": 3, "generator": "wrk",
                                  "warmup_s": 1, "duration_s": 2, **results, "summary": s})
     assert "| ctranslate2 | 1 | 125.0 (100.0–150.0) |" in table
+    # p50 ratios 0.6 and 0.8: one client waits less than LibreTranslate's in both repeats.
+    assert ("- ctranslate2: one client's p50 at most LibreTranslate's: holds in every repeat."
+            in table)
+    results["repeats"][1]["servers"][1]["points"][0]["p50_ms"] = 12.0  # 1.2 in repeat 2
+    table = serve_load.markdown({**results, "machine": {"cpu": "x", "cores": 2,
+                                                        "load_average_at_start": [0, 0, 0]},
+                                 "path": "run", "sentences": 3, "generator": "wrk",
+                                 "warmup_s": 1, "duration_s": 2,
+                                 "summary": serve_load.summary(results)})
+    assert "holds in some repeats, not all." in table
 
 
 def test_unknown_server_is_refused():
