@@ -1,5 +1,6 @@
 """Figures of keras_attn.viz: valid PNG files, one panel per layer and head, padding keys
 drawn with weight 0, and D2L's kernel-regression result (parametric beats non-parametric)."""
+import json
 import importlib.util
 import pathlib
 
@@ -245,3 +246,25 @@ def test_plot_attention_script_help(capsys):
         load_script("plot_attention").main(["--help"])
     assert exit_info.value.code == 0
     assert "RUN_DIR" in capsys.readouterr().out.upper()
+
+
+def test_budget_figure_script(tmp_path, capsys):
+    script = load_script("budget_figure")
+    runs = []
+    for minutes, bleu in ((60, 51.0), (5, 24.0)):
+        run = tmp_path / f"fra{minutes}"
+        run.mkdir()
+        (run / "metrics.json").write_text(json.dumps(
+            {"bleu": bleu, "bleu_d2l": bleu + 0.3, "budget": {"time_budget": 60.0 * minutes}}))
+        runs.append(str(run))
+    # Sorted by budget, whatever the order given.
+    assert script.our_points(runs) == [(5.0, 24.0, 24.3), (60.0, 51.0, 51.3)]
+    kerashub = tmp_path / "kerashub.json"
+    kerashub.write_text(json.dumps({"points": [
+        {"train_minutes": 43.1, "bleu_d2l": 22.6}, {"train_minutes": 78.5, "bleu_d2l": 30.4}]}))
+    out = tmp_path / "budget.png"
+    script.main(runs + ["--kerashub", str(kerashub), "--output", str(out)])
+    check_png(out)
+    (tmp_path / "fra5" / "metrics.json").write_text(json.dumps({"bleu": 1.0, "bleu_d2l": 1.0}))
+    with pytest.raises(SystemExit, match="not trained with --time-budget"):
+        script.our_points(runs)
