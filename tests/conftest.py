@@ -50,10 +50,11 @@ HEAVY_FILES = {
 }
 # The slow and heavy tests CI runs (a test id, or a file for all of its tests): a route, a
 # command or an artefact of the committed export per end-to-end path, each a minute or less
-# on 2 cores, none that trains or exports. The others (the tiny dates and SentencePiece runs
-# exported for the session and every decoding option through their artefacts, training for
-# minutes, every architecture through every artefact, killed and resumed runs, every page's
-# examples) run in ``.ci/run --extended``.
+# on 2 cores, none that trains or exports (but test_serve_fields.py: a CTranslate2 export of
+# exported/run, seconds, is the only way to serve that engine). The others (the tiny dates
+# and SentencePiece runs exported for the session and every decoding option through their
+# artefacts, training for minutes, every architecture through every artefact, killed and
+# resumed runs, every page's examples) run in ``.ci/run --extended``.
 SMOKE = {
     "tests/test_exported.py",
     "tests/test_engines_agree.py::test_savedmodel_engine_and_its_graph",
@@ -65,6 +66,7 @@ SMOKE = {
     "tests/test_translation.py::test_serve_ctranslate2_imports_no_tensorflow[1]",
     "tests/test_passthrough.py::test_serve_passes_spans_through_when_asked",
     "tests/test_docs.py::test_the_site_builds_strictly",
+    "tests/test_serve_fields.py",
 }
 
 

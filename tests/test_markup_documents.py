@@ -35,11 +35,16 @@ def test_a_tag_in_a_later_sentence_wraps_its_own_word():
     assert hyps[0]["translation"] == "<p>ONE TWO. THREE <b>FOUR</b> FIVE.</p>"
     assert hyps[0]["score"] == -2.0  # the segment's two sentences
     assert batcher.texts == [["One two. Three four five."]]  # segments, not sentences
+    # A text's fields (pipeline.join_documents); the alignment asked for the tags left out
+    assert set(hyps[0]) == {"translation", "score", "truncated", "sentences"}
+    assert all("alignment" not in s for s in hyps[0]["sentences"])
+    request.options = DecodingOptions(return_alignments=True)
+    (hyps,) = asyncio.run(markup.translate_html(batcher, request, timeout=1))
+    (plain,) = pipeline.answers(pipeline.split_and_join(["One two. Three four five."], _upper))
+    assert hyps[0] == {**plain[0], "translation": "<p>ONE TWO. THREE <b>FOUR</b> FIVE.</p>"}
 
 
 def test_segment_alignment_renumbers_each_sentence():
     (doc,) = pipeline.split_and_join(["A b. Cc dd ee"], _upper)
     assert doc[0]["alignment"] == "0-0 1-1 | 0-0 1-1 2-2"
-    assert markup.segment_alignment(doc[0]) == "0-0 1-1 2-2 3-3 4-4"
-    (one,) = pipeline.answers(pipeline.split_and_join(["Cc dd"], _upper))
-    assert markup.segment_alignment(one[0]) == "0-0 1-1"
+    assert markup.segment_alignment(doc[0]["sentences"]) == "0-0 1-1 2-2 3-3 4-4"

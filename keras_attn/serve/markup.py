@@ -16,6 +16,7 @@ import html.parser
 import re
 
 from keras_attn.serve.api import passthrough_of
+from keras_attn.translation.pipeline import answers, join_documents
 
 INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em",
                     "i", "kbd", "mark", "q", "s", "samp", "small", "span", "strong", "sub",
@@ -122,13 +123,11 @@ def _pairs(alignment):
             if re.fullmatch(r"\d+-\d+", p)]
 
 
-def segment_alignment(hyp):
-    """A segment's alignment numbered over its whole text (a document's numbers each
-    sentence's words from 0)."""
-    if "sentences" not in hyp:  # one sentence: its words are the segment's
-        return hyp.get("alignment", "")
+def segment_alignment(sentences):
+    """A segment's alignment numbered over its whole text, from its sentences' (each
+    numbers its own words from 0)."""
     pairs, src, tgt = [], 0, 0
-    for sentence in hyp["sentences"]:
+    for sentence in sentences:
         pairs += [f"{i + src}-{j + tgt}" for i, j in _pairs(sentence.get("alignment", ""))]
         src += len(_words(sentence["source"]))
         tgt += len(_target_words(sentence["translation"]))
@@ -214,7 +213,8 @@ def split_inline(items):
 
 
 async def translate_html(batcher, request, timeout, alignments=True):
-    """Per HTML text of ``request``, its hypotheses with the markup put back.
+    """Per HTML text of ``request``, its hypotheses: a plain text's fields (the pipeline's
+    ``join_documents`` over its segments' sentences), the markup back in ``"translation"``.
 
     Args:
         batcher: the server's :class:`~keras_attn.serve.batcher.Batcher`.
@@ -222,32 +222,32 @@ async def translate_html(batcher, request, timeout, alignments=True):
         timeout: seconds, as ``Batcher.submit``'s.
         alignments: the engine gives alignments (inline tags follow the words).
     """
-    options = request.options
+    options = dataclasses.replace(request.options, return_alignments=alignments
+                                  or request.options.return_alignments)  # for the tags
     documents = [parse(t) for t in request.texts]
-    if alignments:
-        options = dataclasses.replace(options, return_alignments=True)
-    else:
+    if not alignments:
         documents = [split_inline(d) for d in documents]
     segments = [s for d in documents for s in d if isinstance(s, Segment) and s.text.strip()]
     results = await batcher.submit([s.text.strip() for s in segments], options, timeout,
                                    confidence=request.hypotheses, **passthrough_of(request)) \
         if segments else []
-    by_segment = {id(segment): hyps for segment, hyps in zip(segments, results)}
-    n = len(results[0]) if results else 1
-    answers = []
+    n = options.num_hypotheses
+    translated = {id(s): [(s.text, "", [])] * n  # per segment, per hypothesis: untranslated
+                  for d in documents for s in d if isinstance(s, Segment)}
+    for s, hyps in zip(segments, results):  # a one-sentence answer back to its sentence
+        translated[id(s)] = [(hyp["translation"], segment_alignment(sentences := (
+            hyp.get("sentences") or [dict(hyp, source=s.text.strip())])), sentences)
+            for hyp in hyps]
+    per_sentence, counts = [], []  # per sentence (every document's), its n hypotheses
     for document in documents:
-        hyps = []
-        for h in range(n):
-            parts, scores = [], []
-            for item in document:
-                if not isinstance(item, Segment):
-                    parts.append(item)
-                elif id(item) not in by_segment:
-                    parts.append(rebuild(item, item.text, ""))
-                else:
-                    hyp = by_segment[id(item)][h]
-                    scores.append(hyp["score"])
-                    parts.append(rebuild(item, hyp["translation"], segment_alignment(hyp)))
-            hyps.append({"translation": "".join(parts), "score": float(sum(scores))})
-        answers.append(hyps)
-    return answers
+        per_sentence += [row for s in document if isinstance(s, Segment)
+                         for row in zip(*(sentences for _, _, sentences in translated[id(s)]))]
+        counts.append(len(per_sentence) - sum(counts))
+    if not request.options.return_alignments:  # asked only to place the inline tags
+        per_sentence = [[{k: v for k, v in hyp.items() if k != "alignment"} for hyp in row]
+                        for row in per_sentence]
+    docs = join_documents(per_sentence, counts, [[""] * (c + 1) for c in counts], n)
+    return answers([[dict(hyp, translation="".join(
+        item if isinstance(item, str) else rebuild(item, *translated[id(item)][h][:2])
+        for item in document)) for h, hyp in enumerate(doc)]
+        for doc, document in zip(docs, documents)])
