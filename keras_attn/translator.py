@@ -9,6 +9,7 @@ Example:
     >>> tr.score(["3 March 2021"], ["2021-03-03"])[0]["log_prob"]
     -0.83
 """
+from keras_attn.core.deprecation import renamed
 from keras_attn.translation import pipeline, run
 from keras_attn.translation.engine import KerasEngine
 from keras_attn.translation.scoring import Scorer
@@ -52,11 +53,13 @@ class Translator:
         of a run (:func:`keras_attn.translation.run.load`)."""
         return cls(*run.load(run_dir, calibrated))
 
-    def translate_ids(self, source, beam_size=1, alpha=None):
-        """Best output ids ``(B, T)`` (numpy int32) for source ids ``(B, S)``; ``alpha``:
-        the ``length_penalty`` (GNMT alpha, as :func:`keras_attn.decoding.beam_search`)."""
+    @renamed(alpha="length_penalty")
+    def translate_ids(self, source, beam_size=1, length_penalty=None):
+        """Best output ids ``(B, T)`` (numpy int32) for source ids ``(B, S)``;
+        ``length_penalty``: GNMT's alpha, as :func:`keras_attn.decoding.beam_search`'s
+        (``alpha=``: its deprecated name)."""
         out = self.engine.decode_ids(
-            source, self.engine.options(beam_size=beam_size, length_penalty=alpha),
+            source, self.engine.options(beam_size=beam_size, length_penalty=length_penalty),
             confidence=False)
         tokens, lengths = out["tokens"][:, 0], out["lengths"][:, 0]
         return tokens[:, : max(int(lengths.max(initial=0)), 1)]
@@ -109,7 +112,8 @@ class Translator:
         return pipeline.translate_nbest(self.engine, texts, batch_size, confidence=confidence,
                                         **options)
 
-    def translate(self, texts, beam_size=1, alpha=None, batch_size=128, progress=None,
+    @renamed(alpha="length_penalty")
+    def translate(self, texts, beam_size=1, length_penalty=None, batch_size=128, progress=None,
                   **options):
         """Translate a list of texts (:meth:`translate_nbest`'s best hypothesis, without the
         confidence's pass).
@@ -117,7 +121,7 @@ class Translator:
         Args:
             texts: list of str.
             beam_size: 1 is greedy decoding.
-            alpha: ``length_penalty``'s older name.
+            length_penalty: GNMT's alpha (``alpha=``: its deprecated name).
             batch_size: sentences per decoder call.
             progress: optional ``progress(done, total)``, called after each batch.
             **options: any other option of :meth:`translate_nbest`, ``passthrough`` included.
@@ -125,9 +129,8 @@ class Translator:
         Returns:
             list of str.
         """
-        return pipeline.translate(self.engine, texts, beam_size,
-                                  options.pop("length_penalty", alpha), batch_size, progress,
-                                  **options)
+        return pipeline.translate(self.engine, texts, beam_size, length_penalty, batch_size,
+                                  progress, **options)
 
     def score(self, sources, targets, batch_size=128, length_penalty=None):
         """Score given translations (forced decoding; CTranslate2's ``score_batch``).

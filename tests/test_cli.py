@@ -503,9 +503,10 @@ def test_evaluate_hands_beam_size_and_length_penalty_to_the_translator(monkeypat
     calls = []
     translate = Translator.translate
 
-    def spy(self, sentences, beam_size=1, alpha=0.6, **kwargs):
-        calls.append((beam_size, alpha))
-        return translate(self, sentences, beam_size=beam_size, alpha=alpha, **kwargs)
+    def spy(self, sentences, beam_size=1, length_penalty=0.6, **kwargs):
+        calls.append((beam_size, length_penalty))
+        return translate(self, sentences, beam_size=beam_size, length_penalty=length_penalty,
+                         **kwargs)
 
     monkeypatch.setattr(Translator, "translate", spy)
     assert cli.main(["evaluate", run_dir, "--beam-size", "2", "--length-penalty", "1.5",

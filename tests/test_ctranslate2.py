@@ -211,10 +211,10 @@ def test_log_probs_match(run, translator, ct2):
 
 # --- beam search: as far as the algorithms agree ---------------------------------------------
 def test_beam_agreement(translator, ct2, source):
-    ours_0 = _rows(translator.translate_ids(source, beam_size=4, alpha=0.0))
-    ours_6 = _rows(translator.translate_ids(source, beam_size=4, alpha=0.6))
+    ours_0 = _rows(translator.translate_ids(source, beam_size=4, length_penalty=0.0))
+    ours_6 = _rows(translator.translate_ids(source, beam_size=4, length_penalty=0.6))
     agree = {
-        # length_penalty=0 and alpha=0: both rank by the sum of log-probabilities.
+        # Theirs and ours (GNMT's alpha) at 0: both rank by the sum of log-probabilities.
         "alpha0_vs_length_penalty0": _agreement(ours_0, _rows(ct2.translate_ids(
             source, 4, ct2_options={"length_penalty": 0.0, "num_hypotheses": 1}))),
         # beam_size hypotheses with raw scores, reranked with the GNMT penalty.

@@ -2,6 +2,7 @@
 trained model through ``translate``."""
 import collections
 import pathlib
+import warnings
 
 import numpy as np
 import pytest
@@ -83,6 +84,31 @@ def test_beam_size_one_equals_greedy(model):
                                           start_id=START, end_id=END)
     np.testing.assert_array_equal(tokens[:, 0], greedy)
     assert np.isfinite(scores).all()
+
+
+def test_beam_search_keeps_alpha_and_the_rest_name_it_length_penalty(model):
+    """API.md promises ``beam_search(alpha=)``: no warning there. ``beam_decode_fixed`` and
+    ``score`` name the option ``length_penalty`` and take ``alpha=`` with a warning; both
+    names with different values raise."""
+    kwargs = dict(max_len=12, start_id=START, end_id=END)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tokens, scores = decoding.beam_search(model, SOURCE, beam_size=2, alpha=1.0, **kwargs)
+    assert not [w for w in caught if "length_penalty" in str(w.message)]
+    new = decoding.beam_decode_fixed(model, SOURCE, 2, length_penalty=1.0, **kwargs)
+    with pytest.warns(DeprecationWarning, match="`alpha` is deprecated"):
+        old = decoding.beam_decode_fixed(model, SOURCE, 2, alpha=1.0, **kwargs)
+    np.testing.assert_array_equal(old["scores"], new["scores"])
+    np.testing.assert_array_equal(scores, new["scores"])
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="alpha"):
+        decoding.beam_decode_fixed(model, SOURCE, 2, 1.0, alpha=0.5, **kwargs)
+    target = np.asarray(tokens[:, 0])
+    new = decoding.score(model, SOURCE, target, START, END, length_penalty=1.0)
+    with pytest.warns(DeprecationWarning, match="`alpha` is deprecated"):
+        old = decoding.score(model, SOURCE, target, START, END, alpha=1.0)
+    np.testing.assert_array_equal(old["score"], new["score"])
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="alpha"):
+        decoding.score(model, SOURCE, target, START, END, alpha=1.0, length_penalty=0.5)
 
 
 def teacher_forced_log_prob(model, source, tokens):

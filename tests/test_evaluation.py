@@ -17,8 +17,8 @@ class EchoTranslator:
 
 
 class BeamTranslator(EchoTranslator):
-    def translate(self, sources, beam_size=1, batch_size=64, alpha=0.6):
-        self.calls.append((beam_size, batch_size, alpha))
+    def translate(self, sources, beam_size=1, batch_size=64, length_penalty=0.6):
+        self.calls.append((beam_size, batch_size, length_penalty))
         return [s.upper() for s in sources]
 
 

@@ -384,7 +384,7 @@ def test_bahdanau_saved_model_and_text_tflite(translator, tmp_path):
     (lambda: export.SavedModelExporter(version="1"), "version='1'"),
     (lambda: export.SavedModelExporter(model_name="a/b"), "model_name='a/b'"),
     (lambda: export.SavedModelExporter(text_ops="fast"), "text_ops='fast'"),
-    (lambda: export.SavedModelExporter(alpha=-1), "alpha=-1"),
+    (lambda: export.SavedModelExporter(length_penalty=-1), "length_penalty=-1"),
     (lambda: export.SavedModelExporter(overwrite="yes"), "overwrite='yes'"),
     (lambda: export.TFLiteTextExporter("int4"), "quantization='int4'"),
     (lambda: export.TFLiteTextExporter(beam_size=1.5), "beam_size=1.5"),
@@ -394,6 +394,28 @@ def test_bahdanau_saved_model_and_text_tflite(translator, tmp_path):
 def test_exporter_options_checked_in_constructor(make, match):
     with pytest.raises(ValueError, match=re.escape(match)):
         make()  # no model, no path: nothing but the options is looked at
+
+
+@pytest.mark.parametrize("exporter", [export.SavedModelExporter, export.TFLiteTextExporter])
+def test_exporters_take_alpha_as_length_penalty_s_deprecated_name(exporter):
+    with pytest.warns(DeprecationWarning, match="length_penalty"):
+        assert exporter(beam_size=2, alpha=1.5).length_penalty == 1.5
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="alpha"):
+        exporter(alpha=1.5, length_penalty=0.3)
+
+
+def test_the_report_keeps_alpha_beside_length_penalty():
+    """Reports written before named the option ``alpha`` (the committed ones still do): a
+    new report names it ``length_penalty`` and writes ``alpha`` beside it."""
+    from types import SimpleNamespace
+    from keras_attn.export.base import decoding_info
+
+    tokenizer = SimpleNamespace(vocab_size=9)
+    info = decoding_info(SimpleNamespace(max_len=8, src_tokenizer=tokenizer,
+                                         tgt_tokenizer=tokenizer), 4, 1.5, False)
+    assert info["length_penalty"] == info["alpha"] == 1.5
+    committed = runs.read_json(REPO / "exported" / "saved_model" / "translator" / "1.report.json")
+    assert committed["decoding"]["alpha"] == 0.6
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -96,15 +96,29 @@ def test_run_without_weights_says_to_finish_training(tmp_path):
 
 def test_length_penalty_reaches_the_engine_by_its_own_name(translator, monkeypatch):
     """The pipeline decodes with the engine (not the Translator) and gets
-    ``length_penalty`` under that name, whether ``translate`` was given it, its older
-    name ``alpha`` (the named one wins) or neither (the default, 0.6)."""
+    ``length_penalty`` under that name, whether ``translate`` was given it, its deprecated
+    name ``alpha`` (with a warning) or neither (the default, 0.6); both names with different
+    values are refused."""
     seen, decode = [], translator.engine.decode
     monkeypatch.setattr(translator.engine, "decode", lambda source, opts, *rest: (
         seen.append(opts.length_penalty), decode(source, opts, *rest))[1])
-    for kwargs in ({"alpha": 1.5}, {"length_penalty": 0.3},
-                   {"alpha": 1.5, "length_penalty": 0.3}, {}):
+    with pytest.warns(DeprecationWarning, match="length_penalty"):
+        assert translator.translate(DATES[:2], beam_size=2, alpha=1.5) == EXPECTED[:2]
+    for kwargs in ({"length_penalty": 0.3}, {}):
         assert translator.translate(DATES[:2], beam_size=2, **kwargs) == EXPECTED[:2]
-    assert seen == [1.5, 0.3, 0.3, 0.6]
+    assert seen == [1.5, 0.3, 0.6]
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="alpha"):
+        translator.translate(DATES[:2], beam_size=2, alpha=1.5, length_penalty=0.3)
+
+
+def test_translate_ids_takes_alpha_as_length_penalty_s_deprecated_name(translator):
+    source = translator.encode(DATES[:2])
+    expected = translator.translate_ids(source, beam_size=2, length_penalty=1.5)
+    with pytest.warns(DeprecationWarning, match="`alpha` is deprecated: it is now "
+                                                "`length_penalty`"):
+        np.testing.assert_array_equal(translator.translate_ids(source, 2, alpha=1.5), expected)
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="alpha"):
+        translator.translate_ids(source, 2, 0.6, alpha=1.5)
 
 
 @pytest.mark.heavy  # decodes the committed run twice

@@ -156,7 +156,7 @@ def test_translation_attention_labels_tokens(tmp_path):
     output = [tok.token_to_id("##1"), tok.token_to_id("##2"), text.END_ID, 0]
 
     class FixedOutput(Translator):  # decoding is test_translator's job: skip its tracing
-        def translate_ids(self, source, beam_size=1, alpha=0.6):
+        def translate_ids(self, source, beam_size=1, length_penalty=0.6):
             return np.array([output], "int32")
 
     translator = FixedOutput(model, tok, tok, max_len=6)

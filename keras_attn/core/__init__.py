@@ -1,6 +1,6 @@
 """What every other part of keras_attn reads: the run directory (``runs``), a run's options
-(``config``), its languages (``languages``), the reserved ids (``special_tokens``) and lazy
-package names (``lazy``).
+(``config``), its languages (``languages``), the reserved ids (``special_tokens``), lazy
+package names (``lazy``) and renamed keyword arguments (``deprecation``).
 
 May import: the standard library only (nothing else of keras_attn).
 

@@ -24,6 +24,8 @@ import math
 import numbers
 from typing import Any, Callable, Optional
 
+from keras_attn.core.deprecation import renamed
+
 LENGTH_PENALTY = 0.6  # GNMT alpha (Wu et al. 2016) when a request or export names none
 # The repetition controls' defaults (keras_attn.decoding.processors) by the kind of target
 # vocabulary, chosen by measurement (docs/benchmarks/repetition.md): on subwords, a penalty
@@ -285,13 +287,14 @@ def docs_table():
     return "\n".join(rows)
 
 
-def length_penalty(lengths, alpha, ops=None):
-    """GNMT length penalty ``((5 + n) / 6) ** alpha`` (Wu et al. 2016), float32: beam search
-    ranks by ``log_prob / length_penalty``, every engine alike.
+@renamed(alpha="length_penalty")
+def length_penalty(lengths, length_penalty, ops=None):
+    """GNMT length penalty ``((5 + n) / 6) ** length_penalty`` (Wu et al. 2016's alpha),
+    float32: beam search ranks by ``log_prob`` divided by it, every engine alike.
 
     Args:
         lengths: int, ``(B,)`` or ``(B, N)`` output lengths (``[END]`` counted).
-        alpha: float, the ``length_penalty`` option.
+        length_penalty: float, the option's value (``alpha=``: its deprecated name).
         ops: ``keras.ops`` (the default, imported on first use: this module is read
             without Keras) or ``keras_attn.decoding.confidence.NumpyOps`` for numpy.
     Example:
@@ -300,4 +303,4 @@ def length_penalty(lengths, alpha, ops=None):
     """
     if ops is None:
         from keras import ops
-    return ops.power((5.0 + ops.cast(lengths, "float32")) / 6.0, alpha)
+    return ops.power((5.0 + ops.cast(lengths, "float32")) / 6.0, length_penalty)

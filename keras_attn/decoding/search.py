@@ -11,9 +11,11 @@ import keras
 from keras import ops
 
 from keras_attn.decoding.options import LENGTH_PENALTY
-from keras_attn.decoding.processors import length_penalty, log_probs
+from keras_attn.decoding.options import length_penalty as gnmt_penalty  # (an argument's name)
+from keras_attn.decoding.processors import log_probs
 from keras_attn.decoding.samplers import BeamSampler, GreedySampler, RandomSampler, take_beams
 from keras_attn.decoding.step import as_args, check_source, encode
+from keras_attn.core.deprecation import renamed
 from keras_attn.core.special_tokens import END_ID, START_ID
 
 KINDS = ("greedy", "beam", "sample")  # how :func:`decode` chooses the next tokens
@@ -70,25 +72,27 @@ def greedy_search(model, source, max_len, start_id, end_id, use_cache=True,
     return tokens
 
 
-def beam_decode_fixed(model, source, beam_size=4, alpha=LENGTH_PENALTY, max_len=64,
+@renamed(alpha="length_penalty")
+def beam_decode_fixed(model, source, beam_size=4, length_penalty=LENGTH_PENALTY, max_len=64,
                       start_id=START_ID, end_id=END_ID, options=None, encoded=None):
     """Beam search into fixed-size buffers (XLA-compilable, exportable).
 
-    Args as :func:`beam_search`'s; ``options`` and ``encoded`` as :func:`greedy_decode_fixed`'s.
-    Hypotheses are pruned by summed log-probability and ranked by ``log_prob /
-    length_penalty(n, alpha)``.
+    Args as :func:`beam_search`'s (``length_penalty``: its ``alpha``); ``options`` and
+    ``encoded`` as :func:`greedy_decode_fixed`'s. Hypotheses are pruned by summed
+    log-probability and ranked by ``log_prob / ((5 + n) / 6) ** length_penalty``.
 
     Returns a dict: ``tokens`` ``(B, K, max_len)``, ``lengths`` ``(B, K)``, ``log_prob``
     ``(B, K)`` and ``scores`` ``(B, K)``, best first.
     """
     out = BeamSampler(beam_size, max_len, start_id, end_id)(model, source, encoded=encoded,
                                                             options=options)
-    return _rank(out, alpha, beam_size)
+    return _rank(out, length_penalty, beam_size)
 
 
-def _rank(out, alpha, n):
+def _rank(out, length_penalty, n):
     """The ``n`` best of a beam loop's hypotheses by ``log_prob / length_penalty``."""
-    scores, order = ops.top_k(out["log_prob"] / length_penalty(out["lengths"], alpha), k=n)
+    scores, order = ops.top_k(out["log_prob"] / gnmt_penalty(out["lengths"], length_penalty),
+                              k=n)
     ranked = {key: ops.take_along_axis(out[key], order, axis=1) for key in ("lengths", "log_prob")}
     return {"tokens": take_beams(out["tokens"], order), **ranked, "scores": scores}
 
@@ -99,7 +103,8 @@ def beam_search(model, source, beam_size=4, alpha=LENGTH_PENALTY, max_len=64,
 
     Args:
         model: from ``keras_attn.models``. source: int ``(B, S)``, 0 = padding.
-        beam_size: hypotheses kept per row. alpha: length-penalty exponent (0 = none).
+        beam_size: hypotheses kept per row. alpha: the GNMT length penalty (0 = none; the
+            ``length_penalty`` of every other entry point, named as API.md promises).
         max_len: most tokens per hypothesis. start_id, end_id: target vocabulary ids.
 
     Returns:
@@ -178,8 +183,9 @@ def _forced(model, source, target, start_id, encoded, **kwargs):
                                       enc_outputs_mask=ops.not_equal(source, 0), **kwargs)
 
 
-def score(model, source, target, start_id=START_ID, end_id=END_ID, alpha=LENGTH_PENALTY,
-          encoded=None):
+@renamed(alpha="length_penalty")
+def score(model, source, target, start_id=START_ID, end_id=END_ID,
+          length_penalty=LENGTH_PENALTY, encoded=None):
     """Forced decoding: how likely the model finds the given ``target`` for ``source``.
 
     One teacher-forced pass; each token's log-probability is taken under the bans of decoding
@@ -192,13 +198,14 @@ def score(model, source, target, start_id=START_ID, end_id=END_ID, alpha=LENGTH_
             is scored up to and including its first ``end_id`` (or its last token), skipping
             padding.
         start_id, end_id: the target vocabulary's ``[START]`` and ``[END]`` ids.
-        alpha: the GNMT length-penalty exponent of ``score`` (0 = the summed log-probability).
+        length_penalty: GNMT's alpha in ``score`` (0 = the summed log-probability).
         encoded: :func:`encode` ``(model, source)``, if already computed.
 
     Returns:
         A dict: ``token_log_probs`` float32 ``(B, T)`` (0 on padding), ``log_prob`` ``(B,)``,
         ``lengths`` int32 ``(B,)`` (``end_id`` included) and ``score`` ``(B,)`` =
-        ``log_prob / length_penalty(lengths, alpha)`` (the ranking of :func:`beam_search`).
+        ``log_prob / ((5 + lengths) / 6) ** length_penalty`` (the ranking of
+        :func:`beam_search`).
 
     Example:
         >>> out = score(model, source, greedy_search(model, source, 20, 2, 3), 2, 3)
@@ -223,4 +230,4 @@ def score(model, source, target, start_id=START_ID, end_id=END_ID, alpha=LENGTH_
     lengths = ops.sum(ops.cast(kept, "int32"), axis=1)
     total = ops.sum(per_token, axis=1)
     return {"token_log_probs": per_token, "log_prob": total, "lengths": lengths,
-            "score": total / length_penalty(lengths, alpha)}
+            "score": total / gnmt_penalty(lengths, length_penalty)}

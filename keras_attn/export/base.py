@@ -73,11 +73,12 @@ def check_beam(beam_size, name="beam_size"):
     return beam_size
 
 
-def check_alpha(alpha):
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0:
-        raise ValueError(f"`alpha` (the length-penalty exponent) must be a number >= 0. "
-                         f"Received: alpha={alpha!r}")
-    return float(alpha)
+def check_length_penalty(length_penalty):
+    if (isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float))
+            or length_penalty < 0):
+        raise ValueError(f"`length_penalty` (GNMT's alpha) must be a number >= 0. "
+                         f"Received: length_penalty={length_penalty!r}")
+    return float(length_penalty)
 
 
 def check_choice(name, value, choices):
@@ -233,8 +234,11 @@ def file_sizes(path):
     return dict(sorted(sizes.items()))
 
 
-def decoding_info(parts, beam_size, alpha, normalize):
-    return {"max_len": parts.max_len, "beam_size": beam_size, "alpha": alpha,
+def decoding_info(parts, beam_size, length_penalty, normalize):
+    """The report's ``decoding``: ``length_penalty``, and ``alpha`` beside it (its name in
+    reports written before; readers of those look for it)."""
+    return {"max_len": parts.max_len, "beam_size": beam_size,
+            "length_penalty": length_penalty, "alpha": length_penalty,
             "start_id": text.START_ID, "end_id": text.END_ID, "pad_id": text.PAD_ID,
             "normalize_input": normalize,
             "src_vocab_size": parts.src_tokenizer.vocab_size,

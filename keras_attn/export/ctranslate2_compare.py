@@ -4,12 +4,14 @@ what tests and benchmarks compare.
 """
 import numpy as np
 
+from keras_attn.core.deprecation import renamed
 from keras_attn.text import tokenizers as text
 from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.export.ct2_converter import ct2_vocab
 
 
-def compare(translator, ct2, sources, beam_size=1, alpha=LENGTH_PENALTY):
+@renamed(alpha="length_penalty")
+def compare(translator, ct2, sources, beam_size=1, length_penalty=LENGTH_PENALTY):
     """Both engines on ``sources``: output ids and text, the share of sentences whose ids
     agree, and the largest difference between the two engines' log-probabilities of our
     output tokens (teacher-forced: ``score_batch`` against our decoder).
@@ -17,13 +19,17 @@ def compare(translator, ct2, sources, beam_size=1, alpha=LENGTH_PENALTY):
     Args:
         translator: ``keras_attn.translator.Translator``.
         ct2: :class:`~keras_attn.export.ctranslate2_runtime.CTranslate2Translator`.
-        sources: source strings. beam_size, alpha: the decoding of both.
+        sources: source strings. beam_size, length_penalty: the decoding of both
+            (``alpha=``: ``length_penalty``'s deprecated name).
+
+    Returns ``beam_size``, ``length_penalty`` and, beside it, ``alpha`` (its name in
+    reports written before) with what the engines gave.
     """
     import tensorflow as tf
 
     source = translator.encode(sources)
-    ours = np.asarray(translator.translate_ids(source, beam_size, alpha))
-    theirs = ct2.translate_ids(source.numpy(), beam_size, alpha)
+    ours = np.asarray(translator.translate_ids(source, beam_size, length_penalty))
+    theirs = ct2.translate_ids(source.numpy(), beam_size, length_penalty)
     rows = {"ours": _rows(ours), "theirs": _rows(theirs)}
     texts = {k: [t.decode("utf-8", "replace") for t in translator.tgt_tokenizer.detokenize(
         tf.constant(v)).numpy().tolist()] for k, v in (("ours", ours), ("theirs", theirs))}
@@ -39,7 +45,8 @@ def compare(translator, ct2, sources, beam_size=1, alpha=LENGTH_PENALTY):
         diff = max(diff, float(np.abs(theirs_lp - ours_lp[b, : len(theirs_lp)]).max(initial=0)))
     same = [a == b for a, b in zip(rows["ours"], rows["theirs"])]
     return {"sources": list(sources), "keras_attn": texts["ours"],
-            "ctranslate2": texts["theirs"], "beam_size": beam_size, "alpha": alpha,
+            "ctranslate2": texts["theirs"], "beam_size": beam_size,
+            "length_penalty": length_penalty, "alpha": length_penalty,
             "agreement": sum(same) / max(len(same), 1),
             "disagreeing": [i for i, ok in enumerate(same) if not ok],
             "max_logprob_diff": diff}

@@ -21,6 +21,7 @@ except ImportError as e:  # an optional extra
                       "pip install -e '.[ctranslate2]'") from e
 
 from keras_attn.core import runs
+from keras_attn.core.deprecation import renamed
 from keras_attn.decoding.confidence import Calibrator, NumpyOps, features
 from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
 from keras_attn.decoding.options import length_penalty as gnmt_penalty  # (an argument's name)
@@ -212,12 +213,14 @@ class CTranslate2Translator:
             np.exp(logits - top).sum(axis=1, dtype=np.float64))
         return logits[np.arange(len(ids)), ids] - log_z
 
-    def translate_ids(self, source, beam_size=1, alpha=LENGTH_PENALTY, ct2_options=None):
+    @renamed(alpha="length_penalty")
+    def translate_ids(self, source, beam_size=1, length_penalty=LENGTH_PENALTY,
+                      ct2_options=None):
         """Best output ids ``(B, T)`` for source ids ``(B, S)``, as
         ``Translator.translate_ids`` (``[END]`` included, then 0; ``ct2_options`` as
         :meth:`decode_nbest`'s)."""
-        opts = DecodingOptions(beam_size=beam_size, length_penalty=alpha).resolve(
-            self.max_len, alpha, self.controls)
+        opts = DecodingOptions(beam_size=beam_size, length_penalty=length_penalty).resolve(
+            self.max_len, length_penalty, self.controls)
         nbest = self.decode_nbest(self.tokens_from_ids(source), opts, ct2_options=ct2_options)
         return pipeline.pad([hyps[0][0] for hyps in nbest])
 
@@ -302,7 +305,7 @@ class CTranslate2Translator:
                 not a string, or a bad ``length_penalty``.
         """
         sources, targets = pipeline.string_pairs(sources, targets)
-        alpha = self.options(length_penalty=length_penalty).length_penalty
+        length_penalty = self.options(length_penalty=length_penalty).length_penalty
         vocab, keep = self.tgt_tokenizer.vocab, self.max_len - 1
         out = []
         for i in range(0, len(sources), batch_size):
@@ -320,12 +323,16 @@ class CTranslate2Translator:
                 total = float(np.sum(np.asarray(log_probs, np.float32)))
                 out.append({"tokens": [vocab[t] for t in ids], "token_ids": ids,
                             "token_log_probs": log_probs, "log_prob": total,
-                            "score": total / float(gnmt_penalty(len(ids), alpha, ops=NumpyOps)),
+                            "score": total / float(gnmt_penalty(len(ids), length_penalty,
+                                                                  ops=NumpyOps)),
                             "confidence": float(confidence), "truncated": len(row) > keep})
         return out
 
-    def translate(self, sentences, beam_size=1, alpha=LENGTH_PENALTY, batch_size=128, **options):
+    @renamed(alpha="length_penalty")
+    def translate(self, sentences, beam_size=1, length_penalty=LENGTH_PENALTY, batch_size=128,
+                  **options):
         """Translate a list of strings; returns a list of strings (the best translation).
-        Other options: :meth:`translate_nbest`'s (``length_penalty`` is ``alpha``)."""
-        return pipeline.translate(self, sentences, beam_size,
-                                  options.pop("length_penalty", alpha), batch_size, **options)
+        Other options: :meth:`translate_nbest`'s (``alpha=``: ``length_penalty``'s deprecated
+        name)."""
+        return pipeline.translate(self, sentences, beam_size, length_penalty, batch_size,
+                                  **options)

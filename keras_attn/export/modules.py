@@ -12,6 +12,7 @@ core ops, no ``Xla*`` op (TF Serving refuses those without XLA; the SavedModel e
 """
 import tensorflow as tf
 
+from keras_attn.core.deprecation import renamed
 from keras_attn.kernels import fastpath
 
 from keras_attn.text import spans
@@ -62,7 +63,8 @@ class TranslatorModule(tf.Module):
     Args:
         parts: a :class:`Parts`.
         beam_size: 1 = greedy; more = beam search (``keras_attn.decoding``).
-        alpha: beam-search length-penalty exponent.
+        length_penalty: GNMT's alpha, the beam search's default (``alpha=``: its deprecated
+            name).
         for_tflite: detokenize with ``detokenize_tflite`` and skip input normalisation.
         text_ops: ``"core"`` (:class:`CoreCharTokenizer`, character vocabularies only),
             ``"tftext"`` (the ``Tokenizer`` objects) or ``"auto"`` (core when possible).
@@ -74,9 +76,10 @@ class TranslatorModule(tf.Module):
             never in TFLite).
     """
 
-    def __init__(self, parts, beam_size=1, alpha=LENGTH_PENALTY, for_tflite=False, text_ops="auto",
-                 batch_size=None, max_beam_size=DEFAULT_MAX_BEAM, request_signature=True,
-                 passthrough=None, name="translator"):
+    @renamed(alpha="length_penalty")
+    def __init__(self, parts, beam_size=1, length_penalty=LENGTH_PENALTY, for_tflite=False,
+                 text_ops="auto", batch_size=None, max_beam_size=DEFAULT_MAX_BEAM,
+                 request_signature=True, passthrough=None, name="translator"):
         super().__init__(name=name)
         check_beam(beam_size)
         check_beam(max_beam_size, "max_beam_size")
@@ -87,7 +90,7 @@ class TranslatorModule(tf.Module):
         self.max_len = int(parts.max_len)
         self.normalize = bool(parts.normalize) and not for_tflite
         self.beam_size = int(beam_size)
-        self.alpha = float(alpha)
+        self.length_penalty = float(length_penalty)
         self.for_tflite = bool(for_tflite)
         self.controls = dict(control_defaults(parts.tgt_tokenizer))
         self._calibrator = _Untracked(parts.calibrator or Calibrator.uncalibrated())
@@ -211,10 +214,11 @@ class TranslatorModule(tf.Module):
 
     def decode(self, source, confidence=False, return_alignments=False):
         """The export's own decoding of source ids ``(B, S)`` (its ``beam_size`` and
-        ``alpha``): ``Translator.search``'s best hypothesis, ``tokens`` ``(B, max_len)``,
-        ``lengths``, ``scores`` ``(B,)`` and with ``confidence`` the ``features`` ``(B, F)``."""
-        opts = DecodingOptions(beam_size=self.beam_size).resolve(self.max_len, self.alpha,
-                                                                 self.controls)
+        ``length_penalty``): ``Translator.search``'s best hypothesis, ``tokens``
+        ``(B, max_len)``, ``lengths``, ``scores`` ``(B,)`` and with ``confidence`` the
+        ``features`` ``(B, F)``."""
+        opts = DecodingOptions(beam_size=self.beam_size).resolve(
+            self.max_len, self.length_penalty, self.controls)
         if return_alignments is not False:  # a bool tensor: the pair codes when True
             opts = opts.replaced(return_alignments=return_alignments)
         out = self.translator.search(source, None, opts, confidence)
@@ -286,7 +290,7 @@ class TranslatorModule(tf.Module):
         """The ``score`` signature, ``Translator.score``'s numbers: ``source`` and ``target``
         strings ``(B,)`` -> ``tokens`` string ``(B, T)`` ("" after ``[END]``), ``token_ids``
         int32 and ``token_log_probs`` float32 ``(B, T)``, ``log_prob``, ``score`` (with the
-        export's ``alpha``), ``confidence`` float32, ``lengths`` int32 and ``truncated``
+        export's ``length_penalty``), ``confidence`` float32, ``lengths`` int32 and ``truncated``
         bool ``(B,)``."""
         from keras_attn import decoding
         from keras_attn.decoding.confidence import features
@@ -300,7 +304,7 @@ class TranslatorModule(tf.Module):
             source_ids, _ = self.encode_text(source)
             target_ids, truncated = self.encode_text(target, self.tgt_tokenizer)
         out = decoding.score(self.model, source_ids, target_ids, text.START_ID, text.END_ID,
-                             self.alpha)
+                             self.length_penalty)
         return {"tokens": tf.gather(tf.constant(self._target_pieces.value), target_ids),
                 "token_ids": target_ids, "token_log_probs": out["token_log_probs"],
                 "log_prob": out["log_prob"], "score": out["score"],

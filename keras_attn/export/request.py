@@ -225,7 +225,7 @@ class RequestDecoder:
         owner = tf.range(rows) if owner is None else owner
         prefix = tf.gather(prefix, tf.where(count == batch, owner, 0))
         # The export's values where a request sends an option's unset value.
-        o = DecodingOptions.holding(options).resolve(m.max_len, m.alpha, m.controls)
+        o = DecodingOptions.holding(options).resolve(m.max_len, m.length_penalty, m.controls)
         if compiled:
             tokens, scores, codes, confidences = self._compiled_search(source, prefix, o)
         else:

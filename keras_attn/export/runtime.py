@@ -131,7 +131,7 @@ def run_tflite_score(model, sources, targets):
     Returns:
         dict of numpy arrays ``tokens`` (bytes, "" after ``[END]``), ``token_ids``,
         ``token_log_probs`` ``(B, max_len)``, ``log_prob``, ``score`` (normalised with the
-        export's ``alpha``), ``lengths``, ``truncated`` ``(B,)``.
+        export's ``length_penalty``), ``lengths``, ``truncated`` ``(B,)``.
 
     Example:
         >>> run_tflite_score("exported/tflite/text_float32.tflite", ["3 March 2021"],

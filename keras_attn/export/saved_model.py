@@ -19,10 +19,12 @@ import sys
 import tensorflow as tf
 
 from keras_attn.core import runs
+from keras_attn.core.deprecation import renamed
 from keras_attn.core.languages import SAVED_MODEL_METADATA
 from keras_attn.decoding.options import LENGTH_PENALTY
-from keras_attn.export.base import (Exporter, as_parts, check_alpha, check_beam,
-                                    check_choice, decoding_info, file_sizes, now, versions)
+from keras_attn.export.base import (Exporter, as_parts, check_beam, check_choice,
+                                    check_length_penalty, decoding_info, file_sizes, now,
+                                    versions)
 from keras_attn.export.modules import (IDS_SIGNATURE, SERVING_SIGNATURE, TEXT_OPS,
                                        TranslatorModule)
 
@@ -49,8 +51,9 @@ class SavedModelExporter(Exporter):
     Args:
         model_name: the TF Serving model name (a plain folder name).
         version: integer version folder (>= 0).
-        beam_size: 1 = greedy decoding; more = beam search with ``alpha``.
-        alpha: beam-search length-penalty exponent.
+        beam_size: 1 = greedy decoding; more = beam search with ``length_penalty``.
+        length_penalty: GNMT's alpha, the beam search's default (``alpha=``: its
+            deprecated name).
         text_ops: ``"auto"``, ``"core"`` or ``"tftext"``
             (:func:`~keras_attn.export.modules.resolve_text_ops`).
         overwrite: replace an existing version (otherwise ``FileExistsError``).
@@ -65,8 +68,10 @@ class SavedModelExporter(Exporter):
 
     format = "tf_saved_model"
 
-    def __init__(self, model_name=MODEL_NAME, version=1, beam_size=1, alpha=LENGTH_PENALTY,
-                 text_ops="auto", overwrite=False, request_signature=True, passthrough=None):
+    @renamed(alpha="length_penalty")
+    def __init__(self, model_name=MODEL_NAME, version=1, beam_size=1,
+                 length_penalty=LENGTH_PENALTY, text_ops="auto", overwrite=False,
+                 request_signature=True, passthrough=None):
         super().__init__(overwrite)
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"`version` must be a non-negative integer (TF Serving reads "
@@ -78,7 +83,7 @@ class SavedModelExporter(Exporter):
         self.model_name = model_name
         self.version = version
         self.beam_size = check_beam(beam_size)
-        self.alpha = check_alpha(alpha)
+        self.length_penalty = check_length_penalty(length_penalty)
         self.text_ops = check_choice("text_ops", text_ops, TEXT_OPS)
         self.request_signature = check_choice("request_signature", request_signature,
                                               (True, False))
@@ -92,14 +97,15 @@ class SavedModelExporter(Exporter):
                                             str(self.version)))
 
     def write(self, parts, path):
-        module = TranslatorModule(parts, self.beam_size, self.alpha, for_tflite=False,
+        module = TranslatorModule(parts, self.beam_size, self.length_penalty, for_tflite=False,
                                   text_ops=self.text_ops,
                                   request_signature=self.request_signature,
                                   passthrough=self.passthrough)
         self._save(module, path, module.signatures())
         if parts.languages:
             runs.write_json(os.path.join(path, METADATA), {"languages": parts.languages})
-        return {"decoding": decoding_info(parts, self.beam_size, self.alpha, module.normalize),
+        return {"decoding": decoding_info(parts, self.beam_size, self.length_penalty,
+                                          module.normalize),
                 "text_ops": module.text_ops, "passthrough": module.passthrough}
 
     @staticmethod
@@ -139,11 +145,14 @@ class SavedModelExporter(Exporter):
                 "ids": [[t for t in row if t] for row in ids.numpy().tolist()]}
 
 
+@renamed(alpha="length_penalty")
 def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, version=1,
-                       overwrite=False, beam_size=1, max_len=None, alpha=LENGTH_PENALTY,
-                       text_ops="auto", request_signature=True, passthrough=None):
+                       overwrite=False, beam_size=1, max_len=None,
+                       length_penalty=LENGTH_PENALTY, text_ops="auto", request_signature=True,
+                       passthrough=None):
     """Write a TF-Serving SavedModel to ``export_dir/model_name/version/``
-    (:class:`SavedModelExporter`; ``max_len`` overrides the translator's).
+    (:class:`SavedModelExporter`; ``max_len`` overrides the translator's; ``alpha=``:
+    ``length_penalty``'s deprecated name).
 
     Returns:
         The report dict (also ``export_dir/model_name/<version>.report.json``): signatures,
@@ -152,8 +161,8 @@ def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, v
     Example:
         >>> export_saved_model(Translator.from_run_dir("runs/dates"), "exported/saved_model")
     """
-    exporter = SavedModelExporter(model_name, version, beam_size, alpha, text_ops, overwrite,
-                                  request_signature, passthrough)
+    exporter = SavedModelExporter(model_name, version, beam_size, length_penalty, text_ops,
+                                  overwrite, request_signature, passthrough)
     return exporter.export(as_parts(translator_or_parts, max_len), export_dir)
 
 

@@ -22,9 +22,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.core import runs
+from keras_attn.core.deprecation import renamed
 from keras_attn.decoding.options import LENGTH_PENALTY, control_defaults
 from keras_attn.export import runtime
-from keras_attn.export.base import (QUANTIZATIONS, Exporter, as_parts, check_alpha,
+from keras_attn.export.base import (QUANTIZATIONS, Exporter, as_parts, check_length_penalty,
                                     check_beam, check_choice, decoding_info, tokenizer_files,
                                     write_files)
 from keras_attn.export.builtin import BuiltinModule
@@ -141,7 +142,8 @@ class TFLiteExporter(Exporter):
     Args:
         quantization: ``"float32"``, ``"float16"`` (float16 weights) or ``"int8"``
             (dynamic-range int8 weights, float activations).
-        beam_size, alpha: decoding inside the file (text target).
+        beam_size, length_penalty: decoding inside the file (text target; ``alpha=``:
+            ``length_penalty``'s deprecated name).
         overwrite: replace an existing file/folder (otherwise ``FileExistsError``).
     """
 
@@ -149,11 +151,13 @@ class TFLiteExporter(Exporter):
     target = None
     suffix = ""
 
-    def __init__(self, quantization="float32", beam_size=1, alpha=LENGTH_PENALTY, overwrite=False):
+    @renamed(alpha="length_penalty")
+    def __init__(self, quantization="float32", beam_size=1, length_penalty=LENGTH_PENALTY,
+                 overwrite=False):
         super().__init__(overwrite)
         self.quantization = check_choice("quantization", quantization, QUANTIZATIONS)
         self.beam_size = check_beam(beam_size)
-        self.alpha = check_alpha(alpha)
+        self.length_penalty = check_length_penalty(length_penalty)
 
     @property
     def key(self):
@@ -203,9 +207,10 @@ class TFLiteTextExporter(TFLiteExporter):
     # model share the traced module.
     module_cache = None
 
-    def __init__(self, quantization="float32", beam_size=1, alpha=LENGTH_PENALTY, overwrite=False,
-                 request_signature=True):
-        super().__init__(quantization, beam_size, alpha, overwrite)
+    @renamed(alpha="length_penalty")
+    def __init__(self, quantization="float32", beam_size=1, length_penalty=LENGTH_PENALTY,
+                 overwrite=False, request_signature=True):
+        super().__init__(quantization, beam_size, length_penalty, overwrite)
         # False: serving_default alone (no `translate` signature).
         self.request_signature = check_choice("request_signature", request_signature,
                                               (True, False))
@@ -214,13 +219,13 @@ class TFLiteTextExporter(TFLiteExporter):
         from keras_attn.models import model_kind
 
         cache = {} if self.module_cache is None else self.module_cache
-        key = (id(parts.model), parts.max_len, self.beam_size, self.alpha,
+        key = (id(parts.model), parts.max_len, self.beam_size, self.length_penalty,
                self.request_signature)
         if key not in cache:
             # Keras's GRU loops need a static batch in TFLite: one sentence for a Bahdanau.
             batch_size = 1 if model_kind(parts.model) == "bahdanau" else None
-            cache[key] = TranslatorModule(parts, self.beam_size, self.alpha, for_tflite=True,
-                                          text_ops="tftext", batch_size=batch_size,
+            cache[key] = TranslatorModule(parts, self.beam_size, self.length_penalty,
+                                          for_tflite=True, text_ops="tftext", batch_size=batch_size,
                                           request_signature=self.request_signature)
         return cache[key]
 
@@ -232,7 +237,7 @@ class TFLiteTextExporter(TFLiteExporter):
         content = _alias_signature(content, runtime.TFLITE_TEXT_SIGNATURE,
                                    runtime.TFLITE_SENTENCES_SIGNATURE, {"text": "sentences"})
         runs.atomic_write_bytes(path, content)
-        decoding = dict(decoding_info(parts, self.beam_size, self.alpha, False),
+        decoding = dict(decoding_info(parts, self.beam_size, self.length_penalty, False),
                         max_beam_size=module.max_beam_size)
         report = {"ops": ops, "decoding": decoding,
                   "runtime": "ai_edge_litert InterpreterWithCustomOps with tensorflow_text."
@@ -270,8 +275,10 @@ class TFLiteBuiltinExporter(TFLiteExporter):
     check_ops = staticmethod(check_builtin_only)
     agreement_on = "ids"
 
-    def __init__(self, quantization="float32", beam_size=1, alpha=LENGTH_PENALTY, overwrite=False):
-        super().__init__(quantization, beam_size, alpha, overwrite)
+    @renamed(alpha="length_penalty")
+    def __init__(self, quantization="float32", beam_size=1, length_penalty=LENGTH_PENALTY,
+                 overwrite=False):
+        super().__init__(quantization, beam_size, length_penalty, overwrite)
         if beam_size != 1:
             raise ValueError("the builtin target leaves decoding to the application "
                              f"(run_tflite_builtin is greedy). Received: beam_size={beam_size}")
@@ -327,8 +334,9 @@ class TFLiteBuiltinExporter(TFLiteExporter):
 TFLITE_EXPORTERS = {"text": TFLiteTextExporter, "builtin": TFLiteBuiltinExporter}
 
 
+@renamed(alpha="length_penalty")
 def export_tflite(translator_or_parts, path, target="text", quantization="float32",
-                  beam_size=1, max_len=None, overwrite=False, alpha=LENGTH_PENALTY):
+                  beam_size=1, max_len=None, overwrite=False, length_penalty=LENGTH_PENALTY):
     """Convert the translator to TFLite (:class:`TFLiteTextExporter` or
     :class:`TFLiteBuiltinExporter`).
 
@@ -336,7 +344,8 @@ def export_tflite(translator_or_parts, path, target="text", quantization="float3
         translator_or_parts: a ``Translator``, an ``export.Parts`` or a dict of its fields.
         path: ``target="text"``: the ``.tflite`` file; ``"builtin"``: the folder.
         target: ``"text"`` or ``"builtin"``. quantization: ``"float32"``, ``"float16"``,
-            ``"int8"``. beam_size, alpha: decoding of the text target (builtin: 1).
+            ``"int8"``. beam_size, length_penalty: decoding of the text target (builtin: 1;
+            ``alpha=``: ``length_penalty``'s deprecated name).
         max_len: override the translator's. overwrite: replace an existing artefact.
 
     Returns:
@@ -346,5 +355,5 @@ def export_tflite(translator_or_parts, path, target="text", quantization="float3
         >>> export_tflite(tr, "export/tflite/text_int8.tflite", "text", "int8")
     """
     exporter_class = TFLITE_EXPORTERS[check_choice("target", target, TARGETS)]
-    exporter = exporter_class(quantization, beam_size, alpha, overwrite)
+    exporter = exporter_class(quantization, beam_size, length_penalty, overwrite)
     return exporter.export(as_parts(translator_or_parts, max_len), path)

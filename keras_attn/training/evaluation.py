@@ -11,11 +11,12 @@ def evaluate(translator, pairs, task, references=None, beam_size=1, batch_size=2
     (:func:`corpus_scores`); ``length_penalty``: beam search's GNMT alpha.
 
     ``translator`` is anything with ``translate(sources, beam_size=, batch_size=)`` (a
-    ``Translator``, a SavedModel wrapper); ``alpha=`` is passed only to a beam search.
+    ``Translator``, a SavedModel wrapper); ``length_penalty=`` is passed only to a beam
+    search.
     """
     sources = [s for s, _ in pairs]
     t0 = time.time()
-    beam = {"alpha": length_penalty} if beam_size > 1 else {}
+    beam = {"length_penalty": length_penalty} if beam_size > 1 else {}
     hyps = translator.translate(sources, beam_size=beam_size, batch_size=batch_size, **beam)
     seconds = time.time() - t0
     targets = [t for _, t in pairs]
