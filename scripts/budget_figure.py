@@ -2,12 +2,15 @@
 """BLEU against wall minutes: budgeted English→French runs beside the KerasHub recipe.
 
 Ours: one point per run directory trained with ``--time-budget`` (its ``metrics.json``: the
-budget, BLEU as written and D2L-normalised on dev.txt). The KerasHub keras.io recipe: the
+budget, BLEU as written and D2L-normalised on dev.txt). ``RUN:SCORES.json`` takes the scores
+from ``keras-attn evaluate RUN``'s output instead, for a short budget whose metrics cover
+only the test sentences its time allowed. The KerasHub keras.io recipe: the
 points ``benchmarks.kerashub_recipe`` recorded along its training (wall minutes of training;
 its output is lower case, so only its D2L-normalised BLEU compares).
 
 Usage:
-    python scripts/budget_figure.py runs/fra5 runs/fra20 runs/fra60 \\
+    keras-attn evaluate runs/fra5 > fra5_scores.json
+    python scripts/budget_figure.py runs/fra5:fra5_scores.json runs/fra20 runs/fra60 \\
         --kerashub docs/benchmarks/kerashub_recipe_2.json --output budget_bleu.png
 """
 import argparse
@@ -18,13 +21,17 @@ import os
 def our_points(run_dirs):
     """``[(minutes, bleu, bleu_d2l)]`` of budgeted runs, by budget."""
     points = []
-    for run_dir in run_dirs:
+    for arg in run_dirs:
+        run_dir, _, scores_file = arg.partition(":")
         with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:
             metrics = json.load(f)
         budget = metrics.get("budget", {}).get("time_budget")
         if not budget:
             raise SystemExit(f"{run_dir}: not trained with --time-budget (metrics.json has no "
                              "budget)")
+        if scores_file:
+            with open(scores_file, encoding="utf-8") as f:
+                metrics = json.load(f)
         points.append((budget / 60, metrics["bleu"], metrics["bleu_d2l"]))
     return sorted(points)
 
@@ -55,7 +62,7 @@ def plot(ours, kerashub, output, title):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("runs", nargs="+", help="run directories trained with --time-budget")
+    p.add_argument("runs", nargs="+", help="run directories trained with --time-budget, each RUN or RUN:SCORES.json")
     p.add_argument("--kerashub", action="append", default=[], metavar="JSON",
                    help="benchmarks.kerashub_recipe's record (repeatable)")
     p.add_argument("--title", default="English → French on a 2-core CPU")

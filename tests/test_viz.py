@@ -259,6 +259,9 @@ def test_budget_figure_script(tmp_path, capsys):
         runs.append(str(run))
     # Sorted by budget, whatever the order given.
     assert script.our_points(runs) == [(5.0, 24.0, 24.3), (60.0, 51.0, 51.3)]
+    scores = tmp_path / "scores.json"  # keras-attn evaluate's output: every test sentence
+    scores.write_text(json.dumps({"bleu": 23.0, "bleu_d2l": 23.5}))
+    assert script.our_points([f"{runs[1]}:{scores}"]) == [(5.0, 23.0, 23.5)]
     kerashub = tmp_path / "kerashub.json"
     kerashub.write_text(json.dumps({"points": [
         {"train_minutes": 43.1, "bleu_d2l": 22.6}, {"train_minutes": 78.5, "bleu_d2l": 30.4}]}))
