@@ -225,7 +225,9 @@ def test_reserve_is_inside_the_budget():
     for minutes in (1, 15, 60, 600):
         b = 60.0 * minutes
         for export in (True, False):
-            assert 0 < budget.reserve_seconds(b, export) <= budget.MAX_RESERVE_SHARE * b
+            least = budget.Work(200, 200, (), True, export).seconds()
+            reserve = budget.reserve_seconds(b, export)
+            assert least <= reserve <= max(budget.MAX_RESERVE_SHARE * b, least)
     assert budget.reserve_seconds(3600) > budget.reserve_seconds(3600, export=False)
 
 
@@ -280,16 +282,18 @@ def test_an_hour_keeps_every_sentence_and_the_float32_files():
 STARTUP = 30.0  # seconds before the first step of the recipe (data, SentencePiece, model)
 
 
-@pytest.mark.parametrize("slowness, within", [(1.0, 1.05), (1.25, 1.05), (1.5, 1.07)])
-def test_five_minutes_train_60_percent_and_end_within_5_percent(slowness, within):
+@pytest.mark.parametrize("slowness, within", [(1.0, 1.05), (1.25, 1.11), (1.5, 1.21)])
+def test_five_minutes_end_within_5_percent_when_the_estimates_hold(slowness, within):
     """A 5-minute budget with the startup measured for the recipe (docs/budget.md): the
-    training gets at least 60 % of it, and the work after training, each step taking
-    ``slowness`` times its estimate (a loaded machine), re-planned before each step from
-    what the steps so far took, ends within 5 % of the budget; at 1.5 times the estimate
-    within 7 % (the SavedModel, always made, then costs 83 of the reserve's 90 s)."""
+    reserve is the least work after training (the SavedModel, 200 + 200 sentences), so the
+    training gets about 45 % of the budget and, the steps taking their estimates, the command
+    ends within 5 % of it. Each step taking ``slowness`` times its estimate (a loaded
+    machine), re-planned before each step from what the steps so far took, it overruns by
+    that share of the SavedModel: the least work is always done."""
     b = 300.0
     reserve = budget.reserve_seconds(b)
-    assert b - reserve - STARTUP >= 0.6 * b
+    assert reserve == pytest.approx(budget.Work(200, 200, (), True, True).seconds())
+    assert b - reserve - STARTUP >= 0.45 * b
     clock = FakeClock(b - reserve)  # training ended on time
     after = budget.AfterTraining(b, 2000, 2000, clock=clock)
     clock.t += slowness * budget.COSTS["fixed"]
@@ -409,16 +413,24 @@ def test_cli_hands_training_the_budget_and_its_reserve(tmp_path, monkeypatch):
     assert (plain.time_budget, plain_kwargs["reserve"]) == (0.0, None)
 
 
-def test_cli_exports_the_quantizations_the_budget_left_time_for(tmp_path, monkeypatch):
+@pytest.mark.parametrize("left_out", [[], ["text_int8", "builtin_int8"]])
+def test_cli_exports_the_quantizations_the_budget_left_time_for(tmp_path, monkeypatch, capsys,
+                                                                left_out):
+    """The float32 files planned: the int8 ones too when the time left allows them
+    (``export_run``'s deadline, the budget's end); the command says what was left out."""
     from keras_attn import export
 
     exported = []
     monkeypatch.setattr(training, "train", lambda config, run_dir, **kwargs: {
         "train_seconds": 200.0, "budget": {"after_training": {"quantizations": ["float32"]}}})
-    monkeypatch.setattr(export, "export_run",
-                        lambda run_dir, **kwargs: exported.append(kwargs))
+    monkeypatch.setattr(export, "export_run", lambda run_dir, **kwargs: exported.append(
+        kwargs) or {"left_out": left_out})
+    began = time.monotonic()
     assert cli.main(["train", "--time-budget", "5m", "--output", str(tmp_path / "run")]) == 0
-    assert exported == [{"quantizations": ("float32",)}]
+    [kwargs] = exported
+    assert kwargs["quantizations"] == ("float32", "int8")
+    assert began + 300.0 <= kwargs["deadline"] <= time.monotonic() + 300.0
+    assert ("--overwrite makes them all" in capsys.readouterr().out) == bool(left_out)
 
 
 def test_cli_exports_the_savedmodel_alone_when_the_budget_says_so(tmp_path, monkeypatch,
@@ -428,11 +440,11 @@ def test_cli_exports_the_savedmodel_alone_when_the_budget_says_so(tmp_path, monk
     exported = []
     monkeypatch.setattr(training, "train", lambda config, run_dir, **kwargs: {
         "train_seconds": 200.0, "budget": {"after_training": {"quantizations": []}}})
-    monkeypatch.setattr(export, "export_run",
-                        lambda run_dir, **kwargs: exported.append(kwargs))
+    monkeypatch.setattr(export, "export_run", lambda run_dir, **kwargs: exported.append(
+        kwargs) or {"left_out": []})
     run = str(tmp_path / "run")
     assert cli.main(["train", "--time-budget", "5m", "--output", run]) == 0
-    assert exported == [{"quantizations": ()}]
+    assert [k["quantizations"] for k in exported] == [()]
     assert f"keras-attn export {run} --overwrite" in capsys.readouterr().out
 
 

@@ -265,13 +265,16 @@ def run(args):
         else:
             from keras_attn import export
 
-            # A budgeted run makes the TFLite quantizations its time left allows (none:
-            # the SavedModel alone).
+            # A budgeted run makes the TFLite files its time left allows: none (the
+            # SavedModel alone) or the float32 ones as planned, then the int8 ones when
+            # their float32 twins' measured time still fits before the budget's end.
             planned = (metrics or {}).get("budget", {}).get("after_training", {})
-            quantizations = planned.get("quantizations")
-            export.export_run(run_dir, **({"quantizations": tuple(quantizations)}
-                                          if quantizations is not None else {}))
-            if quantizations is not None and len(quantizations) < 2:
+            kwargs = {}
+            if config.time_budget and "quantizations" in planned:
+                kwargs = {"quantizations": ("float32", "int8") if planned["quantizations"]
+                          else (), "deadline": start + config.time_budget}
+            report = export.export_run(run_dir, **kwargs)
+            if kwargs and (not kwargs["quantizations"] or report["left_out"]):
                 print(f"TFLite files left out for the time budget: keras-attn export "
                       f"{run_dir} --overwrite makes them all")
     if config.time_budget:

@@ -19,6 +19,7 @@ does not give the SavedModel's output on every sample fails the export
 import json
 import os
 import shlex
+import time
 
 from keras_attn.core import runs
 from keras_attn.export.base import QUANTIZATIONS, now, run_parts, sample_sources, versions
@@ -35,7 +36,7 @@ class ExportCheckError(RuntimeError):
 
 def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1,
                quantizations=("float32", "int8"), log=print, request_signature=True,
-               passthrough="auto"):
+               passthrough="auto", deadline=None):
     """Export a training run: SavedModel, TFLite text/builtin targets and one report.
 
     Writes the layout of the module docstring under ``export_dir`` (builtin files only for
@@ -51,6 +52,9 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
             False: ``serving_default`` alone.
         passthrough: ``"auto"`` (subword and word models), ``"on"`` or ``"off"`` (or a
             bool): the SavedModel's ``serving_default`` passes spans through in the graph.
+        deadline: ``time.monotonic()`` by which the export should end (a time budget): a
+            quantized TFLite file is left out when its float32 twin took longer than the
+            time left (``report["left_out"]`` names it).
 
     Returns:
         The combined report dict (also ``export_dir/export_report.json``).
@@ -93,10 +97,18 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
     log(f"exporting {run_dir} -> {export_dir}")
     report["saved_model"] = saved.export(parts, saved_base)
     log(f"  SavedModel: {report['saved_model']['path']}")
-    report["tflite"] = {}
-    for exporter in tflite:
+    report["tflite"], report["left_out"], took = {}, [], {}
+    # float32 first: under a deadline, each quantized file's estimate is its twin's time.
+    for exporter in sorted(tflite, key=lambda e: e.quantization != "float32"):
+        twin = took.get(f"{exporter.target}_float32")
+        if deadline is not None and twin is not None and time.monotonic() + twin > deadline:
+            report["left_out"].append(exporter.key)
+            continue
+        began = time.monotonic()
         rep = report["tflite"][exporter.key] = exporter.export(parts, exporter.path_in(tflite_dir))
+        took[exporter.key] = time.monotonic() - began
         log(f"  TFLite {exporter.key}: {rep['path']} ({rep['total_bytes'] / 1e6:.2f} MB)")
+    tflite = [e for e in tflite if e.key in report["tflite"]]
     report["samples"] = compare_samples(translator, saved, report, tflite,
                                         sample_sources(run_dir))
     report["warnings"] = [f"{key}: {w}" for key, rep in
