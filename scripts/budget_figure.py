@@ -62,7 +62,8 @@ def plot(ours, kerashub, output, title):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("runs", nargs="+", help="run directories trained with --time-budget, each RUN or RUN:SCORES.json")
+    p.add_argument("runs", nargs="+",
+                   help="run directories trained with --time-budget, each RUN or RUN:SCORES.json")
     p.add_argument("--kerashub", action="append", default=[], metavar="JSON",
                    help="benchmarks.kerashub_recipe's record (repeatable)")
     p.add_argument("--title", default="English → French on a 2-core CPU")

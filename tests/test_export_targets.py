@@ -5,6 +5,7 @@ import argparse
 import ast
 import importlib
 import pathlib
+import types
 
 import pytest
 
@@ -93,3 +94,59 @@ def test_passthrough_reaches_the_savedmodel_exporter(monkeypatch, tmp_path):
     assert seen == [None, True, False]
     with pytest.raises(ValueError, match="passthrough"):
         all_targets.export_run(str(tmp_path), passthrough="yes")
+
+
+def test_a_deadline_leaves_out_the_int8_files_their_float32_twins_say_will_not_fit(
+        monkeypatch, tmp_path):
+    """export_run(deadline=...): float32 first; an int8 file is made only when its float32
+    twin's measured time still fits before the deadline."""
+    from keras_attn.export import all_targets
+
+    now = [0.0]
+    took = {"text_float32": 30.0, "builtin_float32": 10.0}  # seconds each file "takes"
+
+    class Fake:
+        def __init__(self, quantization, *args, **kwargs):
+            self.quantization = quantization
+
+        def supports(self, parts):
+            return None
+
+        def path_in(self, folder):
+            return str(tmp_path / "never" / self.key)
+
+        def export(self, parts, path):
+            now[0] += took.get(self.key, 1.0)
+            return {"path": path, "total_bytes": 0}
+
+    class Text(Fake):
+        target, key = "text", property(lambda self: f"text_{self.quantization}")
+
+    class Builtin(Fake):
+        target, key = "builtin", property(lambda self: f"builtin_{self.quantization}")
+
+    made = []
+    monkeypatch.setattr(all_targets.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(all_targets, "TFLiteTextExporter", Text)
+    monkeypatch.setattr(all_targets, "TFLiteBuiltinExporter", Builtin)
+    monkeypatch.setattr(all_targets, "SavedModelExporter", lambda *a, **k: types.SimpleNamespace(
+        destination=lambda base: str(tmp_path / "never"), export=lambda parts, base: {
+            "path": base}))
+    monkeypatch.setattr(all_targets, "run_parts", lambda run_dir: (
+        types.SimpleNamespace(normalize=False), types.SimpleNamespace(languages={})))
+    monkeypatch.setattr(all_targets, "sample_sources", lambda run_dir: [])
+    monkeypatch.setattr(all_targets, "compare_samples", lambda translator, saved, report,
+                        tflite, sources: made.append([e.key for e in tflite]) or {
+                            "agreement_with_saved_model": {}, "sources": []})
+    monkeypatch.setattr(all_targets, "_log_serving", lambda *a: None)
+    # 40 s of float32 files end at 40; the text twin (30 s) does not fit before 60, the
+    # builtin one (10 s) does.
+    report = all_targets.export_run(str(tmp_path), export_dir=str(tmp_path / "x"),
+                                    log=lambda *a: None, deadline=60.0)
+    assert report["left_out"] == ["text_int8"]
+    assert made == [["text_float32", "builtin_float32", "builtin_int8"]]
+    now[0] = 0.0
+    everything = all_targets.export_run(str(tmp_path), export_dir=str(tmp_path / "y"),
+                                        log=lambda *a: None)
+    assert everything["left_out"] == [] and list(everything["tflite"]) == [
+        "text_float32", "builtin_float32", "text_int8", "builtin_int8"]
