@@ -49,10 +49,11 @@ def plot(ours, kerashub, output, title):
             label="keras_attn (D2L-normalised)")
     for k, (minutes_, bleu) in enumerate(kerashub):
         ax.plot(minutes_, bleu, "s:", color=f"C{k + 1}",
-                label="KerasHub keras.io recipe (D2L-normalised)" + (f", run {k + 1}" if k else ""))
+                label="KerasHub keras.io recipe (D2L-normalised)"
+                + (f", run {k + 1}" if len(kerashub) > 1 else ""))
     ax.set_xlabel("wall minutes (ours: the whole budget; KerasHub: training so far)")
     ax.set_ylabel("BLEU on dev.txt (2,000 sentences)")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
