@@ -11,7 +11,7 @@ import keras
 from keras import ops
 
 from keras_attn.decoding.options import LENGTH_PENALTY
-from keras_attn.decoding.options import length_penalty as gnmt_penalty  # (an argument's name)
+from keras_attn.decoding.options import length_penalty as gnmt_penalty  # frees the argument name
 from keras_attn.decoding.processors import log_probs
 from keras_attn.decoding.samplers import BeamSampler, GreedySampler, RandomSampler, take_beams
 from keras_attn.decoding.step import as_args, check_source, encode

@@ -194,12 +194,13 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     """
     policy = keras.config.dtype_policy()
     try:
-        return _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export)
+        return _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export,
+                      policy)
     finally:  # the process's policy as it was, whether training ended or raised
         keras.config.set_dtype_policy(policy)
 
 
-def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export):
+def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export, policy):
     # First: the strategy must exist before TensorFlow creates any tensor or device.
     start = time.monotonic() if start is None else start
     strategy = make_strategy(distribute, cpu_devices)
@@ -207,7 +208,6 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
     _resolve_precision(config, run_dir, log)
     check_config(config)
     keras.utils.set_random_seed(config.seed)
-    policy = keras.config.dtype_policy()
     if config.mixed_precision:
         keras.config.set_dtype_policy(config.mixed_precision)
     if not is_chief:
