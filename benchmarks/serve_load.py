@@ -34,15 +34,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SERVERS = ["libretranslate", "ctranslate2", "savedmodel"]
 SENTENCES = 1000  # held-out inputs, at most
 OFFLINE_SECONDS = 10.0  # each engine alone, a repeat
+# keras-attn serve as installed alone: jax (a test extra, 100 MB in TF's lite module) absent.
+SERVER_INSTALL = ("import runpy, sys; sys.modules['jax'] = None; "
+                  "runpy.run_module('keras_attn.cli', run_name='__main__', alter_sys=True)")
 
-# wrk's script (BODIES_FILE: the file of request bodies, one a line).
 WRK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_load.lua")
 
 
 # --- the servers ----------------------------------------------------------------------------
 class MemorySampler(threading.Thread):
-    """RSS of a process tree (``pid`` and its descendants, psutil) every ``every`` seconds:
-    ``samples``, bytes."""
+    """RSS in bytes of ``pid`` and its descendants every ``every`` seconds: ``samples``."""
 
     def __init__(self, pid, every=1.0):
         super().__init__(daemon=True)
@@ -96,7 +97,8 @@ class Server:
                          "--threads", self.options.get("threads", "2")]
         else:
             self.workdir = None
-            self.args = [sys.executable, "-m", "keras_attn.cli", "serve", paths[self.name],
+            cli = ["-m", "keras_attn.cli"] if args.with_test_extras else ["-c", SERVER_INSTALL]
+            self.args = [sys.executable, *cli, "serve", paths[self.name],
                          "--engine", self.name, "--port", str(self.port), "--queue-size",
                          "4096", "--timeout", "600", "--char-limit", "-1"]
             for key, value in self.options.items():  # xla= (no value): a bare flag
@@ -138,8 +140,7 @@ class Server:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def body(self, sentence):
-        """One request's JSON body for this server's language pair (LibreTranslate lists a
-        language among its own targets: that pair copies the text)."""
+        """One request's JSON body: the first language into another of its targets."""
         source = self.languages[0]
         target = next(t for t in source["targets"] if t != source["code"])
         return json.dumps({"q": sentence, "source": source["code"], "target": target},
@@ -190,9 +191,8 @@ def measure_server(spec, paths, sentences, args, log):
 
 # --- the engines on their own ---------------------------------------------------------------
 def _offline(engine_name, path, threads, sentences_file, duration):
-    """The engine alone, run by :func:`run` in a fresh process (``--offline``): sentences/s
-    at batch 32, and the median milliseconds of one sentence, with ``threads`` intra-op
-    threads; printed as a JSON line."""
+    """The engine alone in a fresh process (``--offline``), ``threads`` intra-op threads:
+    sentences/s at batch 32 and one sentence's median ms, printed as a JSON line."""
     from keras_attn.decoding.options import DecodingOptions
     from keras_attn.serve import engines
 
@@ -217,8 +217,7 @@ def _offline(engine_name, path, threads, sentences_file, duration):
 
 # --- the whole run --------------------------------------------------------------------------
 def engine_paths(path, log):
-    """The SavedModel export and the CTranslate2 model of ``path`` (exported into a
-    temporary folder when the run has none)."""
+    """The SavedModel and CTranslate2 model of ``path`` (the latter exported if missing)."""
     from keras_attn.serve.locate import locate
 
     paths = {"savedmodel": locate(path, "savedmodel").path}
@@ -253,7 +252,8 @@ def run(args, log=print):
                "data": os.path.abspath(args.data), "sentences": len(sentences),
                "duration_s": args.duration, "warmup_s": args.warmup, "clients": args.clients,
                "generator": "wrk -t1 (keep-alive connections, one sentence a request)",
-               "servers": args.servers, "repeats": []}
+               "servers": args.servers, "repeats": [],
+               "server_install": not args.with_test_extras}
     for repeat in range(args.repeats):
         log(f"repeat {repeat + 1}/{args.repeats}")
         rows = [measure_server(spec, paths, sentences, args, log) for spec in args.servers]
@@ -278,8 +278,8 @@ def run(args, log=print):
 
 # --- the report -----------------------------------------------------------------------------
 def summary(results):
-    """Per server and client count the median and range over the repeats; per repeat the
-    ratios to LibreTranslate's figures (when it ran), then their median and range."""
+    """Per server and client count the spread over the repeats; the ratios to
+    LibreTranslate's figures per repeat (when it ran), then their spread."""
     def rows(spec):  # the server's row of every repeat
         return [next(r for r in rep["servers"] if r["server"] == spec)
                 for rep in results["repeats"]]
@@ -333,7 +333,8 @@ def markdown(results):
              f"{m['load_average_at_start']}. {results['sentences']} held-out one-sentence "
              f"inputs, one a request; {results['generator']}; {results['warmup_s']} s warm-up, "
              f"{results['duration_s']} s a point; {len(results['repeats'])} repeats, "
-             "interleaved: median (min–max).", "",
+             "interleaved: median (min–max)." + (" keras-attn servers as installed "
+             "alone (no jax)." if results.get("server_install") else ""), "",
              "| server | clients | req/s | p50 ms | p99 ms | failed | RSS MB (max) |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for spec, entry in s["servers"].items():
@@ -384,6 +385,8 @@ def main(argv=None):
     p.add_argument("--duration", type=float, default=30.0, help="seconds a point")
     p.add_argument("--warmup", type=float, default=10.0, help="seconds at 16 clients first")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--with-test-extras", action="store_true",
+                   help="keras-attn servers may import jax (default: as a server install)")
     add_output_args(p, "serve_load")
     args = p.parse_args(argv)
     if shutil.which("wrk") is None:

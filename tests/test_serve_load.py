@@ -6,6 +6,8 @@ of answered requests agrees with the server's own count. The second test needs D
 """
 import os
 import shutil
+import subprocess
+import sys
 import types
 import urllib.request
 
@@ -66,6 +68,18 @@ def test_unknown_server_is_refused():
         "ctranslate2", {"threads": "1", "batch_wait_ms": "5"})
 
 
+def test_servers_start_as_installed_alone():
+    """keras-attn servers start through ``SERVER_INSTALL``: the CLI gets its arguments and
+    jax (a test extra, which TensorFlow loads when present) cannot be imported."""
+    done = subprocess.run([sys.executable, "-c", serve_load.SERVER_INSTALL, "serve", "--help"],
+                          capture_output=True, text=True, cwd=serve_load.ROOT)
+    assert done.returncode == 0 and "--engine" in done.stdout, done.stderr[-2000:]
+    hide = serve_load.SERVER_INSTALL.split("runpy.run_module")[0]
+    probe = subprocess.run([sys.executable, "-c", hide + "import jax"], capture_output=True,
+                           text=True)
+    assert probe.returncode == 1 and "import of jax halted" in probe.stderr
+
+
 def translations_answered(url):
     """The server's own count of ``POST /translate`` answers (``GET /metrics``)."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -89,7 +103,7 @@ def test_wrk_counts_what_the_server_answered(tmp_path):
     path = str(tmp_path / "ct2")
     ct2_export.CTranslate2Exporter().export(Translator.from_run_dir(run_fixtures.TINY_DATES_RUN),
                                             path, samples=["3 March 2021"])
-    args = types.SimpleNamespace(anchor="", anchor_python="")
+    args = types.SimpleNamespace(anchor="", anchor_python="", with_test_extras=False)
     dates = ["3 March 2021", "July 4, 1999", "12/25/2000", "1 Jan 1970"]
     with serve_load.Server("ctranslate2:threads=1", {"ctranslate2": path}, args) as server:
         bodies = tmp_path / "bodies.jsonl"
