@@ -197,7 +197,7 @@ def _offline(engine_name, path, threads, sentences_file, duration):
     from keras_attn.serve import engines
 
     sentences = json.load(open(sentences_file, encoding="utf-8"))
-    engine = engines.ENGINE_CLASSES[engine_name](path, int(threads))
+    engine = engines.ENGINES[engine_name](path, int(threads))
     options = DecodingOptions()
     engine.translate(sentences[:32], options, False)  # warm-up
     i, start = 0, time.monotonic()  # i: sentences translated

@@ -293,7 +293,7 @@ class CTranslate2Engine:
 
 
 ENGINES = {e.name: e for e in (SavedModelEngine, CTranslate2Engine)}  # the registry
-ENGINE_CLASSES = ENGINES  # its earlier name (benchmarks/ use it)
+ENGINE_CLASSES = ENGINES  # its earlier name, kept for code written against it
 
 
 def check_options(artefact, options):

@@ -232,22 +232,37 @@ async def translate_html(batcher, request, timeout, alignments=True):
                                    confidence=request.hypotheses, **passthrough_of(request)) \
         if segments else []
     n = options.num_hypotheses
-    translated = {id(s): [(s.text, "", [])] * n  # per segment, per hypothesis: untranslated
-                  for d in documents for s in d if isinstance(s, Segment)}
-    for s, hyps in zip(segments, results):  # a one-sentence answer back to its sentence
-        translated[id(s)] = [(hyp["translation"], segment_alignment(sentences := (
-            hyp.get("sentences") or [dict(hyp, source=s.text.strip())])), sentences)
-            for hyp in hyps]
+    translated = _translated_segments(documents, segments, results, n)
     per_sentence, counts = [], []  # per sentence (every document's), its n hypotheses
     for document in documents:
-        per_sentence += [row for s in document if isinstance(s, Segment)
-                         for row in zip(*(sentences for _, _, sentences in translated[id(s)]))]
-        counts.append(len(per_sentence) - sum(counts))
+        rows = [row for s in document if isinstance(s, Segment)
+                for row in zip(*(sentences for _, _, sentences in translated[id(s)]))]
+        per_sentence += rows
+        counts.append(len(rows))
     if not request.options.return_alignments:  # asked only to place the inline tags
         per_sentence = [[{k: v for k, v in hyp.items() if k != "alignment"} for hyp in row]
                         for row in per_sentence]
     docs = join_documents(per_sentence, counts, [[""] * (c + 1) for c in counts], n)
-    return answers([[dict(hyp, translation="".join(
-        item if isinstance(item, str) else rebuild(item, *translated[id(item)][h][:2])
-        for item in document)) for h, hyp in enumerate(doc)]
-        for doc, document in zip(docs, documents)])
+    return answers([[dict(hyp, translation=_rebuild_document(document, translated, h))
+                     for h, hyp in enumerate(doc)]
+                    for doc, document in zip(docs, documents)])
+
+
+def _translated_segments(documents, segments, results, n):
+    """Per segment (by ``id``), per hypothesis: ``(translation, alignment, sentences)``; a
+    segment that was not sent (only whitespace) stays as it is."""
+    translated = {id(s): [(s.text, "", [])] * n
+                  for d in documents for s in d if isinstance(s, Segment)}
+    for s, hyps in zip(segments, results):
+        rows = []
+        for hyp in hyps:  # a one-sentence answer back to its sentence
+            sentences = hyp.get("sentences") or [dict(hyp, source=s.text.strip())]
+            rows.append((hyp["translation"], segment_alignment(sentences), sentences))
+        translated[id(s)] = rows
+    return translated
+
+
+def _rebuild_document(document, translated, h):
+    """The document's markup around the ``h``-th translation of each of its segments."""
+    return "".join(item if isinstance(item, str)
+                   else rebuild(item, *translated[id(item)][h][:2]) for item in document)
