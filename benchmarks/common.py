@@ -119,13 +119,9 @@ def seq2seq_train_flops(*args, **kwargs):
 
 
 # --- where the time goes -----------------------------------------------------------------------
-def op_profile(fn, steps=3, top=15):
-    """Milliseconds per call of ``fn()`` per TensorFlow op type (``tf.profiler`` traces; an
-    op instance counts its median duration times its runs per call).
-
-    Returns: ``[(op_type, ms)]`` by time, and ``[(op_name:op_type, ms)]`` of the ``top``
-    op instances.
-    """
+def op_profile(fn, steps=3):
+    """``[(op_type, ms)]`` by time: milliseconds per call of ``fn()`` per TensorFlow op type
+    (``tf.profiler`` traces; an op instance counts its median duration times its runs)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     block(fn())
@@ -153,13 +149,11 @@ def op_profile(fn, steps=3, top=15):
                     if op_type and (op_type[0].isupper() or op_type[0] == "_"):
                         durations[name].append(event.duration_ps / 1e9)
     shutil.rmtree(logdir, ignore_errors=True)
-    by_type, by_name = collections.Counter(), collections.Counter()
+    by_type = collections.Counter()
     for name, ms in durations.items():
-        cost = float(np.median(ms)) * len(ms) / steps
-        by_name[name] = cost
-        by_type[name.rsplit(":", 1)[1].lstrip("_").replace("Mkl", "", 1)] += cost
-    return ([(k, round(v, 2)) for k, v in by_type.most_common()],
-            [(k, round(v, 2)) for k, v in by_name.most_common(top)])
+        by_type[name.rsplit(":", 1)[1].lstrip("_").replace("Mkl", "", 1)] += (
+            float(np.median(ms)) * len(ms) / steps)
+    return [(k, round(v, 2)) for k, v in by_type.most_common()]
 
 
 def profiles(args, fns):
@@ -169,7 +163,7 @@ def profiles(args, fns):
         return None
     out = {}
     for name, fn in fns.items():
-        by_type, _ = op_profile(fn, steps=3)
+        by_type = op_profile(fn, steps=3)
         total = sum(ms for _, ms in by_type) or 1.0
         out[str(name)] = [(op, ms, round(100 * ms / total, 1)) for op, ms in by_type[:12]]
         top = ", ".join(f"{op} {pct}%" for op, _, pct in out[str(name)][:6])

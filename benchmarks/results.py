@@ -26,16 +26,14 @@ def add_output_args(parser, name):
 
 
 def run_and_write(args, run, markdown):
-    """``run(args, log=print)``, then its results written into ``args.out_dir`` or a fresh
-    folder named after ``args.name``: ``NAME.json`` and ``NAME.md`` (``markdown(results)``),
-    and the table printed."""
+    """``run(args, log=print)``; ``NAME.json`` and ``NAME.md`` (``markdown(results)``, also
+    printed) written into ``args.out_dir`` or a fresh folder named after ``args.name``."""
     results = run(args, log=lambda m: print(m, flush=True))
     out_dir = args.out_dir or fresh_dir(args.name)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, args.name + ".json"), "w") as f:
         json.dump(results, f, indent=1)
-    text = markdown(results)
     with open(os.path.join(out_dir, args.name + ".md"), "w") as f:
-        f.write(text)
+        f.write(text := markdown(results))
     print(text)
     return 0

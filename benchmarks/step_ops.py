@@ -10,7 +10,8 @@ difference of the two runs' traced ops and median milliseconds over ``b - a``.
 With ``--settings FILE`` it measures instead what TF Serving's speed flags change: milliseconds
 per sentence at batch 1, 8 and 32 (the batching parameters' ``max_batch_size``) under each
 intra-/inter-op thread count and with ``translate_v2_xla`` (``--xla_cpu_compilation_enabled``),
-on the first 64 sentences of FILE, every setting in its own session, interleaved.
+on the first 64 sentences of FILE, every setting in its own session, interleaved. With
+``--profile``: where one request on ``--text`` spends its time, per op type and layer.
 """
 import argparse
 import collections
@@ -27,26 +28,55 @@ from benchmarks.timing import interleaved, summarize
 _OP_TYPE = re.compile(r"=\s*([A-Za-z0-9_]+)\(")
 
 
-def executed_ops(run, fetches, feeds):
-    """``collections.Counter`` of the op types one ``session.run`` executed (every node of
-    every loop iteration: the trace's step stats)."""
+def traced_nodes(run, fetches, feeds):
+    """``(op type, NodeExecStats)`` of every node (every loop iteration's) one run executed."""
     import tensorflow as tf
 
-    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     metadata = tf.compat.v1.RunMetadata()
-    run(fetches, feeds, options=options, run_metadata=metadata)
-    ops = collections.Counter()
-    for device in metadata.step_stats.dev_stats:
-        for node in device.node_stats:
-            found = _OP_TYPE.search(node.timeline_label)
-            if found and node.node_name != "_SOURCE":
-                ops[found.group(1)] += 1
-    return ops
+    run(fetches, feeds, run_metadata=metadata, options=tf.compat.v1.RunOptions(
+        trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
+    for node in (n for device in metadata.step_stats.dev_stats for n in device.node_stats):
+        found = _OP_TYPE.search(node.timeline_label)
+        if found and node.node_name != "_SOURCE":
+            yield found.group(1), node
+
+
+def profile(path, text, signature="serving_default", threads=1, runs=10):
+    """``--profile``: ms a request of ``signature`` (every output fetched, as TF Serving does)
+    on ``text`` per op type and per scope (a node's layer, in or outside the loop)."""
+    sess, meta, _ = _session(path, threads)
+    fetches, feeds = _request(sess, meta.signature_def[signature], text)
+    sess.run(fetches, feeds)  # the first run's one-off costs
+    by_type, by_scope = collections.defaultdict(lambda: np.zeros(2)), collections.Counter()
+    for _ in range(runs):
+        for op, node in traced_nodes(sess.run, fetches, feeds):
+            ms = node.all_end_rel_micros / 1000 / runs
+            by_type[op] += (1 / runs, ms)  # (count, ms) a request
+            rest = node.node_name.split("while/")[-1].split("/")  # the loop's scopes dropped
+            parts = [p for p in rest if "PartitionedCall" not in p]
+            where = "loop" if "while/" in node.node_name else "outside"
+            by_scope[f"{where}: {'/'.join(parts[:2])}"] += ms
+    return {"signature": signature, "text": text, "threads": threads, "by_type": {
+        op: {"count": round(c), "ms": round(float(ms), 3)}
+        for op, (c, ms) in sorted(by_type.items(), key=lambda item: -item[1][1])},
+            "by_scope": {k: round(ms, 3) for k, ms in by_scope.most_common()}}
+
+
+def _request(sess, sig, text, max_length=None):
+    """``sig``'s every output and the feeds of one request on ``text`` cut at ``max_length``."""
+    from keras_attn.decoding.options import DecodingOptions
+    from keras_attn.export.runtime import option_inputs, text_array
+
+    tensor = sess.graph.get_tensor_by_name
+    inputs = {k: tensor(v.name) for k, v in sig.inputs.items()}
+    options = option_inputs(DecodingOptions(max_length=max_length or None),
+                            accepted=set(inputs) - {"text"})
+    return ({k: tensor(v.name) for k, v in sig.outputs.items()},
+            {inputs["text"]: text_array([text]), **{inputs[k]: v for k, v in options.items()}})
 
 
 def _session(path, threads, inter=None):
-    """A ``tf.compat.v1.Session`` with the SavedModel loaded as TF Serving loads it, and a
-    ``run(texts, signature, **options)`` that returns the translations."""
+    """The SavedModel in a TF1 session as TF Serving loads it, and ``run(texts, signature)``."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
 
@@ -81,9 +111,8 @@ SETTINGS = {"intra 1, inter 1": (1, 1, "translate_v2"), "intra 1, inter 2": (1, 
 
 
 def serving_settings(path, texts, repeats=5, batches=(1, 8, 32)):
-    """Milliseconds per sentence of ``texts`` at each batch size under each of
-    :data:`SETTINGS`; ``{setting: {batch: summary}}`` and whether every setting's
-    translations equal the first's."""
+    """Ms per sentence of ``texts`` at each batch size under each of :data:`SETTINGS`
+    (``{setting: {batch: summary}}``), and whether all settings translate alike."""
     runs = {name: _session(path, intra, inter)[2] for name, (intra, inter, _) in SETTINGS.items()}
     result = {}
     for batch in batches:
@@ -101,24 +130,13 @@ def serving_settings(path, texts, repeats=5, batches=(1, 8, 32)):
 
 
 def measure(path, text, short=4, long=12, signature="translate", repeats=30, threads=2):
-    """Ops and milliseconds per decoding step of ``signature`` in the SavedModel at ``path``
-    (see the module docstring). Returns a dict: ``ops_per_step`` (op type -> count, the
-    non-zero ones), ``total_per_step``, ``ms_per_step``, ``steps`` ``(short, long)``."""
-    from keras_attn.decoding.options import DecodingOptions
-    from keras_attn.export.runtime import option_inputs, text_array
-
+    """Ops and ms per decoding step of ``signature`` (module docstring): ``ops_per_step`` (op
+    type -> count, non-zero), ``total_per_step``, ``ms_per_step``, ``steps``."""
     sess, meta, _ = _session(path, threads)
     with sess:
         sig = meta.signature_def[signature]
-        graph = sess.graph
-        fetches = {k: graph.get_tensor_by_name(v.name) for k, v in sig.outputs.items()}
-        inputs = {k: graph.get_tensor_by_name(v.name) for k, v in sig.inputs.items()}
-
-        def feeds(max_length):
-            options = option_inputs(DecodingOptions(max_length=max_length or None),
-                                    accepted=set(inputs) - {"text"})
-            return {inputs["text"]: text_array([text]),
-                    **{inputs[name]: value for name, value in options.items()}}
+        feeds = lambda max_length: _request(sess, sig, text, max_length)[1]  # noqa: E731
+        fetches = _request(sess, sig, text)[0]
 
         def translation(max_length):
             return np.ravel(sess.run(fetches["translations"], feeds(max_length)))[0]
@@ -128,7 +146,8 @@ def measure(path, text, short=4, long=12, signature="translate", repeats=30, thr
         if not len(translation(short)) < len(translation(long)) < len(full):
             raise ValueError(f"The translation of {text!r} ({full!r}) is not longer than "
                              f"max_length={long} tokens: take a longer text or smaller --steps")
-        counts = {n: executed_ops(sess.run, fetches, feeds(n)) for n in (short, long)}
+        counts = {n: collections.Counter(op for op, _ in traced_nodes(sess.run, fetches, feeds(n)))
+                  for n in (short, long)}
         # The two cuts alternate (benchmarks.timing), so neither always runs first.
         times = interleaved({n: lambda n=n: sess.run(fetches, feeds(n)) for n in (short, long)},
                             repeats=repeats)
@@ -156,8 +175,14 @@ def main(argv=None):
     ap.add_argument("--json", help="write the result here")
     ap.add_argument("--settings", metavar="FILE",
                     help="measure TF Serving's speed settings on FILE's sentences instead")
+    ap.add_argument("--profile", action="store_true",
+                    help="where one request on --text spends its time, by op type and scope")
     args = ap.parse_args(argv)
-    if args.settings:
+    if args.profile:
+        result = profile(args.saved_model, args.text, args.signature, args.threads)
+        for op, entry in list(result["by_type"].items())[:12]:
+            print(f"  {entry['ms']:7.3f} ms {entry['count']:5d} {op}")
+    elif args.settings:
         with open(args.settings, encoding="utf-8") as f:
             texts = [line.split("\t")[0] for line in f.read().splitlines()[:64]]
         result = serving_settings(args.saved_model, texts, args.repeats)

@@ -4,6 +4,7 @@
 ``benchmarks`` imports from the repository root (``pytest.ini``: ``pythonpath = .``).
 """
 import ast
+import collections
 import json
 import os
 import pathlib
@@ -59,9 +60,10 @@ def test_block_waits_on_nests():
 def test_op_profile_finds_the_matmul():
     a = tf.random.normal((64, 64))
     fn = tf.function(lambda: tf.nn.relu(tf.matmul(a, a)))
-    by_type, by_name = common.op_profile(fn, steps=2)
+    by_type = common.op_profile(fn, steps=2)
     assert "MatMul" in dict(by_type)
-    assert by_name and all(ms >= 0 for _, ms in by_name)
+    assert all(ms >= 0 for _, ms in by_type)
+    assert [ms for _, ms in by_type] == sorted((ms for _, ms in by_type), reverse=True)
 
 
 def test_machine_info_is_json():
@@ -142,7 +144,7 @@ def test_step_ops_counts_a_loops_body_once_per_iteration():
     lowers TF2's functional While (which keeps an iteration counter and its bound as two
     more loop variables), runs per extra iteration one Mul, three AddV2 (the third: the
     While's own counter), one Less and one LoopCond, and moves four loop variables."""
-    from benchmarks.step_ops import executed_ops
+    from benchmarks.step_ops import traced_nodes
 
     graph = tf.Graph()
     with graph.as_default():
@@ -151,7 +153,8 @@ def test_step_ops_counts_a_loops_body_once_per_iteration():
                                        (tf.constant(0), tf.constant(1.0)))
     with tf.compat.v1.Session(graph=graph) as sess:
         assert sess.run(x, {n: 2}) == 13.0  # (1 * 3 + 1) * 3 + 1
-        counts = {k: executed_ops(sess.run, x, {n: k}) for k in (3, 7)}
+        counts = {k: collections.Counter(op for op, _ in traced_nodes(sess.run, x, {n: k}))
+                  for k in (3, 7)}
     per_iteration = {op: (counts[7][op] - counts[3][op]) / 4 for op in counts[7]}
     assert {op: per_iteration[op] for op in ("Mul", "AddV2", "Less", "LoopCond")} == {
         "Mul": 1, "AddV2": 3, "Less": 1, "LoopCond": 1}, per_iteration
@@ -172,6 +175,23 @@ def test_step_ops_of_the_committed_savedmodel():
     assert per_step["BatchMatMulV3"] > 0, per_step
     assert all(float(n).is_integer() for n in per_step.values()), per_step
     assert result["total_per_step"] == sum(per_step.values())
+
+
+@pytest.mark.slow  # the committed SavedModel loaded in a session and traced (~1 minute)
+def test_step_ops_profile_splits_a_request_by_op_and_layer():
+    from benchmarks.step_ops import profile
+
+    result = profile(os.path.join(REPO, "exported", "saved_model", "translator", "1"),
+                     "3 March 2021", runs=2)
+    by_type, by_scope = result["by_type"], result["by_scope"]
+    ms = [entry["ms"] for entry in by_type.values()]
+    assert ms == sorted(ms, reverse=True) and all(m >= 0 for m in ms)
+    # The decoder's blocks run in the loop (a step each) and outside it (the confidence's
+    # teacher-forced pass); the encoder's only outside.
+    assert {"loop: decoder_1/block_0_1", "outside: decoder_1/block_0_1",
+            "outside: encoder_1/block_0_1"} <= set(by_scope), by_scope
+    assert not any(k.startswith("loop: encoder") for k in by_scope), by_scope
+    assert sum(by_scope.values()) == pytest.approx(sum(ms), rel=0.01, abs=0.01)
 
 
 @pytest.mark.slow  # five sessions of the committed SavedModel, XLA compiling one (minutes)
