@@ -135,8 +135,6 @@ class SavedModelEngine:
             with contextlib.suppress(RuntimeError):
                 tf.config.threading.set_intra_op_parallelism_threads(int(threads))
                 tf.config.threading.set_inter_op_parallelism_threads(1)
-        with contextlib.suppress(ImportError):
-            import tensorflow_text  # noqa: F401  (registers a SentencePiece model's ops)
         self._np, self._tf, self._option_inputs, self._pipeline = np, tf, option_inputs, pipeline
         self.path = path
         try:

@@ -13,6 +13,19 @@ import numpy as np
 
 SERVE_TAGS = ("serve",)
 INIT_SIGNATURE = "__saved_model_init_op"
+# tensorflow-text's op libraries and their ops that exports use. Loading only those a graph
+# needs registers its ops in about 15 MB; ``import tensorflow_text`` loads all 22 libraries
+# and its Python modules, about 100 MB more in a server process.
+TEXT_OP_LIBRARIES = {
+    "_regex_split_ops.so": ("RegexSplitWithOffsets",),
+    "_fast_sentencepiece_tokenizer.so": ("TFText>FastSentencepieceTokenize",
+                                         "TFText>FastSentencepieceDetokenize"),
+    "_fast_wordpiece_tokenizer.so": ("FastWordpieceTokenizeWithOffsets",
+                                     "TFText>FastWordpieceDetokenize"),
+    "_normalize_ops.so": ("CaseFoldUTF8", "NormalizeUTF8", "NormalizeUTF8WithOffsetsMap",
+                          "FindSourceOffsets"),
+    "_byte_splitter.so": ("TFText>ByteSplitWithOffsets", "TFText>ByteSplitByOffsets"),
+}
 
 
 def read_meta_graph(path, tags=SERVE_TAGS):
@@ -34,6 +47,33 @@ def read_meta_graph(path, tags=SERVE_TAGS):
         if set(tags) <= set(meta_graph.meta_info_def.tags):
             return meta_graph
     raise ValueError(f"the SavedModel at {path!r} has no MetaGraph tagged {list(tags)}")
+
+
+def register_ops(meta_graph):
+    """Register the ops of ``meta_graph`` (its graph and functions) that TensorFlow lacks:
+    their tensorflow-text libraries alone where :data:`TEXT_OP_LIBRARIES` names them all,
+    else the whole ``tensorflow_text``; nothing when there are none or tensorflow-text is
+    not installed (loading then names the missing op). Returns what it loaded."""
+    import importlib.util
+
+    import tensorflow as tf
+
+    graph_def = meta_graph.graph_def
+    ops = {n.op for n in graph_def.node} | {
+        n.op for f in graph_def.library.function for n in f.node_def}
+    missing = {op for op in ops if not hasattr(tf.raw_ops, op)}
+    spec = importlib.util.find_spec("tensorflow_text")
+    if not missing or spec is None:
+        return []
+    libraries = [name for name, names in TEXT_OP_LIBRARIES.items() if missing & set(names)]
+    if missing - {op for name in libraries for op in TEXT_OP_LIBRARIES[name]}:
+        import tensorflow_text  # noqa: F401  (registers every op it has)
+
+        return ["tensorflow_text"]
+    folder = os.path.join(os.path.dirname(spec.origin), "python", "ops")
+    for name in libraries:
+        tf.load_op_library(os.path.join(folder, name))
+    return libraries
 
 
 def _called_functions(attrs):
@@ -92,6 +132,7 @@ class SignatureRunner:
 
     Attributes:
         input_dtypes: ``{input name: tf.DType}``. output_names: the outputs, sorted.
+        op_libraries: what :func:`register_ops` loaded for the signature's ops.
 
     Raises:
         ValueError: no such signature (the message lists those there).
@@ -105,6 +146,7 @@ class SignatureRunner:
             raise ValueError(f"the SavedModel at {path!r} has no {name!r} signature; its "
                              f"signatures are {sorted(signature_names(meta_graph))}")
         prune(meta_graph, [name])
+        self.op_libraries = register_ops(meta_graph)
         signature = meta_graph.signature_def[name]
         for kind, infos in (("input", signature.inputs), ("output", signature.outputs)):
             for key, info in infos.items():
