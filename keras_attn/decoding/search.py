@@ -1,20 +1,16 @@
 """The public decoding functions: greedy search, beam search, the per-request :func:`decode`
-every served artefact runs, and the teacher-forced :func:`cross_attention` (what word
-alignments read) and :func:`score` (forced decoding, CTranslate2's ``score_batch``).
-
-Each builds a sampler (:mod:`keras_attn.decoding.samplers`) and ranks or reshapes what its
-loop returns.
+every served artefact runs, and the teacher-forced :func:`cross_attention` and :func:`score`
+(forced decoding, CTranslate2's ``score_batch``).
 
 References: D2L 10.8 (beam search); Wu et al. 2016 (GNMT length penalty).
 """
-import keras
 from keras import ops
 
 from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.decoding.options import length_penalty as gnmt_penalty  # frees the argument name
 from keras_attn.decoding.processors import log_probs
 from keras_attn.decoding.samplers import BeamSampler, GreedySampler, RandomSampler, take_beams
-from keras_attn.decoding.step import as_args, check_source, encode
+from keras_attn.decoding.step import as_args, check_source, encode, repeat_rows
 from keras_attn.core.deprecation import renamed
 from keras_attn.core.special_tokens import END_ID, START_ID
 
@@ -26,13 +22,12 @@ def _trim(tokens, lengths):
     return tokens[..., : ops.max(lengths)] if len(tokens.shape) else tokens
 
 
-# --- the public functions ------------------------------------------------------------------------
 def greedy_decode_fixed(model, source, max_len, start_id, end_id, use_cache=True,
                         return_attention=False, options=None, encoded=None):
     """Greedy decoding into fixed-size buffers (XLA-compilable, exportable).
 
-    Args as :func:`greedy_search`'s, and ``options``: a ``DecodingOptions`` whose repetition
-    controls apply (None: none); ``encoded``: :func:`encode` ``(model, source)``, if computed.
+    Args as :func:`greedy_search`'s; ``options``: a ``DecodingOptions`` whose repetition
+    controls apply; ``encoded``: :func:`encode` ``(model, source)``, if computed.
 
     Returns a dict: ``tokens`` int32 ``(B, max_len)`` (0 after ``end_id``), ``lengths`` int32
     ``(B,)`` (``end_id`` included), ``log_prob`` float32 ``(B,)`` and with ``return_attention``
@@ -52,8 +47,7 @@ def greedy_search(model, source, max_len, start_id, end_id, use_cache=True,
         source: int ``(B, S)`` token ids, 0 = padding.
         max_len: most tokens generated per row.
         start_id, end_id: the ``[START]`` and ``[END]`` ids of the target vocabulary.
-        use_cache: incremental decoding with the key/value cache (False: the reference that
-            re-runs the decoder on the whole prefix at every step).
+        use_cache: incremental decoding with the key/value cache (False: the reference).
         return_attention: also return the cross-attention of each generated token.
 
     Returns:
@@ -78,8 +72,7 @@ def beam_decode_fixed(model, source, beam_size=4, length_penalty=LENGTH_PENALTY,
     """Beam search into fixed-size buffers (XLA-compilable, exportable).
 
     Args as :func:`beam_search`'s (``length_penalty``: its ``alpha``); ``options`` and
-    ``encoded`` as :func:`greedy_decode_fixed`'s. Hypotheses are pruned by summed
-    log-probability and ranked by ``log_prob / ((5 + n) / 6) ** length_penalty``.
+    ``encoded`` as :func:`greedy_decode_fixed`'s.
 
     Returns a dict: ``tokens`` ``(B, K, max_len)``, ``lengths`` ``(B, K)``, ``log_prob``
     ``(B, K)`` and ``scores`` ``(B, K)``, best first.
@@ -104,7 +97,7 @@ def beam_search(model, source, beam_size=4, alpha=LENGTH_PENALTY, max_len=64,
     Args:
         model: from ``keras_attn.models``. source: int ``(B, S)``, 0 = padding.
         beam_size: hypotheses kept per row. alpha: the GNMT length penalty (0 = none; the
-            ``length_penalty`` of every other entry point, named as API.md promises).
+            ``length_penalty`` of every other entry point).
         max_len: most tokens per hypothesis. start_id, end_id: target vocabulary ids.
 
     Returns:
@@ -123,11 +116,9 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=
     """Decode with a resolved :class:`keras_attn.decoding.options.DecodingOptions`.
 
     ``sampling_topk > 1`` samples ``num_hypotheses`` draws per row, else ``beam_size > 1`` is
-    beam search, else greedy; ``kind`` (one of :data:`KINDS`) makes that choice instead, for a
-    graph that traces every kind (``beam_size`` and ``num_hypotheses`` may then be int32
-    tensors). ``prefix``: optional int32 ``(B, P)`` target ids forced first (0 = none left;
-    ``P >= 1``). ``encoded``: :func:`encode` ``(model, source)``, if computed. Alignments are
-    one more pass (:func:`cross_attention`).
+    beam search, else greedy; ``kind`` (one of :data:`KINDS`) makes that choice instead (then
+    ``beam_size`` and ``num_hypotheses`` may be int32 tensors). ``prefix``: optional int32
+    ``(B, P)`` target ids forced first (0 = none left). ``encoded``: :func:`encode`'s output.
 
     Returns a dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)`` and ``scores``
     float32 ``(B, N)`` (beam search: best first by ``log_prob / length_penalty``; otherwise the
@@ -153,18 +144,10 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=
     return {"tokens": out["tokens"], "lengths": out["lengths"], "scores": out["log_prob"]}
 
 
-def repeat_rows(source, encoded, n):
-    """``source`` ``(B, S)`` and its encoding with every row repeated ``n`` times in place."""
-    return (ops.repeat(source, n, axis=0),
-            keras.tree.map_structure(lambda t: ops.repeat(t, n, axis=0), encoded))
-
-
 def cross_attention(model, source, tokens, start_id, encoded=None):
-    """float32 ``(B * N, T, S)``: the decoder's alignment (:meth:`alignment`) of ``tokens``
-    ``(B * N, T)`` (N hypotheses per sentence, together) over ``source`` ``(B, S)``, from one
-    teacher-forced pass after ``start_id``. What :mod:`keras_attn.translation.alignment` reads.
-    ``encoded``: :func:`encode` ``(model, source)``, if computed.
-    """
+    """float32 ``(B * N, T, S)``: the decoder's alignment of ``tokens`` ``(B * N, T)`` (N
+    hypotheses per sentence, together) over ``source`` ``(B, S)``, from one teacher-forced
+    pass after ``start_id`` (``encoded``: :func:`encode`'s output, if computed)."""
     source = check_source(source)
     tokens = ops.cast(tokens, "int32")
     if encoded is None:
@@ -188,24 +171,21 @@ def score(model, source, target, start_id=START_ID, end_id=END_ID,
           length_penalty=LENGTH_PENALTY, encoded=None):
     """Forced decoding: how likely the model finds the given ``target`` for ``source``.
 
-    One teacher-forced pass; each token's log-probability is taken under the bans of decoding
-    (:func:`~keras_attn.decoding.processors.log_probs`), so a searched hypothesis gets back the
+    One teacher-forced pass under the bans of decoding: a searched hypothesis gets back the
     log-probabilities its search summed.
 
     Args:
         model: from ``keras_attn.models``. source: int ``(B, S)``, 0 = padding.
-        target: int ``(B, T)`` ids without the start token, as the searches return them. A row
-            is scored up to and including its first ``end_id`` (or its last token), skipping
-            padding.
+        target: int ``(B, T)`` ids without the start token; a row is scored up to and
+            including its first ``end_id``, skipping padding.
         start_id, end_id: the target vocabulary's ``[START]`` and ``[END]`` ids.
         length_penalty: GNMT's alpha in ``score`` (0 = the summed log-probability).
         encoded: :func:`encode` ``(model, source)``, if already computed.
 
     Returns:
         A dict: ``token_log_probs`` float32 ``(B, T)`` (0 on padding), ``log_prob`` ``(B,)``,
-        ``lengths`` int32 ``(B,)`` (``end_id`` included) and ``score`` ``(B,)`` =
-        ``log_prob / ((5 + lengths) / 6) ** length_penalty`` (the ranking of
-        :func:`beam_search`).
+        ``lengths`` int32 ``(B,)`` (``end_id`` included) and ``score`` ``(B,)`` (the ranking
+        of :func:`beam_search`).
 
     Example:
         >>> out = score(model, source, greedy_search(model, source, 20, 2, 3), 2, 3)
