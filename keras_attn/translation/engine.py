@@ -18,12 +18,10 @@ class KerasEngine:
 
     Args:
         model: a model from ``keras_attn.models``.
-        src_tokenizer, tgt_tokenizer: ``keras_attn.text.subword.SentencePieceTokenizer`` or
-            ``keras_attn.text.tokenizers.Tokenizer`` objects.
+        src_tokenizer, tgt_tokenizer: the run's tokenizers (``keras_attn.text``).
         max_len: most tokens per source (longer inputs are truncated) and per output.
         normalize: apply D2L's text normalisation to inputs (WordPiece runs).
-        calibrator: a :class:`keras_attn.decoding.confidence.Calibrator`; None:
-            uncalibrated.
+        calibrator: a :class:`~keras_attn.decoding.confidence.Calibrator`; None: uncalibrated.
 
     Example:
         >>> engine = KerasEngine(*run.load("runs/dates"))
@@ -33,17 +31,11 @@ class KerasEngine:
 
     def __init__(self, model, src_tokenizer, tgt_tokenizer, max_len=64, normalize=False,
                  calibrator=None):
-        self.model = model
-        self.src_tokenizer = src_tokenizer
-        self.tgt_tokenizer = tgt_tokenizer
-        self.max_len = max_len
-        self.normalize = normalize
-        # The repetition controls' defaults for this target vocabulary (DecodingOptions).
-        self.controls = dict(control_defaults(tgt_tokenizer))
-        # True: a sentence longer than the model reads is cut at clause boundaries first.
-        self.split_long = False
-        # Spans pass through unless a request says: off on characters.
-        self.passthrough = spans.default_for(src_tokenizer)
+        self.model, self.src_tokenizer, self.tgt_tokenizer = model, src_tokenizer, tgt_tokenizer
+        self.max_len, self.normalize = max_len, normalize
+        self.controls = dict(control_defaults(tgt_tokenizer))  # the repetition controls'
+        self.split_long = False  # True: a sentence too long is cut at clause boundaries
+        self.passthrough = spans.default_for(src_tokenizer)  # off on characters
         self.calibrator = calibrator
         self.search = GraphSearch(model, max_len, lambda: self.word_tables)
 
@@ -85,11 +77,10 @@ class KerasEngine:
         return tf.constant(pipeline.source_batch(self.tokenize(sentences), self.max_len))
 
     def encode_targets(self, targets):
-        """Target ids ``(B, T)`` int32 as training reads them (normalised as the sources,
-        cut, ``[END]`` appended, 0-padded), and the bool ``(B,)`` of the rows cut."""
+        """Target ids ``(B, T)`` int32 as training reads them (normalised, cut, ``[END]``,
+        0-padded), and the bool ``(B,)`` of the rows cut."""
         ids = self.tokenize_target(self._normalized(targets))
         truncated = np.asarray([len(row) > self.max_len - 1 for row in ids], bool)
-        # source_batch: the cut and the [END] of a training target's output side.
         return tf.constant(pipeline.source_batch(ids, self.max_len)), truncated
 
     def options(self, **options):
@@ -105,8 +96,8 @@ class KerasEngine:
         return self.search.decode_ids(source, opts, prefix, confidence)
 
     def decode(self, source, opts, prefix=(), confidence=True):
-        """The pipeline's step: :meth:`decode_ids` with the prefix's ids forced on every
-        row, and the alignments as Pharaoh strings when asked."""
+        """The pipeline's step: :meth:`decode_ids` with the prefix forced on every row, the
+        alignments as Pharaoh strings when asked."""
         prefix = np.repeat(np.asarray([list(prefix)], "int32"), len(source), axis=0)
         out = self.decode_ids(source, opts, prefix, confidence)
         if opts.return_alignments:

@@ -38,8 +38,7 @@ class Scorer:
                                   tf.TensorSpec([], tf.float32)])
 
     def words(self, target, per_token):
-        """Per row of target ids ``(B, T)`` its ``[(word, mean log-probability of its
-        tokens)]`` (Bergamot's word-level confidence)."""
+        """Per row of target ids ``(B, T)`` its ``[(word, mean token log-probability)]``."""
         positions = keras.ops.convert_to_numpy(
             alignment.word_positions(target, self.engine.word_tables[1]))
         out = []
