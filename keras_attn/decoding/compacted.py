@@ -1,8 +1,5 @@
-"""TensorFlow only: the decoding loop that drops the rows that ended from the step's work.
-
-``Sampler.__call__`` runs it for greedy decoding and sampling where the kernel policy
-allows shapes that change (not under XLA, not in TFLite). Its tokens, lengths and scores
-are those of the plain loop; only the number of rows a step computes differs.
+"""TensorFlow only: the decoding loop that drops the rows that ended from the step's work
+(greedy decoding and sampling, where shapes may change). Its results are the plain loop's.
 """
 import keras
 import tensorflow as tf
@@ -14,8 +11,7 @@ from keras_attn.decoding.processors import StepState
 def compacted_loop(sampler, steps, batch, limit, processors, row_limit):
     """``sampler``'s loop over the unfinished rows only.
 
-    The state, the last tokens, the scores, the tokens so far and ``rows`` (their numbers in
-    the batch) lose a row at the step it ends, which then writes its results into the
+    A row leaves the loop's state at the step it ends, writing its results into the
     whole-batch buffers (the rows still going are written after the loop).
 
     Args:
@@ -62,7 +58,7 @@ def compacted_loop(sampler, steps, batch, limit, processors, row_limit):
                                          (token, state, rows, scores, tokens))
             return (*kept, done)
 
-        # The rows' copies only at the steps where some row ends.
+        # Copies only at the steps where some row ends.
         token, state, rows, scores, tokens, out = tf.cond(
             tf.reduce_all(going), lambda: (token, state, rows, scores, tokens, out),
             drop_ended)

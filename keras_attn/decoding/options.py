@@ -193,7 +193,8 @@ class DecodingOptions:
         """``DecodingOptions(**kwargs)`` with an unknown keyword named clearly."""
         unknown = sorted(set(kwargs) - set(NAMES))
         if unknown:
-            raise ValueError(f"Unknown decoding option(s) {unknown}; the options are {list(NAMES)}")
+            raise ValueError(
+                f"Unknown decoding option(s) {unknown}; the options are {list(NAMES)}")
         return cls(**kwargs)
 
     def resolve(self, max_length_limit, length_penalty=LENGTH_PENALTY, controls=None):

@@ -5,9 +5,7 @@ from keras import ops
 
 
 def _mix16(h):
-    """One round of a 16-bit integer hash, with int32 add/mul/floor_div/floor_mod only (no
-    overflow, no bitwise op), which TF, TFLite builtins, JAX and PyTorch compute alike.
-    """
+    """A 16-bit integer hash round in int32 arithmetic only (every backend and TFLite alike)."""
     h = ops.mod(h * 20201 + 13849, 65536)
     h = ops.mod(h + ops.floor_divide(h, 128), 65536)
     h = ops.mod(h * 30971, 65536)

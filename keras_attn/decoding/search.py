@@ -204,7 +204,7 @@ def score(model, source, target, start_id=START_ID, end_id=END_ID,
     per_token = ops.squeeze(ops.take_along_axis(
         log_probs(logits, start_id), ops.expand_dims(target, -1), axis=-1), -1)  # (B, T)
     ends = ops.cast(ops.equal(target, end_id), "int32")
-    ended_before = ops.greater(ops.cumsum(ends, axis=1) - ends, 0)  # a token after the first end_id
+    ended_before = ops.greater(ops.cumsum(ends, axis=1) - ends, 0)  # after the first end_id
     kept = ops.logical_and(ops.not_equal(target, 0), ops.logical_not(ended_before))
     per_token = ops.where(kept, per_token, 0.0)
     lengths = ops.sum(ops.cast(kept, "int32"), axis=1)
