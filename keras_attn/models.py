@@ -77,8 +77,7 @@ def build_model(config):
     """The model a run's options describe.
 
     Args:
-        config: a ``keras_attn.core.config.TrainConfig`` or its dict (a run's ``config.json``)
-            with ``model``, the sizes and ``src_vocab_size`` / ``tgt_vocab_size``.
+        config: a ``keras_attn.core.config.TrainConfig`` or its dict (``config.json``).
 
     Example:
         >>> build_model(runs.read_json("runs/dates/config.json"))
@@ -105,7 +104,7 @@ def float32_model(model, config):
 
     Args:
         model: from :func:`build_model` (or ``model.keras``) for ``config``.
-        config: the run's ``TrainConfig`` or its dict; ``mixed_precision`` tells the policy.
+        config: the run's ``TrainConfig`` or its dict (``mixed_precision``).
 
     Example:
         >>> float32_model(model, config).get_layer("decoder").compute_dtype

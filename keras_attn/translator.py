@@ -25,15 +25,15 @@ class Translator:
     """Tokenize, decode (greedy, beam or sampling) and detokenize with a trained model.
 
     A request runs through :mod:`keras_attn.translation.pipeline` on :attr:`engine`, a
-    :class:`keras_attn.translation.engine.KerasEngine` whose members are this object's too.
+    :class:`~keras_attn.translation.engine.KerasEngine` whose members are this object's too.
 
     Args:
         model, src_tokenizer, tgt_tokenizer, max_len, normalize, calibrator: the engine's.
 
     Example:
         >>> tr = Translator(model, src_tok, tgt_tok, max_len=48)
-        >>> tr.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
-        [[{'translation': '2021-03-03', 'score': -0.01, 'confidence': 0.99, ...}, {...}]]
+        >>> tr.translate(["3 March 2021"])
+        ['2021-03-03']
     """
 
     def __init__(self, model, src_tokenizer, tgt_tokenizer, max_len=64, normalize=False,
@@ -73,25 +73,21 @@ class Translator:
     def translate_nbest(self, texts, batch_size=128, confidence=True, **options):
         """Translate with per-call decoding options (API.md, "Decoding options per request").
 
-        Each text is split into sentences (:mod:`keras_attn.text.documents`), decoded as one
-        batch and joined back. A sentence longer than the model reads is read in part
-        (``"truncated": True``), or with ``split_long`` cut at clause boundaries first
-        (``"cut": True``).
+        Each text is split into sentences, decoded as one batch and joined back; a sentence too
+        long for the model is read in part (``"truncated": True``) or, with ``split_long``, cut
+        at clause boundaries first (``"cut": True``).
 
         Args:
             texts: list of str. batch_size: sentences per decoder call.
             confidence: False skips the confidence's teacher-forced pass.
             **options: the decoding options (``beam_size``, ``num_hypotheses``,
-                ``target_prefix``, ``return_alignments`` ...), and ``passthrough``: URLs,
-                e-mail addresses, code, tags, numbers and emoji pass through byte-identical
-                (None: :attr:`passthrough`).
+                ``target_prefix``, ``return_alignments`` ...), and ``passthrough`` (URLs, code,
+                numbers ... pass through byte-identical; None: :attr:`passthrough`).
 
         Returns:
-            Per text ``num_hypotheses`` dicts ``{"translation", "score", "confidence"}``,
-            best first for beam search (score: the summed log-probability, divided by the
-            GNMT length penalty in beam search). A text of several sentences sums their
-            scores, takes their lowest confidence and lists each sentence's dict under
-            ``"sentences"``; ``return_alignments=True`` adds Pharaoh ``"alignment"`` pairs.
+            Per text ``num_hypotheses`` dicts ``{"translation", "score", "confidence"}``, best
+            first for beam search; several sentences: scores summed, the lowest confidence, each
+            sentence's dict under ``"sentences"``.
 
         Example:
             >>> tr.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
@@ -103,14 +99,12 @@ class Translator:
     @renamed(alpha="length_penalty")
     def translate(self, texts, beam_size=1, length_penalty=None, batch_size=128, progress=None,
                   **options):
-        """Translate a list of texts (:meth:`translate_nbest`'s best hypothesis, without the
-        confidence's pass).
+        """Translate a list of texts (:meth:`translate_nbest`'s best, without the confidence).
 
         Args:
             texts: list of str. beam_size: 1 is greedy decoding.
             length_penalty: GNMT's alpha (``alpha=``: its deprecated name).
-            batch_size: sentences per decoder call.
-            progress: optional ``progress(done, total)``, called after each batch.
+            batch_size: sentences per decoder call. progress: optional ``progress(done, total)``.
             **options: any other option of :meth:`translate_nbest`.
 
         Returns:
@@ -126,25 +120,19 @@ class Translator:
     def score(self, sources, targets, batch_size=128, length_penalty=None):
         """Score given translations (forced decoding; CTranslate2's ``score_batch``).
 
-        Each target is tokenized, cut to ``max_len - 1`` tokens, ended with ``[END]`` and
-        read after ``[START]`` in one teacher-forced pass (:func:`keras_attn.decoding.score`):
-        a hypothesis of :meth:`translate_nbest` gets its score back when its text tokenizes
-        to the ids the decoder chose.
+        Each target is tokenized, cut to ``max_len - 1`` tokens, ended with ``[END]`` and read in
+        one teacher-forced pass (:func:`keras_attn.decoding.score`).
 
         Args:
             sources, targets: lists of strings of the same length.
             batch_size: pairs per decoder call.
-            length_penalty: GNMT alpha of ``score`` (default 0.6, as ``translate_nbest``).
+            length_penalty: GNMT alpha of ``score`` (default 0.6).
 
         Returns:
             Per pair a dict: ``tokens`` (strings, ``[END]`` last), ``token_ids``,
             ``token_log_probs``, ``log_prob`` (their sum), ``score`` (``log_prob / ((5 + n) /
-            6) ** length_penalty``), ``truncated`` (the target was cut), ``confidence`` and
-            ``words``: per target word ``(word, mean log-probability of its tokens)``.
-
-        Raises:
-            ValueError: lists of different lengths, an item not a string, a bad
-                ``length_penalty``.
+            6) ** length_penalty``), ``truncated``, ``confidence`` and ``words`` (per target word
+            ``(word, mean log-probability of its tokens)``).
 
         Example:
             >>> tr.score(["3 March 2021"], ["2021-03-03"])[0]["log_prob"]

@@ -1,22 +1,13 @@
 """What every step's logits go through before a sampler chooses: one ordered list.
 
-A processor is a callable ``(logits, state) -> logits`` on float32 logits ``(N, V)`` (one
-row per hypothesis) and a :class:`StepState`; :func:`processors_for` makes one call's
-:class:`LogitsProcessorList`, which every loop runs. In order: the banned ids (padding,
-``[START]``), CTranslate2's ``repetition_penalty`` and ``no_repeat_ngram_size``, the forced
-prefix. Marian's ``--max-length-factor`` is the stop rule (:func:`length_limits`).
+A processor is a callable ``(logits, state) -> logits`` on float32 logits ``(N, V)`` and a
+:class:`StepState`. In order: the banned ids (padding, ``[START]``), CTranslate2's
+``repetition_penalty`` and ``no_repeat_ngram_size``, the forced prefix. Option values may
+be tensors; a Python value that switches a control off leaves its processor out. Marian's
+``--max-length-factor`` is the stop rule (:func:`length_limits`).
 
-Option values may be tensors (a served graph's inputs); a Python value that switches a
-control off leaves its processor out. A new processor is one class registered with
-:func:`from_option` and one field of ``DecodingOptions``.
-
-Example:
-    >>> procs = processors_for(options, start_id=2, vocab_size=V)
-    >>> logits = procs(logits, StepState(index, history))
-
-References: Hugging Face ``LogitsProcessorList``; Keskar et al. 2019 (CTRL), section 4.1
-(the repetition penalty); Paulus et al. 2018 (no repeated trigrams); Marian's
-``--max-length-factor``; Wu et al. 2016 (the GNMT length penalty).
+References: Hugging Face ``LogitsProcessorList``; Keskar et al. 2019 (CTRL), section 4.1;
+Paulus et al. 2018 (no repeated trigrams); Marian's ``--max-length-factor``.
 """
 import functools
 
@@ -205,9 +196,8 @@ def processors_for(options, start_id, vocab_size, prefix=None, beams=1):
         beams: hypotheses per sentence (the rows of a prefix's sentence).
 
     Example:
-        >>> procs = processors_for(DecodingOptions(repetition_penalty=1.2), 2, vocab_size=9)
-        >>> [type(p).__name__ for p in procs]
-        ['BanIds', 'RepetitionPenalty']
+        >>> procs = processors_for(options, start_id=2, vocab_size=V)
+        >>> logits = procs(logits, StepState(index, history))
     """
     procs = LogitsProcessorList([BanIds((PAD_ID, start_id), vocab_size)])
     gates = []  # per processor: a bool tensor (on for this request), or None (always on)

@@ -29,9 +29,8 @@ def greedy_decode_fixed(model, source, max_len, start_id, end_id, use_cache=True
     Args as :func:`greedy_search`'s; ``options``: a ``DecodingOptions`` whose repetition
     controls apply; ``encoded``: :func:`encode` ``(model, source)``, if computed.
 
-    Returns a dict: ``tokens`` int32 ``(B, max_len)`` (0 after ``end_id``), ``lengths`` int32
-    ``(B,)`` (``end_id`` included), ``log_prob`` float32 ``(B,)`` and with ``return_attention``
-    ``attention`` float32 ``(B, max_len, S)`` (the decoder's alignment).
+    Returns a dict: ``tokens`` int32 ``(B, max_len)``, ``lengths`` int32 ``(B,)``, ``log_prob``
+    float32 ``(B,)`` and with ``return_attention`` ``attention`` float32 ``(B, max_len, S)``.
     """
     out = GreedySampler(max_len, start_id, end_id, use_cache, return_attention)(
         model, source, encoded=encoded, options=options)
@@ -43,17 +42,15 @@ def greedy_search(model, source, max_len, start_id, end_id, use_cache=True,
     """Greedy decoding: at each step the most likely next token.
 
     Args:
-        model: from ``keras_attn.models``.
-        source: int ``(B, S)`` token ids, 0 = padding.
+        model: from ``keras_attn.models``. source: int ``(B, S)`` token ids, 0 = padding.
         max_len: most tokens generated per row.
         start_id, end_id: the ``[START]`` and ``[END]`` ids of the target vocabulary.
         use_cache: incremental decoding with the key/value cache (False: the reference).
         return_attention: also return the cross-attention of each generated token.
 
     Returns:
-        int32 ``(B, T)``, ``T <= max_len``, without the start token; each row up to and
-        including ``end_id``, then 0. With ``return_attention``: ``(tokens, weights)``,
-        weights ``(B, T, S)``.
+        int32 ``(B, T)``, ``T <= max_len``, each row up to and including ``end_id``, then 0.
+        With ``return_attention``: ``(tokens, weights (B, T, S))``.
 
     Example:
         >>> greedy_search(model, source, max_len=20, start_id=2, end_id=3)
@@ -69,13 +66,11 @@ def greedy_search(model, source, max_len, start_id, end_id, use_cache=True,
 @renamed(alpha="length_penalty")
 def beam_decode_fixed(model, source, beam_size=4, length_penalty=LENGTH_PENALTY, max_len=64,
                       start_id=START_ID, end_id=END_ID, options=None, encoded=None):
-    """Beam search into fixed-size buffers (XLA-compilable, exportable).
+    """Beam search into fixed-size buffers (XLA-compilable, exportable); args as
+    :func:`beam_search`'s, ``options`` and ``encoded`` as :func:`greedy_decode_fixed`'s.
 
-    Args as :func:`beam_search`'s (``length_penalty``: its ``alpha``); ``options`` and
-    ``encoded`` as :func:`greedy_decode_fixed`'s.
-
-    Returns a dict: ``tokens`` ``(B, K, max_len)``, ``lengths`` ``(B, K)``, ``log_prob``
-    ``(B, K)`` and ``scores`` ``(B, K)``, best first.
+    Returns a dict: ``tokens`` ``(B, K, max_len)``, ``lengths``, ``log_prob`` and ``scores``
+    ``(B, K)``, best first.
     """
     out = BeamSampler(beam_size, max_len, start_id, end_id)(model, source, encoded=encoded,
                                                             options=options)
@@ -96,13 +91,12 @@ def beam_search(model, source, beam_size=4, alpha=LENGTH_PENALTY, max_len=64,
 
     Args:
         model: from ``keras_attn.models``. source: int ``(B, S)``, 0 = padding.
-        beam_size: hypotheses kept per row. alpha: the GNMT length penalty (0 = none; the
-            ``length_penalty`` of every other entry point).
+        beam_size: hypotheses kept per row. alpha: the GNMT length penalty (0 = none).
         max_len: most tokens per hypothesis. start_id, end_id: target vocabulary ids.
 
     Returns:
-        ``(tokens (B, beam_size, T), scores (B, beam_size))``, best first; rows as for
-        :func:`greedy_search`; score = sum of log-probabilities / ``((5 + n) / 6) ** alpha``.
+        ``(tokens (B, beam_size, T), scores (B, beam_size))``, best first; score = sum of
+        log-probabilities / ``((5 + n) / 6) ** alpha``.
 
     Example:
         >>> tokens, scores = beam_search(model, source, beam_size=4, start_id=2, end_id=3)
@@ -113,16 +107,14 @@ def beam_search(model, source, beam_size=4, alpha=LENGTH_PENALTY, max_len=64,
 
 def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=None,
            encoded=None):
-    """Decode with a resolved :class:`keras_attn.decoding.options.DecodingOptions`.
+    """Decode with resolved :class:`~keras_attn.decoding.options.DecodingOptions`.
 
     ``sampling_topk > 1`` samples ``num_hypotheses`` draws per row, else ``beam_size > 1`` is
-    beam search, else greedy; ``kind`` (one of :data:`KINDS`) makes that choice instead (then
-    ``beam_size`` and ``num_hypotheses`` may be int32 tensors). ``prefix``: optional int32
-    ``(B, P)`` target ids forced first (0 = none left). ``encoded``: :func:`encode`'s output.
+    beam search, else greedy; ``kind`` (one of :data:`KINDS`) makes that choice instead.
+    ``prefix``: optional int32 ``(B, P)`` target ids forced first (0 = none left).
 
     Returns a dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)`` and ``scores``
-    float32 ``(B, N)`` (beam search: best first by ``log_prob / length_penalty``; otherwise the
-    summed log-probability).
+    float32 ``(B, N)`` (beam search: best first by ``log_prob / length_penalty``).
     """
     n = options.num_hypotheses
     if kind is None:
@@ -169,29 +161,23 @@ def _forced(model, source, target, start_id, encoded, **kwargs):
 @renamed(alpha="length_penalty")
 def score(model, source, target, start_id=START_ID, end_id=END_ID,
           length_penalty=LENGTH_PENALTY, encoded=None):
-    """Forced decoding: how likely the model finds the given ``target`` for ``source``.
-
-    One teacher-forced pass under the bans of decoding: a searched hypothesis gets back the
-    log-probabilities its search summed.
+    """Forced decoding: how likely the model finds ``target`` for ``source`` (one
+    teacher-forced pass under the bans of decoding).
 
     Args:
         model: from ``keras_attn.models``. source: int ``(B, S)``, 0 = padding.
         target: int ``(B, T)`` ids without the start token; a row is scored up to and
             including its first ``end_id``, skipping padding.
         start_id, end_id: the target vocabulary's ``[START]`` and ``[END]`` ids.
-        length_penalty: GNMT's alpha in ``score`` (0 = the summed log-probability).
-        encoded: :func:`encode` ``(model, source)``, if already computed.
+        length_penalty: GNMT's alpha in ``score``. encoded: :func:`encode`'s output, if any.
 
     Returns:
         A dict: ``token_log_probs`` float32 ``(B, T)`` (0 on padding), ``log_prob`` ``(B,)``,
-        ``lengths`` int32 ``(B,)`` (``end_id`` included) and ``score`` ``(B,)`` (the ranking
-        of :func:`beam_search`).
+        ``lengths`` int32 ``(B,)`` and ``score`` ``(B,)`` (the ranking of :func:`beam_search`).
 
     Example:
         >>> out = score(model, source, greedy_search(model, source, 20, 2, 3), 2, 3)
         >>> out["log_prob"]  # the greedy search's summed log-probabilities
-
-    References: CTranslate2 ``Translator.score_batch``; Wu et al. 2016 (length penalty).
     """
     source = check_source(source)
     target = ops.cast(target, "int32")

@@ -7,17 +7,16 @@ from keras_attn.text import spans
 def passed_through(sentences, translate, num_hypotheses=1, keep_alignments=True,
                    confidence=None, rules=spans.RULES):
     """Per sentence its hypotheses, the spans of ``rules`` passed through: cut out, the rest
-    translated, and each group put back after the target word aligned with the source word
-    before it (without an ``"alignment"``, at its proportional place). A sentence of spans
-    alone is its own translation, score 0.
+    translated, each group put back after the target word aligned with the source word
+    before it (or at its proportional place). A sentence of spans alone is its own
+    translation, score 0.
 
     Args:
         sentences: list of str. translate: ``sentences -> per sentence num_hypotheses
-            dicts`` (:func:`split_and_join`). num_hypotheses: per sentence.
-        keep_alignments: False: ``"alignment"`` is dropped from every hypothesis.
+            dicts``. num_hypotheses: per sentence.
+        keep_alignments: False: ``"alignment"`` is dropped. rules: ``(name, pattern)`` pairs.
         confidence: a sentence of spans alone gets ``"confidence": 1.0`` (None: when the
             others have one).
-        rules: ordered ``(name, pattern)`` pairs.
 
     Example:
         >>> passed_through(["Call me at 10:30."], lambda s: [[{"translation": "Appelle-moi "

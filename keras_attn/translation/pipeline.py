@@ -1,15 +1,11 @@
 """One request's life, for every engine (pure Python: no TensorFlow, no Keras).
 
-text -> sentences (:mod:`keras_attn.text.documents`) -> batches sorted by length ->
-hypotheses -> documents. The engine supplies what differs:
-
-* ``max_len``, ``controls`` (repetition controls' defaults), ``split_long``, ``calibrator``;
-* ``options(**kw)``: :func:`resolve` plus what the engine refuses;
-* ``tokenize(texts)`` / ``tokenize_target(texts)``: source / target ids per text;
-  ``detokenize(rows)``: id rows -> strings;
-* ``decode(source, opts, prefix[, confidence])``: int32 ``(B, S)`` source ids -> numpy
-  ``tokens`` ``(B, N, T)``, ``scores`` ``(B, N)``, optional ``features`` ``(B, N, F)`` and
-  ``alignments`` ``(B, N)`` (Pharaoh strings).
+text -> sentences -> batches sorted by length -> hypotheses -> documents. The engine
+supplies ``max_len``, ``controls``, ``split_long``, ``calibrator``; ``options(**kw)``
+(:func:`resolve` plus what it refuses); ``tokenize`` / ``tokenize_target`` (ids per text),
+``detokenize`` (id rows -> strings); ``decode(source, opts, prefix[, confidence])``: int32
+``(B, S)`` -> numpy ``tokens`` ``(B, N, T)``, ``scores`` ``(B, N)``, optional ``features``
+``(B, N, F)`` and ``alignments`` ``(B, N)`` (Pharaoh strings).
 
 Example:
     >>> translate_nbest(engine, ["3 March 2021. 4 July 1999"], beam_size=2)
@@ -170,9 +166,8 @@ def translate_documents(engine, texts, translate, num_hypotheses=1, passthrough=
 
     Args:
         engine: its ``max_len``, ``split_long`` and ``tokenize``. texts: B str.
-        translate: ``(sentences, ids) -> per sentence num_hypotheses dicts``
-            (:func:`translate_sentences`); ``ids`` None for a piece of a cut sentence.
-        num_hypotheses, passthrough, keep_alignments, confidence: :func:`split_and_join`'s.
+        translate: ``(sentences, ids) -> per sentence num_hypotheses dicts``; ``ids`` None
+            for a piece of a cut sentence. The rest: :func:`split_and_join`'s.
 
     Example:
         >>> docs = translate_documents(engine, ["Hi. Bye."], lambda s, ids: [[{
@@ -212,15 +207,13 @@ def _long_aware(engine, sentences, translate):
 
 def split_and_join(texts, translate, num_hypotheses=1, passthrough=False,
                    keep_alignments=True, confidence=None):
-    """Documents from a sentence translator: the texts split
-    (:func:`keras_attn.text.documents.split_batch`), all sentences translated in one call,
-    joined by :func:`join_documents`.
+    """Documents from a sentence translator: the texts split into sentences, all translated in
+    one call, joined by :func:`join_documents`.
 
     Args:
         texts: sequence of str. translate: ``sentences -> per sentence num_hypotheses
-            dicts``; not called without a sentence. num_hypotheses: per sentence.
-        passthrough, keep_alignments, confidence: :func:`passed_through`'s (spans pass
-            through).
+            dicts``. num_hypotheses: per sentence.
+        passthrough, keep_alignments, confidence: :func:`passed_through`'s.
 
     Example:
         >>> split_and_join(["Hi. Bye."], lambda s: [[{"translation": x, "score": -1.0,
@@ -243,20 +236,15 @@ ALIGNMENT_SEPARATOR = " | "
 
 
 def join_documents(per_sentence, counts, separators, num_hypotheses=1):
-    """The one rule that makes documents of sentences' hypotheses (docs/documents.md).
-
-    Hypothesis ``h`` of a document joins hypothesis ``h`` of its sentences (:func:`joined`),
-    alignments joined by :data:`ALIGNMENT_SEPARATOR` (left out when a sentence has none),
-    ``"truncated"`` if any is, and ``"sentences"``.
+    """The one rule that makes documents of sentences' hypotheses (docs/documents.md):
+    hypothesis ``h`` of a document joins hypothesis ``h`` of its sentences (:func:`joined`),
+    alignments joined by :data:`ALIGNMENT_SEPARATOR`, ``"truncated"`` if any is, and
+    ``"sentences"``.
 
     Args:
         per_sentence: per sentence (every text's, in order) its list of hypotheses.
-        counts: B ints, sentences per text. separators: B lists of ``counts[i] + 1`` str
-            (:func:`keras_attn.text.documents.split_batch`). num_hypotheses: per document.
-
-    Example:
-        >>> join_documents([[{"translation": "A.", "score": -1.0}]], [1], [["", ""]])
-        [[{'translation': 'A.', 'score': -1.0, 'truncated': False, 'sentences': [...]}]]
+        counts: B ints, sentences per text. separators: B lists of ``counts[i] + 1`` str.
+        num_hypotheses: per document.
     """
     results, start = [], 0
     for count, seps in zip(counts, separators):
