@@ -9,16 +9,13 @@ from keras_attn.decoding.processors import StepState
 
 
 def compacted_loop(sampler, steps, batch, limit, processors, row_limit):
-    """``sampler``'s loop over the unfinished rows only.
-
-    A row leaves the loop's state at the step it ends, writing its results into the
-    whole-batch buffers (the rows still going are written after the loop).
+    """``sampler``'s loop over the unfinished rows only: a row leaves the loop's state at the
+    step it ends, writing its results into the whole-batch buffers.
 
     Args:
         sampler: a ``Sampler`` that does not reorder rows. steps: its ``DecodingStep``.
-        batch: sentences B (``B * sampler.beams`` rows). limit: int32 scalar, the most
-            tokens. processors: the call's ``LogitsProcessorList``. row_limit: int32
-            ``(B * K,)`` each row's most tokens, or None.
+        batch: sentences B. limit: int32 scalar, the most tokens. processors: the call's
+            ``LogitsProcessorList``. row_limit: int32 ``(B * K,)`` or None.
 
     Returns: the dict of ``Sampler.__call__`` (without ``attention``).
     """

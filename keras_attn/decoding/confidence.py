@@ -101,14 +101,12 @@ def features_from(total, lowest, unsure, n, source_length, unknown, ops=None):
 
 @dataclasses.dataclass
 class Calibrator:
-    """``confidence = sigmoid(w . (x - mean) / scale + bias)`` over :data:`FEATURES` ``x``.
+    """``confidence = sigmoid(w . (x - mean) / scale + bias)`` over :data:`FEATURES` ``x``
+    (``Calibrator.uncalibrated()``, ``exp(mean_log_prob)``, where a run has no fit).
 
     Args:
         mean, scale: per feature, the standardisation of the fit.
-        weights: per feature. bias: float.
-        report: what the fit measured, kept with the weights.
-
-    ``Calibrator.uncalibrated()`` (``exp(mean_log_prob)``) stands in where a run has no fit.
+        weights: per feature. bias: float. report: what the fit measured.
     """
     mean: list
     scale: list
@@ -231,7 +229,7 @@ def hypothesis_features(model, source, tokens, start_id, end_id, encoded=None):
         model: from ``keras_attn.models``. source: int ``(B, S)``.
         tokens: int ``(B * N, T)``, N hypotheses per source row together.
         start_id, end_id: the target vocabulary's ``[START]`` and ``[END]``.
-        encoded: :func:`keras_attn.decoding.encode` ``(model, source)``, if computed.
+        encoded: :func:`keras_attn.decoding.encode`'s output, if computed.
     """
     from keras import ops
 

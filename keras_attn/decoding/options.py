@@ -29,8 +29,6 @@ CONTROL_DEFAULTS = {
     "character": {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
                   "max_length_factor": 0.0},
 }
-
-
 INT32 = (-2 ** 31, 2 ** 31)
 
 
@@ -41,17 +39,13 @@ def control_defaults(tokenizer):
 
 
 def option(default, dtype, rule, help, valid=None, unset=None, ct2=None):
-    """Declare one decoding option: a ``dataclasses.field`` whose metadata is an
-    :class:`Option`.
+    """Declare one decoding option: a ``dataclasses.field`` whose metadata is an :class:`Option`.
 
     Args:
         default: the Python default (None: the artefact's, sent as ``unset``).
-        dtype: ``"int32"``, ``"float32"``, ``"string"`` or ``"bool"``: the Python type
-            checked here and the serving signature's input dtype.
-        rule: what a valid value is, in words ("an integer >= 1"): the error message.
-        help: one line for the CLI flag and the docs.
-        valid: ``value -> bool`` written with comparisons and ``&`` only, so that it runs
-            on Python numbers here and on tensors inside a served graph.
+        dtype: ``"int32"``, ``"float32"``, ``"string"`` or ``"bool"``.
+        rule: what a valid value is, in words (the error message). help: one line.
+        valid: ``value -> bool`` with comparisons and ``&`` only (it runs on tensors too).
         unset: the value a signature input takes for "the artefact's default".
         ct2: CTranslate2 ``translate_batch``'s name for the same meaning, or None.
     """
@@ -263,12 +257,11 @@ def docs_table():
 
 @renamed(alpha="length_penalty")
 def length_penalty(lengths, length_penalty, ops=None):
-    """GNMT length penalty ``((5 + n) / 6) ** length_penalty`` (Wu et al. 2016's alpha),
-    float32: beam search ranks by ``log_prob`` divided by it, every engine alike.
+    """GNMT length penalty ``((5 + n) / 6) ** length_penalty`` (Wu et al. 2016), float32.
 
     Args:
         lengths: int, ``(B,)`` or ``(B, N)`` output lengths (``[END]`` counted).
-        length_penalty: float, the option's value (``alpha=``: its deprecated name).
+        length_penalty: float (``alpha=``: its deprecated name).
         ops: ``keras.ops`` (default) or ``keras_attn.decoding.confidence.NumpyOps``.
 
     Example:

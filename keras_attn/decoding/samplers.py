@@ -23,21 +23,19 @@ _POSITION_MAJOR = ("tokens", "attention")  # the loop's buffers written one posi
 class Sampler:
     """The decoding loop; subclasses choose the next tokens (:meth:`select`).
 
-    Hypotheses are laid out ``(B, K)`` (``K = beams``; the model sees ``B * K`` rows); a
-    finished one continues with padding at no cost.
+    Hypotheses are laid out ``(B, K)`` (``K = beams``; the model sees ``B * K`` rows).
 
     Args:
         max_len: most tokens generated per row. start_id, end_id: target vocabulary ids.
-        use_cache: decode with the key/value cache (False: the reference, which re-runs
-            the model on the whole prefix). return_attention: also return the alignments.
-        compact: drop the rows that ended from the step's work where the loop can
-            (:meth:`compacts`); the same results either way.
+        use_cache: decode with the key/value cache (False: the reference).
+        return_attention: also return the alignments.
+        compact: drop the rows that ended from the step's work where the loop can.
 
     Call arguments: ``model`` (from :mod:`keras_attn.models`), ``source`` int ``(B, S)``.
 
-    Returns a dict of fixed-size buffers: ``tokens`` int32 ``(B, K, max_len)`` (0 after
-    ``end_id``), ``lengths`` int32 ``(B, K)``, ``log_prob`` float32 ``(B, K)`` and with
-    ``return_attention`` ``attention`` float32 ``(B, K, max_len, S)``.
+    Returns a dict: ``tokens`` int32 ``(B, K, max_len)`` (0 after ``end_id``), ``lengths``
+    int32 ``(B, K)``, ``log_prob`` float32 ``(B, K)`` and with ``return_attention``
+    ``attention`` float32 ``(B, K, max_len, S)``.
     """
 
     beams = 1
@@ -56,14 +54,12 @@ class Sampler:
         """Choose the next tokens.
 
         Args:
-            logits: float32 ``(B, K, V)`` (banned ids at the fill value).
-            scores: ``(B, K)`` the hypotheses' summed log-probabilities so far.
-            finished: bool ``(B, K)``, or None: none has.
-            index: the step (int32 scalar). rows: int32 ``(B * K,)`` the hypotheses' numbers in
-                the batch (default ``0 .. B * K - 1``).
+            logits: float32 ``(B, K, V)``. scores: ``(B, K)`` summed log-probabilities so far.
+            finished: bool ``(B, K)``, or None: none has. index: the step (int32 scalar).
+            rows: int32 ``(B * K,)`` the hypotheses' numbers in the batch (default ``0 ..``).
 
         Returns ``(next_tokens (B, K), beam_indices (B, K) or None, new_scores (B, K))``;
-        ``beam_indices`` says which hypothesis each new one extends (None: its own).
+        ``beam_indices``: which hypothesis each new one extends (None: its own).
         """
         raise NotImplementedError
 
@@ -72,15 +68,14 @@ class Sampler:
 
     def __call__(self, model, source, max_length=None, prefix=None, encoded=None,
                  options=None):
-        """Run the loop.
+        """Run the loop on ``model`` and ``source`` (see the class).
 
         Args:
-            model, source: see the class.
             max_length: optional int32 scalar (a tensor is fine), at most ``max_len``.
             prefix: optional int32 ``(B, P)`` target ids forced first (0 = none left).
             encoded: :func:`encode` ``(model, source)``, if already computed.
-            options: the request's ``DecodingOptions``, for the processors and row limits of
-                :mod:`keras_attn.decoding.processors`; None: the bans alone.
+            options: the request's ``DecodingOptions``, for the processors and row limits;
+                None: the bans alone.
         """
         source = check_source(source)
         k, max_len = self.beams, self.max_len

@@ -14,16 +14,14 @@ class DecodingStep:
     """``init() -> state`` and ``step(token, state, index) -> (logits, state, alignment)`` for a
     model of :mod:`keras_attn.models`, with or without the cache.
 
-    The state is what a step rewrites (the self-attention cache, the GRU states, or the
-    prefix); the rest of the cache is read from here, so a beam reorder does not copy it. The
-    weights are read once and seen by every step through a ``keras.StatelessScope`` (inside a
-    loop a variable read would run at every step).
+    The state is what a step rewrites; the rest of the cache is read from here, so a beam
+    reorder does not copy it. The weights are read once and seen by every step through a
+    ``keras.StatelessScope`` (in a loop a variable read would run at every step).
 
     Args:
         model: a model of :mod:`keras_attn.models`. source: int ``(B, S)`` token ids, or
-            None for :meth:`use_constants`. max_len: the longest output. use_cache: the
-            cached step (else the reference).
-        encoded: the encoder's output for ``source`` (:func:`encode`), or None.
+            None for :meth:`use_constants`. max_len: the longest output.
+        use_cache: the cached step (else the reference). encoded: :func:`encode`'s output.
     """
 
     _STATE_KEYS = ("self", "states")  # the entries of a decoder's cache that steps rewrite
@@ -92,10 +90,7 @@ class DecodingStep:
 def step_functions(model, source, max_len, use_cache, encoded):
     """The decoding step of ``model`` (:class:`DecodingStep`) for a loop of one's own.
 
-    Args:
-        model: a model of :mod:`keras_attn.models`. source: int ``(B, S)`` token ids.
-        max_len: the longest output. use_cache: the cached step (else the reference).
-        encoded: :func:`encode`'s output for ``source``.
+    Args: as :class:`DecodingStep`'s.
 
     Example:
         >>> steps = step_functions(model, source, 8, True, encode(model, source))

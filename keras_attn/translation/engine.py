@@ -13,12 +13,11 @@ from keras_attn.translation.search import GraphSearch
 
 
 class KerasEngine:
-    """A Keras model as an engine of :mod:`keras_attn.translation.pipeline`; ``search``:
-    its :class:`GraphSearch`.
+    """A Keras model as an engine of :mod:`keras_attn.translation.pipeline` (``search``: its
+    :class:`GraphSearch`).
 
     Args:
-        model: a model from ``keras_attn.models``.
-        src_tokenizer, tgt_tokenizer: the run's tokenizers (``keras_attn.text``).
+        model: a model from ``keras_attn.models``. src_tokenizer, tgt_tokenizer: the run's.
         max_len: most tokens per source (longer inputs are truncated) and per output.
         normalize: apply D2L's text normalisation to inputs (WordPiece runs).
         calibrator: a :class:`~keras_attn.decoding.confidence.Calibrator`; None: uncalibrated.

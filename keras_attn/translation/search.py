@@ -50,18 +50,17 @@ class GraphSearch:
         """Search, then the alignment codes and (``confidence``) the confidence features.
 
         Args:
-            source: int32 ``(B, S)`` source ids. prefix: int32 ``(B, P)`` target ids
-                forced first (0: none left), or None.
-            opts: resolved :class:`DecodingOptions` (:meth:`DecodingOptions.holding` for
-                tensors). confidence: also the confidence ``features``.
-            kinds: None: the search ``opts`` name; one kind of
-                :data:`keras_attn.decoding.KINDS` in a tuple: that search; all of them: every
-                one traced and one picked from the tensors (TensorFlow graphs only).
+            source: int32 ``(B, S)`` source ids. prefix: int32 ``(B, P)`` target ids forced
+                first (0: none left), or None.
+            opts: resolved :class:`DecodingOptions` (:meth:`DecodingOptions.holding` for tensors).
+            confidence: also the confidence ``features``.
+            kinds: None: the search ``opts`` name; one kind of ``decoding.KINDS`` in a tuple:
+                that search; all of them: one picked in the graph (TensorFlow only).
 
         Returns:
-            A dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)``,
-            ``scores`` float32 ``(B, N)``, ``codes`` int32 ``(B, N, max_len)`` (alignment
-            pair codes; 0 unless asked) and with ``confidence`` ``features`` ``(B, N, F)``.
+            A dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)``, ``scores``
+            float32 ``(B, N)``, ``codes`` int32 ``(B, N, max_len)`` (alignment pair codes; 0
+            unless asked) and with ``confidence`` ``features`` ``(B, N, F)``.
         """
         if kinds is not None and len(kinds) > 1 and set(kinds) != set(decoding.KINDS):
             raise ValueError(f"`kinds` must be one kind or all of {decoding.KINDS}. "
