@@ -8,6 +8,8 @@ at ``end_id`` (included) and is padded with 0 after it.
 
 References: D2L 10.8 (beam search); keras-hub's ``Sampler``.
 """
+import functools
+
 import keras
 from keras import ops
 
@@ -88,37 +90,29 @@ class Sampler:
         limit = max_len if max_length is None else ops.minimum(
             ops.cast(max_length, "int32"), max_len)
         processors = processors_for(options, self.start_id, steps.decoder.vocab_size, prefix, k)
-        row_limit = length_limits(options, source, max_len)
+        run = functools.partial(self._run, steps, batch, src_len, limit,
+                                row_limit=length_limits(options, source, max_len))
         if processors.gate is not None and fastpath.current().dynamic_shapes:
             # A loop without the controls' ops where a request turns all off (not in TFLite
             # or XLA: the file or the compiled code would hold both loops).
-            return ops.cond(
-                processors.gate,
-                lambda: self._run(steps, batch, src_len, limit, processors, row_limit),
-                lambda: self._run(steps, batch, src_len, limit, processors.bans_only(),
-                                  row_limit))
-        return self._run(steps, batch, src_len, limit, processors, row_limit)
+            return ops.cond(processors.gate, lambda: run(processors),
+                            lambda: run(processors.bans_only()))
+        return run(processors)
 
     def _run(self, steps, batch, src_len, limit, processors, row_limit):
         """The compacted loop where this call :meth:`compacts` with more than one row, else
         :meth:`_loop`."""
-        k = self.beams
-        loop = (processors, row_limit)
-        if self.compacts():
-            # One row: nothing to drop, and the plain loop's step is lighter.
-            import tensorflow as tf  # compacts(): on TensorFlow only
+        plain = functools.partial(self._loop, steps, batch, src_len, limit, processors, row_limit)
+        rows = batch * self.beams  # int: a shape known when traced
+        if not self.compacts() or (isinstance(rows, int) and rows <= 1):
+            return plain()  # one row: nothing to drop, and the plain loop's step is lighter
+        import tensorflow as tf  # compacts(): on TensorFlow only
 
-            from keras_attn.decoding.compacted import compacted_loop
+        from keras_attn.decoding.compacted import compacted_loop
 
-            rows = batch * k
-            if isinstance(rows, int):  # a shape known when traced
-                if rows > 1:
-                    return compacted_loop(self, steps, batch, limit, *loop)
-            else:
-                return tf.cond(
-                    rows > 1, lambda: compacted_loop(self, steps, batch, limit, *loop),
-                    lambda: self._loop(steps, batch, src_len, limit, *loop))
-        return self._loop(steps, batch, src_len, limit, *loop)
+        compacted = functools.partial(compacted_loop, self, steps, batch, limit, processors,
+                                      row_limit)
+        return compacted() if isinstance(rows, int) else tf.cond(rows > 1, compacted, plain)
 
     def _loop(self, steps, batch, src_len, limit, processors, row_limit):
         """The loop over every row; a row ends at ``end_id`` or its ``row_limit`` (or None)."""
