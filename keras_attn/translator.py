@@ -44,8 +44,7 @@ class Translator:
 
     @classmethod
     def from_run_dir(cls, run_dir, calibrated=True):
-        """A run's translator (:func:`keras_attn.translation.run.load`; ``calibrated=False``:
-        no calibrator)."""
+        """A run's translator (:func:`keras_attn.translation.run.load`)."""
         return cls(*run.load(run_dir, calibrated))
 
     @renamed(alpha="length_penalty")

@@ -149,8 +149,7 @@ class DecodingOptions:
 
     @property
     def sampling(self):
-        """True when the next token is drawn at random (top-k > 1, or as :meth:`holding`
-        fixed it)."""
+        """True when the next token is drawn at random (top-k > 1, or as :meth:`holding` fixed)."""
         fixed = self.__dict__.get("_sampling")
         return self.sampling_topk > 1 if fixed is None else fixed
 
@@ -175,8 +174,7 @@ class DecodingOptions:
         return "_sampling" in self.__dict__
 
     def replaced(self, sampling=None, **values):
-        """These options with ``values`` replaced, unchecked (:meth:`holding`; ``sampling``
-        None: this object's)."""
+        """These options with ``values`` replaced, unchecked (:meth:`holding`)."""
         if sampling is None:
             sampling = self.__dict__["_sampling"] if self._holds else self.sampling
         return DecodingOptions.holding({**{n: getattr(self, n) for n in NAMES}, **values},

@@ -64,8 +64,7 @@ _BY_OPTION = []  # (option name, class), in the order they apply
 
 
 def from_option(name, off):
-    """Register a processor class made from option ``name`` (``cls(value)``), applied after
-    those registered before it; ``off``: the value that leaves it out."""
+    """Register a processor class made from option ``name``; ``off`` leaves it out."""
     def register(cls):
         OFF[name] = off
         _BY_OPTION.append((name, cls))
@@ -216,8 +215,7 @@ def processors_for(options, start_id, vocab_size, prefix=None, beams=1):
 
 
 def row_limits(source, factor, max_len):
-    """int32 ``(N,)``: each row's most tokens, ``ceil(factor * source tokens)`` (at least 1,
-    at most ``max_len``; ``max_len`` where ``factor`` is 0)."""
+    """int32 ``(N,)``: each row's most tokens, ``ceil(factor * source tokens)`` (0: max_len)."""
     factor = ops.cast(factor, "float32")
     src_len = ops.sum(ops.cast(ops.not_equal(source, 0), "float32"), axis=1)
     limit = ops.maximum(ops.cast(ops.ceil(factor * src_len), "int32"), 1)

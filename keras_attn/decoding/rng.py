@@ -13,9 +13,7 @@ def _mix16(h):
 
 
 def uniform(seed, row, step):
-    """A float32 in (0, 1) for each ``row`` (int32 ``(N,)``), hashed from ``seed`` and ``step``
-    (int32 scalars): 24 random bits from two 16-bit streams, exact in float32.
-    """
+    """A float32 in (0, 1) per ``row`` (int32 ``(N,)``) from ``seed`` and ``step`` (24 bits)."""
     seed = ops.cast(seed, "int32")
     parts = [ops.mod(seed, 65536), ops.mod(ops.floor_divide(seed, 65536), 65536),
              ops.mod(ops.cast(row, "int32"), 65536), ops.mod(ops.cast(step, "int32"), 65536)]

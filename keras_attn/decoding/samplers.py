@@ -100,8 +100,7 @@ class Sampler:
         return run(processors)
 
     def _run(self, steps, batch, src_len, limit, processors, row_limit):
-        """The compacted loop where this call :meth:`compacts` with more than one row, else
-        :meth:`_loop`."""
+        """The compacted loop where this call :meth:`compacts` rows, else :meth:`_loop`."""
         plain = functools.partial(self._loop, steps, batch, src_len, limit, processors, row_limit)
         rows = batch * self.beams  # int: a shape known when traced
         if not self.compacts() or (isinstance(rows, int) and rows <= 1):
@@ -165,8 +164,7 @@ class Sampler:
         return result
 
     def compacts(self):
-        """Whether this call's loop drops finished rows: ``compact`` with the cache, rows that
-        never trade places, no alignments, a kernel policy that allows changing shapes."""
+        """Whether this call's loop drops finished rows (cached, no reorders, no alignments)."""
         if not (self.compact and self.use_cache) or self.reorders or self.return_attention:
             return False
         return fastpath.current().growing_cache()
@@ -185,8 +183,7 @@ class GreedySampler(Sampler):
 
 
 class BeamSampler(Sampler):
-    """The ``beam_size`` best extensions of a row's hypotheses, by summed log-probability
-    (only the first beam is live at the start; the caller ranks the final hypotheses)."""
+    """The ``beam_size`` best extensions of a row's hypotheses, by summed log-probability."""
 
     reorders = True
 
@@ -258,8 +255,7 @@ def _extend(finished, token, scores, log_prob):
 
 
 def take_beams(t, beam, axis=1):
-    """``t`` ``(B, K, ...)`` (``axis=1``) or ``(L, B, K, ...)`` (``axis=2``) reordered along the
-    beams by ``beam`` ``(B, N)``."""
+    """``t`` ``(B, K, ...)`` (``axis=1``) or ``(L, B, K, ...)`` (``axis=2``) reordered by beam."""
     shape = (1,) * (axis - 1) + tuple(ops.shape(beam)) + (1,) * (len(t.shape) - axis - 1)
     target = list(ops.shape(t))
     target[axis] = ops.shape(beam)[1]  # fewer than K: the first N of a ranking (n-best)

@@ -38,8 +38,7 @@ class DecodingStep:
         self._encoded = encoded
 
     def init(self, carry_constants=False):
-        """The first state; with ``carry_constants`` the whole cache, for a loop that drops
-        rows."""
+        """The first state; with ``carry_constants`` the whole cache (for the compacted loop)."""
         self._read_weights()
         encoded = self._encoded
         if self.use_cache:
@@ -52,8 +51,7 @@ class DecodingStep:
         return ops.zeros((ops.shape(self.source)[0], self.max_len), "int32")  # the prefix
 
     def use_constants(self, constants):
-        """Step with the read-only entries of a cache made elsewhere (the TFLite builtin
-        target); the state holds the rest."""
+        """Step with the read-only entries of a cache made elsewhere (TFLite's builtin target)."""
         if not self.use_cache:
             raise ValueError("`use_constants` needs the cached step. Received: use_cache=False")
         self._read_weights()
@@ -65,8 +63,7 @@ class DecodingStep:
         self.weights = [(w, ops.copy(w)) for w in self.decoder.weights]
 
     def step(self, token, state, index, alignment=False):
-        """``(logits (B, V) float32, new state, alignment (B, S) or None)`` for ``token``
-        int32 ``(B,)`` at position ``index``."""
+        """``(logits (B, V) float32, state, alignment (B, S) or None)`` for ``token`` ``(B,)``."""
         with keras.StatelessScope(self.weights):
             logits, state, align = self._step(token, state, index, alignment)
         return ops.cast(logits, "float32"), state, align

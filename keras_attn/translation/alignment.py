@@ -44,8 +44,7 @@ def word_tables(tokenizer):
 
 
 def word_positions(ids, tables):
-    """int32 ``(N, L)``: the word of each token of ``ids`` ``(N, L)``, -1 for reserved
-    tokens and spaces."""
+    """int32 ``(N, L)``: the word of each token of ``ids`` (-1 for reserved tokens and spaces)."""
     starts, spaces, reserved = (ops.convert_to_tensor(t) for t in tables)
     ids = ops.clip(ops.cast(ids, "int32"), 0, ops.shape(starts)[0] - 1)
     real = ops.logical_not(ops.logical_or(ops.take(reserved, ids), ops.take(spaces, ids)))

@@ -95,8 +95,7 @@ class KerasEngine:
         return self.search.decode_ids(source, opts, prefix, confidence)
 
     def decode(self, source, opts, prefix=(), confidence=True):
-        """The pipeline's step: :meth:`decode_ids` with the prefix forced on every row, the
-        alignments as Pharaoh strings when asked."""
+        """The pipeline's step: :meth:`decode_ids`, alignments as Pharaoh strings when asked."""
         prefix = np.repeat(np.asarray([list(prefix)], "int32"), len(source), axis=0)
         out = self.decode_ids(source, opts, prefix, confidence)
         if opts.return_alignments:

@@ -110,8 +110,7 @@ def translate_sentences(engine, sentences, batch_size, opts, prefix=(), confiden
 
 
 def hypotheses(translations, scores, confidences=None, alignments=None):
-    """Per row its hypotheses ``{"translation", "score"[, "confidence"][, "alignment"]}``
-    from ``(B, N)`` arrays."""
+    """Per row its hypotheses ``{"translation", "score"[, "confidence"][, "alignment"]}``."""
     return [[{"translation": translations[r][h], "score": float(scores[r][h]),
               **({} if confidences is None else {"confidence": float(confidences[r][h])}),
               **({} if alignments is None else {"alignment": alignments[r][h]})}
@@ -120,8 +119,7 @@ def hypotheses(translations, scores, confidences=None, alignments=None):
 
 def translate_nbest(engine, texts, batch_size=128, progress=None, confidence=True,
                     passthrough=None, **options):
-    """Every engine's ``translate_nbest`` (``Translator.translate_nbest`` documents it);
-    alignments are asked to place spans when a text holds one and ``engine.aligns``."""
+    """Every engine's ``translate_nbest`` (``Translator.translate_nbest`` documents it)."""
     opts = engine.options(**options)
     prefix = engine.tokenize_target([opts.target_prefix])[0] if opts.target_prefix else []
     opts.validate(max_length_limit=engine.max_len, prefix_tokens=len(prefix))
@@ -151,8 +149,7 @@ def source_lengths(engine, sentences):
 
 
 def cut_long(engine, sentences):
-    """Per sentence its :class:`~keras_attn.text.documents.Pieces` when it is longer than
-    the model reads, else None."""
+    """Per sentence its :class:`~keras_attn.text.documents.Pieces` when too long, else None."""
     limit = engine.max_len - 1
     count = lambda piece: source_lengths(engine, [piece])[0]  # noqa: E731
     return [documents.cut_long(s, limit, count) if n > limit else None
