@@ -11,7 +11,6 @@ Example:
 from keras_attn.core.deprecation import renamed
 from keras_attn.translation import pipeline, run
 from keras_attn.translation.engine import KerasEngine
-from keras_attn.translation.scoring import Scorer
 
 
 def _engine_member(name):
@@ -40,7 +39,6 @@ class Translator:
                  calibrator=None):
         self.engine = KerasEngine(model, src_tokenizer, tgt_tokenizer, max_len, normalize,
                                   calibrator)
-        self._scorer = Scorer(self.engine)
 
     @classmethod
     def from_run_dir(cls, run_dir, calibrated=True):
@@ -137,7 +135,7 @@ class Translator:
             >>> tr.score(["3 March 2021"], ["2021-03-03"])[0]["log_prob"]
             -0.83
         """
-        return self._scorer(sources, targets, batch_size, length_penalty)
+        return self.engine.score(sources, targets, batch_size, length_penalty)
 
 
 for _name in ("model", "src_tokenizer", "tgt_tokenizer", "max_len", "normalize", "controls",

@@ -1,7 +1,7 @@
 """Translation: text in, text out, on any engine.
 
 ``pipeline`` (with ``passthrough``): the request pipeline every engine runs; ``alignment``:
-word alignments; ``run``, ``engine``, ``search``, ``scoring``: the Keras engine's parts.
+word alignments; ``run``, ``engine`` (with scoring), ``search``: the Keras engine's parts.
 
 May import: :mod:`keras_attn.decoding`, :mod:`keras_attn.text`, :mod:`keras_attn.core`,
 :mod:`keras_attn.models` (``pipeline`` imports neither TensorFlow nor Keras); never
