@@ -12,7 +12,7 @@ from keras_attn import ops as attn_ops
 
 class DecodingStep:
     """``init() -> state`` and ``step(token, state, index) -> (logits, state, alignment)`` for a
-    model of :mod:`keras_attn.models`, with or without the cache.
+    model of :mod:`keras_attn.models`, with or without the cache (also ``step_functions``).
 
     The state is what a step rewrites; the rest of the cache is read from here, so a beam
     reorder does not copy it. The weights are read once and seen by every step through a
@@ -22,6 +22,11 @@ class DecodingStep:
         model: a model of :mod:`keras_attn.models`. source: int ``(B, S)`` token ids, or
             None for :meth:`use_constants`. max_len: the longest output.
         use_cache: the cached step (else the reference). encoded: :func:`encode`'s output.
+
+    Example:
+        >>> steps = step_functions(model, source, 8, True, encode(model, source))
+        >>> state = steps.init()
+        >>> logits, state, _ = steps.step(ops.full((B,), 2, "int32"), state, 0)
     """
 
     _STATE_KEYS = ("self", "states")  # the entries of a decoder's cache that steps rewrite
@@ -84,17 +89,7 @@ class DecodingStep:
         return ops.take(logits, index, axis=1), state, align
 
 
-def step_functions(model, source, max_len, use_cache, encoded):
-    """The decoding step of ``model`` (:class:`DecodingStep`) for a loop of one's own.
-
-    Args: as :class:`DecodingStep`'s.
-
-    Example:
-        >>> steps = step_functions(model, source, 8, True, encode(model, source))
-        >>> state = steps.init()
-        >>> logits, state, _ = steps.step(ops.full((B,), 2, "int32"), state, 0)
-    """
-    return DecodingStep(model, source, max_len, use_cache, encoded)
+step_functions = DecodingStep  # the decoding step of a model, for a loop of one's own
 
 
 def encode(model, source):
