@@ -71,11 +71,11 @@ class Option:
         if value is None and self.default is None:
             return
         number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-        ok = {"int32": number and isinstance(value, numbers.Integral)
+        ok = {"int32": lambda: number and isinstance(value, numbers.Integral)
               and INT32[0] <= value < INT32[1],
-              "float32": number and math.isfinite(value),
-              "string": isinstance(value, str),
-              "bool": isinstance(value, bool)}[self.dtype]
+              "float32": lambda: number and math.isfinite(value),
+              "string": lambda: isinstance(value, str),
+              "bool": lambda: isinstance(value, bool)}[self.dtype]()
         if not ok or (self.valid is not None and not self.valid(value)):
             raise ValueError(f"`{self.name}` must be {self.rule}. "
                              f"Received: {self.name}={value!r}")

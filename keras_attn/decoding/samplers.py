@@ -74,7 +74,8 @@ class Sampler:
 
         Args:
             max_length: optional int32 scalar (a tensor is fine), at most ``max_len``.
-            prefix: optional int32 ``(B, P)`` target ids forced first (0 = none left).
+            prefix: optional int32 ``(B, P)`` target ids forced first (0 = none left); they
+                count 0 in the scores, 1 each in the lengths.
             encoded: :func:`encode` ``(model, source)``, if already computed.
             options: the request's ``DecodingOptions``, for the processors and row limits;
                 None: the bans alone.
