@@ -1,33 +1,20 @@
 """keras_attn: the attention chapter of D2L and "Attention Is All You Need" as Keras 3 layers.
 
-The packages, each one job, arrows only downward (``tests/test_architecture.py`` holds
-them so with import-linter's contracts):
+The packages, each one job, import only downward (docs/architecture.md): ``cli``, ``serve``
+(the HTTP server), ``export`` (SavedModel, TFLite, CTranslate2), ``training``, ``viz``,
+``translator`` over ``translation`` (the request pipeline), ``decoding``, ``data``,
+``models`` over ``layers``, ``ops`` and ``schedules``, ``kernels``, ``text``, ``core``.
 
-- ``cli``: ``keras-attn``'s commands. ``serve``: the HTTP server (LibreTranslate's API).
-- ``export``: SavedModel, TFLite and CTranslate2 files and their runtimes.
-- ``training``: the ``keras-attn train`` recipes, budgets, losses, evaluation, calibration.
-- ``translator`` (the Keras engine: text in, text out) over ``translation`` (the one
-  request pipeline every engine runs, word alignments).
-- ``decoding``: greedy search, beam search and sampling with a key/value cache.
-  ``data``: datasets and tf.data pipelines. ``viz``: attention heatmaps and figures.
-- ``models``: functional-API builders, over ``layers`` (attention layers, Transformer and
-  Bahdanau blocks), over ``ops`` (masks and the masked softmax) and ``schedules``.
-- ``kernels``: the numerics under the layers and their TensorFlow fast paths.
-- ``text``: normalisation, every tokenizer, vocabularies, sentence splitting.
-- ``core``: the run directory, a run's config, the reserved token ids.
-
-Each is loaded on first use (``import keras_attn`` itself imports neither Keras nor
-TensorFlow, so ``keras-attn --help`` answers at once). The old homes of moved modules
-(``keras_attn.tf_ops``, ``keras_attn.config``, ...) still resolve as attributes; the
-CHANGELOG's "Moved" table lists them.
+Each is loaded on first use (``import keras_attn`` imports neither Keras nor TensorFlow).
+The old homes of moved modules (``keras_attn.tf_ops``, ...) still resolve as attributes;
+the CHANGELOG's "Moved" table lists them.
 
 Example:
     >>> import keras_attn as ka
     >>> mha = ka.layers.MultiHeadAttention(num_hiddens=64, num_heads=4)
 
-A ``.keras`` file holding keras_attn layers loads once their module is imported (the import
-registers them with Keras): touch ``keras_attn.layers`` (or ``models``, ``schedules``,
-``training.losses``) before ``keras.saving.load_model``.
+A ``.keras`` file holding keras_attn layers loads once their module is imported: touch
+``keras_attn.layers`` (or ``models``, ``schedules``, ``training.losses``) first.
 """
 import importlib
 

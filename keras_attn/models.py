@@ -26,13 +26,10 @@ def transformer_seq2seq(src_vocab_size, tgt_vocab_size, num_hiddens=256, ffn_num
     Args:
         src_vocab_size, tgt_vocab_size: vocabulary sizes (id 0 = padding).
         num_hiddens, ffn_num_hiddens, num_heads, num_layers: sizes (layers per stack).
-        num_decoder_layers: the decoder's layers when they differ from the encoder's (a deep
-            encoder and a shallow decoder: Kasai et al. 2021); None: ``num_layers``.
+        num_decoder_layers: the decoder's layers (Kasai et al. 2021); None: ``num_layers``.
         dropout: rate on the embeddings + positions, the attention weights and every
-            residual branch (section 5.4 of the paper; D2L 11.7). max_len: longest
-            source/target sequence.
-        ffn_dropout: rate on the FFN hidden layer; 0 as in the paper and D2L
-            (``torch.nn.Transformer`` uses ``dropout`` there as well).
+            residual branch (section 5.4). max_len: longest source/target sequence.
+        ffn_dropout: rate on the FFN hidden layer (0 as in the paper).
         use_bias: biases in the attention projections. norm_first: pre-norm blocks.
         tie_embeddings: share the target embedding with the output projection (section 3.4).
 
@@ -47,7 +44,8 @@ def transformer_seq2seq(src_vocab_size, tgt_vocab_size, num_hiddens=256, ffn_num
                                  num_layers, dropout, use_bias, max_len, norm_first,
                                  ffn_dropout=ffn_dropout, name="encoder")
     decoder = TransformerDecoder(tgt_vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
-                                 num_decoder_layers or num_layers, dropout, use_bias, max_len, norm_first,
+                                 num_decoder_layers or num_layers, dropout, use_bias, max_len,
+                                 norm_first,
                                  tie_embeddings=tie_embeddings, ffn_dropout=ffn_dropout,
                                  name="decoder")
     enc_outputs = encoder(inputs["source"])
@@ -79,8 +77,7 @@ def build_model(config):
     """The model a run's options describe.
 
     Args:
-        config: a ``keras_attn.core.config.TrainConfig`` or its dict (a run's ``config.json``)
-            with ``model``, the sizes and ``src_vocab_size`` / ``tgt_vocab_size``.
+        config: a ``keras_attn.core.config.TrainConfig`` or its dict (``config.json``).
 
     Example:
         >>> build_model(runs.read_json("runs/dates/config.json"))
@@ -103,13 +100,11 @@ def build_model(config):
 
 def float32_model(model, config):
     """``model`` as it computes in float32: itself for a float32 run, else the same
-    architecture built under the float32 policy with ``model``'s weights (a mixed-precision
-    run's variables are float32 already). Evaluation and every export use it: mixed
-    precision speeds up training, what a run ships computes in float32.
+    architecture built under the float32 policy with ``model``'s weights.
 
     Args:
         model: from :func:`build_model` (or ``model.keras``) for ``config``.
-        config: the run's ``TrainConfig`` or its dict; ``mixed_precision`` tells the policy.
+        config: the run's ``TrainConfig`` or its dict (``mixed_precision``).
 
     Example:
         >>> float32_model(model, config).get_layer("decoder").compute_dtype

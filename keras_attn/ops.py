@@ -1,8 +1,5 @@
-"""Masks and the masked softmax, the numerical core of every attention layer (the API
-contract's ``keras_attn.ops``).
-
-The functions are defined in :mod:`keras_attn.kernels.masks`, beside the TensorFlow fast
-paths they switch to; this module is their public home.
+"""Masks and the masked softmax, the numerical core of every attention layer: the public home
+of :mod:`keras_attn.kernels.masks`.
 
 Example:
     >>> import numpy as np

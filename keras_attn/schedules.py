@@ -18,10 +18,8 @@ def _check_positive(**values):
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """The paper's schedule: ``scale * d_model^-0.5 * min(t^-0.5, t * warmup^-1.5)``.
-
-    ``t = max(step, 1)`` (the optimizer's iterations): linear warmup, then inverse
-    square-root decay.
+    """The paper's schedule: ``scale * d_model^-0.5 * min(t^-0.5, t * warmup^-1.5)``,
+    ``t = max(step, 1)``: linear warmup, then inverse square-root decay.
 
     Args:
         d_model: model width. warmup_steps: steps of linear warmup. scale: multiplier.
@@ -50,9 +48,6 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 @keras.saving.register_keras_serializable(package="keras_attn")
 class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup to ``peak_lr``, then cosine decay to ``alpha * peak_lr``, then constant.
-
-    ``lr = peak_lr * t / warmup_steps`` for ``t = max(step, 1) <= warmup_steps``; then over
-    the next ``decay_steps`` steps ``alpha*peak + (1-alpha)*peak*(1+cos(pi*p))/2``.
 
     Args:
         peak_lr: rate at the end of warmup. warmup_steps: steps of warmup (>= 1).
@@ -89,12 +84,9 @@ class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     The clock is ``progress``, a non-trainable scalar variable holding the fraction of the
     training time spent, set before every step by
-    :class:`keras_attn.training.budget.BudgetClock` (not in the config: a resumed run sets
-    it again), so the rate reaches its floor exactly when the budget ends. With
-    ``p = clip(progress, 0, 1)``::
-
-        lr = peak_lr * max(p, 1e-3) / warmup                          p < warmup
-        lr = peak_lr * (alpha + (1 - alpha) * (1 - p) / (1 - warmup))  otherwise
+    :class:`keras_attn.training.budget.BudgetClock` (not in the config). With
+    ``p = clip(progress, 0, 1)``: ``lr = peak_lr * max(p, 1e-3) / warmup`` while
+    ``p < warmup``, then ``peak_lr * (alpha + (1 - alpha) * (1 - p) / (1 - warmup))``.
 
     Args:
         peak_lr: rate at the end of warmup. warmup: fraction of the budget spent warming

@@ -1,6 +1,5 @@
-"""Text in, text out: a trained model with its tokenizers and a decoder. Each job is a
-module of :mod:`keras_attn.translation`: ``run`` (loading a run directory), ``engine`` (what
-``pipeline`` drives), ``search`` (the traced search), ``scoring`` (forced decoding).
+"""Text in, text out: a trained model with its tokenizers and a decoder (the jobs are
+modules of :mod:`keras_attn.translation`).
 
 Example:
     >>> tr = Translator.from_run_dir("runs/dates")
@@ -12,12 +11,10 @@ Example:
 from keras_attn.core.deprecation import renamed
 from keras_attn.translation import pipeline, run
 from keras_attn.translation.engine import KerasEngine
-from keras_attn.translation.scoring import Scorer
 
 
 def _engine_member(name):
-    """A :class:`Translator` attribute that is its engine's (read, and set where the
-    engine's can be)."""
+    """A :class:`Translator` attribute that is its engine's."""
     return property(lambda self: getattr(self.engine, name),
                     lambda self, value: setattr(self.engine, name, value),
                     doc=getattr(KerasEngine, name).__doc__ if hasattr(KerasEngine, name) else None)
@@ -27,37 +24,31 @@ class Translator:
     """Tokenize, decode (greedy, beam or sampling) and detokenize with a trained model.
 
     A request runs through :mod:`keras_attn.translation.pipeline` on :attr:`engine`, a
-    :class:`keras_attn.translation.engine.KerasEngine` whose members (``model``,
-    ``max_len``, ``calibrator``, ``tokenize``, ``decode_ids`` ...) are this object's too.
+    :class:`~keras_attn.translation.engine.KerasEngine` whose members are this object's too.
 
     Args:
-        model, src_tokenizer, tgt_tokenizer, max_len, normalize, calibrator: the
-            engine's (``from_run_dir`` loads a run's).
+        model, src_tokenizer, tgt_tokenizer, max_len, normalize, calibrator: the engine's.
 
     Example:
         >>> tr = Translator(model, src_tok, tgt_tok, max_len=48)
-        >>> tr.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
-        [[{'translation': '2021-03-03', 'score': -0.01, 'confidence': 0.99, ...}, {...}]]
+        >>> tr.translate(["3 March 2021"])
+        ['2021-03-03']
     """
 
     def __init__(self, model, src_tokenizer, tgt_tokenizer, max_len=64, normalize=False,
                  calibrator=None):
         self.engine = KerasEngine(model, src_tokenizer, tgt_tokenizer, max_len, normalize,
                                   calibrator)
-        self._scorer = Scorer(self.engine)
 
     @classmethod
     def from_run_dir(cls, run_dir, calibrated=True):
-        """Load ``model.keras`` (or the best checkpoint), the vocabularies and the confidence
-        calibrator (``calibration.json``; ``calibrated=False`` or none yet: uncalibrated)
-        of a run (:func:`keras_attn.translation.run.load`)."""
+        """A run's translator (:func:`keras_attn.translation.run.load`)."""
         return cls(*run.load(run_dir, calibrated))
 
     @renamed(alpha="length_penalty")
     def translate_ids(self, source, beam_size=1, length_penalty=None):
-        """Best output ids ``(B, T)`` (numpy int32) for source ids ``(B, S)``;
-        ``length_penalty``: GNMT's alpha, as :func:`keras_attn.decoding.beam_search`'s
-        (``alpha=``: its deprecated name)."""
+        """Best output ids ``(B, T)`` (numpy int32) for source ids ``(B, S)``
+        (``length_penalty``: GNMT's alpha; ``alpha=``: its deprecated name)."""
         out = self.engine.decode_ids(
             source, self.engine.options(beam_size=beam_size, length_penalty=length_penalty),
             confidence=False)
@@ -65,7 +56,7 @@ class Translator:
         return tokens[:, : max(int(lengths.max(initial=0)), 1)]
 
     def source_lengths(self, sentences):
-        """Source tokens of each sentence (before ``[END]`` and truncation), one batch."""
+        """Source tokens of each sentence (before ``[END]`` and truncation)."""
         return pipeline.source_lengths(self.engine, sentences)
 
     def too_long(self, sentences):
@@ -73,37 +64,27 @@ class Translator:
         return [n > self.max_len - 1 for n in self.source_lengths(sentences)]
 
     def cut_long(self, sentences):
-        """Per sentence the clause-boundary cut of a sentence over ``max_len - 1`` tokens,
-        else None (:func:`keras_attn.translation.pipeline.cut_long`)."""
+        """:func:`keras_attn.translation.pipeline.cut_long`."""
         return pipeline.cut_long(self.engine, sentences)
 
     def translate_nbest(self, texts, batch_size=128, confidence=True, **options):
         """Translate with per-call decoding options (API.md, "Decoding options per request").
 
-        Each text may hold sentences and paragraphs: they are split
-        (:mod:`keras_attn.text.documents`), decoded as one batch and joined back with the
-        text's whitespace. A sentence longer than the model reads is read in part
-        (``"truncated": True``), or with ``split_long`` cut at clause boundaries first
-        (:meth:`cut_long`, ``"cut": True``).
+        Each text is split into sentences, decoded as one batch and joined back; a sentence too
+        long for the model is read in part (``"truncated": True``) or, with ``split_long``, cut
+        at clause boundaries first (``"cut": True``).
 
         Args:
-            texts: list of str.
-            batch_size: sentences per decoder call.
-            confidence: False skips the confidence's teacher-forced pass (no
-                ``"confidence"`` key, the same hypotheses).
+            texts: list of str. batch_size: sentences per decoder call.
+            confidence: False skips the confidence's teacher-forced pass.
             **options: the decoding options (``beam_size``, ``num_hypotheses``,
-                ``target_prefix``, ``return_alignments`` ...), and ``passthrough``: URLs,
-                e-mail addresses, code, tags, numbers and emoji pass through byte-identical
-                (:func:`keras_attn.translation.pipeline.passed_through`; None:
-                :attr:`passthrough`).
+                ``target_prefix``, ``return_alignments`` ...), and ``passthrough`` (URLs, code,
+                numbers ... pass through byte-identical; None: :attr:`passthrough`).
 
         Returns:
-            Per text ``num_hypotheses`` dicts ``{"translation", "score", "confidence"}``,
-            best first for beam search (score: the summed log-probability, divided by the
-            GNMT length penalty in beam search; confidence: :attr:`calibrator`'s). A text of
-            several sentences sums their scores, takes their lowest confidence and lists
-            each sentence's dict under ``"sentences"``. ``return_alignments=True`` adds
-            ``"alignment"``, Pharaoh ``i-j`` pairs, to each sentence's dict.
+            Per text ``num_hypotheses`` dicts ``{"translation", "score", "confidence"}``, best
+            first for beam search; several sentences: scores summed, the lowest confidence, each
+            sentence's dict under ``"sentences"``.
 
         Example:
             >>> tr.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
@@ -115,19 +96,20 @@ class Translator:
     @renamed(alpha="length_penalty")
     def translate(self, texts, beam_size=1, length_penalty=None, batch_size=128, progress=None,
                   **options):
-        """Translate a list of texts (:meth:`translate_nbest`'s best hypothesis, without the
-        confidence's pass).
+        """Translate a list of texts (:meth:`translate_nbest`'s best, without the confidence).
 
         Args:
-            texts: list of str.
-            beam_size: 1 is greedy decoding.
+            texts: list of str. beam_size: 1 is greedy decoding.
             length_penalty: GNMT's alpha (``alpha=``: its deprecated name).
-            batch_size: sentences per decoder call.
-            progress: optional ``progress(done, total)``, called after each batch.
-            **options: any other option of :meth:`translate_nbest`, ``passthrough`` included.
+            batch_size: sentences per decoder call. progress: optional ``progress(done, total)``.
+            **options: any other option of :meth:`translate_nbest`.
 
         Returns:
             list of str.
+
+        Example:
+            >>> tr.translate(["3 March 2021"], beam_size=4)
+            ['2021-03-03']
         """
         return pipeline.translate(self.engine, texts, beam_size, length_penalty, batch_size,
                                   progress, **options)
@@ -135,33 +117,25 @@ class Translator:
     def score(self, sources, targets, batch_size=128, length_penalty=None):
         """Score given translations (forced decoding; CTranslate2's ``score_batch``).
 
-        Each target is tokenized, cut to ``max_len - 1`` tokens, ended with ``[END]`` and
-        read after ``[START]`` in one teacher-forced pass (:func:`keras_attn.decoding.score`).
-        A hypothesis of :meth:`translate_nbest` gets its score back when its text tokenizes
-        to the ids the decoder chose (always with characters; SentencePiece may segment
-        otherwise).
+        Each target is tokenized, cut to ``max_len - 1`` tokens, ended with ``[END]`` and read in
+        one teacher-forced pass (:func:`keras_attn.decoding.score`).
 
         Args:
             sources, targets: lists of strings of the same length.
             batch_size: pairs per decoder call.
-            length_penalty: GNMT alpha of ``score`` (default 0.6, as ``translate_nbest``).
+            length_penalty: GNMT alpha of ``score`` (default 0.6).
 
         Returns:
             Per pair a dict: ``tokens`` (strings, ``[END]`` last), ``token_ids``,
             ``token_log_probs``, ``log_prob`` (their sum), ``score`` (``log_prob / ((5 + n) /
-            6) ** length_penalty``), ``truncated`` (the target was cut), ``confidence``
-            (:attr:`calibrator`) and ``words``: per target word ``(word, mean log-probability
-            of its tokens)``.
-
-        Raises:
-            ValueError: ``sources`` and ``targets`` of different lengths, an item that is
-                not a string, or a bad ``length_penalty``.
+            6) ** length_penalty``), ``truncated``, ``confidence`` and ``words`` (per target word
+            ``(word, mean log-probability of its tokens)``).
 
         Example:
             >>> tr.score(["3 March 2021"], ["2021-03-03"])[0]["log_prob"]
             -0.83
         """
-        return self._scorer(sources, targets, batch_size, length_penalty)
+        return self.engine.score(sources, targets, batch_size, length_penalty)
 
 
 for _name in ("model", "src_tokenizer", "tgt_tokenizer", "max_len", "normalize", "controls",

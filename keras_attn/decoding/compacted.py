@@ -1,8 +1,5 @@
-"""TensorFlow only: the decoding loop that drops the rows that ended from the step's work.
-
-``Sampler.__call__`` runs it for greedy decoding and sampling where the kernel policy
-allows shapes that change (not under XLA, not in TFLite). Its tokens, lengths and scores
-are those of the plain loop; only the number of rows a step computes differs.
+"""TensorFlow only: the decoding loop that drops the rows that ended from the step's work
+(greedy decoding and sampling, where shapes may change). Its results are the plain loop's.
 """
 import keras
 import tensorflow as tf
@@ -12,17 +9,13 @@ from keras_attn.decoding.processors import StepState
 
 
 def compacted_loop(sampler, steps, batch, limit, processors, row_limit):
-    """``sampler``'s loop over the unfinished rows only.
-
-    The state, the last tokens, the scores, the tokens so far and ``rows`` (their numbers in
-    the batch) lose a row at the step it ends, which then writes its results into the
-    whole-batch buffers (the rows still going are written after the loop).
+    """``sampler``'s loop over the unfinished rows only: a row leaves the loop's state at the
+    step it ends, writing its results into the whole-batch buffers.
 
     Args:
         sampler: a ``Sampler`` that does not reorder rows. steps: its ``DecodingStep``.
-        batch: sentences B (``B * sampler.beams`` rows). limit: int32 scalar, the most
-            tokens. processors: the call's ``LogitsProcessorList``. row_limit: int32
-            ``(B * K,)`` each row's most tokens, or None.
+        batch: sentences B. limit: int32 scalar, the most tokens. processors: the call's
+            ``LogitsProcessorList``. row_limit: int32 ``(B * K,)`` or None.
 
     Returns: the dict of ``Sampler.__call__`` (without ``attention``).
     """
@@ -62,7 +55,7 @@ def compacted_loop(sampler, steps, batch, limit, processors, row_limit):
                                          (token, state, rows, scores, tokens))
             return (*kept, done)
 
-        # The rows' copies only at the steps where some row ends.
+        # Copies only at the steps where some row ends.
         token, state, rows, scores, tokens, out = tf.cond(
             tf.reduce_all(going), lambda: (token, state, rows, scores, tokens, out),
             drop_ended)

@@ -1,12 +1,10 @@
 """Confidence: the calibrated probability that a hypothesis is acceptable.
 
 The model's signals about a hypothesis (its tokens' log-probabilities from one
-teacher-forced pass, :func:`keras_attn.decoding.score`, the lengths and the source ids)
-become the :data:`FEATURES` of :func:`features`; a :class:`Calibrator` (a logistic
-regression fitted on the validation split, :mod:`keras_attn.training.calibration`) maps
-them to a probability in [0, 1]. Every artefact computes them alike (CTranslate2 from its
-``score_batch``). "Acceptable": for the dates task the exact answer, for text a sentence
-chrF of at least 50.
+teacher-forced pass, the lengths and the source ids) become the :data:`FEATURES` of
+:func:`features`; a :class:`Calibrator` (a logistic regression fitted on the validation
+split) maps them to a probability in [0, 1]. "Acceptable": for the dates task the exact
+answer, for text a sentence chrF of at least 50.
 
 Example:
     >>> cal = Calibrator.load("runs/dates/calibration.json")
@@ -37,9 +35,7 @@ UNSURE = math.log(0.5)  # a token below probability 1/2 counts in unsure_share
 
 
 class NumpyOps:
-    """The ``keras.ops`` this module calls, on numpy arrays (``ops=NumpyOps`` where Keras is not
-    imported, e.g. the CTranslate2 engine).
-    """
+    """The ``keras.ops`` this module calls, on numpy arrays (where Keras is not imported)."""
 
     cast = staticmethod(lambda x, dtype: np.asarray(x).astype(dtype))
     arange, shape, expand_dims = staticmethod(np.arange), staticmethod(np.shape), \
@@ -55,7 +51,7 @@ class NumpyOps:
 
 
 def _ops(ops):
-    """``ops``, or ``keras.ops`` (imported on first use: this module is read without Keras)."""
+    """``ops``, or ``keras.ops`` (imported on first use)."""
     if ops is None:
         from keras import ops
     return ops
@@ -92,10 +88,8 @@ def source_statistics(source, ops=None):
 
 
 def features_from(total, lowest, unsure, n, source_length, unknown, ops=None):
-    """:func:`features` from running sums, all ``(B,)`` (what a loop that sees one token at a
-    time keeps): summed and least log-probability, tokens below probability 1/2, tokens
-    (``[END]`` included), and :func:`source_statistics`.
-    """
+    """:func:`features` from running sums, all ``(B,)``: summed and least log-probability,
+    tokens below probability 1/2, tokens (``[END]`` included), :func:`source_statistics`."""
     ops = _ops(ops)
     nf = ops.cast(ops.maximum(n, 1), "float32")
     s = ops.cast(source_length, "float32")
@@ -107,14 +101,12 @@ def features_from(total, lowest, unsure, n, source_length, unknown, ops=None):
 
 @dataclasses.dataclass
 class Calibrator:
-    """``confidence = sigmoid(w . (x - mean) / scale + bias)`` over :data:`FEATURES` ``x``.
+    """``confidence = sigmoid(w . (x - mean) / scale + bias)`` over :data:`FEATURES` ``x``
+    (``Calibrator.uncalibrated()``, ``exp(mean_log_prob)``, where a run has no fit).
 
     Args:
         mean, scale: per feature, the standardisation of the fit.
-        weights: per feature. bias: float.
-        report: what the fit measured, kept with the weights.
-
-    ``Calibrator.uncalibrated()`` (``exp(mean_log_prob)``) stands in where a run has no fit.
+        weights: per feature. bias: float. report: what the fit measured.
     """
     mean: list
     scale: list
@@ -235,21 +227,20 @@ def hypothesis_features(model, source, tokens, start_id, end_id, encoded=None):
 
     Args:
         model: from ``keras_attn.models``. source: int ``(B, S)``.
-        tokens: int ``(B * N, T)``, N hypotheses per source row together, as the searches
-            return them.
+        tokens: int ``(B * N, T)``, N hypotheses per source row together.
         start_id, end_id: the target vocabulary's ``[START]`` and ``[END]``.
-        encoded: :func:`keras_attn.decoding.encode` ``(model, source)``, if computed.
+        encoded: :func:`keras_attn.decoding.encode`'s output, if computed.
     """
     from keras import ops
 
-    from keras_attn.decoding.search import encode, repeat_rows, score
+    from keras_attn.decoding.search import score
+    from keras_attn.decoding.step import encode, repeat_rows
 
     source = ops.cast(source, "int32")
     tokens = ops.cast(tokens, "int32")
     if encoded is None:
         encoded = encode(model, source)
-    if not fastpath.current().compiled:  # XLA needs the width known when traced
-        # Read only as far as the longest hypothesis (searches return max_len buffers).
+    if not fastpath.current().compiled:  # read as far as the longest hypothesis (not XLA)
         longest = ops.max(ops.concatenate([ops.sum(ops.cast(ops.not_equal(tokens, 0), "int32"),
                                                    axis=1), ops.ones((1,), "int32")], axis=0))
         tokens = tokens[:, :longest]

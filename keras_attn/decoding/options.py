@@ -1,18 +1,12 @@
-"""Decoding choices per request, as one validated object (docs: API.md, "Decoding options
-per request"; STYLE.md, "One decoder, options as one object").
+"""Decoding choices per request, as one validated object (API.md, "Decoding options per
+request").
 
-Each option is declared once, as a field of :class:`DecodingOptions` made by :func:`option`:
-its name, dtype, default, rule (checked in Python here and inside served graphs by
-``keras_attn.export.request``), CTranslate2 name and help. The ``Translator`` keywords, the
-flags of ``keras-attn translate``, the serving signatures' inputs, their in-graph checks,
-the TFLite runtime's inputs and the docs table are all derived from :data:`OPTIONS`: a new
-option is one field here plus its behaviour.
-
-Names, meanings and defaults follow CTranslate2's ``translate_batch`` where they overlap:
-``sampling_topk=1`` is the argmax, ``max_length`` counts target tokens. What an artefact
-fixes when it is exported (the largest beam, the buffers' length) is passed to
-:meth:`DecodingOptions.validate` as ``max_beam_size`` / ``max_length_limit``; everything
-else is a per-request value. Imports neither Keras nor TensorFlow.
+Each option is declared once, as a field of :class:`DecodingOptions` made by :func:`option`;
+the ``Translator`` keywords, the CLI flags, the serving signatures' inputs and their checks
+and the docs table are derived from :data:`OPTIONS`. Names, meanings and defaults follow
+CTranslate2's ``translate_batch``. What an artefact fixes at export (the largest beam, the
+buffers' length) is passed to :meth:`DecodingOptions.validate`. Imports neither Keras nor
+TensorFlow.
 
 Example:
     >>> opts = DecodingOptions(beam_size=4, num_hypotheses=2)
@@ -27,39 +21,31 @@ from typing import Any, Callable, Optional
 from keras_attn.core.deprecation import renamed
 
 LENGTH_PENALTY = 0.6  # GNMT alpha (Wu et al. 2016) when a request or export names none
-# The repetition controls' defaults (keras_attn.decoding.processors) by the kind of target
-# vocabulary, chosen by measurement (docs/benchmarks/repetition.md): on subwords, a penalty
-# of 1.2 on repeated tokens, no repeated 4-gram and at most 3 target tokens per source token
-# remove every loop on held-out text and odd inputs for -0.08 BLEU; on characters (the dates
-# task) a repeated character n-gram is normal ("2010-10-10") and every control stays off.
+# The repetition controls' defaults by the kind of target vocabulary
+# (docs/benchmarks/repetition.md); on characters a repeated n-gram is normal ("2010-10-10").
 CONTROLS = ("repetition_penalty", "no_repeat_ngram_size", "max_length_factor")
 CONTROL_DEFAULTS = {
     "subword": {"repetition_penalty": 1.2, "no_repeat_ngram_size": 4, "max_length_factor": 3.0},
     "character": {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
                   "max_length_factor": 0.0},
 }
-
-
-def control_defaults(tokenizer):
-    """The repetition controls' defaults for an artefact whose target tokenizer is
-    ``tokenizer`` (character vocabularies: off; subwords and words: :data:`CONTROL_DEFAULTS`)."""
-    return CONTROL_DEFAULTS["character" if getattr(tokenizer, "char_level", False)
-                            else "subword"]
 INT32 = (-2 ** 31, 2 ** 31)
 
 
+def control_defaults(tokenizer):
+    """The repetition controls' defaults (:data:`CONTROL_DEFAULTS`) for a target tokenizer."""
+    return CONTROL_DEFAULTS["character" if getattr(tokenizer, "char_level", False)
+                            else "subword"]
+
+
 def option(default, dtype, rule, help, valid=None, unset=None, ct2=None):
-    """Declare one decoding option: a ``dataclasses.field`` whose metadata is an
-    :class:`Option`.
+    """Declare one decoding option: a ``dataclasses.field`` whose metadata is an :class:`Option`.
 
     Args:
         default: the Python default (None: the artefact's, sent as ``unset``).
-        dtype: ``"int32"``, ``"float32"``, ``"string"`` or ``"bool"``: the Python type
-            checked here and the serving signature's input dtype.
-        rule: what a valid value is, in words ("an integer >= 1"): the error message.
-        help: one line for the CLI flag and the docs.
-        valid: ``value -> bool`` written with comparisons and ``&`` only, so that it runs
-            on Python numbers here and on tensors inside a served graph.
+        dtype: ``"int32"``, ``"float32"``, ``"string"`` or ``"bool"``.
+        rule: what a valid value is, in words (the error message). help: one line.
+        valid: ``value -> bool`` with comparisons and ``&`` only (it runs on tensors too).
         unset: the value a signature input takes for "the artefact's default".
         ct2: CTranslate2 ``translate_batch``'s name for the same meaning, or None.
     """
@@ -80,31 +66,23 @@ class Option:
     unset: Any = None
     ct2: Optional[str] = None
 
-    def error(self, value):
-        return ValueError(f"`{self.name}` must be {self.rule}. Received: {self.name}={value!r}")
-
     def check(self, value):
         """``ValueError`` naming the option unless ``value`` is of its type and rule."""
         if value is None and self.default is None:
             return
-        ok = {"int32": lambda v: _is_int(v) and INT32[0] <= v < INT32[1],
-              "float32": lambda v: _is_float(v) and math.isfinite(v),
-              "string": lambda v: isinstance(v, str),
-              "bool": lambda v: isinstance(v, bool)}[self.dtype](value)
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        ok = {"int32": lambda: number and isinstance(value, numbers.Integral)
+              and INT32[0] <= value < INT32[1],
+              "float32": lambda: number and math.isfinite(value),
+              "string": lambda: isinstance(value, str),
+              "bool": lambda: isinstance(value, bool)}[self.dtype]()
         if not ok or (self.valid is not None and not self.valid(value)):
-            raise self.error(value)
+            raise ValueError(f"`{self.name}` must be {self.rule}. "
+                             f"Received: {self.name}={value!r}")
 
     def signature_value(self, value):
         """``value`` as a serving signature takes it (``unset`` for None)."""
         return self.unset if value is None else value
-
-
-def _is_int(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_float(value):
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,17 +149,15 @@ class DecodingOptions:
 
     @property
     def sampling(self):
-        """True when the next token is drawn at random (top-k > 1; options that hold
-        tensors: as :meth:`holding` fixed it)."""
+        """True when the next token is drawn at random (top-k > 1, or as :meth:`holding` fixed)."""
         fixed = self.__dict__.get("_sampling")
         return self.sampling_topk > 1 if fixed is None else fixed
 
     @classmethod
     def holding(cls, values, sampling=None):
-        """Options whose values may be tensors (a traced decoder's or a served graph's
-        inputs): every field of the dict ``values`` taken as it is, without the checks (they
-        ran where the values came in). ``sampling``: a Python bool the trace fixes, or None
-        (:attr:`sampling` is then ``sampling_topk > 1``, a tensor where that is one).
+        """Options whose values may be tensors (a traced decoder's inputs), taken unchecked
+        from the dict ``values``. ``sampling``: a Python bool the trace fixes, or None
+        (:attr:`sampling` is then ``sampling_topk > 1``).
 
         Example:
             >>> DecodingOptions.holding({**vars(opts), "seed": seed_tensor}, opts.sampling)
@@ -194,13 +170,11 @@ class DecodingOptions:
 
     @property
     def _holds(self):
-        """Made by :meth:`holding` (its values unchecked, perhaps tensors)."""
+        """Made by :meth:`holding`."""
         return "_sampling" in self.__dict__
 
     def replaced(self, sampling=None, **values):
-        """These options with ``values`` replaced, unchecked (:meth:`holding`); ``sampling``
-        as there (None: this object's: fixed by the values it was checked with, or as
-        :meth:`holding` left it)."""
+        """These options with ``values`` replaced, unchecked (:meth:`holding`)."""
         if sampling is None:
             sampling = self.__dict__["_sampling"] if self._holds else self.sampling
         return DecodingOptions.holding({**{n: getattr(self, n) for n in NAMES}, **values},
@@ -211,16 +185,15 @@ class DecodingOptions:
         """``DecodingOptions(**kwargs)`` with an unknown keyword named clearly."""
         unknown = sorted(set(kwargs) - set(NAMES))
         if unknown:
-            raise ValueError(f"Unknown decoding option(s) {unknown}; the options are {list(NAMES)}")
+            raise ValueError(
+                f"Unknown decoding option(s) {unknown}; the options are {list(NAMES)}")
         return cls(**kwargs)
 
     def resolve(self, max_length_limit, length_penalty=LENGTH_PENALTY, controls=None):
         """These options with what they leave to the artefact filled in: ``max_length``
         (``max_length_limit``), ``length_penalty`` and the repetition controls
-        (``controls``: a dict of :data:`CONTROLS`, e.g. :func:`control_defaults`; default:
-        all off). The one rule for "unset", in Python and in a served graph: a checked
-        option left unset is None; an option of :meth:`holding` that is a tensor (a
-        signature's input) is unset when it equals its :attr:`Option.unset` value."""
+        (``controls``: a dict of :data:`CONTROLS`; default: all off). Unset is None, or for
+        a tensor its :attr:`Option.unset` value."""
         controls = CONTROL_DEFAULTS["character"] if controls is None else controls
         defaults = {"max_length": max_length_limit, "length_penalty": length_penalty,
                     **{name: controls[name] for name in CONTROLS}}
@@ -254,8 +227,7 @@ class DecodingOptions:
 
 
 def _resolved(value, opt, default):
-    """``value`` of option ``opt``, or ``default`` where it is unset: None, or a tensor
-    equal to ``opt.unset`` (resolved in the graph with ``keras.ops.where``)."""
+    """``value`` of option ``opt``, or ``default`` where it is unset."""
     if value is None:
         return default
     if isinstance(value, (numbers.Number, str)):
@@ -265,14 +237,8 @@ def _resolved(value, opt, default):
     return ops.where(ops.equal(value, opt.unset), ops.cast(default, value.dtype), value)
 
 
-def _declared():
-    out = {}
-    for f in dataclasses.fields(DecodingOptions):
-        out[f.name] = dataclasses.replace(f.metadata["option"], name=f.name)
-    return out
-
-
-OPTIONS = _declared()  # name -> Option, in declaration order
+OPTIONS = {f.name: dataclasses.replace(f.metadata["option"], name=f.name)
+           for f in dataclasses.fields(DecodingOptions)}  # name -> Option, declaration order
 NAMES = tuple(OPTIONS)
 
 
@@ -289,14 +255,13 @@ def docs_table():
 
 @renamed(alpha="length_penalty")
 def length_penalty(lengths, length_penalty, ops=None):
-    """GNMT length penalty ``((5 + n) / 6) ** length_penalty`` (Wu et al. 2016's alpha),
-    float32: beam search ranks by ``log_prob`` divided by it, every engine alike.
+    """GNMT length penalty ``((5 + n) / 6) ** length_penalty`` (Wu et al. 2016), float32.
 
     Args:
         lengths: int, ``(B,)`` or ``(B, N)`` output lengths (``[END]`` counted).
-        length_penalty: float, the option's value (``alpha=``: its deprecated name).
-        ops: ``keras.ops`` (the default, imported on first use: this module is read
-            without Keras) or ``keras_attn.decoding.confidence.NumpyOps`` for numpy.
+        length_penalty: float (``alpha=``: its deprecated name).
+        ops: ``keras.ops`` (default) or ``keras_attn.decoding.confidence.NumpyOps``.
+
     Example:
         >>> float(length_penalty(1, 0.6))
         1.0

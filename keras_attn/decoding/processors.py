@@ -1,25 +1,13 @@
 """What every step's logits go through before a sampler chooses: one ordered list.
 
-A processor is a callable ``(logits, state) -> logits`` on float32 logits ``(N, V)`` (one
-row per hypothesis) and a :class:`StepState`; :func:`processors_for` makes one call's
-:class:`LogitsProcessorList` from its options, and every loop runs it (the samplers, the
-compacted loop, the TFLite builtin target's step file). In order: the banned ids (padding,
-``[START]``), CTranslate2's ``repetition_penalty`` and ``no_repeat_ngram_size``, the forced
-prefix. Marian's ``--max-length-factor`` is the stop rule (:func:`length_limits`).
+A processor is a callable ``(logits, state) -> logits`` on float32 logits ``(N, V)`` and a
+:class:`StepState`. In order: the banned ids (padding, ``[START]``), CTranslate2's
+``repetition_penalty`` and ``no_repeat_ngram_size``, the forced prefix. Option values may
+be tensors; a Python value that switches a control off leaves its processor out. Marian's
+``--max-length-factor`` is the stop rule (:func:`length_limits`).
 
-Option values may be tensors (per-request inputs of a served graph); a Python value that
-switches a control off leaves its processor, and its ops, out. Where every control is a
-tensor, the list holds the request's one decision (:attr:`LogitsProcessorList.gate`): the
-loops run the bans alone for a request that switches every control off. A new processor is
-one class registered with :func:`from_option` and one field of ``DecodingOptions``.
-
-Example:
-    >>> procs = processors_for(options, start_id=2, vocab_size=V)
-    >>> logits = procs(logits, StepState(index, history))
-
-References: Hugging Face ``LogitsProcessorList``; Keskar et al. 2019 (CTRL), section 4.1
-(the repetition penalty); Paulus et al. 2018 (no repeated trigrams); Marian's
-``--max-length-factor``; Wu et al. 2016 (the GNMT length penalty).
+References: Hugging Face ``LogitsProcessorList``; Keskar et al. 2019 (CTRL), section 4.1;
+Paulus et al. 2018 (no repeated trigrams); Marian's ``--max-length-factor``.
 """
 import functools
 
@@ -31,8 +19,7 @@ from keras_attn.core.special_tokens import PAD_ID
 
 NEG = attn_ops.large_negative("float32")  # the logit of a banned token
 MAX_NGRAM = 8  # the largest no_repeat_ngram_size (the n-gram match is unrolled this far)
-# Each option's value that switches its processor (or the length limit) off.
-OFF = {"max_length_factor": 0.0}
+OFF = {"max_length_factor": 0.0}  # each option's value that switches it off
 
 
 class StepState:
@@ -52,9 +39,8 @@ class StepState:
 class LogitsProcessorList(list):
     """Processors applied in order: ``procs(logits, state) -> logits``.
 
-    ``gate``: None, or a bool scalar tensor that is false where none of the processors after
-    the first (the bans) changes anything for this request (every control a tensor at its
-    off value, no prefix): a loop may then run the first alone (:meth:`bans_only`).
+    ``gate``: None, or a bool scalar tensor, false where no processor after the bans changes
+    anything for this request: a loop may then run :meth:`bans_only`.
     """
 
     gate = None
@@ -78,9 +64,7 @@ _BY_OPTION = []  # (option name, class), in the order they apply
 
 
 def from_option(name, off):
-    """Register a processor class made from option ``name`` (``cls(value)``), applied after
-    those registered before it; ``off`` is the value that leaves it out (:data:`OFF`).
-    """
+    """Register a processor class made from option ``name``; ``off`` leaves it out."""
     def register(cls):
         OFF[name] = off
         _BY_OPTION.append((name, cls))
@@ -111,16 +95,12 @@ class BanIds:
         return ops.where(self.banned, NEG, ops.cast(logits, "float32"))
 
 
-def _seen(history, length, vocab):
-    """bool ``(N, V)``: the ids among each row's first ``length`` tokens of ``history``
-    ``(N, T)`` (padding excluded).
-    """
-    rows, width = ops.shape(history)[0], ops.shape(history)[1]
-    valid = ops.logical_and(ops.arange(width)[None, :] < length, ops.not_equal(history, 0))
-    row_ids = ops.broadcast_to(ops.arange(rows, dtype="int32")[:, None], ops.shape(history))
-    index = ops.stack([ops.reshape(row_ids, (-1,)), ops.reshape(history, (-1,))], axis=1)
-    counts = ops.scatter(index, ops.reshape(ops.cast(valid, "float32"), (-1,)), (rows, vocab))
-    return counts > 0
+def _hits(ids, hit, vocab):
+    """bool ``(N, V)``: the ids of ``ids`` ``(N, W)`` where ``hit`` ``(N, W)`` holds."""
+    rows = ops.shape(ids)[0]
+    row_ids = ops.broadcast_to(ops.arange(rows, dtype="int32")[:, None], ops.shape(ids))
+    index = ops.stack([ops.reshape(row_ids, (-1,)), ops.reshape(ids, (-1,))], axis=1)
+    return ops.scatter(index, ops.reshape(ops.cast(hit, "float32"), (-1,)), (rows, vocab)) > 0
 
 
 @from_option("repetition_penalty", off=1.0)
@@ -138,8 +118,10 @@ class RepetitionPenalty:
         self.penalty = penalty
 
     def __call__(self, logits, state):
-        penalty = ops.cast(self.penalty, "float32")
-        seen = _seen(state.history, state.index, ops.shape(logits)[-1])
+        penalty, history = ops.cast(self.penalty, "float32"), state.history
+        valid = ops.logical_and(ops.arange(ops.shape(history)[1])[None, :] < state.index,
+                                ops.not_equal(history, 0))  # the tokens so far
+        seen = _hits(history, valid, ops.shape(logits)[-1])
         penalized = ops.where(logits < 0, logits * penalty, logits / penalty)
         return ops.where(seen, penalized, logits)
 
@@ -160,8 +142,7 @@ class NoRepeatNgram:
 
     def __call__(self, logits, state):
         n, history, length = ops.cast(self.n, "int32"), state.history, state.index
-        rows, width = ops.shape(history)[0], ops.shape(history)[1]
-        vocab = ops.shape(logits)[-1]
+        width = ops.shape(history)[1]
         padded = ops.pad(history, [[0, 0], [0, MAX_NGRAM]])  # room for the shifted windows
         starts = ops.arange(width, dtype="int32")  # j: a candidate n-gram starts here
         offsets = ops.arange(MAX_NGRAM - 1, dtype="int32")  # m: a position in the window
@@ -178,11 +159,7 @@ class NoRepeatNgram:
         # The token that followed each matching (n-1)-gram is banned.
         follow = ops.minimum(starts + n - 1, width + MAX_NGRAM - 1)
         nxt = ops.take(padded, follow, axis=1)  # (N, width)
-        row_ids = ops.broadcast_to(ops.arange(rows, dtype="int32")[:, None], (rows, width))
-        index = ops.stack([ops.reshape(row_ids, (-1,)), ops.reshape(nxt, (-1,))], axis=1)
-        hits = ops.scatter(index, ops.reshape(ops.cast(match, "float32"), (-1,)),
-                           (rows, vocab))
-        return ops.where(hits > 0, NEG, logits)
+        return ops.where(_hits(nxt, match, ops.shape(logits)[-1]), NEG, logits)
 
 
 class ForcePrefix:
@@ -212,11 +189,14 @@ def processors_for(options, start_id, vocab_size, prefix=None, beams=1):
     """The ordered :class:`LogitsProcessorList` of one call.
 
     Args:
-        options: the request's ``DecodingOptions`` (or an object with its attributes,
-            tensors allowed), or None (the bans alone).
+        options: the request's ``DecodingOptions`` (tensors allowed), or None (bans alone).
         start_id: banned besides padding. vocab_size: V.
         prefix: optional int32 ``(B, P)`` target ids forced first (0: none left).
         beams: hypotheses per sentence (the rows of a prefix's sentence).
+
+    Example:
+        >>> procs = processors_for(options, start_id=2, vocab_size=V)
+        >>> logits = procs(logits, StepState(index, history))
     """
     procs = LogitsProcessorList([BanIds((PAD_ID, start_id), vocab_size)])
     gates = []  # per processor: a bool tensor (on for this request), or None (always on)
@@ -235,10 +215,7 @@ def processors_for(options, start_id, vocab_size, prefix=None, beams=1):
 
 
 def row_limits(source, factor, max_len):
-    """int32 ``(N,)``: each row's most tokens under Marian's ``--max-length-factor``,
-    ``ceil(factor * source tokens)`` (``[END]`` included) and at least 1; ``max_len`` where
-    ``factor`` is 0.
-    """
+    """int32 ``(N,)``: each row's most tokens, ``ceil(factor * source tokens)`` (0: max_len)."""
     factor = ops.cast(factor, "float32")
     src_len = ops.sum(ops.cast(ops.not_equal(source, 0), "float32"), axis=1)
     limit = ops.maximum(ops.cast(ops.ceil(factor * src_len), "int32"), 1)
@@ -252,8 +229,6 @@ def length_limits(options, source, max_len):
 
 
 def log_probs(logits, start_id):
-    """float32 log-probabilities ``(..., V)`` with padding and ``start_id`` banned (what a
-    teacher-forced pass scores).
-    """
+    """float32 log-probabilities ``(..., V)`` with padding and ``start_id`` banned."""
     banned = BanIds((PAD_ID, start_id), logits.shape[-1])
     return ops.log_softmax(banned(logits), axis=-1)

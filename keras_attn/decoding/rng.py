@@ -5,9 +5,7 @@ from keras import ops
 
 
 def _mix16(h):
-    """One round of a 16-bit integer hash, with int32 add/mul/floor_div/floor_mod only (no
-    overflow, no bitwise op), which TF, TFLite builtins, JAX and PyTorch compute alike.
-    """
+    """A 16-bit integer hash round in int32 arithmetic only (every backend and TFLite alike)."""
     h = ops.mod(h * 20201 + 13849, 65536)
     h = ops.mod(h + ops.floor_divide(h, 128), 65536)
     h = ops.mod(h * 30971, 65536)
@@ -15,9 +13,7 @@ def _mix16(h):
 
 
 def uniform(seed, row, step):
-    """A float32 in (0, 1) for each ``row`` (int32 ``(N,)``), hashed from ``seed`` and ``step``
-    (int32 scalars): 24 random bits from two 16-bit streams, exact in float32.
-    """
+    """A float32 in (0, 1) per ``row`` (int32 ``(N,)``) from ``seed`` and ``step`` (24 bits)."""
     seed = ops.cast(seed, "int32")
     parts = [ops.mod(seed, 65536), ops.mod(ops.floor_divide(seed, 65536), 65536),
              ops.mod(ops.cast(row, "int32"), 65536), ops.mod(ops.cast(step, "int32"), 65536)]

@@ -1,25 +1,22 @@
 """The decoding loops: a :class:`Sampler` per way of choosing the next tokens.
 
-:class:`Sampler` owns the loop (``keras.ops.while_loop``: every backend, eager, traced,
-XLA, SavedModel and TFLite) and drives the model's step (:mod:`keras_attn.decoding.step`);
-the subclasses only choose the next tokens. Every buffer is preallocated at ``max_len`` and
-written at the step index (no dynamic-size ``TensorArray``: under XLA their writes can be
-dropped). Where the kernel policy allows shapes that change
-(``keras_attn.kernels.fastpath``'s ``dynamic_shapes``), greedy decoding and sampling drop
-ended rows from the step's work (:mod:`keras_attn.decoding.compacted`).
-
-Tokens: 0 is padding; ``start_id`` and 0 are never generated; a row stops at ``end_id``
-(included) and is padded with 0 after it.
+:class:`Sampler` owns the loop (``keras.ops.while_loop``: every backend, XLA, SavedModel
+and TFLite); the subclasses only choose the next tokens. Every buffer is preallocated at
+``max_len`` and written at the step index (under XLA a dynamic-size ``TensorArray``'s writes
+can be dropped). Tokens: 0 is padding; ``start_id`` and 0 are never generated; a row stops
+at ``end_id`` (included) and is padded with 0 after it.
 
 References: D2L 10.8 (beam search); keras-hub's ``Sampler``.
 """
+import functools
+
 import keras
 from keras import ops
 
 from keras_attn.decoding.processors import (NEG, StepState, length_limits,
                                             processors_for)
 from keras_attn.decoding.rng import uniform
-from keras_attn.decoding.step import check_source, encode, step_functions
+from keras_attn.decoding.step import check_source, encode, repeat_rows, step_functions
 from keras_attn.kernels import fastpath
 
 _POSITION_MAJOR = ("tokens", "attention")  # the loop's buffers written one position a step
@@ -28,23 +25,19 @@ _POSITION_MAJOR = ("tokens", "attention")  # the loop's buffers written one posi
 class Sampler:
     """The decoding loop; subclasses choose the next tokens (:meth:`select`).
 
-    Hypotheses are laid out ``(B, K)`` (``K = beams``; the model sees ``B * K`` rows). A
-    finished hypothesis continues with padding at no cost. Inside the loop the buffers are
-    position-major (``(max_len, B, K)``), so a step writes one slice.
+    Hypotheses are laid out ``(B, K)`` (``K = beams``; the model sees ``B * K`` rows).
 
     Args:
         max_len: most tokens generated per row. start_id, end_id: target vocabulary ids.
-        use_cache: decode with the key/value cache (False: re-run the model on the whole
-            prefix at every step, the reference).
-        return_attention: also return the alignment of each token over the source.
-        compact: drop the rows that ended from the step's work, where the loop can
-            (:meth:`compacts`); the same results either way.
+        use_cache: decode with the key/value cache (False: the reference).
+        return_attention: also return the alignments.
+        compact: drop the rows that ended from the step's work where the loop can.
 
     Call arguments: ``model`` (from :mod:`keras_attn.models`), ``source`` int ``(B, S)``.
 
-    Returns a dict of fixed-size buffers: ``tokens`` int32 ``(B, K, max_len)`` (0 after
-    ``end_id``), ``lengths`` int32 ``(B, K)``, ``log_prob`` float32 ``(B, K)`` and with
-    ``return_attention`` ``attention`` float32 ``(B, K, max_len, S)``.
+    Returns a dict: ``tokens`` int32 ``(B, K, max_len)`` (0 after ``end_id``), ``lengths``
+    int32 ``(B, K)``, ``log_prob`` float32 ``(B, K)`` and with ``return_attention``
+    ``attention`` float32 ``(B, K, max_len, S)``.
     """
 
     beams = 1
@@ -63,14 +56,12 @@ class Sampler:
         """Choose the next tokens.
 
         Args:
-            logits: float32 ``(B, K, V)`` (banned ids at the fill value).
-            scores: ``(B, K)`` the hypotheses' summed log-probabilities so far.
-            finished: bool ``(B, K)`` (they extend with 0 at no cost), or None: none has.
-            index: the step (int32 scalar). rows: int32 ``(B * K,)`` the hypotheses' numbers in
-                the batch (default ``0 .. B * K - 1``), for samplers whose draw depends on them.
+            logits: float32 ``(B, K, V)``. scores: ``(B, K)`` summed log-probabilities so far.
+            finished: bool ``(B, K)``, or None: none has. index: the step (int32 scalar).
+            rows: int32 ``(B * K,)`` the hypotheses' numbers in the batch (default ``0 ..``).
 
         Returns ``(next_tokens (B, K), beam_indices (B, K) or None, new_scores (B, K))``;
-        ``beam_indices`` says which hypothesis each new one extends (None: its own).
+        ``beam_indices``: which hypothesis each new one extends (None: its own).
         """
         raise NotImplementedError
 
@@ -79,68 +70,52 @@ class Sampler:
 
     def __call__(self, model, source, max_length=None, prefix=None, encoded=None,
                  options=None):
-        """Run the loop.
+        """Run the loop on ``model`` and ``source`` (see the class).
 
         Args:
-            model, source: see the class.
             max_length: optional int32 scalar (a tensor is fine), at most ``max_len``.
-            prefix: optional int32 ``(B, P)`` target ids forced first (0 = none left); their
-                log-probabilities count 0 in the scores, 1 each in the lengths.
+            prefix: optional int32 ``(B, P)`` target ids forced first (0 = none left); they
+                count 0 in the scores, 1 each in the lengths.
             encoded: :func:`encode` ``(model, source)``, if already computed.
-            options: the request's ``DecodingOptions`` (or an object with its attributes), for
-                the processors and row limits of :mod:`keras_attn.decoding.processors`; None:
-                the bans alone.
+            options: the request's ``DecodingOptions``, for the processors and row limits;
+                None: the bans alone.
         """
         source = check_source(source)
         k, max_len = self.beams, self.max_len
         batch, src_len = ops.shape(source)[0], ops.shape(source)[1]
         if encoded is None:
             encoded = encode(model, source)
-        if not isinstance(k, int) or k > 1:  # a tensor: the hypotheses of a served request
-            # Encoded once per sentence, then repeated for its K hypotheses.
-            source = ops.repeat(source, k, axis=0)  # (B*K, S)
-            encoded = keras.tree.map_structure(lambda t: ops.repeat(t, k, axis=0), encoded)
+        if not isinstance(k, int) or k > 1:  # encoded once per sentence, repeated K times
+            source, encoded = repeat_rows(source, encoded, k)  # (B*K, S)
         steps = step_functions(model, source, max_len, self.use_cache, encoded)
         limit = max_len if max_length is None else ops.minimum(
             ops.cast(max_length, "int32"), max_len)
         processors = processors_for(options, self.start_id, steps.decoder.vocab_size, prefix, k)
-        row_limit = length_limits(options, source, max_len)
+        run = functools.partial(self._run, steps, batch, src_len, limit,
+                                row_limit=length_limits(options, source, max_len))
         if processors.gate is not None and fastpath.current().dynamic_shapes:
-            # One decision per request, in a plain TensorFlow graph (TF Serving's): a loop
-            # without the controls' ops where all are off. TFLite and XLA keep one loop (the
-            # file or the compiled code would hold both).
-            return ops.cond(
-                processors.gate,
-                lambda: self._run(steps, batch, src_len, limit, processors, row_limit),
-                lambda: self._run(steps, batch, src_len, limit, processors.bans_only(),
-                                  row_limit))
-        return self._run(steps, batch, src_len, limit, processors, row_limit)
+            # A loop without the controls' ops where a request turns all off (not in TFLite
+            # or XLA: the file or the compiled code would hold both loops).
+            return ops.cond(processors.gate, lambda: run(processors),
+                            lambda: run(processors.bans_only()))
+        return run(processors)
 
     def _run(self, steps, batch, src_len, limit, processors, row_limit):
-        """The loop of this call: :func:`~keras_attn.decoding.compacted.compacted_loop` where
-        the call :meth:`compacts` and has more than one row, else :meth:`_loop`."""
-        k = self.beams
-        loop = (processors, row_limit)
-        if self.compacts():
-            # One row: nothing to drop, and the plain loop's step is lighter.
-            import tensorflow as tf  # compacts(): on TensorFlow only
+        """The compacted loop where this call :meth:`compacts` rows, else :meth:`_loop`."""
+        plain = functools.partial(self._loop, steps, batch, src_len, limit, processors, row_limit)
+        rows = batch * self.beams  # int: a shape known when traced
+        if not self.compacts() or (isinstance(rows, int) and rows <= 1):
+            return plain()  # one row: nothing to drop, and the plain loop's step is lighter
+        import tensorflow as tf  # compacts(): on TensorFlow only
 
-            from keras_attn.decoding.compacted import compacted_loop
+        from keras_attn.decoding.compacted import compacted_loop
 
-            rows = batch * k
-            if isinstance(rows, int):  # a shape known when traced
-                if rows > 1:
-                    return compacted_loop(self, steps, batch, limit, *loop)
-            else:
-                return tf.cond(
-                    rows > 1, lambda: compacted_loop(self, steps, batch, limit, *loop),
-                    lambda: self._loop(steps, batch, src_len, limit, *loop))
-        return self._loop(steps, batch, src_len, limit, *loop)
+        compacted = functools.partial(compacted_loop, self, steps, batch, limit, processors,
+                                      row_limit)
+        return compacted() if isinstance(rows, int) else tf.cond(rows > 1, compacted, plain)
 
     def _loop(self, steps, batch, src_len, limit, processors, row_limit):
-        """The loop over every row: the step, its logits through ``processors``, the choice; a row
-        ends at ``end_id`` or at its ``row_limit`` (int32 ``(B * K,)``, or None).
-        """
+        """The loop over every row; a row ends at ``end_id`` or its ``row_limit`` (or None)."""
         k, max_len = self.beams, self.max_len
 
         def cond(i, token, state, out):
@@ -190,10 +165,7 @@ class Sampler:
         return result
 
     def compacts(self):
-        """Whether this call's loop drops finished rows (:mod:`keras_attn.decoding.compacted`):
-        ``compact`` with the cache, rows that never trade places, no alignments, and a kernel
-        policy that allows shapes that change.
-        """
+        """Whether this call's loop drops finished rows (cached, no reorders, no alignments)."""
         if not (self.compact and self.use_cache) or self.reorders or self.return_attention:
             return False
         return fastpath.current().growing_cache()
@@ -206,18 +178,13 @@ class GreedySampler(Sampler):
         # top_k rather than argmax: Keras's TF argmax adds a BitwiseAnd (its -0.0 rule)
         # that TFLite has no builtin for; ties go to the lower id either way.
         top, index = ops.top_k(logits, k=1)  # (B, 1, 1)
-        # The best token's log-softmax, (x - max) - log(sum(exp(x - max))) at x = max,
-        # without normalising the whole vocabulary.
+        # The best token's log-softmax without normalising the whole vocabulary.
         log_prob = -ops.log(ops.sum(ops.exp(logits - top), axis=-1))  # (B, 1)
         return _extend(finished, ops.cast(index[..., 0], "int32"), scores, log_prob)
 
 
 class BeamSampler(Sampler):
-    """The ``beam_size`` best extensions of a row's hypotheses, by summed log-probability.
-
-    Only the first beam is live at the start, so the beams do not repeat one another; the
-    caller ranks the final hypotheses.
-    """
+    """The ``beam_size`` best extensions of a row's hypotheses, by summed log-probability."""
 
     reorders = True
 
@@ -244,10 +211,9 @@ class BeamSampler(Sampler):
 class RandomSampler(Sampler):
     """Sampling with top-k, top-p (nucleus) and temperature; ``samples`` draws per row.
 
-    ``topk``, ``topp``, ``temperature`` and ``seed`` may be tensors (per-request values);
-    ``topk=1`` is the argmax. The token is drawn by inverse CDF (:func:`uniform`) over the
-    candidates sorted by probability (ties: the lower id first). Scores sum the model's
-    log-probabilities of the drawn tokens (before temperature and truncation).
+    ``topk``, ``topp``, ``temperature`` and ``seed`` may be tensors; ``topk=1`` is the
+    argmax. The token is drawn by inverse CDF (:func:`uniform`) over the candidates sorted by
+    probability; scores sum the model's log-probabilities (before temperature and truncation).
     """
 
     def __init__(self, max_len, start_id, end_id, samples=1, topk=1, topp=1.0,
@@ -290,9 +256,7 @@ def _extend(finished, token, scores, log_prob):
 
 
 def take_beams(t, beam, axis=1):
-    """``t`` ``(B, K, ...)`` (``axis=1``) or ``(L, B, K, ...)`` (``axis=2``) reordered along the
-    beams by ``beam`` ``(B, N)``.
-    """
+    """``t`` ``(B, K, ...)`` (``axis=1``) or ``(L, B, K, ...)`` (``axis=2``) reordered by beam."""
     shape = (1,) * (axis - 1) + tuple(ops.shape(beam)) + (1,) * (len(t.shape) - axis - 1)
     target = list(ops.shape(t))
     target[axis] = ops.shape(beam)[1]  # fewer than K: the first N of a ranking (n-best)

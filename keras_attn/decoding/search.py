@@ -1,20 +1,16 @@
 """The public decoding functions: greedy search, beam search, the per-request :func:`decode`
-every served artefact runs, and the teacher-forced :func:`cross_attention` (what word
-alignments read) and :func:`score` (forced decoding, CTranslate2's ``score_batch``).
-
-Each builds a sampler (:mod:`keras_attn.decoding.samplers`) and ranks or reshapes what its
-loop returns.
+every served artefact runs, and the teacher-forced :func:`cross_attention` and :func:`score`
+(forced decoding, CTranslate2's ``score_batch``).
 
 References: D2L 10.8 (beam search); Wu et al. 2016 (GNMT length penalty).
 """
-import keras
 from keras import ops
 
 from keras_attn.decoding.options import LENGTH_PENALTY
 from keras_attn.decoding.options import length_penalty as gnmt_penalty  # frees the argument name
 from keras_attn.decoding.processors import log_probs
 from keras_attn.decoding.samplers import BeamSampler, GreedySampler, RandomSampler, take_beams
-from keras_attn.decoding.step import as_args, check_source, encode
+from keras_attn.decoding.step import as_args, check_source, encode, repeat_rows
 from keras_attn.core.deprecation import renamed
 from keras_attn.core.special_tokens import END_ID, START_ID
 
@@ -26,17 +22,15 @@ def _trim(tokens, lengths):
     return tokens[..., : ops.max(lengths)] if len(tokens.shape) else tokens
 
 
-# --- the public functions ------------------------------------------------------------------------
 def greedy_decode_fixed(model, source, max_len, start_id, end_id, use_cache=True,
                         return_attention=False, options=None, encoded=None):
     """Greedy decoding into fixed-size buffers (XLA-compilable, exportable).
 
-    Args as :func:`greedy_search`'s, and ``options``: a ``DecodingOptions`` whose repetition
-    controls apply (None: none); ``encoded``: :func:`encode` ``(model, source)``, if computed.
+    Args as :func:`greedy_search`'s; ``options``: a ``DecodingOptions`` whose repetition
+    controls apply; ``encoded``: :func:`encode` ``(model, source)``, if computed.
 
-    Returns a dict: ``tokens`` int32 ``(B, max_len)`` (0 after ``end_id``), ``lengths`` int32
-    ``(B,)`` (``end_id`` included), ``log_prob`` float32 ``(B,)`` and with ``return_attention``
-    ``attention`` float32 ``(B, max_len, S)`` (the decoder's alignment).
+    Returns a dict: ``tokens`` int32 ``(B, max_len)``, ``lengths`` int32 ``(B,)``, ``log_prob``
+    float32 ``(B,)`` and with ``return_attention`` ``attention`` float32 ``(B, max_len, S)``.
     """
     out = GreedySampler(max_len, start_id, end_id, use_cache, return_attention)(
         model, source, encoded=encoded, options=options)
@@ -48,18 +42,15 @@ def greedy_search(model, source, max_len, start_id, end_id, use_cache=True,
     """Greedy decoding: at each step the most likely next token.
 
     Args:
-        model: from ``keras_attn.models``.
-        source: int ``(B, S)`` token ids, 0 = padding.
+        model: from ``keras_attn.models``. source: int ``(B, S)`` token ids, 0 = padding.
         max_len: most tokens generated per row.
         start_id, end_id: the ``[START]`` and ``[END]`` ids of the target vocabulary.
-        use_cache: incremental decoding with the key/value cache (False: the reference that
-            re-runs the decoder on the whole prefix at every step).
+        use_cache: incremental decoding with the key/value cache (False: the reference).
         return_attention: also return the cross-attention of each generated token.
 
     Returns:
-        int32 ``(B, T)``, ``T <= max_len``, without the start token; each row up to and
-        including ``end_id``, then 0. With ``return_attention``: ``(tokens, weights)``,
-        weights ``(B, T, S)``.
+        int32 ``(B, T)``, ``T <= max_len``, each row up to and including ``end_id``, then 0.
+        With ``return_attention``: ``(tokens, weights (B, T, S))``.
 
     Example:
         >>> greedy_search(model, source, max_len=20, start_id=2, end_id=3)
@@ -75,14 +66,11 @@ def greedy_search(model, source, max_len, start_id, end_id, use_cache=True,
 @renamed(alpha="length_penalty")
 def beam_decode_fixed(model, source, beam_size=4, length_penalty=LENGTH_PENALTY, max_len=64,
                       start_id=START_ID, end_id=END_ID, options=None, encoded=None):
-    """Beam search into fixed-size buffers (XLA-compilable, exportable).
+    """Beam search into fixed-size buffers (XLA-compilable, exportable); args as
+    :func:`beam_search`'s, ``options`` and ``encoded`` as :func:`greedy_decode_fixed`'s.
 
-    Args as :func:`beam_search`'s (``length_penalty``: its ``alpha``); ``options`` and
-    ``encoded`` as :func:`greedy_decode_fixed`'s. Hypotheses are pruned by summed
-    log-probability and ranked by ``log_prob / ((5 + n) / 6) ** length_penalty``.
-
-    Returns a dict: ``tokens`` ``(B, K, max_len)``, ``lengths`` ``(B, K)``, ``log_prob``
-    ``(B, K)`` and ``scores`` ``(B, K)``, best first.
+    Returns a dict: ``tokens`` ``(B, K, max_len)``, ``lengths``, ``log_prob`` and ``scores``
+    ``(B, K)``, best first.
     """
     out = BeamSampler(beam_size, max_len, start_id, end_id)(model, source, encoded=encoded,
                                                             options=options)
@@ -103,13 +91,12 @@ def beam_search(model, source, beam_size=4, alpha=LENGTH_PENALTY, max_len=64,
 
     Args:
         model: from ``keras_attn.models``. source: int ``(B, S)``, 0 = padding.
-        beam_size: hypotheses kept per row. alpha: the GNMT length penalty (0 = none; the
-            ``length_penalty`` of every other entry point, named as API.md promises).
+        beam_size: hypotheses kept per row. alpha: the GNMT length penalty (0 = none).
         max_len: most tokens per hypothesis. start_id, end_id: target vocabulary ids.
 
     Returns:
-        ``(tokens (B, beam_size, T), scores (B, beam_size))``, best first; rows as for
-        :func:`greedy_search`; score = sum of log-probabilities / ``((5 + n) / 6) ** alpha``.
+        ``(tokens (B, beam_size, T), scores (B, beam_size))``, best first; score = sum of
+        log-probabilities / ``((5 + n) / 6) ** alpha``.
 
     Example:
         >>> tokens, scores = beam_search(model, source, beam_size=4, start_id=2, end_id=3)
@@ -120,18 +107,14 @@ def beam_search(model, source, beam_size=4, alpha=LENGTH_PENALTY, max_len=64,
 
 def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=None,
            encoded=None):
-    """Decode with a resolved :class:`keras_attn.decoding.options.DecodingOptions`.
+    """Decode with resolved :class:`~keras_attn.decoding.options.DecodingOptions`.
 
     ``sampling_topk > 1`` samples ``num_hypotheses`` draws per row, else ``beam_size > 1`` is
-    beam search, else greedy; ``kind`` (one of :data:`KINDS`) makes that choice instead, for a
-    graph that traces every kind (``beam_size`` and ``num_hypotheses`` may then be int32
-    tensors). ``prefix``: optional int32 ``(B, P)`` target ids forced first (0 = none left;
-    ``P >= 1``). ``encoded``: :func:`encode` ``(model, source)``, if computed. Alignments are
-    one more pass (:func:`cross_attention`).
+    beam search, else greedy; ``kind`` (one of :data:`KINDS`) makes that choice instead.
+    ``prefix``: optional int32 ``(B, P)`` target ids forced first (0 = none left).
 
     Returns a dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)`` and ``scores``
-    float32 ``(B, N)`` (beam search: best first by ``log_prob / length_penalty``; otherwise the
-    summed log-probability).
+    float32 ``(B, N)`` (beam search: best first by ``log_prob / length_penalty``).
     """
     n = options.num_hypotheses
     if kind is None:
@@ -153,18 +136,10 @@ def decode(model, source, options, max_len, start_id, end_id, prefix=None, kind=
     return {"tokens": out["tokens"], "lengths": out["lengths"], "scores": out["log_prob"]}
 
 
-def repeat_rows(source, encoded, n):
-    """``source`` ``(B, S)`` and its encoding with every row repeated ``n`` times in place."""
-    return (ops.repeat(source, n, axis=0),
-            keras.tree.map_structure(lambda t: ops.repeat(t, n, axis=0), encoded))
-
-
 def cross_attention(model, source, tokens, start_id, encoded=None):
-    """float32 ``(B * N, T, S)``: the decoder's alignment (:meth:`alignment`) of ``tokens``
-    ``(B * N, T)`` (N hypotheses per sentence, together) over ``source`` ``(B, S)``, from one
-    teacher-forced pass after ``start_id``. What :mod:`keras_attn.translation.alignment` reads.
-    ``encoded``: :func:`encode` ``(model, source)``, if computed.
-    """
+    """float32 ``(B * N, T, S)``: the decoder's alignment of ``tokens`` ``(B * N, T)`` (N
+    hypotheses per sentence, together) over ``source`` ``(B, S)``, from one teacher-forced
+    pass after ``start_id`` (``encoded``: :func:`encode`'s output, if computed)."""
     source = check_source(source)
     tokens = ops.cast(tokens, "int32")
     if encoded is None:
@@ -186,32 +161,23 @@ def _forced(model, source, target, start_id, encoded, **kwargs):
 @renamed(alpha="length_penalty")
 def score(model, source, target, start_id=START_ID, end_id=END_ID,
           length_penalty=LENGTH_PENALTY, encoded=None):
-    """Forced decoding: how likely the model finds the given ``target`` for ``source``.
-
-    One teacher-forced pass; each token's log-probability is taken under the bans of decoding
-    (:func:`~keras_attn.decoding.processors.log_probs`), so a searched hypothesis gets back the
-    log-probabilities its search summed.
+    """Forced decoding: how likely the model finds ``target`` for ``source`` (one
+    teacher-forced pass under the bans of decoding).
 
     Args:
         model: from ``keras_attn.models``. source: int ``(B, S)``, 0 = padding.
-        target: int ``(B, T)`` ids without the start token, as the searches return them. A row
-            is scored up to and including its first ``end_id`` (or its last token), skipping
-            padding.
+        target: int ``(B, T)`` ids without the start token; a row is scored up to and
+            including its first ``end_id``, skipping padding.
         start_id, end_id: the target vocabulary's ``[START]`` and ``[END]`` ids.
-        length_penalty: GNMT's alpha in ``score`` (0 = the summed log-probability).
-        encoded: :func:`encode` ``(model, source)``, if already computed.
+        length_penalty: GNMT's alpha in ``score``. encoded: :func:`encode`'s output, if any.
 
     Returns:
         A dict: ``token_log_probs`` float32 ``(B, T)`` (0 on padding), ``log_prob`` ``(B,)``,
-        ``lengths`` int32 ``(B,)`` (``end_id`` included) and ``score`` ``(B,)`` =
-        ``log_prob / ((5 + lengths) / 6) ** length_penalty`` (the ranking of
-        :func:`beam_search`).
+        ``lengths`` int32 ``(B,)`` and ``score`` ``(B,)`` (the ranking of :func:`beam_search`).
 
     Example:
         >>> out = score(model, source, greedy_search(model, source, 20, 2, 3), 2, 3)
         >>> out["log_prob"]  # the greedy search's summed log-probabilities
-
-    References: CTranslate2 ``Translator.score_batch``; Wu et al. 2016 (length penalty).
     """
     source = check_source(source)
     target = ops.cast(target, "int32")
@@ -224,7 +190,7 @@ def score(model, source, target, start_id=START_ID, end_id=END_ID,
     per_token = ops.squeeze(ops.take_along_axis(
         log_probs(logits, start_id), ops.expand_dims(target, -1), axis=-1), -1)  # (B, T)
     ends = ops.cast(ops.equal(target, end_id), "int32")
-    ended_before = ops.greater(ops.cumsum(ends, axis=1) - ends, 0)  # a token after the first end_id
+    ended_before = ops.greater(ops.cumsum(ends, axis=1) - ends, 0)  # after the first end_id
     kept = ops.logical_and(ops.not_equal(target, 0), ops.logical_not(ended_before))
     per_token = ops.where(kept, per_token, 0.0)
     lengths = ops.sum(ops.cast(kept, "int32"), axis=1)

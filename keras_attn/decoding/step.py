@@ -1,11 +1,8 @@
 """The decoding step: one position of a model of :mod:`keras_attn.models`, for a loop.
 
 Both decoders are driven alike: ``decoder.init_cache(encoder output, source, max_len)``
-once, then ``decoder(token, cache=..., cache_update_index=i)`` per step (the Transformer's
-cache holds the attention keys/values, the Bahdanau cache the GRU states);
-``use_cache=False`` re-runs the model on the whole prefix (the reference). The layers
-choose a step's kernels from the cache's layout (:mod:`keras_attn.kernels.kv_cache`,
-:mod:`keras_attn.kernels.tf_step`). :class:`DecodingStep` is the one driver of the step.
+once, then ``decoder(token, cache=..., cache_update_index=i)`` per step; ``use_cache=False``
+re-runs the model on the whole prefix (the reference).
 """
 import keras
 from keras import ops
@@ -15,19 +12,21 @@ from keras_attn import ops as attn_ops
 
 class DecodingStep:
     """``init() -> state`` and ``step(token, state, index) -> (logits, state, alignment)`` for a
-    model of :mod:`keras_attn.models`, with or without the cache.
+    model of :mod:`keras_attn.models`, with or without the cache (also ``step_functions``).
 
-    ``logits`` are the decoder's, float32 ``(B, V)`` (the loops' processors come after). The
-    state is what a step rewrites (the self-attention cache, the GRU states, or the prefix);
-    the rest of the cache is read from here, so a beam reorder does not copy it. The weights
-    are read once, in :meth:`init` (or :meth:`use_constants`), and seen by every step through a
-    ``keras.StatelessScope`` (inside a loop a variable read would run at every step).
+    The state is what a step rewrites; the rest of the cache is read from here, so a beam
+    reorder does not copy it. The weights are read once and seen by every step through a
+    ``keras.StatelessScope`` (in a loop a variable read would run at every step).
 
     Args:
         model: a model of :mod:`keras_attn.models`. source: int ``(B, S)`` token ids, or
-            None for :meth:`use_constants`. max_len: the longest output. use_cache: the
-            cached step (else the reference).
-        encoded: the encoder's output for ``source`` (:func:`encode`), or None.
+            None for :meth:`use_constants`. max_len: the longest output.
+        use_cache: the cached step (else the reference). encoded: :func:`encode`'s output.
+
+    Example:
+        >>> steps = step_functions(model, source, 8, True, encode(model, source))
+        >>> state = steps.init()
+        >>> logits, state, _ = steps.step(ops.full((B,), 2, "int32"), state, 0)
     """
 
     _STATE_KEYS = ("self", "states")  # the entries of a decoder's cache that steps rewrite
@@ -41,12 +40,10 @@ class DecodingStep:
                 f"`max_len` must not exceed the decoder's positional table (max_len="
                 f"{table}). Received: max_len={max_len}")
         self.source, self.max_len, self.use_cache = source, max_len, use_cache
-        self._encoded = encoded  # the encoder's output for `source`
+        self._encoded = encoded
 
     def init(self, carry_constants=False):
-        """The first state; with ``carry_constants`` it holds the whole cache (rows first), for a
-        loop that drops rows (:mod:`keras_attn.decoding.compacted`).
-        """
+        """The first state; with ``carry_constants`` the whole cache (for the compacted loop)."""
         self._read_weights()
         encoded = self._encoded
         if self.use_cache:
@@ -59,9 +56,7 @@ class DecodingStep:
         return ops.zeros((ops.shape(self.source)[0], self.max_len), "int32")  # the prefix
 
     def use_constants(self, constants):
-        """Step with a cache made elsewhere (the TFLite builtin target): ``constants`` are the
-        entries of the decoder's cache that steps only read; the state holds the rest.
-        """
+        """Step with the read-only entries of a cache made elsewhere (TFLite's builtin target)."""
         if not self.use_cache:
             raise ValueError("`use_constants` needs the cached step. Received: use_cache=False")
         self._read_weights()
@@ -69,13 +64,11 @@ class DecodingStep:
         return self
 
     def _read_weights(self):
-        # ops.copy: a tensor read from the variable (convert_to_tensor would give the
-        # variable itself back on TensorFlow); in a graph a read, not a copy of the data.
+        # ops.copy: a tensor read (convert_to_tensor would give the variable back on TF).
         self.weights = [(w, ops.copy(w)) for w in self.decoder.weights]
 
     def step(self, token, state, index, alignment=False):
-        """``(logits (B, V) float32, new state, alignment (B, S) or None)`` for ``token``
-        int32 ``(B,)`` at position ``index``."""
+        """``(logits (B, V) float32, state, alignment (B, S) or None)`` for ``token`` ``(B,)``."""
         with keras.StatelessScope(self.weights):
             logits, state, align = self._step(token, state, index, alignment)
         return ops.cast(logits, "float32"), state, align
@@ -96,25 +89,18 @@ class DecodingStep:
         return ops.take(logits, index, axis=1), state, align
 
 
-def step_functions(model, source, max_len, use_cache, encoded):
-    """The decoding step of ``model`` (:class:`DecodingStep`) for a loop of one's own.
-
-    Args:
-        model: a model of :mod:`keras_attn.models`. source: int ``(B, S)`` token ids.
-        max_len: the longest output. use_cache: the cached step (else the reference).
-        encoded: :func:`encode`'s output for ``source``.
-
-    Example:
-        >>> steps = step_functions(model, source, 8, True, encode(model, source))
-        >>> state = steps.init()
-        >>> logits, state, _ = steps.step(ops.full((B,), 2, "int32"), state, 0)
-    """
-    return DecodingStep(model, source, max_len, use_cache, encoded)
+step_functions = DecodingStep  # the decoding step of a model, for a loop of one's own
 
 
 def encode(model, source):
     """The encoder's output for ``source`` ``(B, S)`` (the decoders' ``init_cache`` input)."""
     return model.get_layer("encoder")(check_source(source), training=False)
+
+
+def repeat_rows(source, encoded, n):
+    """``source`` ``(B, S)`` and its encoding with every row repeated ``n`` times in place."""
+    return (ops.repeat(source, n, axis=0),
+            keras.tree.map_structure(lambda t: ops.repeat(t, n, axis=0), encoded))
 
 
 def as_args(encoded):

@@ -1,11 +1,10 @@
 """Word alignments from the cross-attention, as Pharaoh ``i-j`` pairs (Marian's hard,
 word-level ``--alignment``).
 
-Every target token points at the source token it attends to most (last decoder layer,
-mean over heads, or the Bahdanau weights); subword pieces are merged into words. Pairs
-appear once, ordered by ``j`` then ``i``; reserved tokens and spaces belong to no word. A
-pair is one int32 code ``j * max_words + i + 1`` (0: none), so that graphs can write it as
-text with a lookup table (:func:`pair_strings`).
+Every target token points at the source token it attends to most; subword pieces are merged
+into words. Pairs appear once, ordered by ``j`` then ``i``; reserved tokens and spaces belong
+to no word. A pair is one int32 code ``j * max_words + i + 1`` (0: none), which graphs write
+as text with a lookup table (:func:`pair_strings`).
 
 Example:
     >>> tables = word_tables(translator.src_tokenizer), word_tables(translator.tgt_tokenizer)
@@ -23,11 +22,8 @@ _SUFFIX = "##"
 
 
 def word_tables(tokenizer):
-    """Bool numpy arrays ``(V,)`` of a tokenizer's vocabulary: ``starts`` (the token
-    begins a word), ``spaces`` and ``reserved`` (``[PAD]``, ``[START]``, ``[END]``), both
-    in no word. SentencePiece: ``▁w`` begins a word; characters: a word begins after a
-    space; WordPiece: every token but a ``##`` suffix does.
-    """
+    """Bool numpy arrays ``(V,)`` of a tokenizer's vocabulary: ``starts`` (the token begins a
+    word), ``spaces`` and ``reserved`` (``[PAD]``, ``[START]``, ``[END]``), both in no word."""
     vocab = tokenizer.vocab
     size = len(vocab)
     starts, spaces, reserved = (np.zeros(size, bool) for _ in range(3))
@@ -48,8 +44,7 @@ def word_tables(tokenizer):
 
 
 def word_positions(ids, tables):
-    """int32 ``(N, L)``: the word of each token of ``ids`` ``(N, L)``, -1 for reserved
-    tokens and spaces."""
+    """int32 ``(N, L)``: the word of each token of ``ids`` (-1 for reserved tokens and spaces)."""
     starts, spaces, reserved = (ops.convert_to_tensor(t) for t in tables)
     ids = ops.clip(ops.cast(ids, "int32"), 0, ops.shape(starts)[0] - 1)
     real = ops.logical_not(ops.logical_or(ops.take(reserved, ids), ops.take(spaces, ids)))
@@ -90,8 +85,7 @@ def hard_alignment(attention, source, tokens, src_tables, tgt_tables, max_words)
 
 
 def pair_strings(max_words):
-    """The text of every code: ``["", "0-0", "1-0", ...]`` (code ``c`` is source word
-    ``(c - 1) % max_words``, target word ``(c - 1) // max_words``)."""
+    """The text of every code: ``["", "0-0", "1-0", ...]``."""
     return [""] + [f"{c % max_words}-{c // max_words}" for c in range(max_words * max_words)]
 
 

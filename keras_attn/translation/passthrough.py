@@ -6,20 +6,17 @@ from keras_attn.text import spans
 
 def passed_through(sentences, translate, num_hypotheses=1, keep_alignments=True,
                    confidence=None, rules=spans.RULES):
-    """Per sentence its hypotheses, the spans of ``rules`` passed through: cut out
-    (:func:`keras_attn.text.spans.cut`), the rest translated, and each group put back
-    after the target word aligned with the source word before it
-    (:func:`keras_attn.text.spans.put_back`; without an ``"alignment"``, at its
-    proportional place). A sentence of spans alone is its own translation, score 0, never
-    sent to the model.
+    """Per sentence its hypotheses, the spans of ``rules`` passed through: cut out, the rest
+    translated, each group put back after the target word aligned with the source word
+    before it (or at its proportional place). A sentence of spans alone is its own
+    translation, score 0.
 
     Args:
         sentences: list of str. translate: ``sentences -> per sentence num_hypotheses
-            dicts`` (:func:`split_and_join`). num_hypotheses: per sentence.
-        keep_alignments: False: ``"alignment"`` is dropped from every hypothesis.
+            dicts``. num_hypotheses: per sentence.
+        keep_alignments: False: ``"alignment"`` is dropped. rules: ``(name, pattern)`` pairs.
         confidence: a sentence of spans alone gets ``"confidence": 1.0`` (None: when the
-            translated sentences have one).
-        rules: ordered ``(name, pattern)`` pairs.
+            others have one).
 
     Example:
         >>> passed_through(["Call me at 10:30."], lambda s: [[{"translation": "Appelle-moi "
@@ -60,6 +57,5 @@ def has_spans(texts, rules=spans.RULES):
 
 
 def passthrough_default(engine):
-    """Whether an engine passes spans through when a request does not say: its
-    ``passthrough`` attribute, False for an engine without one."""
+    """Whether an engine passes spans through when a request does not say."""
     return bool(getattr(engine, "passthrough", False))

@@ -1,15 +1,11 @@
 """One request's life, for every engine (pure Python: no TensorFlow, no Keras).
 
-text -> sentences (:mod:`keras_attn.text.documents`) -> batches sorted by length ->
-hypotheses -> documents. The engine supplies what differs:
-
-* ``max_len``, ``controls`` (repetition controls' defaults), ``split_long``, ``calibrator``;
-* ``options(**kw)``: :func:`resolve` plus what the engine refuses;
-* ``tokenize(texts)`` / ``tokenize_target(texts)``: source / target ids per text;
-  ``detokenize(rows)``: id rows -> strings;
-* ``decode(source, opts, prefix[, confidence])``: int32 ``(B, S)`` source ids -> numpy
-  ``tokens`` ``(B, N, T)``, ``scores`` ``(B, N)``, optional ``features`` ``(B, N, F)`` and
-  ``alignments`` ``(B, N)`` (Pharaoh strings).
+text -> sentences -> batches sorted by length -> hypotheses -> documents. The engine
+supplies ``max_len``, ``controls``, ``split_long``, ``calibrator``; ``options(**kw)``
+(:func:`resolve` plus what it refuses); ``tokenize`` / ``tokenize_target`` (ids per text),
+``detokenize`` (id rows -> strings); ``decode(source, opts, prefix[, confidence])``: int32
+``(B, S)`` -> numpy ``tokens`` ``(B, N, T)``, ``scores`` ``(B, N)``, optional ``features``
+``(B, N, F)`` and ``alignments`` ``(B, N)`` (Pharaoh strings).
 
 Example:
     >>> translate_nbest(engine, ["3 March 2021. 4 July 1999"], beam_size=2)
@@ -29,9 +25,8 @@ from keras_attn.core.special_tokens import END_ID
 
 
 def resolve(engine, options, refuse=None):
-    """Resolved :class:`DecodingOptions` from keyword arguments: ``refuse(opts)`` raises
-    ``ValueError`` for what the engine cannot do; then checked and filled in
-    (:meth:`DecodingOptions.resolve`)."""
+    """Resolved :class:`DecodingOptions` from keyword arguments (``refuse(opts)`` raises
+    ``ValueError`` for what the engine cannot do)."""
     opts = DecodingOptions.from_kwargs(**options)
     if refuse is not None:
         refuse(opts)
@@ -48,17 +43,12 @@ def pad(rows, width=1, dtype=np.int32):
 
 
 def source_batch(rows, max_len):
-    """Source ids as a model reads them (``data.prepare_source``): each row cut to
-    ``max_len - 1`` tokens, ``[END]`` appended, 0-padded to int32 ``(B, S)``."""
+    """Source ids as a model reads them: cut to ``max_len - 1``, ``[END]``, 0-padded."""
     return pad([list(row[: max_len - 1]) + [END_ID] for row in rows])
 
 
 def string_pairs(sources, targets):
-    """``sources`` and ``targets`` checked as two lists of ``str`` of one length.
-
-    Raises:
-        ValueError: naming the argument.
-    """
+    """``sources`` and ``targets`` checked as two lists of ``str`` of one length."""
     checked = []
     for name, values in (("sources", sources), ("targets", targets)):
         if isinstance(values, (str, bytes)):
@@ -78,15 +68,13 @@ def string_pairs(sources, targets):
 
 def translate_sentences(engine, sentences, batch_size, opts, prefix=(), confidence=True,
                         progress=None, ids=None):
-    """Per sentence ``num_hypotheses`` dicts ``{"translation", "score", "confidence"}``
-    (``"alignment"`` when asked; no ``"confidence"`` without features). More than one
-    batch: sorted by source length first, results put back in order.
+    """Per sentence ``num_hypotheses`` dicts ``{"translation", "score"[, "confidence"]
+    [, "alignment"]}``; more than one batch: sorted by source length, put back in order.
 
     Args:
         engine: the engine (module docstring). sentences: list of str.
         batch_size: sentences per ``decode`` call. opts: resolved ``DecodingOptions``.
-        prefix: the ``target_prefix``'s target ids.
-        confidence: False: no confidence features.
+        prefix: the ``target_prefix``'s target ids. confidence: False: no features.
         progress: optional ``progress(done, total)`` after each batch.
         ids: per sentence its source ids, or None where not tokenized yet.
     """
@@ -122,8 +110,7 @@ def translate_sentences(engine, sentences, batch_size, opts, prefix=(), confiden
 
 
 def hypotheses(translations, scores, confidences=None, alignments=None):
-    """Per row its hypotheses ``{"translation", "score"[, "confidence"][, "alignment"]}``
-    from ``(B, N)`` arrays (a SavedModel signature's outputs, an engine's n-best)."""
+    """Per row its hypotheses ``{"translation", "score"[, "confidence"][, "alignment"]}``."""
     return [[{"translation": translations[r][h], "score": float(scores[r][h]),
               **({} if confidences is None else {"confidence": float(confidences[r][h])}),
               **({} if alignments is None else {"alignment": alignments[r][h]})}
@@ -132,10 +119,7 @@ def hypotheses(translations, scores, confidences=None, alignments=None):
 
 def translate_nbest(engine, texts, batch_size=128, progress=None, confidence=True,
                     passthrough=None, **options):
-    """Every engine's ``translate_nbest`` (``Translator.translate_nbest`` documents it).
-    ``confidence=False`` skips the confidence's pass; ``passthrough`` None: the engine's
-    default (:func:`passthrough_default`). Alignments are asked to place the spans when a
-    text holds one and ``engine.aligns`` (default True)."""
+    """Every engine's ``translate_nbest`` (``Translator.translate_nbest`` documents it)."""
     opts = engine.options(**options)
     prefix = engine.tokenize_target([opts.target_prefix])[0] if opts.target_prefix else []
     opts.validate(max_length_limit=engine.max_len, prefix_tokens=len(prefix))
@@ -153,8 +137,7 @@ def translate_nbest(engine, texts, batch_size=128, progress=None, confidence=Tru
 
 def translate(engine, texts, beam_size=1, length_penalty=None, batch_size=128, progress=None,
               passthrough=None, **options):
-    """The best translation of each text (every engine's ``translate``); no confidence is
-    computed. ``passthrough``: as :func:`translate_nbest`'s."""
+    """The best translation of each text (every engine's ``translate``), no confidence."""
     return [hyps[0]["translation"] for hyps in translate_nbest(
         engine, texts, batch_size, progress, False, passthrough, beam_size=beam_size,
         length_penalty=length_penalty, **options)]
@@ -166,8 +149,7 @@ def source_lengths(engine, sentences):
 
 
 def cut_long(engine, sentences):
-    """Per sentence its :class:`keras_attn.text.documents.Pieces` when it is longer than
-    the model reads, else None."""
+    """Per sentence its :class:`~keras_attn.text.documents.Pieces` when too long, else None."""
     limit = engine.max_len - 1
     count = lambda piece: source_lengths(engine, [piece])[0]  # noqa: E731
     return [documents.cut_long(s, limit, count) if n > limit else None
@@ -176,18 +158,13 @@ def cut_long(engine, sentences):
 
 def translate_documents(engine, texts, translate, num_hypotheses=1, passthrough=False,
                         keep_alignments=True, confidence=None):
-    """Translate documents, a sentence too long for the model cut at clause boundaries
+    """:func:`split_and_join`, a sentence too long for the model cut at clause boundaries
     (``engine.split_long``; ``"cut": True``) or read in part (``"truncated": True``).
 
     Args:
-        engine: its ``max_len``, ``split_long`` and ``tokenize``.
-        texts: sequence of B str.
-        translate: ``(sentences, ids) -> per sentence num_hypotheses dicts``
-            (:func:`translate_sentences`); ``ids`` None for a piece of a cut sentence.
-        num_hypotheses, passthrough, keep_alignments, confidence: :func:`split_and_join`'s.
-
-    Returns:
-        :func:`join_documents`' documents.
+        engine: its ``max_len``, ``split_long`` and ``tokenize``. texts: B str.
+        translate: ``(sentences, ids) -> per sentence num_hypotheses dicts``; ``ids`` None
+            for a piece of a cut sentence. The rest: :func:`split_and_join`'s.
 
     Example:
         >>> docs = translate_documents(engine, ["Hi. Bye."], lambda s, ids: [[{
@@ -200,8 +177,7 @@ def translate_documents(engine, texts, translate, num_hypotheses=1, passthrough=
 
 
 def _long_aware(engine, sentences, translate):
-    """Per sentence its hypotheses with ``"truncated"``; a sentence cut to fit
-    (``engine.split_long``) gets its pieces' hypotheses joined."""
+    """Per sentence its hypotheses with ``"truncated"``; a cut sentence's pieces joined."""
     ids = engine.tokenize(sentences)  # once for the whole request
     long = [len(row) > engine.max_len - 1 for row in ids]
     cuts = cut_long(engine, sentences) if engine.split_long and any(long) else \
@@ -228,19 +204,13 @@ def _long_aware(engine, sentences, translate):
 
 def split_and_join(texts, translate, num_hypotheses=1, passthrough=False,
                    keep_alignments=True, confidence=None):
-    """Documents from a sentence translator: the texts split
-    (:func:`keras_attn.text.documents.split_batch`), all sentences translated in one call,
-    joined by :func:`join_documents`.
+    """Documents from a sentence translator: the texts split into sentences, all translated in
+    one call, joined by :func:`join_documents`.
 
     Args:
         texts: sequence of str. translate: ``sentences -> per sentence num_hypotheses
-            dicts`` (``"translation"``, ``"score"``, optional ``"confidence"``,
-            ``"alignment"``, ``"truncated"``); not called without a sentence.
-        num_hypotheses: per sentence.
-        passthrough: spans pass through (:func:`passed_through`).
-        keep_alignments: with ``passthrough``, False drops ``"alignment"``.
-        confidence: with ``passthrough``, a sentence of spans alone gets
-            ``"confidence": 1.0``; None: when the others have one.
+            dicts``. num_hypotheses: per sentence.
+        passthrough, keep_alignments, confidence: :func:`passed_through`'s.
 
     Example:
         >>> split_and_join(["Hi. Bye."], lambda s: [[{"translation": x, "score": -1.0,
@@ -263,19 +233,15 @@ ALIGNMENT_SEPARATOR = " | "
 
 
 def join_documents(per_sentence, counts, separators, num_hypotheses=1):
-    """The one rule that makes documents of sentences' hypotheses (docs/documents.md).
-
-    Hypothesis ``h`` of a document joins hypothesis ``h`` of its sentences: translations
-    with the text's whitespace, scores summed, the lowest ``"confidence"``, alignments
-    joined by :data:`ALIGNMENT_SEPARATOR` (each sentence numbered from 0; left out when a
-    sentence has none), ``"truncated"`` if any is, and ``"sentences"``. The served graphs
-    join alike (``keras_attn.export.documents``).
+    """The one rule that makes documents of sentences' hypotheses (docs/documents.md):
+    hypothesis ``h`` of a document joins hypothesis ``h`` of its sentences (:func:`joined`),
+    alignments joined by :data:`ALIGNMENT_SEPARATOR`, ``"truncated"`` if any is, and
+    ``"sentences"``.
 
     Args:
         per_sentence: per sentence (every text's, in order) its list of hypotheses.
-        counts: B ints, sentences per text. separators: B lists of ``counts[i] + 1`` str
-            (:func:`keras_attn.text.documents.split_batch`).
-        num_hypotheses: hypotheses per document.
+        counts: B ints, sentences per text. separators: B lists of ``counts[i] + 1`` str.
+        num_hypotheses: per document.
     """
     results, start = [], 0
     for count, seps in zip(counts, separators):
@@ -303,13 +269,12 @@ def joined(hyps, separators):
 
 
 def answers(docs):
-    """Per text its hypotheses (:func:`join_documents`), via :func:`one_sentence`."""
+    """:func:`one_sentence` of every hypothesis of :func:`join_documents`' documents."""
     return [[one_sentence(h) for h in hyps] for hyps in docs]
 
 
 def one_sentence(hyp):
-    """A document hypothesis with one sentence as that sentence's dict (its keys at the
-    top, no ``"sentences"``, the document's translation); else ``hyp`` unchanged."""
+    """A document hypothesis of one sentence as that sentence's dict; else ``hyp``."""
     if len(hyp["sentences"]) != 1:
         return hyp
     (only,) = hyp["sentences"]

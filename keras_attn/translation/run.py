@@ -11,8 +11,7 @@ from keras_attn.text import subword
 
 
 def languages(run_dir):
-    """A run's languages as every artefact's metadata writes them
-    (:func:`keras_attn.core.languages.languages_metadata`).
+    """A run's languages as every artefact's metadata writes them.
 
     Example:
         >>> languages("runs/fr-en")
@@ -25,9 +24,8 @@ def languages(run_dir):
 
 def load(run_dir, calibrated=True):
     """A run's ``(model, src_tokenizer, tgt_tokenizer, max_len, normalize, calibrator)``,
-    ``Translator``'s arguments (the best checkpoint of an interrupted run; no
-    ``calibration.json`` or ``calibrated=False``: no calibrator). The model computes in
-    float32 whatever precision it trained in (:func:`keras_attn.models.float32_model`).
+    ``Translator``'s arguments (the best checkpoint of an interrupted run; ``calibrated=False``
+    or no ``calibration.json``: no calibrator). The model computes in float32.
 
     Raises:
         FileNotFoundError: not a run directory, or no trained weights yet.

@@ -12,8 +12,7 @@ from keras_attn.decoding.options import CONTROLS, OPTIONS
 from keras_attn.kernels import fastpath
 from keras_attn.translation import alignment
 
-# The options a traced search takes as tensors (changing them does not retrace); the
-# others (beam_size, num_hypotheses, return_alignments, target_prefix) shape the graph.
+# The options a traced search takes as tensors (they do not retrace); the others shape it.
 TENSOR_OPTIONS = tuple(name for name, opt in OPTIONS.items()
                        if opt.dtype in ("int32", "float32") and name not in (
                            "beam_size", "num_hypotheses"))
@@ -22,8 +21,7 @@ SEARCH_OUTPUTS = ("tokens", "lengths", "scores", "codes", "features")
 
 
 def traced(fn, input_signature):
-    """``fn`` as a ``tf.function`` on TensorFlow, traced under the kernel policy with
-    ``dynamic_shapes`` on (``keras_attn.kernels.fastpath``); other backends: ``fn``."""
+    """``fn`` as a ``tf.function`` traced with ``dynamic_shapes`` on (TensorFlow; else ``fn``)."""
     if keras.backend.backend() != "tensorflow":
         return fn
     return tf.function(fastpath.under(fn, dynamic_shapes=True), input_signature=input_signature)
@@ -34,8 +32,7 @@ class GraphSearch:
     codes and the confidence features in passes over the hypotheses.
 
     Args:
-        model: a model from ``keras_attn.models``.
-        max_len: the length of the output buffers (and of the alignment codes).
+        model: a model from ``keras_attn.models``. max_len: the output buffers' length.
         word_tables: zero-argument callable returning both vocabularies'
             :func:`keras_attn.translation.alignment.word_tables`.
 
@@ -46,31 +43,24 @@ class GraphSearch:
     """
 
     def __init__(self, model, max_len, word_tables):
-        self.model = model
-        self.max_len = max_len
-        self.word_tables = word_tables
+        self.model, self.max_len, self.word_tables = model, max_len, word_tables
         self._traced = {}
 
     def __call__(self, source, prefix, opts, confidence=True, kinds=None):
         """Search, then the alignment codes and (``confidence``) the confidence features.
 
         Args:
-            source: int32 ``(B, S)`` source ids. prefix: int32 ``(B, P)`` target ids
-                forced first (0: none left), or None.
-            opts: resolved :class:`DecodingOptions` (:meth:`DecodingOptions.holding` for
-                tensors; ``return_alignments`` a Python bool or a bool tensor).
-            confidence: also the confidence ``features`` (one more teacher-forced pass).
-            kinds: None: the search ``opts`` name (Python ``beam_size`` and ``sampling``);
-                one kind of :data:`keras_attn.decoding.KINDS` in a tuple: that search; all
-                of them: every one traced and one picked from the tensors (TensorFlow
-                graphs only).
+            source: int32 ``(B, S)`` source ids. prefix: int32 ``(B, P)`` target ids forced
+                first (0: none left), or None.
+            opts: resolved :class:`DecodingOptions` (:meth:`DecodingOptions.holding` for tensors).
+            confidence: also the confidence ``features``.
+            kinds: None: the search ``opts`` name; one kind of ``decoding.KINDS`` in a tuple:
+                that search; all of them: one picked in the graph (TensorFlow only).
 
         Returns:
-            A dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)``,
-            ``scores`` float32 ``(B, N)``, ``codes`` int32 ``(B, N, max_len)`` (alignment
-            pair codes, :func:`keras_attn.translation.alignment.hard_alignment`; 0 unless
-            asked) and with ``confidence`` ``features`` float32 ``(B, N, F)``
-            (:func:`keras_attn.decoding.confidence.hypothesis_features`).
+            A dict: ``tokens`` int32 ``(B, N, max_len)``, ``lengths`` ``(B, N)``, ``scores``
+            float32 ``(B, N)``, ``codes`` int32 ``(B, N, max_len)`` (alignment pair codes; 0
+            unless asked) and with ``confidence`` ``features`` ``(B, N, F)``.
         """
         if kinds is not None and len(kinds) > 1 and set(kinds) != set(decoding.KINDS):
             raise ValueError(f"`kinds` must be one kind or all of {decoding.KINDS}. "
@@ -114,15 +104,13 @@ class GraphSearch:
         return out
 
     def function(self, opts, with_prefix, confidence):
-        """This search as a ``tf.function``, one per shape of the computation (the options
-        that shape the graph); :data:`TENSOR_OPTIONS` are tensors and do not retrace."""
+        """This search as a ``tf.function``, one per set of options that shape the graph."""
         on = tuple(name for name in CONTROLS if processors.active(name, getattr(opts, name)))
         key = (opts.beam_size if not opts.sampling else 0, opts.num_hypotheses,
                opts.sampling, with_prefix, opts.return_alignments, on, confidence)
         if key not in self._traced:
             def fn(source, prefix, values):
-                # The options that shape the graph as Python values, the others tensors; a
-                # control that is off stays a Python value: no op in the loop.
+                # A control that is off stays a Python value: no op in the loop.
                 graph_opts = opts.replaced(**{**values, **{
                     name: processors.OFF[name] for name in CONTROLS if name not in on}})
                 out = self(source, prefix if with_prefix else None, graph_opts, confidence)
@@ -133,8 +121,7 @@ class GraphSearch:
         return self._traced[key]
 
     def decode_ids(self, source, opts, prefix=None, confidence=True):
-        """Decode source ids ``(B, S)`` (``prefix``: target ids ``(B, P)``) in the traced
-        function of ``opts``' shape (:meth:`function`): :meth:`__call__`'s dict, in numpy."""
+        """:meth:`__call__`'s dict, in numpy, from the traced :meth:`function` of ``opts``."""
         source = np.asarray(source, "int32")
         prefix = np.zeros((len(source), 0), "int32") if prefix is None else prefix
         fn = self.function(opts, prefix.shape[1] > 0, confidence)
