@@ -87,3 +87,30 @@ def test_benchmarks_stay_within_their_bounds():
     assert sum(sizes.values()) <= 2500, f"benchmarks/ has {sum(sizes.values())} lines"
     long = {name: n for name, n in sizes.items() if n > 400}
     assert not long, f"benchmark modules over 400 lines: {long}"
+
+
+ENGINE_NAMES = {"savedmodel", "ctranslate2"}
+
+
+def _engine_name_comparisons(source):
+    """Line numbers where ``source`` compares something with an engine's ``--engine`` name."""
+    import ast
+
+    def names(node):  # a constant, or a tuple, list or set of them
+        items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return {c.value for c in items if isinstance(c, ast.Constant)}
+
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Compare)
+            and any(names(c) & ENGINE_NAMES for c in [node.left, *node.comparators])]
+
+
+def test_only_the_engine_registry_compares_engine_names():
+    # What an engine can do is read from its registry entry (capabilities, quiet_imports),
+    # never decided by its name.
+    assert _engine_name_comparisons('if args.engine != "ctranslate2":\n    pass\n') == [1]
+    assert _engine_name_comparisons('ok = name in ("x", "savedmodel")\n') == [1]
+    found = {str(p.relative_to(ROOT)): lines for p in PACKAGE.rglob("*.py")
+             if p.name != "engines.py"
+             and (lines := _engine_name_comparisons(p.read_text(encoding="utf-8")))}
+    assert not found, f"engine names compared outside serve/engines.py: {found}"

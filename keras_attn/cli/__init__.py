@@ -59,7 +59,8 @@ def main(argv=None):
     args.started = start
     if args.command == "train":
         train.check_args(commands["train"], args)
-    if getattr(args, "engine", None) != "ctranslate2":  # that server runs without TensorFlow
+    engine = serve.ENGINES.get(getattr(args, "engine", None))
+    if engine is None or "tensorflow" in engine.quiet_imports:  # CTranslate2's server: no TF
         quiet_tensorflow(args.verbose)
     try:
         return COMMANDS[args.command](args)
