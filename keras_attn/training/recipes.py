@@ -13,21 +13,18 @@ import time
 import keras
 import tensorflow as tf
 
-import keras_attn.core.config
 from keras_attn import data, schedules
-from keras_attn.training import budget
-from keras_attn.training import losses, precision
 from keras_attn.core import runs
+from keras_attn.core.config import (  # noqa: F401 (training.TASK_DEFAULTS: a public name)
+    TASK_DEFAULTS, TrainConfig, format_duration)
+from keras_attn.data import load_splits  # training.load_splits: a public name
+from keras_attn.models import build_model, float32_model
 from keras_attn.text import subword
 from keras_attn.text import tokenizers as text
+from keras_attn.training import budget, losses, precision
 from keras_attn.training.distribute import (DistributedFitModel, ReplicaMeanMaskedCrossentropy,
-                                   make_strategy, worker_info)
+                                            make_strategy, worker_info)
 from keras_attn.training.evaluation import evaluate
-from keras_attn.core.config import TrainConfig, format_duration
-from keras_attn.data import load_splits  # noqa: F401 (training.load_splits: a public name)
-from keras_attn.models import build_model, float32_model
-
-TASK_DEFAULTS = keras_attn.core.config.TASK_DEFAULTS
 
 
 def _tokenizers(config, splits, run_paths, log=print):
@@ -89,9 +86,8 @@ def compile_model(model, config, steps_per_epoch, optimizer=None):
     if optimizer is None:
         optimizer = _adam(_schedule(config, steps_per_epoch))
     # Several replicas: the loss divided by their number (ReplicaMeanMaskedCrossentropy).
-    distributed = (tf.distribute.has_strategy()
-                   and tf.distribute.get_strategy().num_replicas_in_sync > 1)
-    loss_class = (ReplicaMeanMaskedCrossentropy if distributed
+    loss_class = (ReplicaMeanMaskedCrossentropy
+                  if tf.distribute.get_strategy().num_replicas_in_sync > 1
                   else losses.MaskedSparseCategoricalCrossentropy)
     model.compile(optimizer=optimizer, loss=loss_class(config.label_smoothing),
                   metrics=[losses.MaskedAccuracy()], jit_compile=config.jit_compile)
