@@ -126,7 +126,7 @@ def _resolve_precision(config, run_dir, log):
         why = "auto: as the run being resumed"
     else:
         config.mixed_precision, why = precision.resolve(given)
-    log(f"precision: {precision.describe(config.mixed_precision)} ({why})")
+    log(f"precision: {config.mixed_precision or 'float32'} ({why})")
 
 
 def check_config(config):
