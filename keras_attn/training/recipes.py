@@ -105,8 +105,7 @@ def _prepare_run_dir(config, run_dir):
         raise OSError(f"the output directory {run_dir!r} is not writable")
     if os.path.exists(p["config"]):
         old = dataclasses.asdict(TrainConfig.from_dict(runs.read_json(p["config"])))
-        new = dataclasses.asdict(config)
-        diff = {k: (old.get(k), v) for k, v in new.items()
+        diff = {k: (old.get(k), v) for k, v in dataclasses.asdict(config).items()
                 if k not in TrainConfig.RESUMABLE and k not in ("src_vocab_size", "tgt_vocab_size")
                 and old.get(k) != v}
         if diff:
@@ -313,11 +312,8 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
     # Evaluated as it ships: in float32 whatever precision it trained in.
     translator = Translator(float32_model(model, config), src_tok, tgt_tok, config.max_len,
                             normalize=config.tokenizer == "wordpiece")
-    test, test_refs = splits["test"], refs
-    if after is not None:
-        n = after.test_sentences()
-        test, test_refs = test[:n], refs[:n] if refs else refs
-    metrics = evaluate(translator, test, config.task, test_refs)
+    n = after.test_sentences() if after else None  # None: every test pair
+    metrics = evaluate(translator, splits["test"][:n], config.task, refs[:n] if refs else refs)
     metrics["train_seconds"] = round(train_seconds, 1)
     if splits["valid"]:
         from keras_attn.training.calibration import calibrate
@@ -364,9 +360,7 @@ class BestWeightsCheckpoint(keras.callbacks.Callback):
 
     def __init__(self, path, monitor="val_loss"):
         super().__init__()
-        self.path = path
-        self.monitor = monitor
-        self.state_path = path + ".json"
+        self.path, self.monitor, self.state_path = path, monitor, path + ".json"
 
     def _best(self):
         if os.path.exists(self.state_path) and os.path.exists(self.path):
