@@ -17,9 +17,8 @@ from keras_attn.core import lazy
 
 _NAMES = {
     "confidence": ("Calibrator", "hypothesis_features"),
-    "options": ("DecodingOptions",),
-    "processors": ("LogitsProcessorList", "StepState", "length_penalty", "log_probs",
-                   "processors_for"),
+    "options": ("DecodingOptions", "length_penalty"),
+    "processors": ("LogitsProcessorList", "StepState", "log_probs", "processors_for"),
     "rng": ("uniform",),
     "samplers": ("BeamSampler", "GreedySampler", "RandomSampler", "Sampler", "take_beams"),
     "search": ("KINDS", "beam_decode_fixed", "beam_search", "cross_attention", "decode",

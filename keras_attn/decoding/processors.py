@@ -14,7 +14,6 @@ import functools
 from keras import ops
 
 from keras_attn import ops as attn_ops
-from keras_attn.decoding.options import length_penalty  # noqa: F401  (decoding.length_penalty)
 from keras_attn.core.special_tokens import PAD_ID
 
 NEG = attn_ops.large_negative("float32")  # the logit of a banned token

@@ -77,13 +77,12 @@ def plan(seconds, num_test, num_valid, export=True, fixed=True, costs=None):
     everything = Work(num_test, num_valid, quantizations, fixed, export)
     if everything.seconds(costs) <= seconds:
         return everything
-    floors = min(num_test, MIN_SENTENCES), min(num_valid, MIN_SENTENCES)
-    kept = quantizations[:1]
-    if Work(*floors, kept, fixed, export).seconds(costs) > seconds:
-        kept = ()  # not even the float32 files: the SavedModel alone
-    all_sentences = Work(num_test, num_valid, kept, fixed, export)
-    floor = Work(*floors, kept, fixed, export)
-    extra = all_sentences.seconds(costs) - floor.seconds(costs)
+    floor = Work(min(num_test, MIN_SENTENCES), min(num_valid, MIN_SENTENCES),
+                 quantizations[:1], fixed, export)
+    if floor.seconds(costs) > seconds:  # not even the float32 files: the SavedModel alone
+        floor = dataclasses.replace(floor, quantizations=())
+    kept = floor.quantizations
+    extra = Work(num_test, num_valid, kept, fixed, export).seconds(costs) - floor.seconds(costs)
     share = min(max((seconds - floor.seconds(costs)) / extra, 0.0), 1.0) if extra > 0 else 0.0
     return Work(floor.test + int(share * (num_test - floor.test)),
                 floor.valid + int(share * (num_valid - floor.valid)), kept, fixed, export)
@@ -180,19 +179,13 @@ class BudgetClock(keras.callbacks.Callback):
 
     @classmethod
     def from_run_dir(cls, run_dir, schedule, time_budget, start, reserve=None, log=print):
-        """The clock of a budgeted run in ``run_dir``, continuing a resumed one.
+        """The clock of a budgeted run in ``run_dir`` (it writes ``budget.json`` there).
 
         A resumed run (``budget.json`` and the backup both there) continues from the training
-        time saved with its backup; otherwise training runs until ``time_budget`` less ``reserve``
-        has passed since ``start``.
+        time saved with its backup; otherwise training runs until ``time_budget`` (seconds for
+        the whole command) less ``reserve`` (default: :func:`reserve_seconds`) has passed since
+        ``start`` (``time.monotonic()``). ``log`` gets one line saying how long training runs.
 
-        Args:
-            run_dir: the run directory; the clock writes ``budget.json`` there.
-            schedule: the optimizer's :class:`keras_attn.schedules.BudgetSchedule`.
-            time_budget: seconds for the whole command.
-            start: ``time.monotonic()`` when the command started.
-            reserve: seconds kept back (default: :func:`reserve_seconds` of ``time_budget``).
-            log: called with one line saying how long training runs.
         Example:
             >>> clock = BudgetClock.from_run_dir("runs/x", schedule, 3600, time.monotonic())
             >>> model.fit(ds.repeat(), epochs=10**4, steps_per_epoch=EPOCH_STEPS, callbacks=[
@@ -280,12 +273,12 @@ class ProgressLine(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         now = self.clock()
-        if now - self._last < self.every:
-            return
-        self._last = now
-        self.write(logs)
+        if now - self._last >= self.every:
+            self._last = now
+            self.write(logs)
 
-    def line(self, logs):
+    def write(self, logs=None):
+        """Write one line now."""
         optimizer = self.model.optimizer
         parts = [f"step {optimizer_step(optimizer)}"]
         if logs and "loss" in logs:
@@ -293,13 +286,10 @@ class ProgressLine(keras.callbacks.Callback):
         parts.append(f"lr {float(optimizer.learning_rate):.3g}")
         if self.budget is not None:
             elapsed = self.budget.elapsed()
-            parts.append(f"elapsed {format_duration(elapsed)}")
-            parts.append(f"remaining {format_duration(max(self.total_seconds - elapsed, 0))}")
-        return "  ".join(parts)
-
-    def write(self, logs=None):
+            parts += [f"elapsed {format_duration(elapsed)}",
+                      f"remaining {format_duration(max(self.total_seconds - elapsed, 0))}"]
         stream = self.stream or sys.stdout
-        stream.write(self.line(logs) + "\n")
+        stream.write("  ".join(parts) + "\n")
         stream.flush()
 
 

@@ -11,7 +11,6 @@ Example:
     >>> cal = calibrate_run("runs/dates")
     >>> cal.report["valid_auroc"], cal.report["valid_ece"]
 """
-import collections
 import time
 
 import numpy as np
@@ -39,7 +38,7 @@ def acceptable(task, hypotheses, references):
 
 def grouped(pairs):
     """Unique sources of (source, target) pairs, in order, and each one's targets."""
-    refs = collections.OrderedDict()
+    refs = {}
     for source, target in pairs:
         refs.setdefault(source, []).append(target)
     return list(refs), list(refs.values())
@@ -51,10 +50,8 @@ def _hypotheses(translator, source_ids, batch_size):
     texts, feats = [], []
     for i in range(0, len(source_ids), batch_size):
         out = translator.decode_ids(source_ids[i: i + batch_size], opts)
-        tokens = out["tokens"][:, 0]
-        tokens = tokens[:, : max(int(out["lengths"].max(initial=0)), 1)]
-        texts += [s.decode("utf-8", errors="replace")
-                  for s in translator.tgt_tokenizer.detokenize(tokens).numpy()]
+        texts += translator.detokenize(
+            out["tokens"][:, 0, : max(int(out["lengths"].max(initial=0)), 1)])
         feats.append(out["features"][:, 0])
     return texts, (np.concatenate(feats) if feats
                    else np.zeros((0, len(FEATURES)), "float32"))

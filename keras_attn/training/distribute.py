@@ -17,11 +17,8 @@ class ReplicaMeanMaskedCrossentropy(losses.MaskedSparseCategoricalCrossentropy):
 
     def call(self, y_true, y_pred):
         loss = super().call(y_true, y_pred)
-        if tf.distribute.has_strategy():
-            replicas = tf.distribute.get_strategy().num_replicas_in_sync
-            if replicas > 1:
-                loss = loss / replicas
-        return loss
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync  # 1 outside a strategy
+        return loss / replicas if replicas > 1 else loss
 
 
 def make_strategy(distribute="", cpu_devices=0):
@@ -62,11 +59,9 @@ def worker_info(strategy):
     """``(is_chief, task_index)`` of this process (``(True, 0)`` outside multi-worker)."""
     resolver = getattr(strategy, "cluster_resolver", None)
     task_type = getattr(resolver, "task_type", None)
-    if resolver is None or not task_type:
+    if not task_type or task_type == "chief":
         return True, 0
     task_id = resolver.task_id or 0
-    if task_type == "chief":
-        return True, 0
     has_chief = "chief" in resolver.cluster_spec().as_dict()
     # Index among all workers, the chief counted first, for the non-chief temp dir.
     return (task_type == "worker" and task_id == 0 and not has_chief,

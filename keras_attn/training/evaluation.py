@@ -7,24 +7,19 @@ from keras_attn.decoding.options import LENGTH_PENALTY
 
 def evaluate(translator, pairs, task, references=None, beam_size=1, batch_size=256,
              length_penalty=LENGTH_PENALTY):
-    """Exact match (dates) or corpus BLEU/chrF with sacrebleu (text) on ``pairs``
-    (:func:`corpus_scores`); ``length_penalty``: beam search's GNMT alpha.
+    """Exact match, and on text corpus BLEU/chrF (:func:`corpus_scores`), on ``pairs``.
 
-    ``translator`` is anything with ``translate(sources, beam_size=, batch_size=)`` (a
-    ``Translator``, a SavedModel wrapper); ``length_penalty=`` is passed only to a beam
-    search.
+    ``translator``: anything with ``translate(sources, beam_size=, batch_size=)`` (a
+    ``Translator``, a SavedModel wrapper); ``length_penalty`` (GNMT's alpha) goes to a beam
+    search only.
     """
-    sources = [s for s, _ in pairs]
-    t0 = time.time()
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
     beam = {"length_penalty": length_penalty} if beam_size > 1 else {}
+    t0 = time.time()
     hyps = translator.translate(sources, beam_size=beam_size, batch_size=batch_size, **beam)
-    seconds = time.time() - t0
-    targets = [t for _, t in pairs]
-    result = {"num_sentences": len(pairs), "decode_seconds": round(seconds, 2),
-              "beam_size": beam_size}
-    if beam_size > 1:
-        result["length_penalty"] = length_penalty
-    result["exact_match"] = sum(h == t for h, t in zip(hyps, targets)) / max(len(pairs), 1)
+    result = {"num_sentences": len(pairs), "decode_seconds": round(time.time() - t0, 2),
+              "beam_size": beam_size, **beam,
+              "exact_match": sum(h == t for h, t in zip(hyps, targets)) / max(len(pairs), 1)}
     if task != "dates":
         result.update(corpus_scores(hyps, references or [[t] for t in targets]))
     result["samples"] = [{"source": s, "target": t, "output": h}

@@ -35,10 +35,8 @@ def resolve(name, flags=None, environ=None, has_gpu=None, backend=None):
 
     Args:
         name: ``""`` (float32), ``"mixed_float16"``, ``"mixed_bfloat16"`` or ``"auto"``.
-        flags: the CPU's flags (default: :func:`cpu_flags`).
-        environ: the environment (default: ``os.environ``).
-        has_gpu: whether TensorFlow sees a GPU (default: asks TensorFlow).
-        backend: the Keras backend (default: ``keras.backend.backend()``).
+        flags, environ, has_gpu, backend: the CPU's flags, the environment, whether
+            TensorFlow sees a GPU, the Keras backend (default: this machine's).
 
     Example:
         >>> resolve("auto", flags={"avx2", "amx_bf16"}, environ={}, has_gpu=False,
@@ -69,8 +67,3 @@ def resolve(name, flags=None, environ=None, has_gpu=None, backend=None):
     if isa not in BF16_ISAS:
         return "", f"auto: ONEDNN_MAX_CPU_ISA={isa} leaves oneDNN no bfloat16 instructions"
     return "mixed_bfloat16", f"auto: the CPU has {', '.join(found)}"
-
-
-def describe(policy):
-    """The name a log line gives ``policy`` (``""`` is float32)."""
-    return policy or "float32"

@@ -13,21 +13,18 @@ import time
 import keras
 import tensorflow as tf
 
-import keras_attn.core.config
 from keras_attn import data, schedules
-from keras_attn.training import budget
-from keras_attn.training import losses, precision
 from keras_attn.core import runs
+from keras_attn.core.config import (  # noqa: F401 (training.TASK_DEFAULTS: a public name)
+    TASK_DEFAULTS, TrainConfig, format_duration)
+from keras_attn.data import load_splits  # training.load_splits: a public name
+from keras_attn.models import build_model, float32_model
 from keras_attn.text import subword
 from keras_attn.text import tokenizers as text
+from keras_attn.training import budget, losses, precision
 from keras_attn.training.distribute import (DistributedFitModel, ReplicaMeanMaskedCrossentropy,
-                                   make_strategy, worker_info)
+                                            make_strategy, worker_info)
 from keras_attn.training.evaluation import evaluate
-from keras_attn.core.config import TrainConfig, format_duration
-from keras_attn.data import load_splits  # noqa: F401 (training.load_splits: a public name)
-from keras_attn.models import build_model, float32_model
-
-TASK_DEFAULTS = keras_attn.core.config.TASK_DEFAULTS
 
 
 def _tokenizers(config, splits, run_paths, log=print):
@@ -44,25 +41,20 @@ def _tokenizers(config, splits, run_paths, log=print):
     targets = [t for _, t in splits["train"]]
     t0 = time.time()
     if config.tokenizer == "sentencepiece":
-        src_proto = subword.learn_sentencepiece(sources, config.vocab_size,
-                                                normalization="nmt_nfkc_cf")
-        tgt_proto = subword.learn_sentencepiece(targets, config.vocab_size,
-                                                normalization="identity")
-        subword.save_model(src_proto, run_paths["src_model"])
-        subword.save_model(tgt_proto, run_paths["tgt_model"])
-        src_tok = subword.SentencePieceTokenizer(src_proto)
-        tgt_tok = subword.SentencePieceTokenizer(tgt_proto)
+        protos = [subword.learn_sentencepiece(texts, config.vocab_size, normalization=norm)
+                  for texts, norm in ((sources, "nmt_nfkc_cf"), (targets, "identity"))]
+        for proto, key in zip(protos, ("src_model", "tgt_model")):
+            subword.save_model(proto, run_paths[key])
+        src_tok, tgt_tok = (subword.SentencePieceTokenizer(proto) for proto in protos)
     else:
         if config.tokenizer == "char":
             # Sources keep printable ASCII and French letters; targets need only theirs.
-            src_vocab = text.char_vocab(sources)
-            tgt_vocab = text.char_vocab(targets, extra_chars="")
+            vocabs = text.char_vocab(sources), text.char_vocab(targets, extra_chars="")
         else:
-            src_vocab = text.learn_wordpiece_vocab(sources, config.vocab_size)
-            tgt_vocab = text.learn_wordpiece_vocab(targets, config.vocab_size)
-        text.save_vocab(src_vocab, run_paths["src_vocab"])
-        text.save_vocab(tgt_vocab, run_paths["tgt_vocab"])
-        src_tok, tgt_tok = text.Tokenizer(src_vocab), text.Tokenizer(tgt_vocab)
+            vocabs = [text.learn_wordpiece_vocab(t, config.vocab_size) for t in (sources, targets)]
+        for vocab, key in zip(vocabs, ("src_vocab", "tgt_vocab")):
+            text.save_vocab(vocab, run_paths[key])
+        src_tok, tgt_tok = (text.Tokenizer(vocab) for vocab in vocabs)
     log(f"{config.tokenizer} tokenizers: source {src_tok.vocab_size}, target "
         f"{tgt_tok.vocab_size} tokens ({time.time() - t0:.1f} s)")
     return src_tok, tgt_tok
@@ -94,9 +86,8 @@ def compile_model(model, config, steps_per_epoch, optimizer=None):
     if optimizer is None:
         optimizer = _adam(_schedule(config, steps_per_epoch))
     # Several replicas: the loss divided by their number (ReplicaMeanMaskedCrossentropy).
-    distributed = (tf.distribute.has_strategy()
-                   and tf.distribute.get_strategy().num_replicas_in_sync > 1)
-    loss_class = (ReplicaMeanMaskedCrossentropy if distributed
+    loss_class = (ReplicaMeanMaskedCrossentropy
+                  if tf.distribute.get_strategy().num_replicas_in_sync > 1
                   else losses.MaskedSparseCategoricalCrossentropy)
     model.compile(optimizer=optimizer, loss=loss_class(config.label_smoothing),
                   metrics=[losses.MaskedAccuracy()], jit_compile=config.jit_compile)
@@ -114,8 +105,7 @@ def _prepare_run_dir(config, run_dir):
         raise OSError(f"the output directory {run_dir!r} is not writable")
     if os.path.exists(p["config"]):
         old = dataclasses.asdict(TrainConfig.from_dict(runs.read_json(p["config"])))
-        new = dataclasses.asdict(config)
-        diff = {k: (old.get(k), v) for k, v in new.items()
+        diff = {k: (old.get(k), v) for k, v in dataclasses.asdict(config).items()
                 if k not in TrainConfig.RESUMABLE and k not in ("src_vocab_size", "tgt_vocab_size")
                 and old.get(k) != v}
         if diff:
@@ -135,7 +125,7 @@ def _resolve_precision(config, run_dir, log):
         why = "auto: as the run being resumed"
     else:
         config.mixed_precision, why = precision.resolve(given)
-    log(f"precision: {precision.describe(config.mixed_precision)} ({why})")
+    log(f"precision: {config.mixed_precision or 'float32'} ({why})")
 
 
 def check_config(config):
@@ -213,7 +203,8 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
     if not is_chief:
         run_dir = os.path.join(run_dir, f".worker-{worker_index}")
     p = _prepare_run_dir(config, run_dir)
-    if strategy.num_replicas_in_sync > 1 or distribute:
+    distributed = strategy.num_replicas_in_sync > 1 or bool(distribute)
+    if distributed:
         log(f"distribute: {distribute or 'default'}, {strategy.num_replicas_in_sync} replicas"
             f" (global batch {config.batch_size}), "
             f"{'chief' if is_chief else f'worker {worker_index}'}")
@@ -254,7 +245,6 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
         # XLA on CPU cannot read a mirrored variable on another logical CPU device.
         log("jit_compile: off (XLA does not support MirroredStrategy over logical CPU devices)")
         compile_config = dataclasses.replace(config, jit_compile=False)
-    distributed = strategy.num_replicas_in_sync > 1 or bool(distribute)
     # Kept here: the budget clock drives it (a LossScaleOptimizer's rate is not it).
     schedule = _schedule(config, steps_per_epoch)
     with strategy.scope():
@@ -275,16 +265,11 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
 
     if is_chief:
         os.makedirs(os.path.dirname(p["best"]), exist_ok=True)
-    callbacks = [
-        # double_checkpoint: a kill mid-write falls back to the backup before.
-        keras.callbacks.BackupAndRestore(p["backup"], double_checkpoint=True,
-                                         delete_checkpoint=False),
-        keras.callbacks.TerminateOnNaN(),
-    ]
-    if is_chief:
-        callbacks[1:1] = [BestWeightsCheckpoint(p["best"]),
-                          keras.callbacks.TensorBoard(p["logs"]),
-                          keras.callbacks.CSVLogger(p["csv"], append=True)]
+    # double_checkpoint: a kill mid-write falls back to the backup before.
+    backup = keras.callbacks.BackupAndRestore(p["backup"], double_checkpoint=True,
+                                              delete_checkpoint=False)
+    logs = [keras.callbacks.TensorBoard(p["logs"]),
+            keras.callbacks.CSVLogger(p["csv"], append=True)] if is_chief else []
     verbose = 1 if sys.stdout.isatty() else 2
     clock = snapshots = None
     if config.time_budget:
@@ -295,9 +280,10 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
         snapshots = budget.Snapshots(BUDGET_AVERAGE)
         # After the backup (saved with the same epoch), before the CSV row (the clock adds
         # to the logs); no best-by-validation checkpoint: the run ends at the rate's floor.
-        callbacks[1:] = [clock, snapshots] + [c for c in callbacks[1:]
-                                              if not isinstance(c, BestWeightsCheckpoint)]
-        verbose = 0
+        first, verbose = [clock, snapshots], 0
+    else:
+        first = [BestWeightsCheckpoint(p["best"])] if is_chief else []
+    callbacks = [backup, *first, *logs, keras.callbacks.TerminateOnNaN()]
     if clock is not None or not sys.stdout.isatty():
         callbacks.append(budget.ProgressLine(budget=clock, total_seconds=config.time_budget))
     t0 = time.time()
@@ -326,11 +312,8 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
     # Evaluated as it ships: in float32 whatever precision it trained in.
     translator = Translator(float32_model(model, config), src_tok, tgt_tok, config.max_len,
                             normalize=config.tokenizer == "wordpiece")
-    test, test_refs = splits["test"], refs
-    if after is not None:
-        n = after.test_sentences()
-        test, test_refs = test[:n], refs[:n] if refs else refs
-    metrics = evaluate(translator, test, config.task, test_refs)
+    n = after.test_sentences() if after else None  # None: every test pair
+    metrics = evaluate(translator, splits["test"][:n], config.task, refs[:n] if refs else refs)
     metrics["train_seconds"] = round(train_seconds, 1)
     if splits["valid"]:
         from keras_attn.training.calibration import calibrate
@@ -377,9 +360,7 @@ class BestWeightsCheckpoint(keras.callbacks.Callback):
 
     def __init__(self, path, monitor="val_loss"):
         super().__init__()
-        self.path = path
-        self.monitor = monitor
-        self.state_path = path + ".json"
+        self.path, self.monitor, self.state_path = path, monitor, path + ".json"
 
     def _best(self):
         if os.path.exists(self.state_path) and os.path.exists(self.path):
