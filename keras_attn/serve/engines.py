@@ -138,9 +138,8 @@ class SavedModelEngine:
         self.warm_sizes = COMPILED_BUCKETS if compiled else (1,)
         self._signature = SignatureRunner(path, self.signature_name, threads, meta_graph)
         self._dtypes = self._signature.input_dtypes
-        # Spans pass through by default where the export's translate_v3 does (it has one
-        # only then), else unless the run's source vocabulary is characters (off when the
-        # run cannot be found beside the export: the graph's own behaviour).
+        # Spans pass through by default where the graph does (translate_v3), else unless
+        # the run's source vocabulary is characters (off when the run is not found).
         self.passthrough = ("passthrough" in self._dtypes
                             or spans.default_for_run(_run_dir_beside(path)))
 
@@ -171,9 +170,8 @@ class SavedModelEngine:
 
     def translate(self, texts, options, confidence=True, passthrough=None):
         """:meth:`Engine.translate`: the graph answers sentences, the pipeline splits and
-        joins the documents (``keras_attn.translation.pipeline.split_and_join``). Spans
-        pass through in the graph where the signature has a ``passthrough`` input
-        (``translate_v3``), else in the pipeline, placed by the graph's alignments."""
+        joins documents; spans pass through in the graph where it has a ``passthrough``
+        input, else in the pipeline, placed by the graph's alignments."""
         if not texts:
             return []
         passthrough = self.passthrough if passthrough is None else bool(passthrough)
@@ -205,9 +203,8 @@ class SavedModelEngine:
 
 
 def _run_dir_beside(path):
-    """The run directory of the export holding the SavedModel version folder ``path``
-    (``EXPORT/saved_model/translator/1``): its ``export_report.json``'s ``run_dir``, or
-    the run around a ``RUN/export``; None when neither is there."""
+    """The run of ``EXPORT/saved_model/translator/1``: ``EXPORT/export_report.json``'s
+    ``run_dir``, or the run around a ``RUN/export``, or None."""
     export_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(path))))
     report = os.path.join(export_dir, "export_report.json")
     if os.path.exists(report):
