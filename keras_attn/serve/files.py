@@ -1,8 +1,8 @@
-"""``POST /translate_file``: a document translated with its formatting kept, as
-``format=html`` translates (:mod:`keras_attn.serve.markup`). ``.txt``: each non-blank line;
-``.html``: as ``format=html``; ``.docx`` / ``.odt``: per paragraph, runs of one formatting
-merged, all but the paragraph's own formatting as spans, written back as runs (everything
-else unchanged). :class:`FileStore` keeps the results for ``GET /download_file/{name}``.
+"""``POST /translate_file``: a document translated with its formatting kept. ``.txt``: each
+non-blank line; ``.html``: as ``format=html`` (:mod:`keras_attn.serve.markup`); ``.docx`` /
+``.odt``: per paragraph, its runs as an HTML fragment (all but the paragraph's own
+formatting as spans), written back as runs. :class:`FileStore` keeps the results for
+``GET /download_file/{name}``.
 
 Example:
     >>> translated = await translate_file("letter.docx", data, as_text, as_html)
@@ -32,8 +32,8 @@ def extension(filename):
 
 
 def to_fragment(pieces):
-    """``[(text, format)]`` (format 0: the paragraph's own) -> an HTML fragment, other
-    formats as ``<span data-r="k">``; adjacent pieces of one format merged."""
+    """``[(text, format)]`` -> an HTML fragment, formats but 0 (the paragraph's own) as
+    ``<span data-r="k">``; adjacent pieces of one format merged."""
     merged = []
     for text, fmt in pieces:
         if merged and merged[-1][1] == fmt:
@@ -120,8 +120,7 @@ _ODT_PLAIN = {f"{{{TEXT}}}s", f"{{{TEXT}}}tab", f"{{{TEXT}}}line-break"}
 
 
 def _spacing(element):
-    """The text a spacing element (``<text:s>``, ``<text:tab>``, ``<text:line-break>``)
-    stands for; "" for any other."""
+    """The text a spacing element of :data:`_ODT_PLAIN` stands for; "" for any other."""
     if element.tag == f"{{{TEXT}}}s":
         return " " * int(element.get(f"{{{TEXT}}}c", "1"))
     return {f"{{{TEXT}}}tab": "\t", f"{{{TEXT}}}line-break": "\n"}.get(element.tag, "")
@@ -207,16 +206,14 @@ async def translate_file(filename, data, translate_text, translate_html):
         translate_html: ``async (list of HTML fragments) -> list of HTML``.
 
     Raises:
-        ValueError: an extension other than :data:`EXTENSIONS`, or a file that cannot be
-            read as its extension says.
+        ValueError: not one of :data:`EXTENSIONS`, or not readable as its extension says.
     """
     ext = extension(filename)
     if ext is None:
         raise ValueError("file format not supported")
     try:
         if ext == ".txt":
-            text = data.decode("utf-8-sig")
-            lines = text.split("\n")
+            lines = data.decode("utf-8-sig").split("\n")
             todo = [i for i, line in enumerate(lines) if line.strip()]
             done = await translate_text([lines[i].strip() for i in todo]) if todo else []
             for i, translation in zip(todo, done):

@@ -121,12 +121,10 @@ def prune(meta_graph, keep):
 
 class SignatureRunner:
     """One signature of a SavedModel in a ``tf.compat.v1.Session`` of its own, pruned to
-    that signature; called with the inputs as keyword arguments (numpy arrays), returns
-    ``{output name: numpy array}``.
+    that signature: ``runner(**inputs)`` (numpy arrays) -> ``{output name: numpy array}``.
 
     Args:
-        path: the SavedModel version folder.
-        name: the signature to run.
+        path: the SavedModel version folder. name: the signature to run.
         threads: intra-op threads (0: TensorFlow's default).
         meta_graph: the path's ``MetaGraphDef`` if already read (:func:`read_meta_graph`).
 
@@ -179,8 +177,8 @@ class SignatureRunner:
         self._graph.finalize()
 
     def __call__(self, **inputs):
-        missing = set(self._inputs) - set(inputs)
-        if missing or len(inputs) != len(self._inputs):
+        if set(inputs) != set(self._inputs):
+            missing = set(self._inputs) - set(inputs)
             raise TypeError(f"the signature takes {self._inputs}; missing "
                             f"{sorted(missing)}, unknown {sorted(set(inputs) - set(self._inputs))}")
         values = [np.asarray(inputs[k], self.input_dtypes[k].as_numpy_dtype)
