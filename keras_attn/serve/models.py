@@ -132,22 +132,24 @@ class Models:
         Raises:
             ApiError: 400 naming the pairs served, when neither exists.
         """
-        direct = self.by_pair.get((source, target))
-        if direct is not None:
-            return [direct]
-        for first in self.models if source != target else ():
-            if first.pair[0] == source and first.pair[1] != target:
-                second = self.by_pair.get((first.pair[1], target))
-                if second is not None:
-                    return [first, second]
+        hops = self._hops(source, target)
+        if hops:
+            return hops
         served = ", ".join(f"{s} -> {t}" for s, t in self.by_pair)
         raise ApiError(400, f"{source} -> {target} is not supported: this server translates "
                             f"{served} (and through a pivot language where two of them "
                             "chain; GET /languages lists every target of each source)")
 
+    def _hops(self, source, target):
+        """:meth:`route`'s models, or [] when there is no route."""
+        if (source, target) in self.by_pair:
+            return [self.by_pair[source, target]]
+        return next(([m, self.by_pair[m.pair[1], target]] for m in self.models
+                     if source != target and m.pair[0] == source and m.pair[1] != target
+                     and (m.pair[1], target) in self.by_pair), [])
+
     def reachable(self, source, target):
-        return (source, target) in self.by_pair or source != target and any(
-            s == source and (t, target) in self.by_pair for s, t in self.by_pair)
+        return bool(self._hops(source, target))
 
     def targets_of(self, source):
         """The targets ``source`` reaches: direct first, then through a pivot."""
