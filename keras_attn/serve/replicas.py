@@ -45,8 +45,10 @@ class InProcessReplicas(_Replicas):
 
     def __init__(self, engine):
         self.engine = engine
-        self._call = engine.translate
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
+
+    def _call(self, *args):
+        return self.engine.translate(*args)
 
 
 def _init_worker(artefact, threads, xla=False):
@@ -105,10 +107,11 @@ class ProcessReplicas(_Replicas):
         xla: as :func:`~keras_attn.serve.engines.load_engine`'s.
     """
 
+    _call = staticmethod(_translate)
+
     def __init__(self, artefact, size, threads=1, xla=False):
         self.size = check_int("replicas", size, 1)
         self.pids = []  # the workers' process ids, once started
-        self._call = _translate
         self._pool = concurrent.futures.ProcessPoolExecutor(
             size, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
             initargs=(artefact, threads, xla))
