@@ -74,21 +74,25 @@ def _formats(runs):
 _DOCX_SPACING = {f"{{{W}}}tab": "\t", f"{{{W}}}br": "\n", f"{{{W}}}cr": "\n"}
 
 
-def _docx_paragraphs(root):
-    """Per ``<w:p>`` with text: ``(paragraph, runs, [(text, rPr key)])`` of its direct runs."""
+def _run_format(run):
+    """``(key, rPr)``: a run's ``<w:rPr>`` (or None) and its bytes (b"" for none)."""
     from lxml import etree
 
+    rpr = run.find(f"{{{W}}}rPr")
+    return b"" if rpr is None else etree.tostring(rpr), rpr
+
+
+def _docx_paragraphs(root):
+    """Per ``<w:p>`` with text: ``(paragraph, runs, [(text, rPr key)])`` of its direct runs."""
     out = []
     for p in root.iter(f"{{{W}}}p"):
         runs, texts = [], []
         for r in p.findall(f"{{{W}}}r"):
             text = "".join((child.text or "") if child.tag == f"{{{W}}}t"
                            else _DOCX_SPACING.get(child.tag, "") for child in r)
-            if not text:
-                continue
-            rpr = r.find(f"{{{W}}}rPr")
-            runs.append(r)
-            texts.append((text, b"" if rpr is None else etree.tostring(rpr)))
+            if text:
+                runs.append(r)
+                texts.append((text, _run_format(r)[0]))
         if any(t.strip() for t, _ in texts):
             out.append((p, runs, texts))
     return out
@@ -97,10 +101,7 @@ def _docx_paragraphs(root):
 def _docx_write(p, runs, keys, pieces):
     from lxml import etree
 
-    templates = {}
-    for r in runs:
-        rpr = r.find(f"{{{W}}}rPr")
-        templates.setdefault(b"" if rpr is None else etree.tostring(rpr), rpr)
+    templates = dict(map(_run_format, runs))
     at = p.index(runs[0])
     for r in runs:
         p.remove(r)
