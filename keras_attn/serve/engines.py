@@ -128,14 +128,12 @@ class SavedModelEngine:
             meta_graph = read_meta_graph(path)
             names = signature_names(meta_graph)
             name = signature or newest_options_signature(names)
-            if name not in names:
-                raise ValueError(f"it has no {name!r} signature; its signatures are "
-                                 f"{sorted(names)}")
         except ValueError as e:
             raise ValueError(f"the SavedModel at {path!r}: {e}") from None
         compiled = compiled_signature(name, names) if xla else None
         self.signature_name = compiled or name
         self.warm_sizes = COMPILED_BUCKETS if compiled else (1,)
+        # (it refuses a signature the SavedModel lacks, naming those it has)
         self._signature = SignatureRunner(path, self.signature_name, threads, meta_graph)
         self._dtypes = self._signature.input_dtypes
         # Spans pass through by default where the graph does (translate_v3), else unless
