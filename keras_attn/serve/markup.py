@@ -56,6 +56,10 @@ class _Parser(html.parser.HTMLParser):
             self.items.append(self.segment)
         self.segment, self.open = Segment(), []
 
+    def _markup(self, raw):
+        self._flush()
+        self.items.append(raw)
+
     def handle_starttag(self, tag, attrs):
         raw = self.get_starttag_text()
         if tag in INLINE:
@@ -63,12 +67,10 @@ class _Parser(html.parser.HTMLParser):
             self.segment.spans.append(span)
             self.open.append(span)
         else:
-            self._flush()
-            self.items.append(raw)
+            self._markup(raw)
 
     def handle_startendtag(self, tag, attrs):
-        self._flush()
-        self.items.append(self.get_starttag_text())
+        self._markup(self.get_starttag_text())
 
     def handle_endtag(self, tag):
         if tag in INLINE and any(s.name == tag for s in self.open):
@@ -78,19 +80,16 @@ class _Parser(html.parser.HTMLParser):
                 if span.name == tag:
                     break
         else:
-            self._flush()
-            self.items.append(f"</{tag}>")
+            self._markup(f"</{tag}>")
 
     def handle_data(self, data):
         self.segment.text += data
 
     def handle_comment(self, data):
-        self._flush()
-        self.items.append(f"<!--{data}-->")
+        self._markup(f"<!--{data}-->")
 
     def handle_decl(self, decl):
-        self._flush()
-        self.items.append(f"<!{decl}>")
+        self._markup(f"<!{decl}>")
 
     def close(self):
         super().close()

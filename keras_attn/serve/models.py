@@ -9,6 +9,7 @@ Example:
     >>> models.languages()[0]
     {'code': 'en', 'name': 'English', 'targets': ['fr']}
 """
+import contextlib
 import dataclasses
 import os
 
@@ -69,15 +70,11 @@ def find_artefacts(paths, engine="savedmodel"):
         except FileNotFoundError as e:
             error = e
         inside = []
-        if os.path.isdir(path):
-            for name in sorted(os.listdir(path)):
-                sub = os.path.join(path, name)
-                if not os.path.isdir(sub) or name.startswith("."):
-                    continue
-                try:
+        for name in sorted(os.listdir(path)) if os.path.isdir(path) else ():
+            sub = os.path.join(path, name)
+            if os.path.isdir(sub) and not name.startswith("."):
+                with contextlib.suppress(FileNotFoundError):
                     inside.append((sub, locate(sub, engine)))
-                except FileNotFoundError:
-                    pass
         if not inside:
             raise FileNotFoundError(f"{error} (nor do its subfolders hold one)") from None
         found.extend(inside)
