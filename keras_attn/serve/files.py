@@ -217,10 +217,8 @@ async def translate_file(filename, data, translate_text, translate_html):
             lines = data.decode("utf-8-sig").split("\n")
             todo = [i for i, line in enumerate(lines) if line.strip()]
             done = await translate_text([lines[i].strip() for i in todo]) if todo else []
-            for i, translation in zip(todo, done):
-                line = lines[i]
-                lead = line[: len(line) - len(line.lstrip())]
-                trail = line[len(line.rstrip()):]
+            for i, translation in zip(todo, done):  # each line's own spaces kept around it
+                lead, _, trail = re.fullmatch(r"(\s*)(.*?)(\s*)", lines[i], re.S).groups()
                 lines[i] = lead + translation + trail
             return "\n".join(lines).encode("utf-8")
         if ext in (".html", ".htm"):
