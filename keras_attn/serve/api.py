@@ -36,6 +36,10 @@ def bad_request(message):
     return ApiError(400, message)
 
 
+def _missing(name):
+    return bad_request(f"Invalid request: missing {name} parameter")
+
+
 def check_int(name, value, low, note=""):
     """``value`` if an integer >= ``low``, else ``ValueError`` naming ``name`` (``note``:
     what the bound means, such as ``" (-1: no limit)"``)."""
@@ -47,10 +51,9 @@ def check_int(name, value, low, note=""):
 
 @dataclasses.dataclass
 class TranslateRequest:
-    """A checked ``POST /translate``: the texts (``batch``: ``q`` was a list), languages,
-    ``format``, ``alternatives``, ``DecodingOptions``, whether to return the n-best
-    lists (``hypotheses``), the client's ``api_key`` and ``passthrough`` (None: the
-    engine's default)."""
+    """A checked ``POST /translate`` (:func:`parse_fields`): the texts (``batch``: ``q`` was
+    a list), ``hypotheses``: the n-best lists are returned; ``passthrough`` None: the
+    engine's default."""
 
     texts: list
     batch: bool
@@ -65,8 +68,8 @@ class TranslateRequest:
 
 
 def _typed(name, dtype, value, form=False):
-    """``value`` of field ``name`` as ``dtype`` (a decoding option's: ``int32``,
-    ``float32``, ``bool``, ``string``); a form's strings are parsed."""
+    """``value`` of field ``name`` as ``dtype`` (a decoding option's); a form's strings are
+    parsed."""
     if dtype == "string" and isinstance(value, str):
         return value
     if dtype == "bool" and isinstance(value, bool):
@@ -91,10 +94,16 @@ def _string(name, value):
     return _typed(name, "string", value)
 
 
+def _optional(fields, name, dtype, form, default=None):
+    """Field ``name`` as ``dtype``; ``default`` when absent or empty."""
+    value = fields.get(name)
+    return default if value is None or value == "" else _typed(name, dtype, value, form)
+
+
 def texts_of(value, form=False):
     """``q`` of a ``/translate`` or ``/detect`` body -> (list of strings, was a list)."""
     if value is None or value == "" or value == []:
-        raise bad_request("Invalid request: missing q parameter")
+        raise _missing("q")
     if isinstance(value, str):
         # Form bodies: line endings as LibreTranslate normalises them.
         return ["\n".join(value.splitlines()) if form else value], False
@@ -114,7 +123,7 @@ def check_languages(fields, languages, required=True):
         value = fields.get(name)
         if value is None or value == "":
             if required:
-                raise bad_request(f"Invalid request: missing {name} parameter")
+                raise _missing(name)
             value = None
         elif _string(name, value) not in allowed:
             raise bad_request(f"{value} is not supported")
@@ -123,15 +132,12 @@ def check_languages(fields, languages, required=True):
 
 
 def parse_fields(fields, languages, form=False):
-    """Check the fields of a ``POST /translate`` body.
+    """Check the fields of a ``POST /translate`` body: a :class:`TranslateRequest`.
 
     Args:
         fields: dict of the body's fields (a JSON object, or a form's strings).
-        languages: ``(source_code, target_code)`` the server translates.
+        languages: ``(sources, targets)`` the server translates.
         form: the values came from a form (strings: numbers and booleans are parsed).
-
-    Returns:
-        :class:`TranslateRequest`.
 
     Raises:
         ApiError: 400 naming the field (LibreTranslate's messages where it has one).
@@ -141,29 +147,22 @@ def parse_fields(fields, languages, form=False):
     text_format = fields.get("format") or "text"
     if text_format not in FORMATS:
         raise bad_request(f"{text_format} format is not supported")
-    alternatives = fields.get("alternatives")
-    alternatives = 0 if alternatives in (None, "") else _typed("alternatives", "int32",
-                                                               alternatives, True)
+    alternatives = _optional(fields, "alternatives", "int32", True, 0)
     if alternatives < 0:
         raise bad_request(f"Invalid request: `alternatives` must be an integer >= 0. "
                           f"Received: alternatives={alternatives!r}")
-    api_key = fields.get("api_key") or None
-    if api_key is not None:
-        api_key = _string("api_key", api_key)
+    api_key = _string("api_key", fields["api_key"]) if fields.get("api_key") else None
     options = {name: _typed(name, opt.dtype, fields[name], form)
                for name, opt in OPTIONS.items() if fields.get(name) is not None
                and not (form and fields[name] == "" and opt.dtype != "string")}
     return_scores = fields.get("return_scores")
     return_scores = return_scores is not None and _typed("return_scores", "bool",
                                                          return_scores, form)
-    passthrough = fields.get("passthrough")
-    passthrough = None if passthrough in (None, "") else _typed("passthrough", "bool",
-                                                                passthrough, form)
+    passthrough = _optional(fields, "passthrough", "bool", form)
     hypotheses = bool(return_scores or options.get("return_alignments")
                       or options.get("num_hypotheses", 1) > 1)
     if alternatives:  # the n-best list after the best: a beam (or samples) that long
-        need = alternatives + 1
-        options["num_hypotheses"] = max(options.get("num_hypotheses", 1), need)
+        options["num_hypotheses"] = max(options.get("num_hypotheses", 1), alternatives + 1)
         options["beam_size"] = max(options.get("beam_size", 1), options["num_hypotheses"])
     try:
         decoding = DecodingOptions.from_kwargs(**options)
@@ -174,40 +173,31 @@ def parse_fields(fields, languages, form=False):
 
 
 def passthrough_of(request):
-    """``{"passthrough": value}`` when the request says, else ``{}``: keyword arguments
-    of ``Batcher.submit``."""
+    """``Batcher.submit``'s ``passthrough`` keyword, when the request says."""
     passthrough = getattr(request, "passthrough", None)
     return {} if passthrough is None else {"passthrough": passthrough}
 
 
 def parse_attention_fields(fields, languages):
-    """Check the fields of a ``POST /attention`` body: ``q`` (one string), ``translation``
-    (absent: the engine's greedy translation), ``source`` / ``target`` when given.
-
-    Returns:
-        ``(text, translation or None)``.
-    """
+    """``(text, translation or None)`` of a ``POST /attention`` body (``translation``
+    absent: the engine's greedy one); ``source`` / ``target`` checked when given."""
     text = fields.get("q")
     if text is None or text == "":
-        raise bad_request("Invalid request: missing q parameter")
+        raise _missing("q")
     if not isinstance(text, str):
         raise bad_request(f"Invalid request: `q` must be one string (a heatmap is one "
                           f"sentence's). Received: q={text!r}")
     check_languages(fields, languages, required=False)
     translation = fields.get("translation")
-    if translation is not None:
-        translation = _string("translation", translation)
-    return text, translation
+    return text, None if translation is None else _string("translation", translation)
 
 
 def answer(request, results, source_code, confidence=100.0, pivot=None):
     """The JSON answer of a translated :class:`TranslateRequest` (module docstring).
 
     Args:
-        request: the :class:`TranslateRequest`.
         results: per text, its hypotheses (``Translator.translate_nbest``'s shape).
-        source_code: the source language translated (``detectedLanguage`` of ``auto``).
-        confidence: ``detectedLanguage``'s.
+        source_code, confidence: ``detectedLanguage``'s (of ``source: auto``).
         pivot: the language between two chained models, or None.
     """
     def one(values):
@@ -250,7 +240,7 @@ def required_strings(fields, names, form=False):
     for name in names:
         value = fields.get(name)
         if value is None or value == "":
-            raise bad_request(f"Invalid request: missing {name} parameter")
+            raise _missing(name)
         value = _string(name, value)
         values.append("\n".join(value.splitlines()) if form and name == "q" else value)
     return values

@@ -76,27 +76,18 @@ class Settings:
 
 
 def create_app(artefact, replicas=None, settings=None):
-    """The Starlette app serving ``artefact`` with ``replicas``, or every model of a
+    """The Starlette app serving ``artefact`` (an :class:`~keras_attn.serve.locate.Artefact`)
+    with ``replicas`` (closed at shutdown), or every model of a
     :class:`~keras_attn.serve.models.Models`.
 
-    Args:
-        artefact: :class:`~keras_attn.serve.locate.Artefact`, or
-            :class:`~keras_attn.serve.models.Models` (then ``replicas`` is unused).
-        replicas: ``InProcessReplicas`` or ``ProcessReplicas`` (closed at shutdown).
-        settings: :class:`Settings`.
-
-    Returns:
-        The app. What its routes share is on ``app.state``: ``models``, ``settings``,
-        ``capabilities`` (the engine's), ``languages`` (every source code, every target
-        code), ``limiter``, ``cache``, ``metrics``, ``downloads`` and ``spec``;
-        ``artefact``, ``replicas``, ``batcher`` and ``attention`` are the first model's.
+    What its routes share is on ``app.state``: ``models``, ``settings``, ``capabilities``
+    (the engine's), ``languages`` (``(sources, targets)``), ``limiter``, ``cache``,
+    ``metrics``, ``downloads`` and ``spec``; ``artefact``, ``replicas``, ``batcher`` and
+    ``attention`` are the first model's.
     """
     settings = settings or Settings()
-    if isinstance(artefact, Models):
-        models = artefact
-    else:
-        models = Models([(artefact, replicas)], settings.max_batch, settings.batch_wait_ms,
-                        settings.queue_size)
+    models = artefact if isinstance(artefact, Models) else Models(
+        [(artefact, replicas)], settings.max_batch, settings.batch_wait_ms, settings.queue_size)
     first = models.first
     shared = dict(
         models=models, artefact=first.artefact, settings=settings, replicas=first.replicas,

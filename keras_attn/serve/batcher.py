@@ -1,10 +1,10 @@
 """Requests of concurrent clients decoded together (as TF Serving's ``--enable_batching``).
 
 Requests are grouped by decoding options, confidence and passthrough. A free replica takes
-the group whose oldest request came first, once it holds ``max_batch`` texts or its oldest
-waited ``wait_ms``: up to ``max_batch`` texts of it, whole requests. At most
-``queue_size`` requests wait (:class:`QueueFull`: 503); one unanswered within its
-``timeout`` raises ``asyncio.TimeoutError`` (504) and is never decoded if still waiting.
+whole requests, up to ``max_batch`` texts, of the group whose oldest request came first,
+once it holds ``max_batch`` texts or its oldest waited ``wait_ms``. At most ``queue_size``
+requests wait (:class:`QueueFull`: 503); one past its ``timeout`` raises
+``asyncio.TimeoutError`` (504) and is never decoded if still waiting.
 
 Example:
     >>> batcher = Batcher(InProcessReplicas(engine), max_batch=32, wait_ms=0)
@@ -48,6 +48,9 @@ class Batcher:
         max_batch: most texts in one batch.
         wait_ms: longest wait of a request for others to join its batch (milliseconds).
         queue_size: most requests waiting; more raise :class:`QueueFull`.
+
+    Attributes:
+        waiting: requests waiting for a replica. in_flight: batches being decoded.
     """
 
     def __init__(self, replicas, max_batch=32, wait_ms=0.0, queue_size=256):
@@ -59,8 +62,8 @@ class Batcher:
         self.wait = wait_ms / 1000.0
         self.queue_size = check_int("queue_size", queue_size, 1)
         self._groups = collections.OrderedDict()  # (options, confidence) -> deque of _Request
-        self._waiting = 0
-        self._in_flight = 0
+        self.waiting = 0
+        self.in_flight = 0
         self._arrived = None  # asyncio.Event: a request came
         self._free = None     # asyncio.Semaphore: replicas without a batch
         self._task = None
@@ -84,40 +87,29 @@ class Batcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    @property
-    def waiting(self):
-        """Requests waiting for a replica."""
-        return self._waiting
-
-    @property
-    def in_flight(self):
-        """Batches being decoded."""
-        return self._in_flight
-
     def retry_after(self):
         """Seconds until the queue has room again, by the recent batch time (at least 1)."""
-        batches = self._waiting / max(self.replicas.size, 1)
+        batches = self.waiting / max(self.replicas.size, 1)
         return max(1, int(batches * self._seconds_per_batch + 0.999))
 
     async def submit(self, texts, options, timeout=None, confidence=True, timing=None,
                      passthrough=None):
-        """Translate ``texts`` (a list of strings) with ``options`` together with other
-        clients' requests; per text, its hypotheses (with confidences when
-        ``confidence``). ``timing``: a dict that receives the seconds waited (``"queue"``)
-        and decoded (``"engine"``). ``passthrough``: None: the engine's default.
+        """Per text of ``texts``, its hypotheses, decoded with other clients' requests.
+        ``timing``: a dict that receives the seconds waited (``"queue"``) and decoded
+        (``"engine"``). ``passthrough``: None: the engine's default.
 
         Raises:
             QueueFull: ``queue_size`` requests are waiting already.
             asyncio.TimeoutError: no answer within ``timeout`` seconds.
             ValueError: the engine refused the options.
         """
-        if self._waiting >= self.queue_size:
+        if self.waiting >= self.queue_size:
             raise QueueFull(self.queue_size, self.retry_after())
         future = asyncio.get_running_loop().create_future()
         key = (options, bool(confidence)) + (() if passthrough is None else (bool(passthrough),))
         self._groups.setdefault(key, collections.deque()).append(
             _Request(list(texts), options, future, time.monotonic(), timing))
-        self._waiting += 1
+        self.waiting += 1
         self._arrived.set()
         try:
             return await asyncio.wait_for(future, timeout)
@@ -127,14 +119,11 @@ class Batcher:
 
     def _drop(self, key, future):
         """Take a request that timed out out of its group (if it is still waiting)."""
-        group = self._groups.get(key)
-        if not group:
-            return
-        for request in list(group):
-            if request.future is future:
-                group.remove(request)
-                self._waiting -= 1
-        if not group:
+        group = self._groups.get(key, ())
+        for request in [r for r in group if r.future is future]:
+            group.remove(request)
+            self.waiting -= 1
+        if key in self._groups and not group:
             del self._groups[key]
 
     # --- the replicas' side ---------------------------------------------------------------
@@ -176,7 +165,7 @@ class Batcher:
         taken, count = [], 0
         while group and (not taken or count + len(group[0].texts) <= self.max_batch):
             request = group.popleft()
-            self._waiting -= 1
+            self.waiting -= 1
             if request.future.done():  # timed out meanwhile
                 continue
             taken.append(request)
@@ -187,7 +176,7 @@ class Batcher:
 
     async def _run(self, key, requests):
         texts = [t for r in requests for t in r.texts]
-        self._in_flight += 1
+        self.in_flight += 1
         started = time.monotonic()
         try:
             results = await self.replicas.translate(texts, *key)
@@ -202,7 +191,7 @@ class Batcher:
                     r.future.set_result(results[i: i + len(r.texts)])
                 i += len(r.texts)
         finally:
-            self._in_flight -= 1
+            self.in_flight -= 1
             elapsed = time.monotonic() - started
             for r in requests:
                 if r.timing is not None:

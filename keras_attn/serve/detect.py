@@ -25,7 +25,7 @@ def identifier():
 
 
 def detect(texts, among=None):
-    """The likeliest languages of ``texts`` (a string, or a list of strings: their mean).
+    """The likeliest languages of ``texts``.
 
     Args:
         texts: a string, or a list of strings (their mean probability).

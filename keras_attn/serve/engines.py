@@ -1,11 +1,7 @@
-"""The engines a replica runs, behind one protocol (:class:`Engine`): thin callers of the
-exported artefacts (no decoding here): :class:`SavedModelEngine` and
-:class:`CTranslate2Engine`.
-
-:data:`ENGINES` is the registry, by ``--engine`` name. Each engine declares what it can do
-(:class:`Capabilities`), where its artefact lies and how it runs; the rest of the server
-reads those declarations and never asks an engine's name what it can do. Importing this
-module imports neither TensorFlow nor CTranslate2 (the CLI's parser reads :data:`ENGINES`).
+"""The engines a replica runs (:class:`Engine`), thin callers of the exported artefacts:
+:class:`SavedModelEngine` and :class:`CTranslate2Engine`, registered by ``--engine`` name
+in :data:`ENGINES`. The server reads what each declares (:class:`Capabilities`, layout)
+and never its name. Importing this module imports neither TensorFlow nor CTranslate2.
 
 Example:
     >>> engine = load_engine(locate("exported"), threads=1)
@@ -33,15 +29,13 @@ CT2_METADATA = "keras_attn.json"
 
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
-    """What an engine can do. A request asking for more is refused before it queues
-    (:func:`check_options`) and ``GET /frontend/settings`` tells the page.
+    """What an engine can do: more is refused before it queues (:func:`check_options`);
+    ``GET /frontend/settings`` tells the page.
 
     Args:
         sampling: random sampling (``sampling_topk > 1``) with keras_attn's seeded draws.
-        alignments: word alignments (``return_alignments``; ``format=html`` places inline
-            tags by them).
-        max_beam_size: the largest ``beam_size``; None: no limit of the engine's own (a
-            SavedModel's, fixed at export, is refused by its graph).
+        alignments: word alignments (``return_alignments``; ``format=html`` uses them).
+        max_beam_size: the largest ``beam_size``; None: no limit of the engine's own.
         scoring: its artefact scores a given translation (forced decoding).
         confidence: a hypothesis gets its calibrated ``confidence`` when asked.
 
@@ -64,13 +58,11 @@ class Engine(Protocol):
         name: its ``--engine`` value. capabilities: :class:`Capabilities`.
         layout: where its artefact lies in an export directory, in words.
         export_flags: the ``keras-attn export RUN_DIR`` flags that write its artefact.
-        quiet_imports: modules whose import writes C++ log lines whatever the log level
-            (a worker process imports them with stderr closed).
+        quiet_imports: modules a worker imports with stderr closed (C++ log lines).
         warm_sizes: the numbers of texts :func:`warm_up` sends, one call each.
 
-    ``find(folder)`` (a static method) is its artefact in ``folder`` or None,
-    ``max_len(path)`` the artefact's longest output (None: it does not say),
-    ``default_threads(cores)`` its intra-op threads when it is the only replica;
+    Static methods: ``find(folder)`` (its artefact there, or None), ``max_len(path)``
+    (None: unknown), ``default_threads(cores)`` (as the only replica).
     ``Engine(path, threads=0, xla=False)`` loads it.
     """
 
@@ -82,13 +74,10 @@ class Engine(Protocol):
     warm_sizes: tuple
 
     def translate(self, texts, options, confidence=True, passthrough=None):
-        """Per text, its hypotheses ``{"translation": str, "score": float}`` best first (the
-        shape of ``Translator.translate_nbest``), plus ``"alignment"`` when
-        ``options.return_alignments`` and ``"confidence"`` when ``confidence`` asks (the
-        SavedModel's graph always computes it; CTranslate2 skips its ``score_batch`` pass
-        when not asked). ``passthrough``: URLs, e-mail addresses, code, tags, numbers and
-        emoji pass through (None: the engine's ``passthrough`` default). Bad options raise
-        ``ValueError`` naming the option (the HTTP layer's 400)."""
+        """Per text, its hypotheses best first (``Translator.translate_nbest``'s shape),
+        with ``"alignment"`` when ``options.return_alignments`` and ``"confidence"`` when
+        ``confidence``. ``passthrough``: URLs, code, numbers... pass through (None: the
+        engine's default). Bad options raise ``ValueError`` naming the option (a 400)."""
 
 
 class SavedModelEngine:
@@ -100,10 +89,8 @@ class SavedModelEngine:
             before the first TensorFlow op of the process, or ignored.
         signature: the options signature to call (``keras_attn.export.option_sets``; an
             older one gets the options it lacks unset); default: the newest it has.
-        xla: call the compiled twin (``translate_v2_xla``: greedy decoding compiled by XLA,
-            the same answers) where the export has it; default: the plain signature (on the
-            English-French recipe's model the twin was as fast at batch 1 and slower at
-            batch 32: docs/serving.md).
+        xla: call the XLA-compiled twin (``translate_v2_xla``, the same answers) where the
+            export has it (docs/serving.md compares them).
 
     Attributes:
         signature_name: the signature it calls. warm_sizes: the numbers of texts
@@ -141,19 +128,16 @@ class SavedModelEngine:
             meta_graph = read_meta_graph(path)
             names = signature_names(meta_graph)
             name = signature or newest_options_signature(names)
-            if name not in names:
-                raise ValueError(f"it has no {name!r} signature; its signatures are "
-                                 f"{sorted(names)}")
         except ValueError as e:
             raise ValueError(f"the SavedModel at {path!r}: {e}") from None
         compiled = compiled_signature(name, names) if xla else None
         self.signature_name = compiled or name
         self.warm_sizes = COMPILED_BUCKETS if compiled else (1,)
+        # (it refuses a signature the SavedModel lacks, naming those it has)
         self._signature = SignatureRunner(path, self.signature_name, threads, meta_graph)
         self._dtypes = self._signature.input_dtypes
-        # Spans pass through by default where the export's translate_v3 does (it has one
-        # only then), else unless the run's source vocabulary is characters (off when the
-        # run cannot be found beside the export: the graph's own behaviour).
+        # Spans pass through by default where the graph does (translate_v3), else unless
+        # the run's source vocabulary is characters (off when the run is not found).
         self.passthrough = ("passthrough" in self._dtypes
                             or spans.default_for_run(_run_dir_beside(path)))
 
@@ -179,16 +163,13 @@ class SavedModelEngine:
 
     @staticmethod
     def default_threads(cores):
-        """Every core but one, which the HTTP process needs (on 2 cores TensorFlow with
-        both cores' threads answered slower at 1 and 16 clients than with one:
-        docs/benchmarks.md)."""
+        """Every core but one, which the HTTP process needs (docs/benchmarks.md)."""
         return max(1, cores - 1)
 
     def translate(self, texts, options, confidence=True, passthrough=None):
         """:meth:`Engine.translate`: the graph answers sentences, the pipeline splits and
-        joins the documents (``keras_attn.translation.pipeline.split_and_join``). Spans
-        pass through in the graph where the signature has a ``passthrough`` input
-        (``translate_v3``), else in the pipeline, placed by the graph's alignments."""
+        joins documents; spans pass through in the graph where it has a ``passthrough``
+        input, else in the pipeline, placed by the graph's alignments."""
         if not texts:
             return []
         passthrough = self.passthrough if passthrough is None else bool(passthrough)
@@ -220,9 +201,8 @@ class SavedModelEngine:
 
 
 def _run_dir_beside(path):
-    """The run directory of the export holding the SavedModel version folder ``path``
-    (``EXPORT/saved_model/translator/1``): its ``export_report.json``'s ``run_dir``, or
-    the run around a ``RUN/export``; None when neither is there."""
+    """The run of ``EXPORT/saved_model/translator/1``: ``EXPORT/export_report.json``'s
+    ``run_dir``, or the run around a ``RUN/export``, or None."""
     export_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(path))))
     report = os.path.join(export_dir, "export_report.json")
     if os.path.exists(report):
@@ -320,10 +300,8 @@ def load_engine(artefact, threads=0, xla=False):
 
 
 def warm_up(engine):
-    """Short calls, so that no client waits for the graph's first run or for a compile:
-    one per number of texts in the engine's ``warm_sizes``. Then the heap's free pages go
-    back to the system: loading and compiling leave hundreds of MB freed but held (glibc's
-    ``malloc_trim``; elsewhere nothing is done)."""
+    """One short call per size of ``engine.warm_sizes`` (no client waits for a first run
+    or a compile), then :func:`trim_heap` (loading leaves hundreds of MB freed but held)."""
     for size in engine.warm_sizes:
         # passthrough off: "1" is a number, which would pass through without the graph
         engine.translate(["1"] * size, DecodingOptions(), True, False)

@@ -1,8 +1,8 @@
-"""``POST /translate_file``: a document translated with its formatting kept, as
-``format=html`` translates (:mod:`keras_attn.serve.markup`). ``.txt``: each non-blank line;
-``.html``: as ``format=html``; ``.docx`` / ``.odt``: per paragraph, runs of one formatting
-merged, all but the paragraph's own formatting as spans, written back as runs (everything
-else unchanged). :class:`FileStore` keeps the results for ``GET /download_file/{name}``.
+"""``POST /translate_file``: a document translated with its formatting kept. ``.txt``: each
+non-blank line; ``.html``: as ``format=html`` (:mod:`keras_attn.serve.markup`); ``.docx`` /
+``.odt``: per paragraph, its runs as an HTML fragment (all but the paragraph's own
+formatting as spans), written back as runs. :class:`FileStore` keeps the results for
+``GET /download_file/{name}``.
 
 Example:
     >>> translated = await translate_file("letter.docx", data, as_text, as_html)
@@ -32,8 +32,8 @@ def extension(filename):
 
 
 def to_fragment(pieces):
-    """``[(text, format)]`` (format 0: the paragraph's own) -> an HTML fragment, other
-    formats as ``<span data-r="k">``; adjacent pieces of one format merged."""
+    """``[(text, format)]`` -> an HTML fragment, formats but 0 (the paragraph's own) as
+    ``<span data-r="k">``; adjacent pieces of one format merged."""
     merged = []
     for text, fmt in pieces:
         if merged and merged[-1][1] == fmt:
@@ -74,21 +74,25 @@ def _formats(runs):
 _DOCX_SPACING = {f"{{{W}}}tab": "\t", f"{{{W}}}br": "\n", f"{{{W}}}cr": "\n"}
 
 
-def _docx_paragraphs(root):
-    """Per ``<w:p>`` with text: ``(paragraph, runs, [(text, rPr key)])`` of its direct runs."""
+def _run_format(run):
+    """``(key, rPr)``: a run's ``<w:rPr>`` (or None) and its bytes (b"" for none)."""
     from lxml import etree
 
+    rpr = run.find(f"{{{W}}}rPr")
+    return b"" if rpr is None else etree.tostring(rpr), rpr
+
+
+def _docx_paragraphs(root):
+    """Per ``<w:p>`` with text: ``(paragraph, runs, [(text, rPr key)])`` of its direct runs."""
     out = []
     for p in root.iter(f"{{{W}}}p"):
         runs, texts = [], []
         for r in p.findall(f"{{{W}}}r"):
             text = "".join((child.text or "") if child.tag == f"{{{W}}}t"
                            else _DOCX_SPACING.get(child.tag, "") for child in r)
-            if not text:
-                continue
-            rpr = r.find(f"{{{W}}}rPr")
-            runs.append(r)
-            texts.append((text, b"" if rpr is None else etree.tostring(rpr)))
+            if text:
+                runs.append(r)
+                texts.append((text, _run_format(r)[0]))
         if any(t.strip() for t, _ in texts):
             out.append((p, runs, texts))
     return out
@@ -97,10 +101,7 @@ def _docx_paragraphs(root):
 def _docx_write(p, runs, keys, pieces):
     from lxml import etree
 
-    templates = {}
-    for r in runs:
-        rpr = r.find(f"{{{W}}}rPr")
-        templates.setdefault(b"" if rpr is None else etree.tostring(rpr), rpr)
+    templates = dict(map(_run_format, runs))
     at = p.index(runs[0])
     for r in runs:
         p.remove(r)
@@ -120,8 +121,7 @@ _ODT_PLAIN = {f"{{{TEXT}}}s", f"{{{TEXT}}}tab", f"{{{TEXT}}}line-break"}
 
 
 def _spacing(element):
-    """The text a spacing element (``<text:s>``, ``<text:tab>``, ``<text:line-break>``)
-    stands for; "" for any other."""
+    """The text a spacing element of :data:`_ODT_PLAIN` stands for; "" for any other."""
     if element.tag == f"{{{TEXT}}}s":
         return " " * int(element.get(f"{{{TEXT}}}c", "1"))
     return {f"{{{TEXT}}}tab": "\t", f"{{{TEXT}}}line-break": "\n"}.get(element.tag, "")
@@ -207,22 +207,18 @@ async def translate_file(filename, data, translate_text, translate_html):
         translate_html: ``async (list of HTML fragments) -> list of HTML``.
 
     Raises:
-        ValueError: an extension other than :data:`EXTENSIONS`, or a file that cannot be
-            read as its extension says.
+        ValueError: not one of :data:`EXTENSIONS`, or not readable as its extension says.
     """
     ext = extension(filename)
     if ext is None:
         raise ValueError("file format not supported")
     try:
         if ext == ".txt":
-            text = data.decode("utf-8-sig")
-            lines = text.split("\n")
+            lines = data.decode("utf-8-sig").split("\n")
             todo = [i for i, line in enumerate(lines) if line.strip()]
             done = await translate_text([lines[i].strip() for i in todo]) if todo else []
-            for i, translation in zip(todo, done):
-                line = lines[i]
-                lead = line[: len(line) - len(line.lstrip())]
-                trail = line[len(line.rstrip()):]
+            for i, translation in zip(todo, done):  # each line's own spaces kept around it
+                lead, _, trail = re.fullmatch(r"(\s*)(.*?)(\s*)", lines[i], re.S).groups()
                 lines[i] = lead + translation + trail
             return "\n".join(lines).encode("utf-8")
         if ext in (".html", ".htm"):

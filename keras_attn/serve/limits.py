@@ -33,8 +33,8 @@ class MemoryWindows:
         self._seen = collections.defaultdict(collections.deque)
 
     def hit(self, bucket, limit, now):
-        """Count one request of ``bucket`` at ``now``; False when ``limit`` are in the window
-        already (then it is not counted)."""
+        """Count one request of ``bucket`` at ``now``; False (not counted) when ``limit``
+        are in the window already."""
         seen = self._seen[bucket]
         while seen and seen[0] <= now - WINDOW_S:
             seen.popleft()

@@ -50,7 +50,7 @@ def _export_dirs(path):
 
 
 def _run_dir_of(path, found):
-    """The run directory behind ``path`` / the artefact ``found``, if it is here."""
+    """The run directory behind ``path`` / the artefact ``found``, or None."""
     for candidate in (path, os.path.join(path, "run"), os.path.dirname(path)):
         if os.path.exists(os.path.join(candidate, "config.json")) and \
                 not os.path.exists(os.path.join(candidate, CT2_METADATA)):
@@ -66,13 +66,10 @@ def _run_dir_of(path, found):
 def artefact_languages(found):
     """``(source, target)`` ``(code, name)`` pairs of an artefact's own metadata, or None
     when it holds none."""
-    for meta in (os.path.join(found, CT2_METADATA), os.path.join(found, SAVED_MODEL_METADATA),
-                 found.rstrip(os.sep) + ".report.json"):
-        if os.path.isfile(meta):
-            found_languages = languages_from_metadata(read_json(meta))
-            if found_languages:
-                return found_languages
-    return None
+    metadata = (os.path.join(found, CT2_METADATA), os.path.join(found, SAVED_MODEL_METADATA),
+                found.rstrip(os.sep) + ".report.json")
+    return next(filter(None, (languages_from_metadata(read_json(meta)) for meta in metadata
+                              if os.path.isfile(meta))), None)
 
 
 def languages_of(run_dir, found=None):
@@ -84,10 +81,8 @@ def languages_of(run_dir, found=None):
         (('dates', 'Dates as people write them'), ('iso', 'ISO 8601 dates'))
     """
     from_artefact = artefact_languages(found) if found is not None else None
-    if from_artefact:
-        return from_artefact
-    if run_dir is None:
-        return UNKNOWN_LANGUAGES
+    if from_artefact or run_dir is None:
+        return from_artefact or UNKNOWN_LANGUAGES
     return config_languages(read_json(os.path.join(run_dir, "config.json")))
 
 

@@ -56,6 +56,10 @@ class _Parser(html.parser.HTMLParser):
             self.items.append(self.segment)
         self.segment, self.open = Segment(), []
 
+    def _markup(self, raw):
+        self._flush()
+        self.items.append(raw)
+
     def handle_starttag(self, tag, attrs):
         raw = self.get_starttag_text()
         if tag in INLINE:
@@ -63,12 +67,10 @@ class _Parser(html.parser.HTMLParser):
             self.segment.spans.append(span)
             self.open.append(span)
         else:
-            self._flush()
-            self.items.append(raw)
+            self._markup(raw)
 
     def handle_startendtag(self, tag, attrs):
-        self._flush()
-        self.items.append(self.get_starttag_text())
+        self._markup(self.get_starttag_text())
 
     def handle_endtag(self, tag):
         if tag in INLINE and any(s.name == tag for s in self.open):
@@ -78,19 +80,16 @@ class _Parser(html.parser.HTMLParser):
                 if span.name == tag:
                     break
         else:
-            self._flush()
-            self.items.append(f"</{tag}>")
+            self._markup(f"</{tag}>")
 
     def handle_data(self, data):
         self.segment.text += data
 
     def handle_comment(self, data):
-        self._flush()
-        self.items.append(f"<!--{data}-->")
+        self._markup(f"<!--{data}-->")
 
     def handle_decl(self, decl):
-        self._flush()
-        self.items.append(f"<!{decl}>")
+        self._markup(f"<!{decl}>")
 
     def close(self):
         super().close()
@@ -169,20 +168,16 @@ def rebuild(segment, translation, alignment):
                 ranges[k][0] = ranges[p][1] + 1
         if ranges[k][0] > ranges[k][1]:
             ranges[k] = None
-    opens = {j: [] for j in range(len(target_words))}
-    closes = {j: [] for j in range(len(target_words))}
-    for k, r in enumerate(ranges):
-        if r is not None:
-            opens[r[0]].append(k)
-            closes[r[1]].append(k)
     out = []
     for j, word in enumerate(target_words):
         if j:  # the translation's own whitespace between two words
             out.append(html.escape(translation[spans[j - 1][1]: spans[j][0]], quote=False))
-        for k in sorted(opens[j], key=lambda k: (-ranges[k][1], segment.spans[k].depth)):
+        opens = [k for k, r in enumerate(ranges) if r and r[0] == j]
+        closes = [k for k, r in enumerate(ranges) if r and r[1] == j]
+        for k in sorted(opens, key=lambda k: (-ranges[k][1], segment.spans[k].depth)):
             out.append(segment.spans[k].start_tag)
         out.append(html.escape(word, quote=False))
-        for k in sorted(closes[j], key=lambda k: (ranges[k][0], -segment.spans[k].depth),
+        for k in sorted(closes, key=lambda k: (ranges[k][0], -segment.spans[k].depth),
                         reverse=True):
             out.append(f"</{segment.spans[k].name}>")
     # aligned with nothing: kept, empty, where the segment ends
@@ -201,12 +196,11 @@ def split_inline(items):
             continue
         cuts = sorted({0, len(item.text)} | {s.start for s in item.spans}
                       | {s.end for s in item.spans})
+        deepest_first = sorted(item.spans, key=lambda s: -s.depth)
         for k, at in enumerate(cuts):
-            out.extend(f"</{s.name}>" for s in sorted(item.spans, key=lambda s: -s.depth)
-                       if s.end == at and s.start < at)
+            out.extend(f"</{s.name}>" for s in deepest_first if s.end == at and s.start < at)
             out.extend(s.start_tag for s in item.spans if s.start == at)
-            out.extend(f"</{s.name}>" for s in sorted(item.spans, key=lambda s: -s.depth)
-                       if s.end == at and s.start == at)
+            out.extend(f"</{s.name}>" for s in deepest_first if s.end == at and s.start == at)
             if k + 1 < len(cuts):
                 out.append(Segment(item.text[at: cuts[k + 1]]))
     return out

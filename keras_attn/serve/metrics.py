@@ -3,7 +3,7 @@
 declared, ``unmatched`` for a path no route has (the label set stays small).
 
 Example:
-    >>> metrics = Metrics(models)                 # or one Batcher
+    >>> metrics = Metrics(models)
     >>> app = metrics.middleware(app, routes)     # counts every request (an ASGI app)
     >>> metrics.text()                            # b"# HELP keras_attn_http_requests_total..."
 """
@@ -20,15 +20,14 @@ class Metrics:
     """The counters of one app (its own registry: several apps in a process stay apart).
 
     Args:
-        batchers: the app's :class:`~keras_attn.serve.models.Models` (each model's batcher,
-            labelled by its pair), or one :class:`~keras_attn.serve.batcher.Batcher`.
+        models: the app's :class:`~keras_attn.serve.models.Models` (each model's batcher,
+            labelled by its pair).
     """
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, batchers):
-        pairs = ({m.pair: m.batcher for m in batchers} if hasattr(batchers, "models")
-                 else {("", ""): batchers})
+    def __init__(self, models):
+        batchers = [m.batcher for m in models]
         self.registry = CollectorRegistry()
         self.requests = Counter("keras_attn_http_requests", "HTTP requests answered",
                                 ["route", "method", "status"], registry=self.registry)
@@ -47,13 +46,12 @@ class Metrics:
                                     "language pair asked (pivot: the language between two "
                                     "chained models, or empty)",
                                     ["source", "target", "pivot"], registry=self.registry)
-        batchers = list(pairs.values())
         Gauge("keras_attn_queue_depth", "Requests waiting for a replica",
               registry=self.registry).set_function(lambda: sum(b.waiting for b in batchers))
         Gauge("keras_attn_batches_in_flight", "Batches being decoded",
               registry=self.registry).set_function(lambda: sum(b.in_flight for b in batchers))
-        for pair, batcher in pairs.items():
-            batcher.on_batch = lambda texts, seconds, pair=pair: self.observe_batch(
+        for m in models:
+            m.batcher.on_batch = lambda texts, seconds, pair=m.pair: self.observe_batch(
                 texts, seconds, *pair)
 
     def observe_batch(self, texts, seconds, source="", target=""):

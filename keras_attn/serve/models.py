@@ -9,6 +9,7 @@ Example:
     >>> models.languages()[0]
     {'code': 'en', 'name': 'English', 'targets': ['fr']}
 """
+import contextlib
 import dataclasses
 import os
 
@@ -20,9 +21,8 @@ from keras_attn.serve.locate import locate
 
 @dataclasses.dataclass
 class Model:
-    """One served model: its artefact, replicas (its loaded engine),
-    :class:`~keras_attn.serve.batcher.Batcher` and
-    :class:`~keras_attn.serve.attention.Attention`."""
+    """One served model: its artefact, replicas, :class:`~keras_attn.serve.batcher.Batcher`
+    and :class:`~keras_attn.serve.attention.Attention`."""
 
     artefact: object
     replicas: object
@@ -33,10 +33,6 @@ class Model:
     def pair(self):
         """``(source code, target code)``."""
         return (self.artefact.source[0], self.artefact.target[0])
-
-    @property
-    def label(self):
-        return "->".join(self.pair)
 
 
 def check_pairs(artefacts, paths=None):
@@ -74,15 +70,11 @@ def find_artefacts(paths, engine="savedmodel"):
         except FileNotFoundError as e:
             error = e
         inside = []
-        if os.path.isdir(path):
-            for name in sorted(os.listdir(path)):
-                sub = os.path.join(path, name)
-                if not os.path.isdir(sub) or name.startswith("."):
-                    continue
-                try:
+        for name in sorted(os.listdir(path)) if os.path.isdir(path) else ():
+            sub = os.path.join(path, name)
+            if os.path.isdir(sub) and not name.startswith("."):
+                with contextlib.suppress(FileNotFoundError):
                     inside.append((sub, locate(sub, engine)))
-                except FileNotFoundError:
-                    pass
         if not inside:
             raise FileNotFoundError(f"{error} (nor do its subfolders hold one)") from None
         found.extend(inside)
@@ -98,6 +90,10 @@ class Models:
         max_batch, wait_ms, queue_size: each model's
             :class:`~keras_attn.serve.batcher.Batcher`'s.
 
+    Attributes:
+        sources, targets, codes: the source, target and all language codes, in the models'
+            order. first: the first model. by_pair: ``{(source, target): Model}``.
+
     Raises:
         ValueError: no entry, or two of one pair.
     """
@@ -110,7 +106,11 @@ class Models:
         check_pairs([a for a, _ in entries])
         self.models = [Model(a, r, Batcher(r, max_batch, wait_ms, queue_size), Attention(a))
                        for a, r in entries]
+        self.first = self.models[0]
         self.by_pair = {m.pair: m for m in self.models}
+        self.sources = tuple(dict.fromkeys(s for s, _ in self.by_pair))
+        self.targets = tuple(dict.fromkeys(t for _, t in self.by_pair))
+        self.codes = tuple(dict.fromkeys(c for pair in self.by_pair for c in pair))
         self.names = {}
         for m in self.models:
             for code, name in (m.artefact.source, m.artefact.target):
@@ -122,25 +122,6 @@ class Models:
     def __iter__(self):
         return iter(self.models)
 
-    @property
-    def first(self):
-        return self.models[0]
-
-    @property
-    def sources(self):
-        """Source codes, in the models' order."""
-        return tuple(dict.fromkeys(m.pair[0] for m in self.models))
-
-    @property
-    def targets(self):
-        """Target codes, in the models' order."""
-        return tuple(dict.fromkeys(m.pair[1] for m in self.models))
-
-    @property
-    def codes(self):
-        """Every code, sources and targets, in the models' order."""
-        return tuple(dict.fromkeys(c for m in self.models for c in m.pair))
-
     def route(self, source, target):
         """The models ``source`` -> ``target`` goes through: ``[direct]``, or ``[source ->
         pivot, pivot -> target]`` (the first pivot in the models' order).
@@ -148,32 +129,29 @@ class Models:
         Raises:
             ApiError: 400 naming the pairs served, when neither exists.
         """
-        direct = self.by_pair.get((source, target))
-        if direct is not None:
-            return [direct]
-        for first in self.models if source != target else ():
-            if first.pair[0] == source and first.pair[1] != target:
-                second = self.by_pair.get((first.pair[1], target))
-                if second is not None:
-                    return [first, second]
+        hops = self._hops(source, target)
+        if hops:
+            return hops
         served = ", ".join(f"{s} -> {t}" for s, t in self.by_pair)
         raise ApiError(400, f"{source} -> {target} is not supported: this server translates "
                             f"{served} (and through a pivot language where two of them "
                             "chain; GET /languages lists every target of each source)")
 
+    def _hops(self, source, target):
+        """:meth:`route`'s models, or [] when there is no route."""
+        if (source, target) in self.by_pair:
+            return [self.by_pair[source, target]]
+        return next(([m, self.by_pair[m.pair[1], target]] for m in self.models
+                     if source != target and m.pair[0] == source and m.pair[1] != target
+                     and (m.pair[1], target) in self.by_pair), [])
+
     def reachable(self, source, target):
-        try:
-            self.route(source, target)
-        except ApiError:
-            return False
-        return True
+        return bool(self._hops(source, target))
 
     def targets_of(self, source):
         """The targets ``source`` reaches: direct first, then through a pivot."""
-        direct = [m.pair[1] for m in self.models if m.pair[0] == source]
-        pivoted = [c for c in self.codes if c != source and c not in direct
-                   and self.reachable(source, c)]
-        return direct + pivoted
+        direct = [t for s, t in self.by_pair if s == source]
+        return direct + [c for c in self.codes if c not in direct and self.reachable(source, c)]
 
     def sources_of(self, target):
         """The sources that reach ``target`` (``source: "auto"`` chooses among them)."""
@@ -184,7 +162,6 @@ class Models:
         return [{"code": code, "name": self.names[code], "targets": self.targets_of(code)}
                 for code in self.codes]
 
-    # --- the app's lifespan -------------------------------------------------------------------
     def start(self):
         for m in self.models:
             m.batcher.start()

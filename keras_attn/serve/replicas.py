@@ -21,23 +21,34 @@ from keras_attn.serve.api import check_int
 _ENGINE = None  # the engine of a worker process (ProcessReplicas)
 
 
-class InProcessReplicas:
+class _Replicas:
+    """Calls ``self._call(texts, options, confidence[, passthrough])`` in ``self._pool``."""
+
+    async def translate(self, texts, options, confidence=True, passthrough=None):
+        given = () if passthrough is None else (passthrough,)  # an engine's fourth argument
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, self._call, texts, options, confidence, *given)
+
+    def close(self):
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class InProcessReplicas(_Replicas):
     """One engine (or anything with ``translate(texts, options, confidence)``) in this
-    process, called from a worker thread."""
+    process, called from a worker thread.
+
+    Example:
+        >>> await InProcessReplicas(engine).translate(["3 March 2021"], DecodingOptions())
+    """
 
     size = 1
 
     def __init__(self, engine):
         self.engine = engine
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
 
-    async def translate(self, texts, options, confidence=True, passthrough=None):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.engine.translate, texts, options,
-                                          confidence, *_given(passthrough))
-
-    def close(self):
-        self._executor.shutdown(wait=True)
+    def _call(self, *args):
+        return self.engine.translate(*args)
 
 
 def _init_worker(artefact, threads, xla=False):
@@ -78,11 +89,6 @@ def _import_quietly(name):
         os.close(devnull)
 
 
-def _given(passthrough):
-    """``passthrough`` as an engine's fourth argument: none when the request left it."""
-    return () if passthrough is None else (passthrough,)
-
-
 def _translate(texts, options, confidence, *passthrough):
     return _ENGINE.translate(texts, options, confidence, *passthrough)
 
@@ -92,7 +98,7 @@ def _ready(pause):
     return os.getpid()
 
 
-class ProcessReplicas:
+class ProcessReplicas(_Replicas):
     """``size`` worker processes (``spawn``), each with its own engine.
 
     Args:
@@ -100,6 +106,8 @@ class ProcessReplicas:
         size: worker processes. threads: intra-op threads of each (0: the engine's default).
         xla: as :func:`~keras_attn.serve.engines.load_engine`'s.
     """
+
+    _call = staticmethod(_translate)
 
     def __init__(self, artefact, size, threads=1, xla=False):
         self.size = check_int("replicas", size, 1)
@@ -118,10 +126,3 @@ class ProcessReplicas:
         self.pids = sorted(pids)
         return self.pids
 
-    async def translate(self, texts, options, confidence=True, passthrough=None):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, _translate, texts, options, confidence,
-                                          *_given(passthrough))
-
-    def close(self):
-        self._pool.shutdown(wait=True, cancel_futures=True)

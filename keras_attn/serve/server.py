@@ -11,26 +11,21 @@ from keras_attn.serve.app import Settings, create_app
 
 def default_replicas():
     """The cores this process may use: one replica each."""
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except AttributeError:  # not Linux
-        return max(os.cpu_count() or 1, 1)
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()  # Linux
+    return max(len(cores) or os.cpu_count() or 1, 1)
 
 
 def default_threads(engine, replicas, cores=None):
-    """Intra-op threads of each replica when none are given: 1 with several replicas;
-    with one, ``ENGINES[engine].default_threads`` of the ``cores``."""
+    """Intra-op threads of each replica: 1 with several; with one, the engine's
+    ``default_threads`` of the ``cores``."""
     from keras_attn.serve.engines import ENGINES
 
-    if replicas > 1:
-        return 1
-    return ENGINES[engine].default_threads(cores or default_replicas())
+    return 1 if replicas > 1 else ENGINES[engine].default_threads(cores or default_replicas())
 
 
 def make_replicas(artefact, replicas, threads=None, log=print, xla=False):
-    """``InProcessReplicas`` for one replica, ``ProcessReplicas`` for more, started;
-    ``threads`` None: :func:`default_threads`; ``xla``: as
-    :func:`~keras_attn.serve.engines.load_engine`'s."""
+    """``InProcessReplicas`` for one replica, ``ProcessReplicas`` for more, started
+    (``threads`` None: :func:`default_threads`)."""
     from keras_attn.serve import engines
     from keras_attn.serve.api import check_int
     from keras_attn.serve.replicas import InProcessReplicas, ProcessReplicas
@@ -66,18 +61,10 @@ def rss_mb(pid="self"):
 
 def load_models(paths, engine="savedmodel", replicas=1, threads=None, log=print, xla=False,
                 settings=None, make=None):
-    """Every model of ``paths``, loaded with its replicas and batcher (the memory each
-    takes is logged).
-
-    Args:
-        paths: a path or a list (:func:`~keras_attn.serve.models.find_artefacts`).
-        make: ``(artefact, replicas, threads, log, xla) -> replicas`` (default:
-            :func:`make_replicas`).
-        settings: :class:`~keras_attn.serve.app.Settings` (the batchers' sizes).
-
-    Returns:
-        :class:`~keras_attn.serve.models.Models`.
-    """
+    """The :class:`~keras_attn.serve.models.Models` of ``paths`` (a path or a list:
+    :func:`~keras_attn.serve.models.find_artefacts`), each with its replicas and batcher
+    (sized by ``settings``), the memory each takes logged. ``make``: as
+    :func:`make_replicas` (the default)."""
     from keras_attn.serve.models import Models, find_artefacts
 
     settings = settings or Settings()
@@ -86,7 +73,6 @@ def load_models(paths, engine="savedmodel", replicas=1, threads=None, log=print,
     for path, artefact in find_artefacts(paths, engine):
         before = rss_mb()
         pool = make(artefact, replicas, threads, log, xla)
-        label = f"{artefact.source[0]}->{artefact.target[0]}"
         pids = getattr(pool, "pids", None)
         if pids:
             sizes = [rss_mb(pid) for pid in pids]
@@ -96,7 +82,7 @@ def load_models(paths, engine="savedmodel", replicas=1, threads=None, log=print,
             after = rss_mb()
             memory = (f"+{round(after - before)} MB" if None not in (before, after)
                       else "memory not measured here")
-        log(f"loaded {label} from {path} ({memory})")
+        log(f"loaded {artefact.source[0]}->{artefact.target[0]} from {path} ({memory})")
         entries.append((artefact, pool))
     return Models(entries, settings.max_batch, settings.batch_wait_ms, settings.queue_size)
 
@@ -107,13 +93,11 @@ def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
 
     Args:
         path: what :func:`load_models` reads.
-        engine: a name of :data:`~keras_attn.serve.engines.ENGINES`. host, port: where to
-            listen.
+        engine: a name of :data:`~keras_attn.serve.engines.ENGINES`.
         replicas: engine copies (default: one per core). threads: intra-op threads of each.
         settings: :class:`~keras_attn.serve.app.Settings`.
         graceful_s: longest wait for the requests in flight at shutdown (default: the
             request timeout plus 5 s).
-        xla: the SavedModel's XLA-compiled signature where the export has it.
     """
     import uvicorn
 
@@ -121,15 +105,11 @@ def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
     models = load_models(path, engine, default_replicas() if replicas is None else replicas,
                          threads, log, xla, settings)
     app = create_app(models, settings=settings)
-    for model in models:
-        heatmaps = model.attention
-        if heatmaps.unavailable is None:
-            # Loaded by the first POST /attention, not here: the Keras model and its traces
-            # would add 50-80 MB to every server, most of which never draw a heatmap.
-            log(f"attention heatmaps from the Keras model of {heatmaps.run_dir} (loaded at "
-                "the first POST /attention)")
-        else:
-            log(f"POST /attention answers 501: {heatmaps.unavailable}")
+    for heatmaps in (model.attention for model in models):
+        # Loaded by the first POST /attention, not here: most servers never draw a heatmap.
+        log(f"attention heatmaps from the Keras model of {heatmaps.run_dir} (loaded at the "
+            "first POST /attention)" if heatmaps.unavailable is None
+            else f"POST /attention answers 501: {heatmaps.unavailable}")
     base = f"http://{host}:{port}{settings.url_prefix}"
     pairs = ", ".join(f"{s} -> {t}" for s, t in models.by_pair)
     log(f"serving {pairs} on {base}/ (LibreTranslate's "

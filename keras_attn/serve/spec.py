@@ -16,6 +16,7 @@ from keras_attn.serve.engines import Capabilities
 ERROR = {"type": "object", "properties": {"error": {"type": "string",
                                                     "description": "What went wrong"}},
          "required": ["error"]}
+TEXTS = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
 LANGUAGE = {"type": "object", "properties": {"code": {"type": "string"},
                                              "name": {"type": "string"}}}
 DETECTIONS = {"type": "array", "items": {"type": "object", "properties": {
@@ -144,12 +145,8 @@ ENDPOINTS = (
 
 def _schema(field, form=False):
     """A field's JSON Schema (a form's ``text`` field is one string)."""
-    schema = {"text": {"oneOf": [{"type": "string"},
-                                 {"type": "array", "items": {"type": "string"}}]},
-              "file": {"type": "string", "format": "binary"}}.get(field.type,
-                                                                   {"type": field.type})
-    if form and field.type == "text":
-        schema = {"type": "string"}
+    schema = {"text": {"type": "string"} if form else TEXTS,
+              "file": {"type": "string", "format": "binary"}}.get(field.type, {"type": field.type})
     extra = {"description": field.description, "example": field.example}
     return {**schema, **{k: v for k, v in extra.items() if v not in (None, "")}}
 

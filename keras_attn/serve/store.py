@@ -30,8 +30,7 @@ def _connect(path):
 
 
 class _Table:
-    """A table of LibreTranslate's in the SQLite file ``path`` (made, with its folder, when
-    missing)."""
+    """A table of LibreTranslate's in the SQLite file ``path``."""
 
     schema = ""
 
