@@ -4,14 +4,11 @@
 requests into one batch of sentences, and :func:`join` puts the translations back with the
 input's own whitespace between them.
 
-One rule set, declared as data (:data:`RULES`): ordered ``(name, pattern, replacement)``
-rewrites in the common subset of Python's ``re`` and RE2, run here with ``re.sub`` and in a
-graph with ``tf.strings.regex_replace`` (:mod:`keras_attn.export.documents`), with the same
-result. The text is escaped (:data:`ESCAPE_RULES`) and wrapped in ``BEGIN`` ... ``END``; a
-newline always ends a sentence; a ``.`` that ends none becomes ``DOT``; ``BOUNDARY`` goes
-after a run of stops and closing marks followed by whitespace and no lower-case letter; the
-text ends as ``separator BOUNDARY sentence BOUNDARY ... separator``, and
-:data:`RESTORE_RULES` undo the protections. docs/documents.md gives each rule with examples.
+One rule set, declared as data (:data:`RULES`: ordered ``(name, pattern, replacement)``
+rewrites that Python's ``re`` and RE2 read alike), runs here with ``re.sub`` and in a graph
+with ``tf.strings.regex_replace`` (:mod:`keras_attn.export.documents`), with the same
+result: ``separator BOUNDARY sentence BOUNDARY ... separator``. docs/documents.md gives each
+rule with examples.
 
 Example:
     >>> seg = split("Mr. Smith arrived at 10:30. He left!\\n\\nThe end.")
@@ -215,10 +212,8 @@ def split(text):
         text: str, any number of sentences and paragraphs (may be empty).
 
     Returns:
-        :class:`Segments`; ``join(*split(text)) == text`` for every str.
-
-    Raises:
-        ValueError: ``text`` is not a str.
+        :class:`Segments`; ``join(*split(text)) == text`` for every str. Raises ValueError
+        when ``text`` is not a str.
 
     Example:
         >>> split("Hello World. My name is Jonas.\\n")

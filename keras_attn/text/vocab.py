@@ -48,7 +48,7 @@ def learn_wordpiece_vocab(texts, vocab_size=8000, *, reserved_tokens=None, max_t
     from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bvfd
 
     reserved_tokens = list(RESERVED_TOKENS if reserved_tokens is None else reserved_tokens)
-    texts = [t for t in texts]
+    texts = list(texts)
     if not texts:
         raise ValueError("learn_wordpiece_vocab needs at least one text. Received: texts=[]")
     if vocab_size <= len(reserved_tokens):
