@@ -33,8 +33,7 @@ def learn_wordpiece_vocab(texts, vocab_size=8000, *, reserved_tokens=None, max_t
         texts: iterable of strings.
         vocab_size: maximum vocabulary size, reserved tokens included.
         reserved_tokens: tokens placed first; defaults to `RESERVED_TOKENS`.
-        max_texts: learn from a random sample of at most this many texts (None: all).
-        seed: seed of that sample.
+        max_texts, seed: learn from a sample of at most this many texts drawn with `seed`.
         learn_params: extra keyword arguments of
             `tensorflow_text.tools.wordpiece_vocab.wordpiece_tokenizer_learner_lib.learn`.
     Returns:
@@ -79,8 +78,6 @@ def char_vocab(texts, extra_chars=DEFAULT_EXTRA_CHARS, reserved_tokens=None):
         texts: iterable of strings whose characters must be covered (case preserved).
         extra_chars: characters added even if unseen (default: printable ASCII and French).
         reserved_tokens: defaults to `RESERVED_TOKENS`.
-    Returns:
-        List of tokens.
     Example:
         >>> char_vocab(["3 mai"], extra_chars="")
         ['[PAD]', '[UNK]', '[START]', '[END]', ' ', '3', 'a', 'i', 'm',
