@@ -111,18 +111,13 @@ def _date_stream(rng):
 
 
 def generate_dates(n, seed=0, return_formats=False):
-    """Generate `n` (source, ISO target) date pairs, deterministic for a seed.
+    """`n` (source, ISO target) date pairs, deterministic for a `seed`; with
+    `return_formats`, `(source, target, format_name)` triples.
 
     Dates are uniform over 1900-2099 and the format over `DATE_FORMATS`; casing is kept
     (55 %), lower, UPPER or Title. Numeric dates are day-first; two-digit years use the
     `strptime("%y")` pivot. Pairs may repeat (`dates_splits` removes duplicates).
 
-    Args:
-        n: number of pairs.
-        seed: random seed.
-        return_formats: also return the format name of each pair.
-    Returns:
-        List of `(source, target)` (or `(source, target, format_name)`) tuples.
     Example:
         >>> generate_dates(2, seed=1)
         [('21/3/1948', '1948-03-21'), ('25 Aug 1922', '1922-08-25')]
@@ -135,13 +130,9 @@ def generate_dates(n, seed=0, return_formats=False):
 
 
 def dates_splits(num_train=40000, num_valid=2000, num_test=2000, seed=0):
-    """Train / valid / test date pairs, disjoint by source string.
+    """Train / valid / test date pairs (`num_*` of each, drawn with `seed`), disjoint by
+    source string: `{"train": [...], "valid": [...], "test": [...]}`, (source, target) lists.
 
-    Args:
-        num_train, num_valid, num_test: pairs per split.
-        seed: random seed.
-    Returns:
-        `{"train": [...], "valid": [...], "test": [...]}`, lists of (source, target).
     Example:
         >>> splits = dates_splits(num_train=1000, num_valid=100, num_test=100)
         >>> len(splits["train"]), splits["test"][0][1]   # (1000, 'YYYY-MM-DD')

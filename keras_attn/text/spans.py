@@ -224,10 +224,8 @@ def put_back(c, translation, alignment=None):
         translation: the translation of ``c.rest`` (str).
         alignment: its Pharaoh ``i-j`` pairs over whitespace-separated words (None or "":
             the groups go to the proportional place).
-
     Returns:
         ``(translation, alignment)``: the alignment None when none was given.
-
     Example:
         >>> c = cut("Make it <b>bold</b> now")
         >>> put_back(c, "Mets-le en gras maintenant", "0-0 1-0 2-2 3-3")[0]

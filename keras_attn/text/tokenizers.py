@@ -192,9 +192,8 @@ class Tokenizer(TokenList, tf.Module):
         self._detokenizer = self._wordpiece(extended, support_detokenization=True)
         self._suffix_of = tf.constant(suffix_of, tf.int32)
         self._prefix_of = tf.constant(prefix_of, tf.int32)
-        self._is_join = tf.constant(
-            [(not self.char_level) and t in JOIN_TOKENS for t in vocab], tf.bool
-        )
+        self._is_join = tf.constant([(not self.char_level) and t in JOIN_TOKENS for t in vocab],
+                                    tf.bool)
 
     def _wordpiece(self, vocab, support_detokenization):
         # Character mode: the whole input is one "word"; no byte limit, so a long input is
