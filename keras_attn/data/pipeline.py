@@ -108,12 +108,9 @@ def make_dataset(pairs, src_tokenizer, tgt_tokenizer, batch_size, shuffle=True, 
     if bucket:
         bounds = _bucket_boundaries(max_len)
         ds = ds.bucket_by_sequence_length(
-            element_length_func=lambda x, y: tf.maximum(tf.shape(x["source"])[0],
-                                                        tf.shape(y)[0]),
-            bucket_boundaries=bounds,
-            bucket_batch_sizes=[batch_size] * (len(bounds) + 1),
-            padding_values=padding,
-        )
+            element_length_func=lambda x, y: tf.maximum(tf.shape(x["source"])[0], tf.shape(y)[0]),
+            bucket_boundaries=bounds, bucket_batch_sizes=[batch_size] * (len(bounds) + 1),
+            padding_values=padding)
     else:
         ds = ds.padded_batch(batch_size, padding_values=padding)
     # unbatch() and bucketing hide the number of batches; count them (one pass, which also

@@ -71,8 +71,7 @@ def learn_sentencepiece(texts, vocab_size=8000, *, normalization="nmt_nfkc",
         normalization_rule_name=normalization,
         pad_id=text.PAD_ID, unk_id=text.UNK_ID, bos_id=text.START_ID, eos_id=text.END_ID,
         pad_piece=text.PAD, unk_piece=text.UNK, bos_piece=text.START, eos_piece=text.END,
-        num_threads=1, minloglevel=2,
-    )
+        num_threads=1, minloglevel=2)
     return model.getvalue()
 
 

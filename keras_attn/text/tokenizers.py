@@ -170,9 +170,8 @@ class Tokenizer(TokenList, tf.Module):
         vocab = list(vocab)
         check_vocab(vocab)
         if vocab[: len(RESERVED_TOKENS)] != RESERVED_TOKENS:
-            raise ValueError(
-                f"vocab must start with {RESERVED_TOKENS}. Received: vocab[:4]={vocab[:4]}"
-            )
+            raise ValueError(f"vocab must start with {RESERVED_TOKENS}. "
+                             f"Received: vocab[:4]={vocab[:4]}")
         self._vocab_list = vocab
         self.vocab_size = len(vocab)
         self.char_level = " " in vocab
