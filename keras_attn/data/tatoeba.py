@@ -22,8 +22,14 @@ _MAX_LISTED = 10  # bad lines named in a summary; the report keeps them all
 
 @dataclasses.dataclass
 class LoadReport:
-    """What `load_tatoeba` read from ``path``: lines examined (``num_read``), pairs
-    returned (``num_kept``) and every bad line, ``bad_lines``: `(line_no, reason)`, 1-based.
+    """What `load_tatoeba` read: counts and every bad line with its reason.
+
+    Args:
+        path: the file read.
+        num_read: lines examined.  num_kept: pairs returned.
+        bad_lines: list of `(line_no, reason)`, 1-based line numbers.
+    Example:
+        >>> LoadReport("fra.txt", num_read=3, num_kept=2, bad_lines=[(2, "empty line")])
     """
 
     path: str

@@ -309,8 +309,7 @@ def cut_long(sentence, max_units, count):
         raise ValueError(f"`count` must be a callable str -> int. Received: count={count!r}")
     lead = len(sentence) - len(sentence.lstrip())
     body = sentence.strip()
-    pieces, separators = [], [sentence[:lead]]
-    start = 0
+    pieces, separators, start = [], [sentence[:lead]], 0
     while count(body[start:]) > max_units:
         end = _longest_fit(body, start, max_units, count)
         pieces.append(body[start:end[0]])
