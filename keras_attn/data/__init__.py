@@ -39,16 +39,12 @@ def load_splits(config, log=print):
         >>> splits, refs = load_splits(TrainConfig(task="dates", num_train=100))
     """
     if config.task == "dates":
-        splits = dates_splits(config.num_train, config.num_valid, config.num_test,
-                              seed=config.seed)
-        refs = None
-    elif config.task == "tatoeba":
-        splits, refs = tatoeba_splits(config.data, num_valid=config.num_valid,
-                                      max_pairs=config.num_train or None, seed=config.seed,
-                                      normalize=config.tokenizer == "wordpiece", log=log,
-                                      source=config.source_lang, target=config.target_lang,
-                                      columns=config.columns or None,
-                                      target_data=config.target_data)
-    else:
+        return dates_splits(config.num_train, config.num_valid, config.num_test,
+                            seed=config.seed), None
+    if config.task != "tatoeba":
         raise ValueError(f"`task` must be 'dates' or 'tatoeba'. Received: task={config.task!r}")
-    return splits, refs
+    return tatoeba_splits(config.data, num_valid=config.num_valid,
+                          max_pairs=config.num_train or None, seed=config.seed,
+                          normalize=config.tokenizer == "wordpiece", log=log,
+                          source=config.source_lang, target=config.target_lang,
+                          columns=config.columns or None, target_data=config.target_data)

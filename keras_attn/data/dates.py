@@ -34,62 +34,59 @@ def _ordinal(day):
     return f"{day}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(day % 10, 'th') }"
 
 
-def _fr_day(day):
-    return "1er" if day == 1 else str(day)
+def _fields(d):
+    """The fields the templates below name, for the date ``d``."""
+    month, weekday = d.month - 1, d.weekday()
+    return {
+        "d": d.day, "dd": f"{d.day:02d}", "dth": _ordinal(d.day),
+        "m": d.month, "mm": f"{d.month:02d}", "y": d.year, "yy": f"{d.year % 100:02d}",
+        "Month": EN_MONTHS[month], "Mon": EN_MONTHS_ABBR[month],
+        "Mon_dot": EN_MONTHS_ABBR[month] + ("" if month == 4 else "."),  # "May" has no dot
+        "Weekday": EN_WEEKDAYS[weekday], "Wd": EN_WEEKDAYS_ABBR[weekday],
+        "fr_d": "1er" if d.day == 1 else d.day, "mois": FR_MONTHS[month],
+        "mois_abbr": FR_MONTHS_ABBR[month], "jour": FR_WEEKDAYS[weekday],
+        "jour_abbr": FR_WEEKDAYS_ABBR[weekday],
+    }
 
 
-def _en_abbr_dot(month):
-    abbr = EN_MONTHS_ABBR[month - 1]
-    return abbr if abbr == "May" else abbr + "."
-
-
-# name -> (function of a date, uses a two-digit year). Day-first for numeric formats.
-DATE_FORMATS = {
+# name -> (template over `_fields`, uses a two-digit year). Day-first for numeric formats.
+_TEMPLATES = {
     # English
-    "en_d_month_y": (lambda d: f"{d.day} {EN_MONTHS[d.month - 1]} {d.year}", False),
-    "en_month_d_y": (lambda d: f"{EN_MONTHS[d.month - 1]} {d.day}, {d.year}", False),
-    "en_month_dth_y": (lambda d: f"{EN_MONTHS[d.month - 1]} {_ordinal(d.day)}, {d.year}",
-                       False),
-    "en_month_dth_yy": (lambda d: f"{EN_MONTHS[d.month - 1]} {_ordinal(d.day)}, "
-                                  f"{d.year % 100:02d}", True),
-    "en_dth_month_y": (lambda d: f"{_ordinal(d.day)} {EN_MONTHS[d.month - 1]} {d.year}",
-                       False),
-    "en_the_dth_of_month_y": (lambda d: f"the {_ordinal(d.day)} of "
-                                        f"{EN_MONTHS[d.month - 1]} {d.year}", False),
-    "en_wd_d_mon_y": (lambda d: f"{EN_WEEKDAYS_ABBR[d.weekday()]}, {d.day} "
-                                f"{EN_MONTHS_ABBR[d.month - 1]} {d.year}", False),
-    "en_weekday_month_d_y": (lambda d: f"{EN_WEEKDAYS[d.weekday()]}, "
-                                       f"{EN_MONTHS[d.month - 1]} {d.day}, {d.year}", False),
-    "en_d_mon_y": (lambda d: f"{d.day} {EN_MONTHS_ABBR[d.month - 1]} {d.year}", False),
-    "en_mon_dot_d_y": (lambda d: f"{_en_abbr_dot(d.month)} {d.day}, {d.year}", False),
-    "en_mon_d_apos_yy": (lambda d: f"{EN_MONTHS_ABBR[d.month - 1]} {d.day}, "
-                                   f"'{d.year % 100:02d}", True),
+    "en_d_month_y": ("{d} {Month} {y}", False),
+    "en_month_d_y": ("{Month} {d}, {y}", False),
+    "en_month_dth_y": ("{Month} {dth}, {y}", False),
+    "en_month_dth_yy": ("{Month} {dth}, {yy}", True),
+    "en_dth_month_y": ("{dth} {Month} {y}", False),
+    "en_the_dth_of_month_y": ("the {dth} of {Month} {y}", False),
+    "en_wd_d_mon_y": ("{Wd}, {d} {Mon} {y}", False),
+    "en_weekday_month_d_y": ("{Weekday}, {Month} {d}, {y}", False),
+    "en_d_mon_y": ("{d} {Mon} {y}", False),
+    "en_mon_dot_d_y": ("{Mon_dot} {d}, {y}", False),
+    "en_mon_d_apos_yy": ("{Mon} {d}, '{yy}", True),
     # French
-    "fr_d_mois_y": (lambda d: f"{_fr_day(d.day)} {FR_MONTHS[d.month - 1]} {d.year}", False),
-    "fr_le_d_mois_y": (lambda d: f"le {_fr_day(d.day)} {FR_MONTHS[d.month - 1]} {d.year}",
-                       False),
-    "fr_jour_d_mois_y": (lambda d: f"{FR_WEEKDAYS[d.weekday()]} {_fr_day(d.day)} "
-                                   f"{FR_MONTHS[d.month - 1]} {d.year}", False),
-    "fr_le_jour_d_mois_y": (lambda d: f"le {FR_WEEKDAYS[d.weekday()]} {_fr_day(d.day)} "
-                                      f"{FR_MONTHS[d.month - 1]} {d.year}", False),
-    "fr_d_mois_abbr_y": (lambda d: f"{_fr_day(d.day)} {FR_MONTHS_ABBR[d.month - 1]} "
-                                   f"{d.year}", False),
-    "fr_jour_abbr_d_mois_y": (lambda d: f"{FR_WEEKDAYS_ABBR[d.weekday()]} {_fr_day(d.day)} "
-                                        f"{FR_MONTHS[d.month - 1]} {d.year}", False),
+    "fr_d_mois_y": ("{fr_d} {mois} {y}", False),
+    "fr_le_d_mois_y": ("le {fr_d} {mois} {y}", False),
+    "fr_jour_d_mois_y": ("{jour} {fr_d} {mois} {y}", False),
+    "fr_le_jour_d_mois_y": ("le {jour} {fr_d} {mois} {y}", False),
+    "fr_d_mois_abbr_y": ("{fr_d} {mois_abbr} {y}", False),
+    "fr_jour_abbr_d_mois_y": ("{jour_abbr} {fr_d} {mois} {y}", False),
     # Numeric, day first
-    "dd/mm/yyyy": (lambda d: f"{d.day:02d}/{d.month:02d}/{d.year}", False),
-    "d/m/yyyy": (lambda d: f"{d.day}/{d.month}/{d.year}", False),
-    "dd-mm-yyyy": (lambda d: f"{d.day:02d}-{d.month:02d}-{d.year}", False),
-    "dd.mm.yyyy": (lambda d: f"{d.day:02d}.{d.month:02d}.{d.year}", False),
-    "d.m.yyyy": (lambda d: f"{d.day}.{d.month}.{d.year}", False),
-    "dd/mm/yy": (lambda d: f"{d.day:02d}/{d.month:02d}/{d.year % 100:02d}", True),
-    "d/m/yy": (lambda d: f"{d.day}/{d.month}/{d.year % 100:02d}", True),
+    "dd/mm/yyyy": ("{dd}/{mm}/{y}", False),
+    "d/m/yyyy": ("{d}/{m}/{y}", False),
+    "dd-mm-yyyy": ("{dd}-{mm}-{y}", False),
+    "dd.mm.yyyy": ("{dd}.{mm}.{y}", False),
+    "d.m.yyyy": ("{d}.{m}.{y}", False),
+    "dd/mm/yy": ("{dd}/{mm}/{yy}", True),
+    "d/m/yy": ("{d}/{m}/{yy}", True),
     # Numeric, year first
-    "yyyy-mm-dd": (lambda d: d.isoformat(), False),
-    "yyyy/mm/dd": (lambda d: f"{d.year}/{d.month:02d}/{d.day:02d}", False),
-    "yyyy.mm.dd": (lambda d: f"{d.year}.{d.month:02d}.{d.day:02d}", False),
-    "yyyymmdd": (lambda d: f"{d.year}{d.month:02d}{d.day:02d}", False),
+    "yyyy-mm-dd": ("{y}-{mm}-{dd}", False),
+    "yyyy/mm/dd": ("{y}/{mm}/{dd}", False),
+    "yyyy.mm.dd": ("{y}.{mm}.{dd}", False),
+    "yyyymmdd": ("{y}{mm}{dd}", False),
 }
+# name -> (function of a date, uses a two-digit year).
+DATE_FORMATS = {name: (lambda d, template=template: template.format(**_fields(d)), two_digit)
+                for name, (template, two_digit) in _TEMPLATES.items()}
 # Casing applied to the whole source: name -> (weight, function).
 _CASINGS = {"as_is": (0.55, str), "lower": (0.2, str.lower), "upper": (0.15, str.upper),
             # str.title() would write "3Rd"
@@ -114,18 +111,13 @@ def _date_stream(rng):
 
 
 def generate_dates(n, seed=0, return_formats=False):
-    """Generate `n` (source, ISO target) date pairs, deterministic for a seed.
+    """`n` (source, ISO target) date pairs, deterministic for a `seed`; with
+    `return_formats`, `(source, target, format_name)` triples.
 
     Dates are uniform over 1900-2099 and the format over `DATE_FORMATS`; casing is kept
     (55 %), lower, UPPER or Title. Numeric dates are day-first; two-digit years use the
     `strptime("%y")` pivot. Pairs may repeat (`dates_splits` removes duplicates).
 
-    Args:
-        n: number of pairs.
-        seed: random seed.
-        return_formats: also return the format name of each pair.
-    Returns:
-        List of `(source, target)` (or `(source, target, format_name)`) tuples.
     Example:
         >>> generate_dates(2, seed=1)
         [('21/3/1948', '1948-03-21'), ('25 Aug 1922', '1922-08-25')]
@@ -138,13 +130,9 @@ def generate_dates(n, seed=0, return_formats=False):
 
 
 def dates_splits(num_train=40000, num_valid=2000, num_test=2000, seed=0):
-    """Train / valid / test date pairs, disjoint by source string.
+    """Train / valid / test date pairs (`num_*` of each, drawn with `seed`), disjoint by
+    source string: `{"train": [...], "valid": [...], "test": [...]}`, (source, target) lists.
 
-    Args:
-        num_train, num_valid, num_test: pairs per split.
-        seed: random seed.
-    Returns:
-        `{"train": [...], "valid": [...], "test": [...]}`, lists of (source, target).
     Example:
         >>> splits = dates_splits(num_train=1000, num_valid=100, num_test=100)
         >>> len(splits["train"]), splits["test"][0][1]   # (1000, 'YYYY-MM-DD')

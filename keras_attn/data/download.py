@@ -31,18 +31,12 @@ def _extract_corpus(zip_path, cache_dir):
 
 
 def resolve_data(url_or_path, cache_dir=None):
-    """Turn a `--data` value into a local corpus file: a URL is downloaded once into
-    `cache_dir`, a `.zip` extracted there (its `.txt`, `fra.txt` preferred); any other path
-    is returned as is.
+    """Turn a `--data` value (URL or local path) into a local corpus file's `pathlib.Path`:
+    a URL is downloaded once into `cache_dir` (default `~/.cache/keras_attn`), a `.zip`
+    extracted there (its `.txt`, `fra.txt` preferred); any other path is returned as is.
+    Raises FileNotFoundError for a local path that does not exist, OSError when the
+    download failed.
 
-    Args:
-        url_or_path: URL or local path.
-        cache_dir: download folder; defaults to `~/.cache/keras_attn`.
-    Returns:
-        `pathlib.Path` of the corpus file.
-    Raises:
-        FileNotFoundError: a local path that does not exist.
-        OSError: the download failed.
     Example:
         >>> resolve_data(D2L_FRA_ENG_URL, "runs/cache")   # keras_attn.data.D2L_FRA_ENG_URL
         PosixPath('runs/cache/fra-eng/fra.txt')

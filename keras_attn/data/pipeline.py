@@ -18,13 +18,9 @@ _FIRST_BUCKET, _BUCKET_GROWTH, _LONGEST = 8, 1.5, 256
 
 
 def prepare_source(ids, max_len=None):
-    """Source ids: tokens (cut to `max_len - 1`) + `[END]`.
+    """Source ids: tokens, ragged int32 (B, None) from `Tokenizer.tokenize`, cut to
+    `max_len - 1` (None: no cut) -> tokens + `[END]`, ragged int32 (B, None).
 
-    Args:
-        ids: ragged int32 (B, None) from `Tokenizer.tokenize`.
-        max_len: maximum length including `[END]` (None: no limit).
-    Returns:
-        Ragged int32 (B, None).
     Example:
         >>> prepare_source(tf.ragged.constant([[5, 6, 7]]), max_len=3)   # [[5, 6, 3]]
     """
@@ -35,13 +31,9 @@ def prepare_source(ids, max_len=None):
 
 
 def prepare_target(ids, max_len=None):
-    """Teacher-forcing pair: (`[START]` + tokens, tokens + `[END]`), tokens cut to max_len-1.
+    """Teacher-forcing pair of ragged int32 tokens (B, None), cut to `max_len - 1`:
+    `(target_in, target_out)` = (`[START]` + tokens, tokens + `[END]`), each (B, None).
 
-    Args:
-        ids: ragged int32 (B, None).
-        max_len: maximum length of each output (None: no limit).
-    Returns:
-        `(target_in, target_out)`, ragged int32 (B, None) each, equal lengths.
     Example:
         >>> prepare_target(tf.ragged.constant([[5, 6]]))   # ([[2, 5, 6]], [[5, 6, 3]])
     """
@@ -63,7 +55,7 @@ def _bucket_boundaries(max_len):
 
 def make_dataset(pairs, src_tokenizer, tgt_tokenizer, batch_size, shuffle=True, seed=0,
                  max_len=None, bucket=True, cache=True):
-    """Tokenized, shifted, padded batches for `model.fit`.
+    """A `tf.data.Dataset` of tokenized, shifted, padded batches for `model.fit`.
 
     Elements: `({"source": int32 (B, S), "target_in": int32 (B, T)}, target_out int32
     (B, T))`, with the conventions of the module docstring. With `bucket=True` sequences of
@@ -72,15 +64,12 @@ def make_dataset(pairs, src_tokenizer, tgt_tokenizer, batch_size, shuffle=True, 
 
     Args:
         pairs: list of `(source_text, target_text)`, already normalised.
-        src_tokenizer: tokenizer for sources. tgt_tokenizer: tokenizer for targets.
+        src_tokenizer, tgt_tokenizer: the tokenizers of sources and targets.
         batch_size: sequences per batch.
-        shuffle: shuffle the whole dataset each epoch.
-        seed: shuffle seed.
+        shuffle, seed: shuffle the whole dataset each epoch, with this seed.
         max_len: cut every sequence to at most this many ids (None: no cut).
         bucket: bucket by length (else plain `padded_batch`).
         cache: cache the tokenized examples in memory.
-    Returns:
-        `tf.data.Dataset`.
     Example:
         >>> ds = make_dataset(pairs, en_tok, fr_tok, batch_size=64, max_len=40)
         >>> (x, y) = next(iter(ds)); x["source"].shape   # (64, S)
@@ -119,12 +108,9 @@ def make_dataset(pairs, src_tokenizer, tgt_tokenizer, batch_size, shuffle=True, 
     if bucket:
         bounds = _bucket_boundaries(max_len)
         ds = ds.bucket_by_sequence_length(
-            element_length_func=lambda x, y: tf.maximum(tf.shape(x["source"])[0],
-                                                        tf.shape(y)[0]),
-            bucket_boundaries=bounds,
-            bucket_batch_sizes=[batch_size] * (len(bounds) + 1),
-            padding_values=padding,
-        )
+            element_length_func=lambda x, y: tf.maximum(tf.shape(x["source"])[0], tf.shape(y)[0]),
+            bucket_boundaries=bounds, bucket_batch_sizes=[batch_size] * (len(bounds) + 1),
+            padding_values=padding)
     else:
         ds = ds.padded_batch(batch_size, padding_values=padding)
     # unbatch() and bucketing hide the number of batches; count them (one pass, which also

@@ -26,9 +26,10 @@ class LoadReport:
 
     Args:
         path: the file read.
-        num_read: lines examined.
-        num_kept: pairs returned.
+        num_read: lines examined.  num_kept: pairs returned.
         bad_lines: list of `(line_no, reason)`, 1-based line numbers.
+    Example:
+        >>> LoadReport("fra.txt", num_read=3, num_kept=2, bad_lines=[(2, "empty line")])
     """
 
     path: str
@@ -101,12 +102,10 @@ def load_tatoeba(path, normalize=True, max_pairs=None, source="en", target="fr",
             :func:`keras_attn.core.languages.data_columns` (English first).
     Returns:
         `(pairs, report)`: a list of `(source, target)` sentences and a `LoadReport`.
-    Raises:
-        FileNotFoundError: the file does not exist.
-        ValueError: the file holds no good pair, or ``columns`` lacks a language.
+        Raises FileNotFoundError (no file) or ValueError (no good pair, or ``columns``
+        lacks a language).
     Example:
-        >>> pairs, report = load_tatoeba("fra-eng/train.txt")
-        >>> pairs[0]
+        >>> load_tatoeba("fra-eng/train.txt")[0][0]
         ('go .', 'va !')
         >>> load_tatoeba("deu.txt", source="de", target="en")[0][0]   # English<TAB>German
         ('Geh.', 'Go.')
@@ -158,26 +157,16 @@ def _collect(report, max_pairs, parsed):
 def load_aligned(source_path, target_path, normalize=True, max_pairs=None,
                  source="source", target="target"):
     """Read two aligned plain-text files (UTF-8): line ``i`` of one translates line ``i``
-    of the other.
+    of the other; ``source`` and ``target`` name their languages in the messages.
 
-    Args:
-        source_path, target_path: the two files.
-        normalize: apply `normalize_text` to both sides.
-        max_pairs: stop after this many good pairs (None: read everything).
-        source, target: the languages' codes, for the messages.
-    Returns:
-        `(pairs, report)` as :func:`load_tatoeba`.
-    Raises:
-        FileNotFoundError: a file does not exist.
-        ValueError: the files differ in line count, or hold no good pair.
+    Returns ``(pairs, report)`` as :func:`load_tatoeba` (``normalize``, ``max_pairs`` as
+    there). Raises FileNotFoundError (no file) or ValueError (the files differ in line
+    count, or hold no good pair).
     """
     expected = "a UTF-8 file of one sentence per line, aligned with the other file"
     source_path = _check_file(source_path, "source text", expected)
     target_path = _check_file(target_path, "target text", expected)
-    with open(source_path, "rb") as f:
-        source_lines = f.read().splitlines()
-    with open(target_path, "rb") as f:
-        target_lines = f.read().splitlines()
+    source_lines, target_lines = (p.read_bytes().splitlines() for p in (source_path, target_path))
     if len(source_lines) != len(target_lines):
         raise ValueError(
             f"the two files are not aligned: {source_path} has {len(source_lines)} lines and "
@@ -202,12 +191,9 @@ def load_aligned(source_path, target_path, normalize=True, max_pairs=None,
 
 
 def load_tatoeba_references(path, normalize=True, source="en", target="fr", columns=None):
-    """Group every translation of each source sentence, for multi-reference BLEU.
+    """Group every translation of each source sentence of ``path`` (e.g. `dev.txt`), for
+    multi-reference BLEU; the other arguments as :func:`load_tatoeba`.
 
-    Args:
-        path: corpus file (e.g. `dev.txt`: 2,000 English sentences, all their translations).
-        normalize: apply `normalize_text` to both sides.
-        source, target, columns: as :func:`load_tatoeba`.
     Returns:
         `(sources, references)`: source sentences in order of first appearance and, for
         each, the list of its distinct references.
@@ -229,11 +215,8 @@ DATA_ENV = "KERAS_ATTN_DATA"  # the corpus when --data is not given
 
 
 def corpus_location(data_arg=""):
-    """The Tatoeba corpus to read: ``data_arg``, else the ``KERAS_ATTN_DATA`` variable.
-
-    Raises:
-        ValueError: neither is set.
-    """
+    """The Tatoeba corpus to read: ``data_arg``, else the ``KERAS_ATTN_DATA`` variable
+    (ValueError when neither is set)."""
     location = data_arg or os.environ.get(DATA_ENV, "")
     if not location:
         raise ValueError(
@@ -253,8 +236,7 @@ def tatoeba_splits(data_arg="", num_valid=2000, max_pairs=None, seed=0, normaliz
             all references of each source), or a URL (downloaded); empty:
             :func:`corpus_location`.
         num_valid: source sentences held out for ``valid`` (and ``test`` without a dev file).
-        max_pairs: read at most this many pairs.
-        seed: the shuffle's seed.
+        max_pairs, seed: read at most this many pairs; the shuffle's seed.
         normalize: D2L's lower-casing and re-spacing (WordPiece needs it); False keeps the
             text as written (SentencePiece).
         log: where the bad-line summary goes.

@@ -4,14 +4,11 @@
 requests into one batch of sentences, and :func:`join` puts the translations back with the
 input's own whitespace between them.
 
-One rule set, declared as data (:data:`RULES`): ordered ``(name, pattern, replacement)``
-rewrites in the common subset of Python's ``re`` and RE2, run here with ``re.sub`` and in a
-graph with ``tf.strings.regex_replace`` (:mod:`keras_attn.export.documents`), with the same
-result. The text is escaped (:data:`ESCAPE_RULES`) and wrapped in ``BEGIN`` ... ``END``; a
-newline always ends a sentence; a ``.`` that ends none becomes ``DOT``; ``BOUNDARY`` goes
-after a run of stops and closing marks followed by whitespace and no lower-case letter; the
-text ends as ``separator BOUNDARY sentence BOUNDARY ... separator``, and
-:data:`RESTORE_RULES` undo the protections. docs/documents.md gives each rule with examples.
+One rule set, declared as data (:data:`RULES`: ordered ``(name, pattern, replacement)``
+rewrites that Python's ``re`` and RE2 read alike), runs here with ``re.sub`` and in a graph
+with ``tf.strings.regex_replace`` (:mod:`keras_attn.export.documents`), with the same
+result: ``separator BOUNDARY sentence BOUNDARY ... separator``. docs/documents.md gives each
+rule with examples.
 
 Example:
     >>> seg = split("Mr. Smith arrived at 10:30. He left!\\n\\nThe end.")
@@ -209,16 +206,8 @@ def mark(text):
 
 
 def split(text):
-    """Split a text into sentences, keeping the whitespace around them.
-
-    Args:
-        text: str, any number of sentences and paragraphs (may be empty).
-
-    Returns:
-        :class:`Segments`; ``join(*split(text)) == text`` for every str.
-
-    Raises:
-        ValueError: ``text`` is not a str.
+    """Split ``text`` (str, may be empty) into sentences, keeping the whitespace around
+    them: :class:`Segments`, ``join(*split(text)) == text``; ValueError when it is no str.
 
     Example:
         >>> split("Hello World. My name is Jonas.\\n")
@@ -229,15 +218,9 @@ def split(text):
 
 
 def join(sentences, separators):
-    """Rebuild a document: ``separators[0] + sentences[0] + ... + sentences[-1] + separators[-1]``.
-
-    Args:
-        sentences: N str (translations of :func:`split`'s sentences, in order).
-        separators: N + 1 str, :func:`split`'s ``separators``.
-
-    Returns:
-        str. Raises ValueError when there are not N + 1 separators or an item is no str.
-    """
+    """Rebuild a document, ``separators[0] + sentences[0] + ... + separators[-1]``, from N
+    sentences (translations of :func:`split`'s, in order) and its N + 1 ``separators``;
+    ValueError when there are not N + 1 separators or an item is no str."""
     sentences, separators = list(sentences), list(separators)
     if len(separators) != len(sentences) + 1:
         raise ValueError(
@@ -250,14 +233,9 @@ def join(sentences, separators):
 
 
 def split_batch(texts):
-    """Split a batch of texts into one flat list of sentences (translated as one batch).
-
-    Args:
-        texts: sequence of B str.
-
-    Returns:
-        ``(sentences, counts, separators)``: the flat list of sentences, B ints (sentences per
-        text, 0 for a blank text), B lists of ``counts[i] + 1`` separators.
+    """Split a batch of B texts into one flat list of sentences (translated as one batch):
+    ``(sentences, counts, separators)``, the flat list, B ints (sentences per text, 0 for
+    a blank text) and B lists of ``counts[i] + 1`` separators.
 
     Example:
         >>> split_batch(["Hi. Bye.", "", "One"])
@@ -277,14 +255,8 @@ def split_batch(texts):
 
 
 def join_batch(sentences, counts, separators):
-    """Inverse of :func:`split_batch`: B documents from the flat list of translations.
-
-    Args:
-        sentences: flat list of sum(counts) str. counts: B ints. separators: B lists.
-
-    Returns:
-        list of B str.
-    """
+    """Inverse of :func:`split_batch`: the list of B documents from the flat list of
+    ``sum(counts)`` translations, ``counts`` (B ints) and ``separators`` (B lists)."""
     sentences, counts = list(sentences), list(counts)
     if len(counts) != len(separators):
         raise ValueError(f"`counts` and `separators` must have the same length. Received: "
@@ -323,13 +295,9 @@ def cut_long(sentence, max_units, count):
         sentence: str, one sentence.
         max_units: int > 0, the most units a piece may hold.
         count: callable ``str -> int``, a piece's units (e.g. its token count).
-
     Returns:
-        :class:`Pieces`; ``join(pieces, separators) == sentence``, each piece fits.
-
-    Raises:
-        ValueError: bad arguments, or a single character longer than ``max_units``.
-
+        :class:`Pieces`; ``join(pieces, separators) == sentence``, each piece fits. Raises
+        ValueError for bad arguments, or a single character longer than ``max_units``.
     Example:
         >>> cut_long("One, two; three four.", 3, lambda s: len(s.split()))
         Pieces(pieces=['One, two;', 'three four.'], separators=['', ' ', ''], cut=True)
@@ -341,8 +309,7 @@ def cut_long(sentence, max_units, count):
         raise ValueError(f"`count` must be a callable str -> int. Received: count={count!r}")
     lead = len(sentence) - len(sentence.lstrip())
     body = sentence.strip()
-    pieces, separators = [], [sentence[:lead]]
-    start = 0
+    pieces, separators, start = [], [sentence[:lead]], 0
     while count(body[start:]) > max_units:
         end = _longest_fit(body, start, max_units, count)
         pieces.append(body[start:end[0]])

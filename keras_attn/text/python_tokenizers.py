@@ -96,8 +96,7 @@ class CharTokenizer:
 
     def __init__(self, vocab):
         self.vocab = list(vocab)
-        index = {t: i for i, t in enumerate(self.vocab)}
-        self._ids = {t[len(SUFFIX):]: i for t, i in index.items()
+        self._ids = {t[len(SUFFIX):]: i for i, t in enumerate(self.vocab)
                      if t.startswith(SUFFIX) and len(t) > len(SUFFIX)}
 
     def tokenize(self, texts):

@@ -8,6 +8,10 @@ Example:
 """
 from typing import Tuple
 
+# Whitespace as Python's str.isspace() has it, spelled for both regex engines (Python's
+# ``\s`` is Unicode's, RE2's ASCII's); the sentence rules use the same class.
+from keras_attn.text.documents import WS as SPACE
+
 # Emoji: Unicode's Extended_Pictographic ranges (without (c), (R) and TM, which are
 # typography), each with an optional variation selector or skin tone, joined by ZWJ;
 # regional-indicator pairs (flags) and keycaps ("1\ufe0f\u20e3").
@@ -18,12 +22,6 @@ _PICTO = ("\u203c\u2049\u2194-\u2199\u21a9\u21aa\u231a\u231b\u2328\u23cf\u23e9-\
 _MOD = "(?:\ufe0f|[\U0001f3fb-\U0001f3ff])?[\U000e0020-\U000e007f]*"
 _EMOJI = (f"(?:[\U0001f1e6-\U0001f1ff]{{2}}|[0-9#*]\ufe0f?\u20e3"
           f"|[{_PICTO}]{_MOD}(?:\u200d[{_PICTO}]{_MOD})*)")
-
-# Whitespace as Python's str.isspace() has it, spelled for both regex engines (Python's
-# ``\s`` is Unicode's, RE2's ASCII's): the rules are read by ``re`` here and by RE2 in the
-# SavedModel's graph (keras_attn.export.spans_graph).
-SPACE = ("\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f"
-         "\u205f\u3000")
 
 RULES: Tuple[Tuple[str, str], ...] = (
     # scheme://... or www...., without the closing punctuation that follows a link in prose

@@ -1,21 +1,14 @@
-"""What must not be translated: spans found, cut out of a sentence, and put back into its
+"""What must not be translated: spans found, cut out of a sentence and put back into its
 translation (pure Python: no TensorFlow, no Keras).
 
-URLs, e-mail addresses, inline code (backticks), markup tags met in plain text, numbers
-(digits with their separators) and emoji pass through a translation byte-identical. The
-rules that find them are data, as the sentence rules are (:data:`RULES`: ordered
-``(name, pattern)`` pairs; at one position the first rule that matches wins, a span found
-earlier in the text wins over one that would start inside it). :func:`cut` removes them
-from a sentence, the whitespace collapsed ("Visit https://x.org today." -> "Visit
-today."), and records where each group of spans (spans with only whitespace between them)
-stood: after a source word, before one (glued to it: ``<b>bold``), or at the end of one
-(glued: ``bold</b>``). :func:`put_back` inserts each group into the translation of what
-is left, after (or before) the target word aligned with that source word (Pharaoh ``i-j``
-pairs over whitespace-separated words, as :mod:`keras_attn.translation.alignment` gives
-them; without an alignment, the word at the same proportional position), a sentence's
-closing punctuation kept after a group that ends it, and renumbers the alignment over the
-whole sentence and translation. :mod:`keras_attn.translation.pipeline` runs both around
-every engine's sentences (docs/real_text.md).
+URLs, e-mail addresses, inline code, markup tags, numbers and emoji pass through a
+translation byte-identical; the rules that find them are data (:data:`RULES`).
+:func:`cut` removes them from a sentence, the whitespace collapsed, and records where each
+:class:`Group` stood; :func:`put_back` inserts each group into the translation next to the
+target word aligned with its source word (Pharaoh ``i-j`` pairs, as
+:mod:`keras_attn.translation.alignment` gives them; without them, the word at the same
+proportional place) and renumbers the alignment. :mod:`keras_attn.translation.pipeline`
+runs both around every engine's sentences (docs/real_text.md).
 
 Example:
     >>> c = cut("Call me at 10:30.")
@@ -52,11 +45,8 @@ class Span:
 
 
 def find(text, rules=RULES):
-    """The spans of ``text`` that must not be translated, in order, not overlapping.
-
-    Args:
-        text: str.
-        rules: ordered ``(name, pattern)`` pairs (:data:`RULES`).
+    """The spans of ``text`` (str) that must not be translated, in order, not overlapping;
+    ``rules`` are ordered ``(name, pattern)`` pairs (:data:`RULES`).
 
     Example:
         >>> [(s.kind, s.text) for s in find("Mail a@b.org at 9:30 🙂")]
@@ -141,14 +131,7 @@ def cut(sentence, rules=RULES):
     Whitespace around a cut collapses to what stood before it: "Visit https://x.org
     today." -> "Visit today."; punctuation glued after a group stays in ``rest``, after
     the word before the group ("at 10:30." -> "at."); a group glued to a word keeps it
-    whole ("<b>bold</b>" -> "bold").
-
-    Args:
-        sentence: one sentence (str).
-        rules: ordered ``(name, pattern)`` pairs (:data:`RULES`).
-
-    Returns:
-        :class:`Cut`.
+    whole ("<b>bold</b>" -> "bold"). ``rules`` as :func:`find`; returns a :class:`Cut`.
 
     Example:
         >>> cut("Visit https://x.org today.").rest
@@ -241,10 +224,8 @@ def put_back(c, translation, alignment=None):
         translation: the translation of ``c.rest`` (str).
         alignment: its Pharaoh ``i-j`` pairs over whitespace-separated words (None or "":
             the groups go to the proportional place).
-
     Returns:
         ``(translation, alignment)``: the alignment None when none was given.
-
     Example:
         >>> c = cut("Make it <b>bold</b> now")
         >>> put_back(c, "Mets-le en gras maintenant", "0-0 1-0 2-2 3-3")[0]
@@ -282,23 +263,17 @@ def put_back(c, translation, alignment=None):
             at -= 1  # before French spacing ("\u202f!")
         inserts.append((at, order, (group.before or " ") + group.text
                         if group.mode == "after" else group.text))
-    out, begins, size, last = [], [], 0, 0
-    inserts.sort(key=lambda x: (x[0], x[1]))
     moved = [0] * (len(translation) + 1)  # characters inserted at or before each position
-    for at, _, text in inserts:
-        out.append(translation[last:at])
-        size += at - last
-        begins.append(size)  # where the inserted text begins in the result
-        out.append(text)
-        size += len(text)
+    final, last, placed = "", 0, []  # placed: (where the text begins in final, order, text)
+    for at, order, text in sorted(inserts):
+        placed.append((at + moved[at], order, text))
+        final += translation[last:at] + text
         last = at
         for k in range(at, len(translation) + 1):
             moved[k] += len(text)
-    out.append(translation[last:])
-    final = "".join(out)
+    final += translation[last:]
     if alignment is None:
         return final, None
-    placed = [(begin, order, text) for begin, (_, order, text) in zip(begins, inserts)]
     return final, _renumbered(c, translation, final, pairs, placed, moved)
 
 
@@ -342,12 +317,7 @@ def _renumbered(c, translation, final, pairs, placed, moved):
 def default_for(tokenizer):
     """Whether spans pass through by default for an artefact whose source tokenizer is
     ``tokenizer``: yes for subwords and words; no on characters (the dates task reads
-    "2038-04-01", digits that are its whole input).
-
-    Example:
-        >>> default_for(translator.src_tokenizer)
-        True
-    """
+    "2038-04-01", digits that are its whole input)."""
     return not getattr(tokenizer, "char_level", False)
 
 

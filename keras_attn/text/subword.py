@@ -1,16 +1,13 @@
 """SentencePiece subwords: raw text in, natural text out, the same ops in a SavedModel and TFLite.
 
-SentencePiece (Kudo and Richardson 2018) treats the input as a raw character stream (a
-space is the symbol ``▁``), so ``detokenize(tokenize(s))`` gives back ``s`` after the
-model's own normalisation: casing, ``j'ai``, ``Merci !`` and ``2:30`` come back as written.
-The normalisation is part of the model: ``"nmt_nfkc"`` (default: NFKC and whitespace
-clean-up), ``"nmt_nfkc_cf"`` (also folds case; a translator's source side) or
-``"identity"`` (every character kept; the target side).
+SentencePiece treats the input as a raw character stream (a space is the symbol ``▁``), so
+``detokenize(tokenize(s))`` gives back ``s`` after the model's own normalisation:
+``"nmt_nfkc"`` (default: NFKC and whitespace clean-up), ``"nmt_nfkc_cf"`` (also folds case;
+a translator's source side) or ``"identity"`` (every character kept; the target side).
 
 Both directions run on tensorflow-text ops that stock TF Serving links and TFLite runs
 (``SELECT_TFTEXT_OPS``), so training, the SavedModel and the ``.tflite`` file tokenize
-alike. Reserved ids are those of ``keras_attn.text`` (SentencePiece's pad, unk, bos and
-eos pieces, renamed).
+alike. Reserved ids are those of ``keras_attn.text`` (SentencePiece's pad, unk, bos and eos).
 
 Example:
     >>> proto = learn_sentencepiece(["Je vais bien, merci.", "Merci !"] * 50, vocab_size=40)
@@ -21,6 +18,7 @@ Example:
 References: Kudo and Richardson 2018, "SentencePiece: A simple and language independent
 subword tokenizer and detokenizer for Neural Text Processing".
 """
+import io
 import os
 
 import tensorflow as tf
@@ -43,8 +41,7 @@ def learn_sentencepiece(texts, vocab_size=8000, *, normalization="nmt_nfkc",
         vocab_size: most pieces, the four reserved ones included (a small corpus gets fewer).
         normalization: one of ``NORMALIZATIONS`` (see the module docstring).
         model_type: ``"unigram"`` or ``"bpe"``.
-        max_texts: train on at most this many texts (a seeded sample), or all.
-        seed: seed of that sample.
+        max_texts, seed: train on a sample of at most this many texts drawn with ``seed``.
     Returns:
         The model proto as bytes (``SentencePieceTokenizer(proto)``; ``save_model`` writes it).
     Example:
@@ -67,29 +64,15 @@ def learn_sentencepiece(texts, vocab_size=8000, *, normalization="nmt_nfkc",
     if vocab_size < len(text.RESERVED_TOKENS) + 1:
         raise ValueError(f"`vocab_size` must be at least {len(text.RESERVED_TOKENS) + 1}. "
                          f"Received: vocab_size={vocab_size}")
-    model = _BytesWriter()
+    model = io.BytesIO()  # the model_writer SentencePiece writes the trained model to
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size,
         model_type=model_type, character_coverage=1.0, hard_vocab_limit=False,
         normalization_rule_name=normalization,
         pad_id=text.PAD_ID, unk_id=text.UNK_ID, bos_id=text.START_ID, eos_id=text.END_ID,
         pad_piece=text.PAD, unk_piece=text.UNK, bos_piece=text.START, eos_piece=text.END,
-        num_threads=1, minloglevel=2,
-    )
+        num_threads=1, minloglevel=2)
     return model.getvalue()
-
-
-class _BytesWriter:
-    """The ``model_writer`` SentencePiece writes the trained model to."""
-
-    def __init__(self):
-        self._chunks = []
-
-    def write(self, data):
-        self._chunks.append(bytes(data))
-
-    def getvalue(self):
-        return b"".join(self._chunks)
 
 
 def save_model(proto, path):

@@ -1,20 +1,16 @@
 """In-graph tokenizers (tensorflow-text FastWordpiece) and D2L text normalisation.
 
 One `Tokenizer` class for two vocabularies: a learned WordPiece vocabulary
-(`learn_wordpiece_vocab`, Tatoeba English/French) and a character vocabulary (`char_vocab`,
-the dates task; it contains the space token `" "`, which switches the tokenizer to character
-mode: every character is one token and the round trip is exact). Reserved ids: `[PAD]`=0,
-`[UNK]`=1, `[START]`=2, `[END]`=3.
+(`learn_wordpiece_vocab`, Tatoeba) and a character vocabulary (`char_vocab`, the dates task:
+its space token `" "` switches the tokenizer to character mode, an exact round trip).
 
 FastWordpiece splits words on punctuation and joins them with single spaces (`j'ai` comes
 back as `j ' ai`). Two steps give natural text:
 
-1. `detokenize_tflite` (token level, TFLite-safe ops only): an apostrophe or hyphen token
-   between two tokens is glued to both neighbours through their `##` (suffix) forms in an
-   internal detokenization vocabulary (`j ' ai` -> `j'ai`, `a - t - il` -> `a-t-il`).
-2. `repair` (string level, `REPAIR_RULES`): quotes, `2:30`, D2L's spacing inside numbers,
-   `25%`, `$100`, `p .m .`. `StaticRegexReplace` runs in TFLite only as a Flex op, so a
-   TFLite export calls `detokenize_tflite` and skips `repair`.
+1. `detokenize_tflite` (TFLite-safe ops only) glues an apostrophe or hyphen token to both
+   neighbours through their `##` forms (`j ' ai` -> `j'ai`, `a - t - il` -> `a-t-il`).
+2. `repair` (`REPAIR_RULES`): quotes, `2:30`, D2L's spacing in numbers, `25%`, `$100`.
+   `StaticRegexReplace` runs in TFLite only as a Flex op, so a TFLite export skips it.
 
 References: D2L 10.5 (`_preprocess`); Wu et al. 2016 (WordPiece); Song et al. 2021, "Fast
 WordPiece Tokenization".
@@ -66,10 +62,6 @@ def normalize_text(text):
     by one (D2L) and strips. The steps beyond D2L's change no BLEU token and make the round
     trip through `Tokenizer` exact.
 
-    Args:
-        text: a Python string.
-    Returns:
-        The normalised string.
     Example:
         >>> normalize_text("J’ai faim\u202f! Tom, viens.")
         "j'ai faim ! tom , viens ."
@@ -82,15 +74,10 @@ def normalize_text(text):
 
 
 def normalize_text_tf(strings):
-    """Graph version of `normalize_text` (the same on Latin-script text).
+    """Graph version of `normalize_text` (the same on Latin-script text), on a string
+    tensor of any shape. Its ops run in TFLite only through Flex: normalise before calling
+    a TFLite model.
 
-    Its ops (`StringLower`, `StaticRegexReplace`) run in TFLite only through Flex: normalise
-    before calling a TFLite model.
-
-    Args:
-        strings: string tensor of any shape.
-    Returns:
-        String tensor of the same shape.
     Example:
         >>> normalize_text_tf(tf.constant(["Va\u202f!"])).numpy()
         array([b'va !'], dtype=object)
@@ -160,7 +147,8 @@ class Tokenizer(TokenList, tf.Module):
     """WordPiece or character tokenizer on `tensorflow_text.FastWordpieceTokenizer`.
 
     `tokenize` adds no reserved id; a word not buildable from the vocabulary becomes `[UNK]`.
-    `detokenize` stops at the first `[END]`, drops `[PAD]` and `[START]`, writes `[UNK]`.
+    `detokenize` stops at the first `[END]`, drops `[PAD]` and `[START]`, writes `[UNK]` (also
+    for an id outside the vocabulary).
     Word mode expects normalised text (`normalize_text`); character mode (a vocabulary with
     `" "`) tokenizes every character, spaces included, as its `##c` id.
 
@@ -182,9 +170,8 @@ class Tokenizer(TokenList, tf.Module):
         vocab = list(vocab)
         check_vocab(vocab)
         if vocab[: len(RESERVED_TOKENS)] != RESERVED_TOKENS:
-            raise ValueError(
-                f"vocab must start with {RESERVED_TOKENS}. Received: vocab[:4]={vocab[:4]}"
-            )
+            raise ValueError(f"vocab must start with {RESERVED_TOKENS}. "
+                             f"Received: vocab[:4]={vocab[:4]}")
         self._vocab_list = vocab
         self.vocab_size = len(vocab)
         self.char_level = " " in vocab
@@ -204,9 +191,8 @@ class Tokenizer(TokenList, tf.Module):
         self._detokenizer = self._wordpiece(extended, support_detokenization=True)
         self._suffix_of = tf.constant(suffix_of, tf.int32)
         self._prefix_of = tf.constant(prefix_of, tf.int32)
-        self._is_join = tf.constant(
-            [(not self.char_level) and t in JOIN_TOKENS for t in vocab], tf.bool
-        )
+        self._is_join = tf.constant([(not self.char_level) and t in JOIN_TOKENS for t in vocab],
+                                    tf.bool)
 
     def _wordpiece(self, vocab, support_detokenization):
         # Character mode: the whole input is one "word"; no byte limit, so a long input is
@@ -236,10 +222,8 @@ class Tokenizer(TokenList, tf.Module):
 
     @tf.function
     def detokenize_tflite(self, ids):
-        """Ids (B, T) or ragged -> strings (B,) with TFLite-runnable ops only (no regex).
-
-        Stops at the first `[END]`, drops `[PAD]` and `[START]`, ids outside the vocabulary become
-        `[UNK]`; in word mode apostrophe and hyphen tokens are glued to their neighbours.
+        """Ids (B, T) or ragged -> strings (B,) with TFLite-runnable ops only (no regex); in
+        word mode apostrophe and hyphen tokens are glued to their neighbours.
 
         Example:
             >>> ids = [[START_ID] + tok.tokenize(tf.constant(["j'ai"]))[0].numpy().tolist()

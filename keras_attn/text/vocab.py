@@ -15,15 +15,14 @@ RESERVED_TOKENS = [PAD, UNK, START, END]
 SUFFIX = "##"
 
 # Characters `char_vocab` adds by default, so any ASCII or French text tokenizes.
-DEFAULT_EXTRA_CHARS = (
-    string.ascii_letters + string.digits + string.punctuation + " "
-    + "àâäçéèêëîïôöùûüÿœæÀÂÄÇÉÈÊËÎÏÔÖÙÛÜŸŒÆ"
-)
+DEFAULT_EXTRA_CHARS = (string.ascii_letters + string.digits + string.punctuation + " "
+                       + "àâäçéèêëîïôöùûüÿœæÀÂÄÇÉÈÊËÎÏÔÖÙÛÜŸŒÆ")
 
 
 def learn_wordpiece_vocab(texts, vocab_size=8000, *, reserved_tokens=None, max_texts=None,
                           seed=0, learn_params=None):
-    """Learn a WordPiece vocabulary with tensorflow-text's `bert_vocab_from_dataset`.
+    """Learn a WordPiece vocabulary (a list of tokens, the reserved ones first) with
+    tensorflow-text's `bert_vocab_from_dataset`.
 
     Words are split as `Tokenizer` splits them, without lower-casing (normalise first). The
     learner's frequency threshold can make the result smaller than `vocab_size`
@@ -33,12 +32,9 @@ def learn_wordpiece_vocab(texts, vocab_size=8000, *, reserved_tokens=None, max_t
         texts: iterable of strings.
         vocab_size: maximum vocabulary size, reserved tokens included.
         reserved_tokens: tokens placed first; defaults to `RESERVED_TOKENS`.
-        max_texts: learn from a random sample of at most this many texts (None: all).
-        seed: seed of that sample.
+        max_texts, seed: learn from a sample of at most this many texts drawn with `seed`.
         learn_params: extra keyword arguments of
             `tensorflow_text.tools.wordpiece_vocab.wordpiece_tokenizer_learner_lib.learn`.
-    Returns:
-        The vocabulary, a list of strings starting with the reserved tokens.
     Example:
         >>> vocab = learn_wordpiece_vocab(["je suis là .", "tu es là ."], vocab_size=100)
         >>> vocab[:5]
@@ -48,26 +44,20 @@ def learn_wordpiece_vocab(texts, vocab_size=8000, *, reserved_tokens=None, max_t
     from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bvfd
 
     reserved_tokens = list(RESERVED_TOKENS if reserved_tokens is None else reserved_tokens)
-    texts = [t for t in texts]
+    texts = list(texts)
     if not texts:
         raise ValueError("learn_wordpiece_vocab needs at least one text. Received: texts=[]")
     if vocab_size <= len(reserved_tokens):
-        raise ValueError(
-            f"vocab_size must exceed the {len(reserved_tokens)} reserved tokens. "
-            f"Received: vocab_size={vocab_size}"
-        )
+        raise ValueError(f"vocab_size must exceed the {len(reserved_tokens)} reserved tokens. "
+                         f"Received: vocab_size={vocab_size}")
     if max_texts is not None and len(texts) > max_texts:
         texts = random.Random(seed).sample(texts, max_texts)
     import tensorflow as tf  # training only: reading a vocabulary needs no TensorFlow
 
     dataset = tf.data.Dataset.from_tensor_slices(tf.constant(texts, tf.string)).batch(4096)
     return bvfd.bert_vocab_from_dataset(
-        dataset,
-        vocab_size=vocab_size,
-        reserved_tokens=reserved_tokens,
-        bert_tokenizer_params={"lower_case": False},
-        learn_params=dict(learn_params or {}),
-    )
+        dataset, vocab_size=vocab_size, reserved_tokens=reserved_tokens,
+        bert_tokenizer_params={"lower_case": False}, learn_params=dict(learn_params or {}))
 
 
 def char_vocab(texts, extra_chars=DEFAULT_EXTRA_CHARS, reserved_tokens=None):
@@ -79,8 +69,6 @@ def char_vocab(texts, extra_chars=DEFAULT_EXTRA_CHARS, reserved_tokens=None):
         texts: iterable of strings whose characters must be covered (case preserved).
         extra_chars: characters added even if unseen (default: printable ASCII and French).
         reserved_tokens: defaults to `RESERVED_TOKENS`.
-    Returns:
-        List of tokens.
     Example:
         >>> char_vocab(["3 mai"], extra_chars="")
         ['[PAD]', '[UNK]', '[START]', '[END]', ' ', '3', 'a', 'i', 'm',
@@ -92,10 +80,8 @@ def char_vocab(texts, extra_chars=DEFAULT_EXTRA_CHARS, reserved_tokens=None):
         chars.update(text)
     for bad in ("\n", "\r"):
         if bad in chars:
-            raise ValueError(
-                f"char_vocab cannot store line breaks in a vocabulary file. Received a text "
-                f"containing {bad!r}"
-            )
+            raise ValueError("char_vocab cannot store line breaks in a vocabulary file. "
+                             f"Received a text containing {bad!r}")
     chars = sorted(chars - set(reserved_tokens))
     return reserved_tokens + chars + [SUFFIX + c for c in chars]
 
