@@ -26,9 +26,8 @@ class _RNNBase(keras.layers.Layer):
         return self.embedding(clean_token_ids(tokens, self.vocab_size))
 
     def get_config(self):
-        return {**super().get_config(), "vocab_size": self.vocab_size,
-                "embed_size": self.embed_size, "num_hiddens": self.num_hiddens,
-                "num_layers": self.num_layers, "dropout": self.dropout}
+        keys = ("vocab_size", "embed_size", "num_hiddens", "num_layers", "dropout")
+        return {**super().get_config(), **{k: getattr(self, k) for k in keys}}
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -177,15 +176,11 @@ class BahdanauDecoder(_RNNBase):
                 f"`enc_states` must hold one state per layer ({self.num_layers}). "
                 f"Received: {len(enc_states)} states"
             )
-        keep = None
-        if source is not None:
-            keep = ops.expand_dims(ops.not_equal(source, PAD_ID), 1)
-        if enc_outputs_mask is not None:
-            keep = attn_ops.combine_masks(
-                keep, ops.expand_dims(ops.cast(enc_outputs_mask, "bool"), 1))
-        if enc_valid_lens is not None:
-            keep = attn_ops.combine_masks(
-                keep, attn_ops.valid_lens_to_mask(enc_valid_lens, ops.shape(enc_outputs)[1], 3))
+        keep = attn_ops.combine_masks(  # (B, 1, S)
+            None if source is None else ops.expand_dims(ops.not_equal(source, PAD_ID), 1),
+            None if enc_outputs_mask is None else ops.expand_dims(enc_outputs_mask, 1),
+            None if enc_valid_lens is None else attn_ops.valid_lens_to_mask(
+                enc_valid_lens, ops.shape(enc_outputs)[1], 3))
         return {"states": tuple(ops.cast(h, self.compute_dtype) for h in enc_states),
                 "keys": self.attention.compute_cache(enc_outputs), "values": enc_outputs,
                 "source_mask": keep}

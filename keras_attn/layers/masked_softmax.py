@@ -21,9 +21,6 @@ class MaskedSoftmax(keras.layers.Layer):
     References: D2L 11.3.2.
     """
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-
     def call(self, scores, valid_lens=None, mask=None, training=None):
         return attn_ops.masked_softmax(scores, valid_lens=valid_lens, mask=mask)
 

@@ -10,8 +10,8 @@ from keras_attn.layers import _checks
 from keras_attn.layers._step import check_dense, dense
 from keras_attn.layers._masking import AttentionMaskMixin, attention_mask
 from keras_attn.layers.dropout import Dropout
-from keras_attn.kernels.kv_cache import (FAST_LAYOUTS, GrowingCache, HeadsFirstCache, KVCache,
-                                        as_cache)
+from keras_attn.kernels.kv_cache import (FAST_LAYOUTS, LAYOUTS, GrowingCache, HeadsFirstCache,
+                                        KVCache, as_cache)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -175,7 +175,7 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         ``KVCache``).
         """
         if layout is not None:
-            if layout not in (KVCache, HeadsFirstCache, GrowingCache):
+            if layout not in LAYOUTS:
                 raise ValueError("`layout` must be KVCache, HeadsFirstCache or GrowingCache "
                                  f"(keras_attn.kernels.kv_cache). Received: layout={layout!r}")
             return layout

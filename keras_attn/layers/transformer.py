@@ -80,16 +80,10 @@ class _StackBase(keras.layers.Layer):
     def _finish(self, x):
         return layer_norm(self.final_norm, x) if self.final_norm is not None else x
 
-    def _check_tokens(self, tokens):
-        _checks.check_rank("tokens", tokens, 2)
-
     def get_config(self):
-        return {**super().get_config(), "vocab_size": self.vocab_size,
-                "num_hiddens": self.num_hiddens, "ffn_num_hiddens": self.ffn_num_hiddens,
-                "num_heads": self.num_heads, "num_layers": self.num_layers,
-                "dropout": self.dropout, "use_bias": self.use_bias, "max_len": self.max_len,
-                "norm_first": self.norm_first, "epsilon": self.epsilon,
-                "ffn_dropout": self.ffn_dropout}
+        keys = ("vocab_size", "num_hiddens", "ffn_num_hiddens", "num_heads", "num_layers",
+                "dropout", "use_bias", "max_len", "norm_first", "epsilon", "ffn_dropout")
+        return {**super().get_config(), **{k: getattr(self, k) for k in keys}}
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -126,7 +120,7 @@ class TransformerEncoder(_StackBase):
         self.built = True
 
     def call(self, tokens, valid_lens=None, training=None, return_attention_scores=False):
-        self._check_tokens(tokens)
+        _checks.check_rank("tokens", tokens, 2)
         mask = ops.not_equal(tokens, PAD_ID)
         x = self.embed(tokens, training)
         weights = []
@@ -199,7 +193,7 @@ class TransformerDecoder(_StackBase):
     def call(self, tokens, enc_outputs=None, enc_valid_lens=None, training=None,
              tokens_mask=None, enc_outputs_mask=None, return_attention_scores=False,
              cache=None, cache_update_index=None):
-        self._check_tokens(tokens)
+        _checks.check_rank("tokens", tokens, 2)
         if cache is None:
             _checks.check_rank("enc_outputs", enc_outputs, 3)
             x = self.embed(tokens, training)
@@ -218,8 +212,7 @@ class TransformerDecoder(_StackBase):
                       x_mask=x_mask, enc_outputs_mask=enc_outputs_mask,
                       return_attention_scores=True, **kw)
             x, (w_self, w_cross) = out[0], out[1]
-            if cache is not None:
-                new_self.append(out[2])
+            new_self.extend(out[2:])  # the updated self-attention cache
             maps["self"].append(w_self)
             maps["cross"].append(w_cross)
         logits = self.logits(self._finish(x))
