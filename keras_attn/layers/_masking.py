@@ -46,6 +46,13 @@ def attention_mask(queries, keys, mask=None, queries_mask=None, keys_mask=None,
     return attn_ops.combine_masks(*parts)
 
 
+def call_outputs(output, *extras):
+    """``output``, or ``(output, *extras)`` without the None extras: what the attention layers
+    and decoders return (``output[, weights][, cache]``)."""
+    outputs = (output,) + tuple(e for e in extras if e is not None)
+    return outputs if len(outputs) > 1 else output
+
+
 class AttentionMaskMixin:
     """``compute_mask`` (the output carries the queries' Keras mask, as
     ``keras.layers.MultiHeadAttention``'s) and ``compute_output_spec`` (which, unlike

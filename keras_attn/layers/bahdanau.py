@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
+from keras_attn.layers._masking import call_outputs
 from keras_attn.layers.additive_attention import AdditiveAttention
 from keras_attn.layers.dropout import Dropout
 from keras_attn.layers.transformer import PAD_ID, clean_token_ids
@@ -246,12 +247,9 @@ class BahdanauDecoder(_RNNBase):
                 ops.zeros((batch, self.num_hiddens), self.compute_dtype),
                 ops.zeros((batch, src_len), self.compute_dtype)))
         logits = self.dense(ops.transpose(outputs, (1, 0, 2)))  # (B, T, V)
-        outputs = (logits,)
-        if return_attention_scores:
-            outputs += (ops.transpose(weights, (1, 0, 2)),)  # (B, T, S)
-        if stepping:
-            outputs += ({**cache, "states": states},)
-        return outputs if len(outputs) > 1 else logits
+        return call_outputs(
+            logits, ops.transpose(weights, (1, 0, 2)) if return_attention_scores else None,
+            {**cache, "states": states} if stepping else None)  # weights (B, T, S)
 
     @staticmethod
     def alignment(weights):

@@ -8,7 +8,7 @@ from keras_attn.kernels import fastpath
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
 from keras_attn.layers._step import check_dense, dense
-from keras_attn.layers._masking import AttentionMaskMixin, attention_mask
+from keras_attn.layers._masking import AttentionMaskMixin, attention_mask, call_outputs
 from keras_attn.layers.dropout import Dropout
 from keras_attn.kernels.kv_cache import (FAST_LAYOUTS, LAYOUTS, GrowingCache, HeadsFirstCache,
                                         KVCache, as_cache)
@@ -88,10 +88,11 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         if cache is not None:
             cache = as_cache(cache)
         if isinstance(cache, FAST_LAYOUTS):
-            return self._cached_call(queries, keys, values, valid_lens, mask,
-                                     return_attention_scores, training, use_causal_mask,
-                                     cache, cache_update_index,
-                                     queries_mask, keys_mask, values_mask)
+            keep = attention_mask(queries, queries, mask, queries_mask, keys_mask, values_mask)
+            output, weights, cache = self._cached_call(queries, keys, values, keep, valid_lens,
+                                                       training, use_causal_mask, cache,
+                                                       cache_update_index)
+            return call_outputs(output, weights if return_attention_scores else None, cache)
         q = self.split_heads(self.W_q(queries))  # (B, Q, H, dh)
         if cross_cache:
             k, v = cache
@@ -106,16 +107,13 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
                               use_causal_mask, cache_update_index)
         context, weights = self._compute_attention(q, k, v, keep, valid_lens, training)
         output = self.W_o(self.merge_heads(context))  # (B, Q, num_hiddens)
-        outputs = (output,) + ((weights,) if return_attention_scores else ())
-        outputs += (cache,) if cache is not None else ()
-        return outputs if len(outputs) > 1 else output
+        return call_outputs(output, weights if return_attention_scores else None, cache)
 
-    def _cached_call(self, queries, keys, values, valid_lens, mask, return_attention_scores,
-                     training, use_causal_mask, cache, cache_update_index, queries_mask,
-                     keys_mask, values_mask):
+    def _cached_call(self, queries, keys, values, keep, valid_lens, training, use_causal_mask,
+                     cache, cache_update_index):
         """The cached call over a heads-first cache (TensorFlow): the projections around
-        :func:`keras_attn.kernels.tf_step.cached_attention`.
-        """
+        :func:`keras_attn.kernels.tf_step.cached_attention`; returns
+        ``(output, weights, cache)``."""
         from keras_attn.kernels import tf_step
 
         scale = ops.cast(1.0 / math.sqrt(self.head_dim), queries.dtype)
@@ -132,14 +130,11 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
             if cache_update_index is not None:
                 k, v = dense(self.W_k, keys), dense(self.W_v, values)
         q = q * scale
-        keep = attention_mask(queries, queries, mask, queries_mask, keys_mask, values_mask)
         dropout = lambda w: self.dropout_layer(w, training=training)  # noqa: E731
         context, weights, cache = tf_step.cached_attention(
             q, k, v, cache, cache_update_index, self.num_heads, keep, valid_lens,
             use_causal_mask, dropout)
-        output = dense(self.W_o, context)  # (B, Q, num_hiddens)
-        outputs = (output,) + ((weights,) if return_attention_scores else ())
-        return outputs + (cache,)
+        return dense(self.W_o, context), weights, cache  # output (B, Q, num_hiddens)
 
     def _compute_attention(self, q, k, v, keep=None, valid_lens=None, training=None):
         """``softmax(q k^T / sqrt(d_h)) v`` for every head (section 3.2.1).

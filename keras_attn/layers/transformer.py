@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_attn.kernels import fastpath
 from keras_attn.layers import _checks
+from keras_attn.layers._masking import call_outputs
 from keras_attn.layers._step import dense, layer_norm
 from keras_attn.kernels.kv_cache import HeadsFirstCache, KVCache
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
@@ -216,10 +217,8 @@ class TransformerDecoder(_StackBase):
             maps["self"].append(w_self)
             maps["cross"].append(w_cross)
         logits = self.logits(self._finish(x))
-        outputs = (logits,) + ((maps,) if return_attention_scores else ())
-        if cache is not None:
-            outputs += ({**cache, "self": tuple(new_self)},)
-        return outputs if len(outputs) > 1 else logits
+        return call_outputs(logits, maps if return_attention_scores else None,
+                            None if cache is None else {**cache, "self": tuple(new_self)})
 
     def init_cache(self, enc_outputs, source, max_len, layout=None):
         """The decoding cache: zero self-attention buffers, the source projected once.

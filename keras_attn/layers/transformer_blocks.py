@@ -2,6 +2,7 @@
 import keras
 
 from keras_attn.layers import _checks
+from keras_attn.layers._masking import call_outputs
 from keras_attn.layers.add_norm import AddNorm
 from keras_attn.layers.ffn import PositionWiseFFN
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
@@ -187,9 +188,7 @@ class TransformerDecoderBlock(_BlockBase):
         x = self.addnorm2.residual(x, cross_attention, training, self.norm_first)
         x = self.addnorm3.residual(x, lambda h: self.ffn(h, training=training), training,
                                    self.norm_first)
-        outputs = (x,) + ((tuple(weights),) if return_attention_scores else ())
-        outputs += tuple(caches)
-        return outputs if len(outputs) > 1 else x
+        return call_outputs(x, tuple(weights) if return_attention_scores else None, *caches)
 
     def compute_cache(self, enc_outputs, layout=None):
         """The cross-attention's projected source (``MultiHeadAttention.compute_cache``)."""
