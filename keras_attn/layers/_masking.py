@@ -55,14 +55,17 @@ def call_outputs(output, *extras):
 
 class AttentionMaskMixin:
     """``compute_mask`` (the output carries the queries' Keras mask, as
-    ``keras.layers.MultiHeadAttention``'s) and ``compute_output_spec`` (which, unlike
-    ``compute_output_shape``, sees ``return_attention_scores``) of the attention layers.
+    ``keras.layers.MultiHeadAttention``'s), ``compute_output_shape`` (the values' width) and
+    ``compute_output_spec`` (which sees ``return_attention_scores``) of the attention layers.
     """
 
     def compute_mask(self, queries, keys=None, values=None, valid_lens=None, mask=None,
                      **kwargs):
         queries_mask = kwargs.get("queries_mask")
         return getattr(queries, "_keras_mask", None) if queries_mask is None else queries_mask
+
+    def compute_output_shape(self, queries_shape, keys_shape, values_shape, *args, **kwargs):
+        return tuple(queries_shape[:-1]) + (values_shape[-1],)
 
     def compute_output_spec(self, queries, keys=None, values=None, valid_lens=None, mask=None,
                             return_attention_scores=False, cache=None, **kwargs):

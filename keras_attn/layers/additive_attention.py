@@ -72,9 +72,6 @@ class AdditiveAttention(AttentionMaskMixin, keras.layers.Layer):
         again without projecting them (every step of a decoder)."""
         return self.W_k(keys)
 
-    def compute_output_shape(self, queries_shape, keys_shape, values_shape, *args, **kwargs):
-        return tuple(queries_shape[:-1]) + (values_shape[-1],)
-
     def get_config(self):
         return {**super().get_config(), "num_hiddens": self.num_hiddens,
                 "dropout": self.dropout}

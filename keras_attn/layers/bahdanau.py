@@ -33,10 +33,8 @@ class _RNNBase(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class Seq2SeqEncoder(_RNNBase):
-    """Multi-layer GRU encoder for sequence to sequence learning.
-
-    Padding (id 0) is skipped by the GRUs, so each row's final state is the state after its
-    last real token.
+    """Multi-layer GRU encoder; the GRUs skip padding (id 0), so each row's final state is
+    the one after its last real token.
 
     Args:
         vocab_size, embed_size, num_hiddens, num_layers: sizes.
@@ -46,8 +44,7 @@ class Seq2SeqEncoder(_RNNBase):
 
     Call arguments: tokens int ``(B, L)``.
 
-    Returns: ``(outputs (B, L, num_hiddens), states)``, states a list of ``(B, num_hiddens)``
-    (one per layer).
+    Returns: ``(outputs (B, L, num_hiddens), states)``, one ``(B, num_hiddens)`` per layer.
 
     Example:
         >>> enc = Seq2SeqEncoder(10, 8, 16, 2)
@@ -106,9 +103,8 @@ class Seq2SeqEncoder(_RNNBase):
 class BahdanauDecoder(_RNNBase):
     """GRU decoder that attends over the encoder outputs at every step.
 
-    At step t the query is the top GRU layer's previous state; the additive-attention
-    context is concatenated to the embedding of token t and fed to the GRU stack, whose
-    top output goes through ``dense`` to the vocabulary.
+    At step t the query is the top GRU layer's previous state; the attention context and
+    the embedding of token t feed the GRU stack, whose top output ``dense`` maps to logits.
 
     Args:
         vocab_size, embed_size, num_hiddens, num_layers: sizes.
@@ -158,18 +154,17 @@ class BahdanauDecoder(_RNNBase):
 
     def init_cache(self, encoder_outputs, source=None, max_len=None, enc_valid_lens=None,
                    enc_outputs_mask=None):
-        """What every step needs, computed once per source: the ``cache`` of :meth:`call`.
+        """The ``cache`` of :meth:`call`: what every step needs, computed once per source.
 
         Args:
             encoder_outputs: ``(enc_outputs, enc_states)`` from :class:`Seq2SeqEncoder`.
             source: optional int ``(B, S)`` source ids; id 0 is masked.
-            max_len: unused (a GRU carries states, not a buffer per position); accepted so
-                that both decoders are driven alike.
+            max_len: unused (a GRU carries states); there so both decoders are driven alike.
             enc_valid_lens: optional int ``(B,)``. enc_outputs_mask: optional bool ``(B, S)``.
 
         Returns: a dict: ``"states"`` (per layer ``(B, num_hiddens)``), ``"keys"`` (the
         attention's projected keys), ``"values"`` (the encoder outputs), ``"source_mask"``
-        bool ``(B, 1, S)`` (or None).
+        bool ``(B, 1, S)`` or None.
         """
         enc_outputs, enc_states = encoder_outputs
         if len(enc_states) != self.num_layers:
@@ -264,11 +259,8 @@ class BahdanauDecoder(_RNNBase):
 
 
 def _scan(body, states, xs, y_like):
-    """``keras.ops.scan(body, states, xs)``: ``body(states, x) -> (states, ys)``.
-
-    On TensorFlow ``tf.scan`` (:mod:`keras_attn.kernels.tf_ops`): ``keras.ops.scan``'s while loop has
-    no ``maximum_iterations`` there, so its gradient does not compile under XLA.
-    """
+    """``keras.ops.scan(body, states, xs)``: ``body(states, x) -> (states, ys)``; on
+    TensorFlow :func:`keras_attn.kernels.tf_ops.scan`, whose gradient compiles under XLA."""
     if keras.backend.backend() == "tensorflow":
         from keras_attn.kernels import tf_ops
 

@@ -19,11 +19,10 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
     """Multi-head scaled dot-product attention.
 
     ``MultiHead(Q, K, V) = Concat(head_1..head_h) W_o`` with
-    ``head_i = softmax(Q W_q^i (K W_k^i)^T / sqrt(d_h)) V W_v^i``, the heads computed in
-    parallel from ``num_heads`` groups of ``d_h = num_hiddens / num_heads`` features.
+    ``head_i = softmax(Q W_q^i (K W_k^i)^T / sqrt(d_h)) V W_v^i``, ``d_h = num_hiddens / H``.
 
     Args:
-        num_hiddens: model width; each projection maps to ``num_hiddens`` features.
+        num_hiddens: model width, the output size of every projection.
         num_heads: number of heads; must divide ``num_hiddens``.
         dropout: rate applied to the attention weights while training.
         use_bias: whether the four projections have biases.
@@ -33,15 +32,12 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
     Call arguments:
         queries ``(B, Q, dq)``, keys ``(B, K, dk)``, values ``(B, K, dv)``.
         valid_lens: optional int ``(B,)`` or ``(B, Q)``. mask: optional bool ``(B, K)`` or
-        ``(B, Q, K)`` applied to every head. use_causal_mask: the query at position p sees
-        the keys at positions <= p.
+        ``(B, Q, K)`` applied to every head. use_causal_mask: query p sees keys <= p.
         return_attention_scores: also return weights ``(B, H, Q, K)`` (before dropout).
-        cache: optional projected ``(k, v)`` from :meth:`init_cache` or :meth:`compute_cache`;
-            its class (:mod:`keras_attn.kernels.kv_cache`) is its layout and picks the kernels
-            (a plain pair is a ``KVCache``). With ``cache_update_index=None`` it is attended
-            as it is (cross-attention; ``keys``/``values`` ignored); with
-            ``cache_update_index=i`` the projected ``keys``/``values`` are written at ``i..``
-            and the queries attend the cache.
+        cache: optional projected ``(k, v)`` from :meth:`init_cache` or :meth:`compute_cache`
+            (its class, :mod:`keras_attn.kernels.kv_cache`, picks the kernels). Without
+            ``cache_update_index`` it is attended as it is (cross-attention; ``keys`` and
+            ``values`` ignored); with it the projected ``keys``/``values`` are written there.
         cache_update_index: int or scalar tensor, see ``cache``.
 
     Returns: ``output`` ``(B, Q, num_hiddens)``; with ``return_attention_scores`` also the

@@ -221,17 +221,16 @@ class TransformerDecoder(_StackBase):
                             None if cache is None else {**cache, "self": tuple(new_self)})
 
     def init_cache(self, enc_outputs, source, max_len, layout=None):
-        """The decoding cache: zero self-attention buffers, the source projected once.
+        """The ``cache`` of :meth:`call`: empty self-attention caches, the source projected once.
 
         Args:
             enc_outputs: ``(B, S, num_hiddens)``, the encoder's output for ``source``.
             source: int ``(B, S)`` source ids (0 = padding). max_len: positions to cache.
             layout: the self-attention caches' class (default
-                ``MultiHeadAttention.cache_layout``); the cross-attention's are ``KVCache`` with a
-                ``KVCache``, else ``HeadsFirstCache``.
+                ``MultiHeadAttention.cache_layout``); the cross-attention's are ``KVCache``
+                with a ``KVCache``, else ``HeadsFirstCache``.
 
-        Returns: the ``cache`` argument of :meth:`call`: ``"self"`` and ``"cross"`` (per layer)
-        and ``"source_mask"`` bool ``(B, S)``.
+        Returns: ``{"self": per layer, "cross": per layer, "source_mask": bool (B, S)}``.
         """
         batch = ops.shape(enc_outputs)[0]
         layout = MultiHeadAttention.cache_layout(layout)

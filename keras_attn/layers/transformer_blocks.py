@@ -124,11 +124,10 @@ class TransformerDecoderBlock(_BlockBase):
         enc_valid_lens: optional int ``(B,)``: source keys at index >= it are ignored.
         x_mask, enc_outputs_mask: Keras padding masks ``(B, T)``, ``(B, S)``.
         return_attention_scores: also return ``(self_weights, cross_weights)``.
-        self_attention_cache: this call's keys and values are written into it at
-            ``self_attention_cache_update_index`` (step decoding).
+        self_attention_cache: step decoding: this call's keys and values are written into
+            it at ``self_attention_cache_update_index``.
         cross_attention_cache: the projected source from :meth:`compute_cache` (then
-            ``enc_outputs`` is not read). Give both caches or neither
-            (:mod:`keras_attn.kernels.kv_cache`).
+            ``enc_outputs`` is not read). Give both caches or neither.
 
     Returns: ``(B, T, num_hiddens)``; with ``return_attention_scores`` also the weights;
     with the caches also the updated self-attention cache, last.
