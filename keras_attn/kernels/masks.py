@@ -113,10 +113,8 @@ def combine_masks(*masks):
 
 
 def masked_softmax(scores, valid_lens=None, mask=None):
-    """Softmax over the last axis that gives exactly 0 to masked keys.
-
-    Computed in float32 and cast back to the scores' dtype; a row with no valid key returns
-    all zeros (never NaN).
+    """Softmax over the last axis that gives exactly 0 to masked keys: weights of the scores'
+    shape and dtype (computed in float32); a row with no valid key is all zeros, never NaN.
 
     Args:
         scores: float ``(B, Q, K)`` or ``(B, H, Q, K)``.
@@ -124,8 +122,7 @@ def masked_softmax(scores, valid_lens=None, mask=None):
             ``>= valid_len`` are masked. Negative values mask every key.
         mask: optional bool, True = keep: ``(B, K)``, ``(B, Q, K)`` or the scores' shape.
             For 4-D scores a ``(B, K)`` or ``(B, Q, K)`` mask applies to every head.
-    Returns:
-        Attention weights with the scores' shape and dtype.
+
     Example:
         >>> masked_softmax(np.random.rand(2, 2, 4), valid_lens=[2, 3])  # zeros beyond 2 / 3
     """

@@ -103,18 +103,14 @@ def fused_projection(x, layers, use_bias):
     """``[layer(x) for layer in layers]`` for Dense layers of the same input (a
     self-attention's W_q, W_k, W_v; ``x`` in their compute dtype): one :func:`linear` with
     the kernels (and biases) side by side, concatenated once per call."""
-    kernel = loop_invariant(_concat_kernels, *(tf.convert_to_tensor(l.kernel) for l in layers))
-    bias = (loop_invariant(_concat_biases, *(tf.convert_to_tensor(l.bias) for l in layers))
+    kernel = loop_invariant(_side_by_side, *(tf.convert_to_tensor(l.kernel) for l in layers))
+    bias = (loop_invariant(_side_by_side, *(tf.convert_to_tensor(l.bias) for l in layers))
             if use_bias else None)
     return tf.split(linear(x, kernel, bias), len(layers), axis=-1)
 
 
-def _concat_kernels(*kernels):
-    return tf.concat(kernels, axis=1)
-
-
-def _concat_biases(*biases):
-    return tf.concat(biases, axis=0)
+def _side_by_side(*tensors):
+    return tf.concat(tensors, axis=-1)  # kernels (d, n) or biases (n,)
 
 
 def layer_norm(x, gamma, beta, epsilon, dtype=None):

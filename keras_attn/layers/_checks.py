@@ -46,9 +46,8 @@ def check_same_dim(name_a, a, name_b, b, axis, what):
 
 def check_qkv(queries, keys, values, feature_match=False):
     """The checks every (B, Q, d) / (B, K, d) / (B, K, v) attention layer makes."""
-    check_rank("queries", queries, 3)
-    check_rank("keys", keys, 3)
-    check_rank("values", values, 3)
+    for name, tensor in (("queries", queries), ("keys", keys), ("values", values)):
+        check_rank(name, tensor, 3)
     check_same_dim("queries", queries, "keys", keys, 0, "batch size")
     check_same_dim("queries", queries, "values", values, 0, "batch size")
     check_same_dim("keys", keys, "values", values, 1, "length (number of keys)")

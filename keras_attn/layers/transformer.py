@@ -204,11 +204,10 @@ class TransformerDecoder(_StackBase):
             x_mask, enc_outputs_mask = None, cache["source_mask"]
         maps, new_self = {"self": [], "cross": []}, []
         for i, blk in enumerate(self.blks):
-            kw = {}
-            if cache is not None:
-                kw = dict(self_attention_cache=cache["self"][i],
-                          self_attention_cache_update_index=cache_update_index,
-                          cross_attention_cache=cache["cross"][i])
+            kw = {} if cache is None else dict(
+                self_attention_cache=cache["self"][i],
+                self_attention_cache_update_index=cache_update_index,
+                cross_attention_cache=cache["cross"][i])
             out = blk(x, enc_outputs, enc_valid_lens=enc_valid_lens, training=training,
                       x_mask=x_mask, enc_outputs_mask=enc_outputs_mask,
                       return_attention_scores=True, **kw)
