@@ -1,4 +1,7 @@
 """Argument validation shared by the layers: one message style, naming argument and value."""
+import inspect
+
+import keras
 
 
 def check_rate(name, value):
@@ -58,10 +61,6 @@ def check_qkv(queries, keys, values, feature_match=False):
 def _config_arg_names(cls):
     """Constructor argument names of ``cls`` and the classes its ``**kwargs`` reach, up to
     ``keras.layers.Layer`` (whose ``**kwargs`` also take ``input_dim`` / ``input_shape``)."""
-    import inspect
-
-    import keras
-
     names = {"input_dim", "input_shape"}
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
@@ -82,8 +81,6 @@ def strict_from_config(cls, config):
     ``TypeError`` that quotes the whole config; this one lets the constructor's own
     ``ValueError`` through and names unknown keys, as the API contract promises.
     """
-    import keras
-
     unknown = sorted(set(config) - _config_arg_names(cls))
     if unknown:
         received = ", ".join(f"{k}={config[k]!r}" for k in unknown)
