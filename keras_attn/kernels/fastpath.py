@@ -2,21 +2,8 @@
 
 Every computation has a reference path in ``keras.ops`` (every backend); a few have a
 TensorFlow fast path (:mod:`keras_attn.kernels.tf_ops`, ``tf_attention``, ``tf_step``).
-:class:`KernelPolicy` says which runs and how a decoding loop may lay out its state:
-
-- ``fast_paths``: the TensorFlow fast paths; default on unless ``KERAS_ATTN_FAST_PATHS=0``.
-- ``dynamic_shapes``: a decoding loop may carry tensors whose shape changes (a growing
-  cache, :mod:`keras_attn.decoding.compacted`): only a plain TensorFlow graph (not XLA,
-  not TFLite) can; off by default, ignored eagerly.
-- ``attention_chunks``: chunk large attention scores to stay in the CPU's cache
-  (:func:`keras_attn.kernels.tf_attention.attention_chunks`); None: when no GPU is seen.
-- ``custom_gradients``: the fast paths' hand-written gradients; graphs that only run
-  forward (the exported ones) are traced without them.
-- ``compiled``: the graph is compiled by XLA, so no shape may depend on a computed value
-  (implies fixed shapes). Default off.
-
-The policy is read when a function is traced, and is a context variable (per thread and
-asyncio task).
+:class:`KernelPolicy` says which runs and how a decoding loop may lay out its state. It is
+read when a function is traced, and is a context variable (per thread and asyncio task).
 
 Example:
     >>> from keras_attn import fastpath
@@ -35,15 +22,20 @@ from typing import Optional
 
 @dataclasses.dataclass(frozen=True)
 class KernelPolicy:
-    """Which kernels run and how decoding lays out its state (module docstring).
+    """Which kernels run and how decoding lays out its state.
 
     Args:
-        fast_paths: the TensorFlow fast paths (on TensorFlow only).
-        dynamic_shapes: a decoding loop may carry tensors whose shape changes (a plain
-            TensorFlow graph: not eager, not XLA, not TFLite).
-        attention_chunks: chunk large attention scores (None: when no GPU is visible).
-        custom_gradients: the hand-written gradients of the fast paths (off: forward only).
-        compiled: the graph is compiled by XLA (no shape computed from a value in it).
+        fast_paths: the TensorFlow fast paths (on TensorFlow only); default on unless
+            ``KERAS_ATTN_FAST_PATHS=0``.
+        dynamic_shapes: a decoding loop may carry tensors whose shape changes (a growing
+            cache, :mod:`keras_attn.decoding.compacted`): only a plain TensorFlow graph
+            (not eager, not XLA, not TFLite) can.
+        attention_chunks: chunk large attention scores to stay in the CPU's cache
+            (:func:`keras_attn.kernels.tf_attention.attention_chunks`); None: when no GPU
+            is visible.
+        custom_gradients: the fast paths' hand-written gradients; graphs that only run
+            forward (the exported ones) are traced without them.
+        compiled: the graph is compiled by XLA, so no shape may depend on a computed value.
     """
 
     fast_paths: bool = True

@@ -1,17 +1,9 @@
 """Key/value caches of :class:`~keras_attn.layers.MultiHeadAttention`: the layout is the type.
 
 A cache is a pair ``(k, v)`` of projected keys and values; its class says how they are laid
-out, and the attention layer chooses its kernels from it:
-
-- ``KVCache``: ``(B, L, H, d_h)``, the reference path (every backend); a plain tuple reads
-  as one.
-- ``HeadsFirstCache``: ``(B, H, L, d_h)``, written in place at the step's index
-  (:mod:`keras_attn.kernels.tf_step`).
-- ``GrowingCache``: ``(B, H, t, d_h)``, ``t`` the positions so far, grown by a concat
-  (:mod:`keras_attn.kernels.tf_step`, a plain TensorFlow graph only).
-
-A cross-attention's cache is a ``KVCache`` or a ``HeadsFirstCache``. All three are named
-tuples, so they pass through ``keras.tree``, ``tf.nest`` and while loops.
+out, and the attention layer chooses its kernels from it (a plain tuple reads as a
+``KVCache``; a cross-attention's cache is a ``KVCache`` or a ``HeadsFirstCache``). All three
+are named tuples, so they pass through ``keras.tree``, ``tf.nest`` and while loops.
 
 Example:
     >>> cache = mha.init_cache(batch=2, max_len=16, layout=KVCache)
@@ -28,8 +20,9 @@ class KVCache(NamedTuple):
 
 
 class HeadsFirstCache(NamedTuple):
-    """Keys and values ``(B, H, L, d_h)`` (TensorFlow's step kernels): a step's scores and
-    context are two batched matmuls that read the cache once, with no transpose."""
+    """Keys and values ``(B, H, L, d_h)``, written in place at the step's index
+    (:mod:`keras_attn.kernels.tf_step`): a step's scores and context are two batched
+    matmuls that read the cache once, with no transpose."""
 
     k: Any
     v: Any
@@ -37,15 +30,15 @@ class HeadsFirstCache(NamedTuple):
 
 class GrowingCache(NamedTuple):
     """Keys and values ``(B, H, t, d_h)`` with ``t`` the positions so far: a step appends
-    one position (a concat copies ``t`` positions; writing into a ``max_len`` buffer inside
-    a loop copies the whole buffer). In a plain TensorFlow graph only."""
+    one position by a concat (:mod:`keras_attn.kernels.tf_step`; a plain TensorFlow graph
+    only)."""
 
     k: Any
     v: Any
 
 
 LAYOUTS = (KVCache, HeadsFirstCache, GrowingCache)
-FAST_LAYOUTS = (HeadsFirstCache, GrowingCache)  # read by keras_attn.kernels.tf_step
+FAST_LAYOUTS = (HeadsFirstCache, GrowingCache)  # attended by keras_attn.kernels.tf_step
 
 
 def as_cache(cache):

@@ -64,22 +64,18 @@ def valid_lens_to_mask(valid_lens, num_keys, rank):
     count as 0 (no key), values above ``num_keys`` as all keys.
     """
     valid_lens = ops.convert_to_tensor(valid_lens)
-    vl_rank = len(valid_lens.shape)
-    if vl_rank not in (1, 2):
+    if len(valid_lens.shape) not in (1, 2):
         raise ValueError(
             "`valid_lens` must have shape (B,) or (B, Q). "
             f"Received: valid_lens with shape={tuple(valid_lens.shape)}"
         )
-    mask = sequence_mask(valid_lens, num_keys)  # (B, K) or (B, Q, K)
-    return _expand_mask(mask, rank, per_query=vl_rank == 2)
+    return _expand_mask(sequence_mask(valid_lens, num_keys), rank)  # (B, K) or (B, Q, K)
 
 
-def _expand_mask(mask, rank, per_query):
+def _expand_mask(mask, rank):
     """Insert axes so a (B, K) / (B, Q, K) mask broadcasts against (B, Q, K) or (B, H, Q, K)."""
-    if not per_query:  # (B, K)
-        mask = ops.expand_dims(mask, 1)  # (B, 1, K)
-    if rank == 4 and len(mask.shape) == 3:
-        mask = ops.expand_dims(mask, 1)  # (B, 1, Q|1, K)
+    while len(mask.shape) < rank:
+        mask = ops.expand_dims(mask, 1)  # (B, 1, K), then (B, 1, Q|1, K)
     return mask
 
 
@@ -88,17 +84,12 @@ def normalize_mask(mask, rank):
     mask = ops.convert_to_tensor(mask)
     if mask.dtype != "bool":
         mask = ops.cast(mask, "bool")
-    m_rank = len(mask.shape)
-    if m_rank == rank:
-        return mask
-    if m_rank == 2:
-        return _expand_mask(mask, rank, per_query=False)
-    if m_rank == 3 and rank == 4:
-        return _expand_mask(mask, rank, per_query=True)
-    raise ValueError(
-        f"`mask` must have shape (B, K), (B, Q, K) or the scores' shape (rank {rank}). "
-        f"Received: mask with shape={tuple(mask.shape)}"
-    )
+    if len(mask.shape) not in (2, 3, rank):
+        raise ValueError(
+            f"`mask` must have shape (B, K), (B, Q, K) or the scores' shape (rank {rank}). "
+            f"Received: mask with shape={tuple(mask.shape)}"
+        )
+    return _expand_mask(mask, rank)
 
 
 def combine_masks(*masks):
@@ -113,10 +104,8 @@ def combine_masks(*masks):
 
 
 def masked_softmax(scores, valid_lens=None, mask=None):
-    """Softmax over the last axis that gives exactly 0 to masked keys.
-
-    Computed in float32 and cast back to the scores' dtype; a row with no valid key returns
-    all zeros (never NaN).
+    """Softmax over the last axis that gives exactly 0 to masked keys: weights of the scores'
+    shape and dtype (computed in float32); a row with no valid key is all zeros, never NaN.
 
     Args:
         scores: float ``(B, Q, K)`` or ``(B, H, Q, K)``.
@@ -124,8 +113,7 @@ def masked_softmax(scores, valid_lens=None, mask=None):
             ``>= valid_len`` are masked. Negative values mask every key.
         mask: optional bool, True = keep: ``(B, K)``, ``(B, Q, K)`` or the scores' shape.
             For 4-D scores a ``(B, K)`` or ``(B, Q, K)`` mask applies to every head.
-    Returns:
-        Attention weights with the scores' shape and dtype.
+
     Example:
         >>> masked_softmax(np.random.rand(2, 2, 4), valid_lens=[2, 3])  # zeros beyond 2 / 3
     """

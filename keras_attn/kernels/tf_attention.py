@@ -56,8 +56,7 @@ def _attend_heads(q, k, v, keep, valid_lens, dropout, gpu):
     stay in the CPU's cache."""
     batch, num_q, heads, head_dim = q.shape
     num_k = k.shape[1]
-    if keep is not None and len(keep.shape) == 3:
-        keep = tf.expand_dims(keep, 1)  # (B|1, 1, Q|1, K): the same for every head
+    # keep (B|1, Q|1, K) -> (B|1, 1, Q|1, K): the same for every head
     keep = attn_ops.keep_mask(Shaped((batch, heads, num_q, num_k)), tf.shape(k)[1],
                               valid_lens, keep)
     qt, kt, vt = (tf.transpose(x, (0, 2, 1, 3)) for x in (q, k, v))  # (B, H, L, dh)

@@ -97,13 +97,11 @@ def _uniform16(shape, seed, static_dims=None):
     dynamic parity on the training step's critical path).
     """
     n = tf.reduce_prod(shape)
-    if static_dims is not None and any(d is not None and d % 2 == 0 for d in static_dims):
-        bits = tf.random.stateless_uniform([n // 2], seed, minval=None, maxval=None,
-                                           dtype=tf.uint32)
-        return tf.reshape(tf.bitcast(bits, tf.uint16), shape)
-    bits = tf.random.stateless_uniform([(n + 1) // 2], seed, minval=None, maxval=None,
-                                       dtype=tf.uint32)
-    return tf.reshape(tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:n], shape)
+    even = static_dims is not None and any(d is not None and d % 2 == 0 for d in static_dims)
+    bits = tf.random.stateless_uniform([n // 2 if even else (n + 1) // 2], seed, minval=None,
+                                       maxval=None, dtype=tf.uint32)
+    halves = tf.bitcast(bits, tf.uint16)
+    return tf.reshape(halves if even else tf.reshape(halves, [-1])[:n], shape)
 
 
 def _draw_seed(seed):

@@ -66,11 +66,10 @@ _INVARIANTS = weakref.WeakKeyDictionary()  # graph -> {(fn, ids): (tensors, resu
 
 
 def loop_invariant(fn, *tensors):
-    """``fn(*tensors)``, built in the graph that holds ``tensors`` when that is not the
-    graph being traced: a decoding step traced inside a loop reads the weights as tensors
-    of the graph around it (``keras_attn.decoding.step.DecodingStep``), so what it derives from them alone (the
-    concatenated W_q/W_k/W_v kernels) is computed once per call instead of at every step.
-    Built once per graph and ``tensors``."""
+    """``fn(*tensors)``, built once in the graph that holds ``tensors`` when that is not the
+    graph being traced: a decoding step traced inside a loop
+    (``keras_attn.decoding.step.DecodingStep``) then derives the concatenated W_q/W_k/W_v
+    kernels once per call instead of at every step."""
     graphs = {getattr(t, "graph", None) for t in tensors}
     if tf.executing_eagerly() or len(graphs) != 1 or None in graphs:
         return fn(*tensors)
@@ -87,9 +86,7 @@ def loop_invariant(fn, *tensors):
 
 def linear(x, kernel, bias=None, transpose_kernel=False, activation=None):
     """``activation(x @ kernel + bias)`` for ``(B, L, d)`` as one ``BatchMatMulV3`` on
-    ``(B * L, d)`` (a decoding step, ``L`` = 1, without oneDNN's ``MatMul`` and Tensordot
-    reshapes). ``transpose_kernel``: ``kernel`` is ``(n, d)`` (tied embeddings).
-    """
+    ``(B * L, d)``. ``transpose_kernel``: ``kernel`` is ``(n, d)`` (tied embeddings)."""
     n = kernel.shape[0] if transpose_kernel else kernel.shape[-1]
     y = batch_matmul(tf.reshape(x, (-1, x.shape[-1])), tf.cast(kernel, x.dtype),
                      adj_y=transpose_kernel)
@@ -104,27 +101,21 @@ def linear(x, kernel, bias=None, transpose_kernel=False, activation=None):
 
 def fused_projection(x, layers, use_bias):
     """``[layer(x) for layer in layers]`` for Dense layers of the same input (a
-    self-attention's W_q, W_k, W_v) and ``(B, L, d)`` activations (``x`` in the layers'
-    compute dtype): one :func:`linear` with the kernels (and biases) side by side,
-    concatenated once per call (:func:`loop_invariant`)."""
-    kernel = loop_invariant(_concat_kernels, *(tf.convert_to_tensor(l.kernel) for l in layers))
-    bias = (loop_invariant(_concat_biases, *(tf.convert_to_tensor(l.bias) for l in layers))
+    self-attention's W_q, W_k, W_v; ``x`` in their compute dtype): one :func:`linear` with
+    the kernels (and biases) side by side, concatenated once per call."""
+    kernel = loop_invariant(_side_by_side, *(tf.convert_to_tensor(l.kernel) for l in layers))
+    bias = (loop_invariant(_side_by_side, *(tf.convert_to_tensor(l.bias) for l in layers))
             if use_bias else None)
     return tf.split(linear(x, kernel, bias), len(layers), axis=-1)
 
 
-def _concat_kernels(*kernels):
-    return tf.concat(kernels, axis=1)
-
-
-def _concat_biases(*biases):
-    return tf.concat(biases, axis=0)
+def _side_by_side(*tensors):
+    return tf.concat(tensors, axis=-1)  # kernels (d, n) or biases (n,)
 
 
 def layer_norm(x, gamma, beta, epsilon, dtype=None):
-    """``keras.ops.layer_normalization`` over the last axis, with its arithmetic (the same
-    values: computed in float32 at least, the result cast to ``dtype``, default ``x``'s),
-    in the 10 ops it needs."""
+    """``keras.ops.layer_normalization`` over the last axis with its arithmetic (float32 at
+    least, the result cast to ``dtype``, default ``x``'s), in the 10 ops it needs."""
     dtype = x.dtype if dtype is None else tf.as_dtype(dtype)
     if x.dtype in (tf.float16, tf.bfloat16):
         x = tf.cast(x, tf.float32)
@@ -135,10 +126,8 @@ def layer_norm(x, gamma, beta, epsilon, dtype=None):
 
 
 def batch_matmul(x, y, adj_y=False):
-    """``tf.matmul`` as ``BatchMatMulV3``, which TensorFlow's oneDNN rewrite leaves to Eigen:
-    on the matrix-vector products of a decoding step about half the time of oneDNN's
-    ``BatchMatMulV2`` (a TFLite builtin all the same). Other dtypes (float16: no CPU
-    kernel of ``BatchMatMulV3``) go through ``tf.matmul``."""
+    """``tf.matmul`` as ``BatchMatMulV3`` (a TFLite builtin), which TensorFlow's oneDNN
+    rewrite leaves to Eigen; other dtypes (float16: no CPU kernel) go through ``tf.matmul``."""
     if x.dtype != tf.float32:
         return tf.matmul(x, y, adjoint_b=adj_y)
     return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype, adj_y=adj_y)

@@ -1,4 +1,7 @@
 """Argument validation shared by the layers: one message style, naming argument and value."""
+import inspect
+
+import keras
 
 
 def check_rate(name, value):
@@ -46,9 +49,8 @@ def check_same_dim(name_a, a, name_b, b, axis, what):
 
 def check_qkv(queries, keys, values, feature_match=False):
     """The checks every (B, Q, d) / (B, K, d) / (B, K, v) attention layer makes."""
-    check_rank("queries", queries, 3)
-    check_rank("keys", keys, 3)
-    check_rank("values", values, 3)
+    for name, tensor in (("queries", queries), ("keys", keys), ("values", values)):
+        check_rank(name, tensor, 3)
     check_same_dim("queries", queries, "keys", keys, 0, "batch size")
     check_same_dim("queries", queries, "values", values, 0, "batch size")
     check_same_dim("keys", keys, "values", values, 1, "length (number of keys)")
@@ -59,10 +61,6 @@ def check_qkv(queries, keys, values, feature_match=False):
 def _config_arg_names(cls):
     """Constructor argument names of ``cls`` and the classes its ``**kwargs`` reach, up to
     ``keras.layers.Layer`` (whose ``**kwargs`` also take ``input_dim`` / ``input_shape``)."""
-    import inspect
-
-    import keras
-
     names = {"input_dim", "input_shape"}
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
@@ -83,8 +81,6 @@ def strict_from_config(cls, config):
     ``TypeError`` that quotes the whole config; this one lets the constructor's own
     ``ValueError`` through and names unknown keys, as the API contract promises.
     """
-    import keras
-
     unknown = sorted(set(config) - _config_arg_names(cls))
     if unknown:
         received = ", ".join(f"{k}={config[k]!r}" for k in unknown)

@@ -46,16 +46,26 @@ def attention_mask(queries, keys, mask=None, queries_mask=None, keys_mask=None,
     return attn_ops.combine_masks(*parts)
 
 
+def call_outputs(output, *extras):
+    """``output``, or ``(output, *extras)`` without the None extras: what the attention layers
+    and decoders return (``output[, weights][, cache]``)."""
+    outputs = (output,) + tuple(e for e in extras if e is not None)
+    return outputs if len(outputs) > 1 else output
+
+
 class AttentionMaskMixin:
     """``compute_mask`` (the output carries the queries' Keras mask, as
-    ``keras.layers.MultiHeadAttention``'s) and ``compute_output_spec`` (which, unlike
-    ``compute_output_shape``, sees ``return_attention_scores``) of the attention layers.
+    ``keras.layers.MultiHeadAttention``'s), ``compute_output_shape`` (the values' width) and
+    ``compute_output_spec`` (which sees ``return_attention_scores``) of the attention layers.
     """
 
     def compute_mask(self, queries, keys=None, values=None, valid_lens=None, mask=None,
                      **kwargs):
         queries_mask = kwargs.get("queries_mask")
         return getattr(queries, "_keras_mask", None) if queries_mask is None else queries_mask
+
+    def compute_output_shape(self, queries_shape, keys_shape, values_shape, *args, **kwargs):
+        return tuple(queries_shape[:-1]) + (values_shape[-1],)
 
     def compute_output_spec(self, queries, keys=None, values=None, valid_lens=None, mask=None,
                             return_attention_scores=False, cache=None, **kwargs):

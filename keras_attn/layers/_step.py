@@ -19,18 +19,16 @@ def check_dense(layer):
     mode = getattr(layer, "quantization_mode", None)
     if mode:
         raise ValueError(
-            f"The decoding step's fast kernels (keras_attn.kernels.tf_step) have no {mode!r}-quantized "
-            f"Dense ({layer.name!r}): decode under keras_attn.kernels.fastpath.using(fast_paths=False), "
-            f"or quantize the export instead (TFLite int8, CTranslate2 int8). "
-            f"Received: quantization_mode={mode!r}")
+            f"The decoding step's fast kernels (keras_attn.kernels.tf_step) have no "
+            f"{mode!r}-quantized Dense ({layer.name!r}): decode under "
+            f"keras_attn.kernels.fastpath.using(fast_paths=False), or quantize the export "
+            f"instead (TFLite int8, CTranslate2 int8). Received: quantization_mode={mode!r}")
 
 
 def dense(layer, x):
-    """``layer(x)`` for a ``keras.layers.Dense`` and ``(B, L, d)`` inputs.
-
-    On TensorFlow's fast path with ``L`` = 1 (a decoding step): one ``BatchMatMulV3`` on
-    ``(B, d)`` plus the bias and activation (:func:`keras_attn.kernels.tf_step.linear`),
-    without Keras's reshapes around a oneDNN ``MatMul``.
+    """``layer(x)`` for a ``keras.layers.Dense`` and ``(B, L, d)`` inputs; for a decoding
+    step on TensorFlow's fast path :func:`keras_attn.kernels.tf_step.linear`, without
+    Keras's reshapes around a oneDNN ``MatMul``.
 
     Raises:
         ValueError: a quantized layer on the fast path (:func:`check_dense`).
@@ -54,17 +52,15 @@ def check_layer_norm(layer):
     bad = [name for name, yes in variants.items() if yes]
     if bad:
         raise ValueError(
-            f"The decoding step's fast LayerNorm (keras_attn.kernels.tf_step.layer_norm) normalises "
-            f"the last axis with gamma and beta; {layer.name!r} differs in {bad}: decode "
-            f"under keras_attn.kernels.fastpath.using(fast_paths=False). Received: "
+            f"The decoding step's fast LayerNorm (keras_attn.kernels.tf_step.layer_norm) "
+            f"normalises the last axis with gamma and beta; {layer.name!r} differs in {bad}: "
+            f"decode under keras_attn.kernels.fastpath.using(fast_paths=False). Received: "
             + ", ".join(f"{name}={getattr(layer, name)!r}" for name in bad))
 
 
 def layer_norm(layer, x):
-    """``layer(x)`` for a ``keras.layers.LayerNormalization`` over the last axis.
-
-    On TensorFlow's fast path, for a decoding step, Keras's arithmetic without the reshapes
-    and ``moments`` bookkeeping (:func:`keras_attn.kernels.tf_step.layer_norm`).
+    """``layer(x)`` for a ``keras.layers.LayerNormalization`` over the last axis; for a
+    decoding step on TensorFlow's fast path :func:`keras_attn.kernels.tf_step.layer_norm`.
 
     Raises:
         ValueError: a variant the kernel does not compute (:func:`check_layer_norm`).

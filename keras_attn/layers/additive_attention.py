@@ -4,7 +4,7 @@ from keras import ops
 
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
-from keras_attn.layers._masking import AttentionMaskMixin, attention_mask
+from keras_attn.layers._masking import AttentionMaskMixin, attention_mask, call_outputs
 from keras_attn.layers.dropout import Dropout
 
 
@@ -65,17 +65,12 @@ class AdditiveAttention(AttentionMaskMixin, keras.layers.Layer):
         scores = ops.squeeze(self.w_v(features), -1)  # (B, Q, K)
         weights = attn_ops.masked_softmax(scores, valid_lens=valid_lens, mask=keep)
         output = ops.matmul(self.dropout_layer(weights, training=training), values)
-        outputs = (output,) + ((weights,) if return_attention_scores else ())
-        outputs += (cache,) if cache is not None else ()
-        return outputs if len(outputs) > 1 else output
+        return call_outputs(output, weights if return_attention_scores else None, cache)
 
     def compute_cache(self, keys):
         """``W_k keys`` ``(B, K, num_hiddens)``: pass it as ``cache`` to score the same keys
         again without projecting them (every step of a decoder)."""
         return self.W_k(keys)
-
-    def compute_output_shape(self, queries_shape, keys_shape, values_shape, *args, **kwargs):
-        return tuple(queries_shape[:-1]) + (values_shape[-1],)
 
     def get_config(self):
         return {**super().get_config(), "num_hiddens": self.num_hiddens,

@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
+from keras_attn.layers._masking import call_outputs
 from keras_attn.layers.additive_attention import AdditiveAttention
 from keras_attn.layers.dropout import Dropout
 from keras_attn.layers.transformer import PAD_ID, clean_token_ids
@@ -26,17 +27,14 @@ class _RNNBase(keras.layers.Layer):
         return self.embedding(clean_token_ids(tokens, self.vocab_size))
 
     def get_config(self):
-        return {**super().get_config(), "vocab_size": self.vocab_size,
-                "embed_size": self.embed_size, "num_hiddens": self.num_hiddens,
-                "num_layers": self.num_layers, "dropout": self.dropout}
+        keys = ("vocab_size", "embed_size", "num_hiddens", "num_layers", "dropout")
+        return {**super().get_config(), **{k: getattr(self, k) for k in keys}}
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class Seq2SeqEncoder(_RNNBase):
-    """Multi-layer GRU encoder for sequence to sequence learning.
-
-    Padding (id 0) is skipped by the GRUs, so each row's final state is the state after its
-    last real token.
+    """Multi-layer GRU encoder; the GRUs skip padding (id 0), so each row's final state is
+    the one after its last real token.
 
     Args:
         vocab_size, embed_size, num_hiddens, num_layers: sizes.
@@ -46,8 +44,7 @@ class Seq2SeqEncoder(_RNNBase):
 
     Call arguments: tokens int ``(B, L)``.
 
-    Returns: ``(outputs (B, L, num_hiddens), states)``, states a list of ``(B, num_hiddens)``
-    (one per layer).
+    Returns: ``(outputs (B, L, num_hiddens), states)``, one ``(B, num_hiddens)`` per layer.
 
     Example:
         >>> enc = Seq2SeqEncoder(10, 8, 16, 2)
@@ -106,9 +103,8 @@ class Seq2SeqEncoder(_RNNBase):
 class BahdanauDecoder(_RNNBase):
     """GRU decoder that attends over the encoder outputs at every step.
 
-    At step t the query is the top GRU layer's previous state; the additive-attention
-    context is concatenated to the embedding of token t and fed to the GRU stack, whose
-    top output goes through ``dense`` to the vocabulary.
+    At step t the query is the top GRU layer's previous state; the attention context and
+    the embedding of token t feed the GRU stack, whose top output ``dense`` maps to logits.
 
     Args:
         vocab_size, embed_size, num_hiddens, num_layers: sizes.
@@ -158,18 +154,17 @@ class BahdanauDecoder(_RNNBase):
 
     def init_cache(self, encoder_outputs, source=None, max_len=None, enc_valid_lens=None,
                    enc_outputs_mask=None):
-        """What every step needs, computed once per source: the ``cache`` of :meth:`call`.
+        """The ``cache`` of :meth:`call`: what every step needs, computed once per source.
 
         Args:
             encoder_outputs: ``(enc_outputs, enc_states)`` from :class:`Seq2SeqEncoder`.
             source: optional int ``(B, S)`` source ids; id 0 is masked.
-            max_len: unused (a GRU carries states, not a buffer per position); accepted so
-                that both decoders are driven alike.
+            max_len: unused (a GRU carries states); there so both decoders are driven alike.
             enc_valid_lens: optional int ``(B,)``. enc_outputs_mask: optional bool ``(B, S)``.
 
         Returns: a dict: ``"states"`` (per layer ``(B, num_hiddens)``), ``"keys"`` (the
         attention's projected keys), ``"values"`` (the encoder outputs), ``"source_mask"``
-        bool ``(B, 1, S)`` (or None).
+        bool ``(B, 1, S)`` or None.
         """
         enc_outputs, enc_states = encoder_outputs
         if len(enc_states) != self.num_layers:
@@ -177,15 +172,11 @@ class BahdanauDecoder(_RNNBase):
                 f"`enc_states` must hold one state per layer ({self.num_layers}). "
                 f"Received: {len(enc_states)} states"
             )
-        keep = None
-        if source is not None:
-            keep = ops.expand_dims(ops.not_equal(source, PAD_ID), 1)
-        if enc_outputs_mask is not None:
-            keep = attn_ops.combine_masks(
-                keep, ops.expand_dims(ops.cast(enc_outputs_mask, "bool"), 1))
-        if enc_valid_lens is not None:
-            keep = attn_ops.combine_masks(
-                keep, attn_ops.valid_lens_to_mask(enc_valid_lens, ops.shape(enc_outputs)[1], 3))
+        keep = attn_ops.combine_masks(  # (B, 1, S)
+            None if source is None else ops.expand_dims(ops.not_equal(source, PAD_ID), 1),
+            None if enc_outputs_mask is None else ops.expand_dims(enc_outputs_mask, 1),
+            None if enc_valid_lens is None else attn_ops.valid_lens_to_mask(
+                enc_valid_lens, ops.shape(enc_outputs)[1], 3))
         return {"states": tuple(ops.cast(h, self.compute_dtype) for h in enc_states),
                 "keys": self.attention.compute_cache(enc_outputs), "values": enc_outputs,
                 "source_mask": keep}
@@ -251,12 +242,9 @@ class BahdanauDecoder(_RNNBase):
                 ops.zeros((batch, self.num_hiddens), self.compute_dtype),
                 ops.zeros((batch, src_len), self.compute_dtype)))
         logits = self.dense(ops.transpose(outputs, (1, 0, 2)))  # (B, T, V)
-        outputs = (logits,)
-        if return_attention_scores:
-            outputs += (ops.transpose(weights, (1, 0, 2)),)  # (B, T, S)
-        if stepping:
-            outputs += ({**cache, "states": states},)
-        return outputs if len(outputs) > 1 else logits
+        return call_outputs(
+            logits, ops.transpose(weights, (1, 0, 2)) if return_attention_scores else None,
+            {**cache, "states": states} if stepping else None)  # weights (B, T, S)
 
     @staticmethod
     def alignment(weights):
@@ -271,11 +259,8 @@ class BahdanauDecoder(_RNNBase):
 
 
 def _scan(body, states, xs, y_like):
-    """``keras.ops.scan(body, states, xs)``: ``body(states, x) -> (states, ys)``.
-
-    On TensorFlow ``tf.scan`` (:mod:`keras_attn.kernels.tf_ops`): ``keras.ops.scan``'s while loop has
-    no ``maximum_iterations`` there, so its gradient does not compile under XLA.
-    """
+    """``keras.ops.scan(body, states, xs)``: ``body(states, x) -> (states, ys)``; on
+    TensorFlow :func:`keras_attn.kernels.tf_ops.scan`, whose gradient compiles under XLA."""
     if keras.backend.backend() == "tensorflow":
         from keras_attn.kernels import tf_ops
 

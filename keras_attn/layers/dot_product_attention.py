@@ -45,15 +45,13 @@ class DotProductAttention(AttentionMaskMixin, keras.layers.Layer):
         _checks.check_qkv(queries, keys, values, feature_match=True)
         d = ops.shape(queries)[-1]
         scale = 1.0 / math.sqrt(d) if isinstance(d, int) else ops.rsqrt(ops.cast(d, queries.dtype))
-        scores = ops.matmul(queries, ops.transpose(keys, (0, 2, 1))) * ops.cast(scale, queries.dtype)
+        scores = ops.matmul(queries, ops.transpose(keys, (0, 2, 1)))
+        scores = scores * ops.cast(scale, queries.dtype)
         keep = attention_mask(queries, keys, mask, queries_mask, keys_mask, values_mask,
                               use_causal_mask)
         weights = attn_ops.masked_softmax(scores, valid_lens=valid_lens, mask=keep)
         output = ops.matmul(self.dropout_layer(weights, training=training), values)
         return (output, weights) if return_attention_scores else output
-
-    def compute_output_shape(self, queries_shape, keys_shape, values_shape, *args, **kwargs):
-        return tuple(queries_shape[:-1]) + (values_shape[-1],)
 
     def get_config(self):
         return {**super().get_config(), "dropout": self.dropout}

@@ -8,21 +8,14 @@ from keras_attn import ops as attn_ops
 class MaskedSoftmax(keras.layers.Layer):
     """Softmax over the last axis with masked keys given exactly zero weight.
 
-    Call arguments:
-        scores: ``(B, Q, K)`` or ``(B, H, Q, K)``.
-        valid_lens: optional int ``(B,)`` or ``(B, Q)``; keys at index >= valid_len masked.
-        mask: optional bool, True = keep, ``(B, K)``, ``(B, Q, K)`` or the scores' shape.
-
-    Returns: weights with the scores' shape; rows with no valid key are all zero.
+    Call arguments: as :func:`keras_attn.ops.masked_softmax`: ``scores`` ``(B, Q, K)`` or
+    ``(B, H, Q, K)``, ``valid_lens``, ``mask``; returns weights of the scores' shape.
 
     Example:
         >>> MaskedSoftmax()(np.random.rand(2, 2, 4), valid_lens=np.array([2, 3]))
 
     References: D2L 11.3.2.
     """
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
 
     def call(self, scores, valid_lens=None, mask=None, training=None):
         return attn_ops.masked_softmax(scores, valid_lens=valid_lens, mask=mask)

@@ -8,10 +8,10 @@ from keras_attn.kernels import fastpath
 from keras_attn import ops as attn_ops
 from keras_attn.layers import _checks
 from keras_attn.layers._step import check_dense, dense
-from keras_attn.layers._masking import AttentionMaskMixin, attention_mask
+from keras_attn.layers._masking import AttentionMaskMixin, attention_mask, call_outputs
 from keras_attn.layers.dropout import Dropout
-from keras_attn.kernels.kv_cache import (FAST_LAYOUTS, GrowingCache, HeadsFirstCache, KVCache,
-                                        as_cache)
+from keras_attn.kernels.kv_cache import (FAST_LAYOUTS, LAYOUTS, GrowingCache, HeadsFirstCache,
+                                        KVCache, as_cache)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -19,11 +19,10 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
     """Multi-head scaled dot-product attention.
 
     ``MultiHead(Q, K, V) = Concat(head_1..head_h) W_o`` with
-    ``head_i = softmax(Q W_q^i (K W_k^i)^T / sqrt(d_h)) V W_v^i``, the heads computed in
-    parallel from ``num_heads`` groups of ``d_h = num_hiddens / num_heads`` features.
+    ``head_i = softmax(Q W_q^i (K W_k^i)^T / sqrt(d_h)) V W_v^i``, ``d_h = num_hiddens / H``.
 
     Args:
-        num_hiddens: model width; each projection maps to ``num_hiddens`` features.
+        num_hiddens: model width, the output size of every projection.
         num_heads: number of heads; must divide ``num_hiddens``.
         dropout: rate applied to the attention weights while training.
         use_bias: whether the four projections have biases.
@@ -33,15 +32,12 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
     Call arguments:
         queries ``(B, Q, dq)``, keys ``(B, K, dk)``, values ``(B, K, dv)``.
         valid_lens: optional int ``(B,)`` or ``(B, Q)``. mask: optional bool ``(B, K)`` or
-        ``(B, Q, K)`` applied to every head. use_causal_mask: the query at position p sees
-        the keys at positions <= p.
+        ``(B, Q, K)`` applied to every head. use_causal_mask: query p sees keys <= p.
         return_attention_scores: also return weights ``(B, H, Q, K)`` (before dropout).
-        cache: optional projected ``(k, v)`` from :meth:`init_cache` or :meth:`compute_cache`;
-            its class (:mod:`keras_attn.kernels.kv_cache`) is its layout and picks the kernels
-            (a plain pair is a ``KVCache``). With ``cache_update_index=None`` it is attended
-            as it is (cross-attention; ``keys``/``values`` ignored); with
-            ``cache_update_index=i`` the projected ``keys``/``values`` are written at ``i..``
-            and the queries attend the cache.
+        cache: optional projected ``(k, v)`` from :meth:`init_cache` or :meth:`compute_cache`
+            (its class, :mod:`keras_attn.kernels.kv_cache`, picks the kernels). Without
+            ``cache_update_index`` it is attended as it is (cross-attention; ``keys`` and
+            ``values`` ignored); with it the projected ``keys``/``values`` are written there.
         cache_update_index: int or scalar tensor, see ``cache``.
 
     Returns: ``output`` ``(B, Q, num_hiddens)``; with ``return_attention_scores`` also the
@@ -88,10 +84,11 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         if cache is not None:
             cache = as_cache(cache)
         if isinstance(cache, FAST_LAYOUTS):
-            return self._cached_call(queries, keys, values, valid_lens, mask,
-                                     return_attention_scores, training, use_causal_mask,
-                                     cache, cache_update_index,
-                                     queries_mask, keys_mask, values_mask)
+            keep = attention_mask(queries, queries, mask, queries_mask, keys_mask, values_mask)
+            output, weights, cache = self._cached_call(queries, keys, values, keep, valid_lens,
+                                                       training, use_causal_mask, cache,
+                                                       cache_update_index)
+            return call_outputs(output, weights if return_attention_scores else None, cache)
         q = self.split_heads(self.W_q(queries))  # (B, Q, H, dh)
         if cross_cache:
             k, v = cache
@@ -106,16 +103,13 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
                               use_causal_mask, cache_update_index)
         context, weights = self._compute_attention(q, k, v, keep, valid_lens, training)
         output = self.W_o(self.merge_heads(context))  # (B, Q, num_hiddens)
-        outputs = (output,) + ((weights,) if return_attention_scores else ())
-        outputs += (cache,) if cache is not None else ()
-        return outputs if len(outputs) > 1 else output
+        return call_outputs(output, weights if return_attention_scores else None, cache)
 
-    def _cached_call(self, queries, keys, values, valid_lens, mask, return_attention_scores,
-                     training, use_causal_mask, cache, cache_update_index, queries_mask,
-                     keys_mask, values_mask):
+    def _cached_call(self, queries, keys, values, keep, valid_lens, training, use_causal_mask,
+                     cache, cache_update_index):
         """The cached call over a heads-first cache (TensorFlow): the projections around
-        :func:`keras_attn.kernels.tf_step.cached_attention`.
-        """
+        :func:`keras_attn.kernels.tf_step.cached_attention`; returns
+        ``(output, weights, cache)``."""
         from keras_attn.kernels import tf_step
 
         scale = ops.cast(1.0 / math.sqrt(self.head_dim), queries.dtype)
@@ -132,14 +126,11 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
             if cache_update_index is not None:
                 k, v = dense(self.W_k, keys), dense(self.W_v, values)
         q = q * scale
-        keep = attention_mask(queries, queries, mask, queries_mask, keys_mask, values_mask)
         dropout = lambda w: self.dropout_layer(w, training=training)  # noqa: E731
         context, weights, cache = tf_step.cached_attention(
             q, k, v, cache, cache_update_index, self.num_heads, keep, valid_lens,
             use_causal_mask, dropout)
-        output = dense(self.W_o, context)  # (B, Q, num_hiddens)
-        outputs = (output,) + ((weights,) if return_attention_scores else ())
-        return outputs + (cache,)
+        return dense(self.W_o, context), weights, cache  # output (B, Q, num_hiddens)
 
     def _compute_attention(self, q, k, v, keep=None, valid_lens=None, training=None):
         """``softmax(q k^T / sqrt(d_h)) v`` for every head (section 3.2.1).
@@ -175,7 +166,7 @@ class MultiHeadAttention(AttentionMaskMixin, keras.layers.Layer):
         ``KVCache``).
         """
         if layout is not None:
-            if layout not in (KVCache, HeadsFirstCache, GrowingCache):
+            if layout not in LAYOUTS:
                 raise ValueError("`layout` must be KVCache, HeadsFirstCache or GrowingCache "
                                  f"(keras_attn.kernels.kv_cache). Received: layout={layout!r}")
             return layout

@@ -42,9 +42,8 @@ class NadarayaWatson(keras.layers.Layer):
 
     def call(self, queries, keys, values, valid_lens=None, mask=None,
              return_attention_scores=False, training=None):
-        queries = ops.convert_to_tensor(queries, self.compute_dtype)
-        keys = ops.convert_to_tensor(keys, self.compute_dtype)
-        values = ops.convert_to_tensor(values, self.compute_dtype)
+        queries, keys, values = (ops.convert_to_tensor(t, self.compute_dtype)
+                                 for t in (queries, keys, values))
         _checks.check_rank("queries", queries, 1)
         _checks.check_rank("keys", keys, (1, 2))
         _checks.check_rank("values", values, (1, 2))

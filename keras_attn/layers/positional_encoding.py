@@ -31,7 +31,8 @@ class _PositionBase(keras.layers.Layer):
     def _check_length(self, x, start_index):
         _checks.check_rank("inputs", x, 3)
         length = x.shape[1]
-        if length is not None and isinstance(start_index, int) and length + start_index > self.max_len:
+        if (length is not None and isinstance(start_index, int)
+                and length + start_index > self.max_len):
             raise ValueError(
                 f"Sequence length {length + start_index} exceeds the positional table's "
                 f"`max_len`. Received: max_len={self.max_len}, inputs with shape={tuple(x.shape)}"

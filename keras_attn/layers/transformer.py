@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_attn.kernels import fastpath
 from keras_attn.layers import _checks
+from keras_attn.layers._masking import call_outputs
 from keras_attn.layers._step import dense, layer_norm
 from keras_attn.kernels.kv_cache import HeadsFirstCache, KVCache
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
@@ -80,16 +81,10 @@ class _StackBase(keras.layers.Layer):
     def _finish(self, x):
         return layer_norm(self.final_norm, x) if self.final_norm is not None else x
 
-    def _check_tokens(self, tokens):
-        _checks.check_rank("tokens", tokens, 2)
-
     def get_config(self):
-        return {**super().get_config(), "vocab_size": self.vocab_size,
-                "num_hiddens": self.num_hiddens, "ffn_num_hiddens": self.ffn_num_hiddens,
-                "num_heads": self.num_heads, "num_layers": self.num_layers,
-                "dropout": self.dropout, "use_bias": self.use_bias, "max_len": self.max_len,
-                "norm_first": self.norm_first, "epsilon": self.epsilon,
-                "ffn_dropout": self.ffn_dropout}
+        keys = ("vocab_size", "num_hiddens", "ffn_num_hiddens", "num_heads", "num_layers",
+                "dropout", "use_bias", "max_len", "norm_first", "epsilon", "ffn_dropout")
+        return {**super().get_config(), **{k: getattr(self, k) for k in keys}}
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -126,7 +121,7 @@ class TransformerEncoder(_StackBase):
         self.built = True
 
     def call(self, tokens, valid_lens=None, training=None, return_attention_scores=False):
-        self._check_tokens(tokens)
+        _checks.check_rank("tokens", tokens, 2)
         mask = ops.not_equal(tokens, PAD_ID)
         x = self.embed(tokens, training)
         weights = []
@@ -199,7 +194,7 @@ class TransformerDecoder(_StackBase):
     def call(self, tokens, enc_outputs=None, enc_valid_lens=None, training=None,
              tokens_mask=None, enc_outputs_mask=None, return_attention_scores=False,
              cache=None, cache_update_index=None):
-        self._check_tokens(tokens)
+        _checks.check_rank("tokens", tokens, 2)
         if cache is None:
             _checks.check_rank("enc_outputs", enc_outputs, 3)
             x = self.embed(tokens, training)
@@ -209,37 +204,32 @@ class TransformerDecoder(_StackBase):
             x_mask, enc_outputs_mask = None, cache["source_mask"]
         maps, new_self = {"self": [], "cross": []}, []
         for i, blk in enumerate(self.blks):
-            kw = {}
-            if cache is not None:
-                kw = dict(self_attention_cache=cache["self"][i],
-                          self_attention_cache_update_index=cache_update_index,
-                          cross_attention_cache=cache["cross"][i])
+            kw = {} if cache is None else dict(
+                self_attention_cache=cache["self"][i],
+                self_attention_cache_update_index=cache_update_index,
+                cross_attention_cache=cache["cross"][i])
             out = blk(x, enc_outputs, enc_valid_lens=enc_valid_lens, training=training,
                       x_mask=x_mask, enc_outputs_mask=enc_outputs_mask,
                       return_attention_scores=True, **kw)
             x, (w_self, w_cross) = out[0], out[1]
-            if cache is not None:
-                new_self.append(out[2])
+            new_self.extend(out[2:])  # the updated self-attention cache
             maps["self"].append(w_self)
             maps["cross"].append(w_cross)
         logits = self.logits(self._finish(x))
-        outputs = (logits,) + ((maps,) if return_attention_scores else ())
-        if cache is not None:
-            outputs += ({**cache, "self": tuple(new_self)},)
-        return outputs if len(outputs) > 1 else logits
+        return call_outputs(logits, maps if return_attention_scores else None,
+                            None if cache is None else {**cache, "self": tuple(new_self)})
 
     def init_cache(self, enc_outputs, source, max_len, layout=None):
-        """The decoding cache: zero self-attention buffers, the source projected once.
+        """The ``cache`` of :meth:`call`: empty self-attention caches, the source projected once.
 
         Args:
             enc_outputs: ``(B, S, num_hiddens)``, the encoder's output for ``source``.
             source: int ``(B, S)`` source ids (0 = padding). max_len: positions to cache.
             layout: the self-attention caches' class (default
-                ``MultiHeadAttention.cache_layout``); the cross-attention's are ``KVCache`` with a
-                ``KVCache``, else ``HeadsFirstCache``.
+                ``MultiHeadAttention.cache_layout``); the cross-attention's are ``KVCache``
+                with a ``KVCache``, else ``HeadsFirstCache``.
 
-        Returns: the ``cache`` argument of :meth:`call`: ``"self"`` and ``"cross"`` (per layer)
-        and ``"source_mask"`` bool ``(B, S)``.
+        Returns: ``{"self": per layer, "cross": per layer, "source_mask": bool (B, S)}``.
         """
         batch = ops.shape(enc_outputs)[0]
         layout = MultiHeadAttention.cache_layout(layout)

@@ -2,6 +2,7 @@
 import keras
 
 from keras_attn.layers import _checks
+from keras_attn.layers._masking import call_outputs
 from keras_attn.layers.add_norm import AddNorm
 from keras_attn.layers.ffn import PositionWiseFFN
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
@@ -46,11 +47,9 @@ class _BlockBase(keras.layers.Layer):
         return x_shape
 
     def get_config(self):
-        return {**super().get_config(), "num_hiddens": self.num_hiddens,
-                "ffn_num_hiddens": self.ffn_num_hiddens, "num_heads": self.num_heads,
-                "dropout": self.dropout, "use_bias": self.use_bias,
-                "norm_first": self.norm_first, "epsilon": self.epsilon,
-                "ffn_dropout": self.ffn_dropout}
+        keys = ("num_hiddens", "ffn_num_hiddens", "num_heads", "dropout", "use_bias",
+                "norm_first", "epsilon", "ffn_dropout")
+        return {**super().get_config(), **{k: getattr(self, k) for k in keys}}
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -125,11 +124,10 @@ class TransformerDecoderBlock(_BlockBase):
         enc_valid_lens: optional int ``(B,)``: source keys at index >= it are ignored.
         x_mask, enc_outputs_mask: Keras padding masks ``(B, T)``, ``(B, S)``.
         return_attention_scores: also return ``(self_weights, cross_weights)``.
-        self_attention_cache: this call's keys and values are written into it at
-            ``self_attention_cache_update_index`` (step decoding).
+        self_attention_cache: step decoding: this call's keys and values are written into
+            it at ``self_attention_cache_update_index``.
         cross_attention_cache: the projected source from :meth:`compute_cache` (then
-            ``enc_outputs`` is not read). Give both caches or neither
-            (:mod:`keras_attn.kernels.kv_cache`).
+            ``enc_outputs`` is not read). Give both caches or neither.
 
     Returns: ``(B, T, num_hiddens)``; with ``return_attention_scores`` also the weights;
     with the caches also the updated self-attention cache, last.
@@ -168,39 +166,28 @@ class TransformerDecoderBlock(_BlockBase):
         weights, caches = [], []
 
         def self_attention(h):
-            if not caching:
-                out, w = self.attention1(h, h, h, use_causal_mask=True, queries_mask=x_mask,
-                                         keys_mask=x_mask, return_attention_scores=True,
-                                         training=training)
-            else:
-                out, w, cache = self.attention1(
-                    h, h, h, use_causal_mask=True, return_attention_scores=True,
-                    training=training, cache=self_attention_cache,
-                    cache_update_index=self_attention_cache_update_index)
-                caches.append(cache)
-            weights.append(w)
-            return out
+            kw = (dict(cache=self_attention_cache,
+                       cache_update_index=self_attention_cache_update_index) if caching
+                  else dict(queries_mask=x_mask, keys_mask=x_mask))
+            out = self.attention1(h, h, h, use_causal_mask=True, return_attention_scores=True,
+                                  training=training, **kw)
+            weights.append(out[1])
+            caches.extend(out[2:])  # the updated cache
+            return out[0]
 
         def cross_attention(h):
-            if not caching:
-                out, w = self.attention2(h, enc_outputs, enc_outputs,
-                                         valid_lens=enc_valid_lens, keys_mask=enc_outputs_mask,
-                                         return_attention_scores=True, training=training)
-            else:
-                out, w, _ = self.attention2(h, valid_lens=enc_valid_lens,
-                                            keys_mask=enc_outputs_mask,
-                                            return_attention_scores=True, training=training,
-                                            cache=cross_attention_cache)
-            weights.append(w)
-            return out
+            args, kw = ((), dict(cache=cross_attention_cache)) if caching else (
+                (enc_outputs, enc_outputs), {})
+            out = self.attention2(h, *args, valid_lens=enc_valid_lens, keys_mask=enc_outputs_mask,
+                                  return_attention_scores=True, training=training, **kw)
+            weights.append(out[1])
+            return out[0]
 
         x = self.addnorm1.residual(x, self_attention, training, self.norm_first)
         x = self.addnorm2.residual(x, cross_attention, training, self.norm_first)
         x = self.addnorm3.residual(x, lambda h: self.ffn(h, training=training), training,
                                    self.norm_first)
-        outputs = (x,) + ((tuple(weights),) if return_attention_scores else ())
-        outputs += tuple(caches)
-        return outputs if len(outputs) > 1 else x
+        return call_outputs(x, tuple(weights) if return_attention_scores else None, *caches)
 
     def compute_cache(self, enc_outputs, layout=None):
         """The cross-attention's projected source (``MultiHeadAttention.compute_cache``)."""
