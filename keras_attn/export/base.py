@@ -1,10 +1,9 @@
 """The ``Exporter`` base class (TensorFlow-only): options checked once, one ``export()``.
 
-Every target is a subclass that checks its options in ``__init__`` and fills the hooks;
-:meth:`Exporter.export` checks the model and refuses an existing destination, writes the
-artefact in a ``.tmp-...`` folder beside it (TF Serving ignores it), loads and runs it, and
-renames it into place (:func:`publish`): a reader never sees half an artefact, and an error
-or Ctrl-C leaves nothing behind. It returns the report.
+:meth:`Exporter.export` refuses an existing destination, writes the artefact in a
+``.tmp-...`` folder beside it (TF Serving ignores it), loads and runs it, and renames it into
+place (:func:`publish`): a reader never sees half an artefact, and an error or Ctrl-C leaves
+nothing behind.
 
 References: OpenNMT-tf ``opennmt/utils/exporters.py`` (an ``Exporter`` per format).
 """

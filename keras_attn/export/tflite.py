@@ -44,11 +44,8 @@ TFTEXT_TFLITE_OPS = frozenset({
 
 # --- what a flatbuffer holds ---------------------------------------------------------------
 def tflite_ops(model_content):
-    """Operator codes of a flatbuffer: ``{"builtin": [...], "custom": [...], "flex": [...]}``.
-
-    ``flex`` are the Select-TF ops (custom code ``Flex<Op>``, need the Flex delegate);
-    ``custom`` are the other custom ops (e.g. tensorflow-text kernels).
-    """
+    """Operator codes of a flatbuffer: ``{"builtin": [...], "custom": [...], "flex": [...]}``
+    (``flex``: the Select-TF ops, custom code ``Flex<Op>``; ``custom``: the others)."""
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_content))
