@@ -88,6 +88,7 @@ class ExportTarget:
 EXPORT_TARGETS = {}
 """Every export target by name (:func:`register_target`); ``keras-attn export`` reads it."""
 DEFAULT_TARGET = "tf"  # keras-attn export's --format
+_RUN_OPTIONS = {"version": 1, "beam_size": 1, "passthrough": "auto"}  # export_run's
 
 
 def register_target(name, writes, function, options=None, fixed=None):
@@ -99,11 +100,10 @@ def register_target(name, writes, function, options=None, fixed=None):
 
 register_target("tf", "SavedModel + TFLite (text and builtin files, float32 and int8) under "
                 "RUN_DIR/export, with one report",
-                "keras_attn.export.all_targets:export_run",
-                {"version": 1, "beam_size": 1, "passthrough": "auto"})
+                "keras_attn.export.all_targets:export_run", _RUN_OPTIONS)
 register_target("saved_model", "the SavedModel alone under RUN_DIR/export",
-                "keras_attn.export.all_targets:export_run",
-                {"version": 1, "beam_size": 1, "passthrough": "auto"}, fixed={"quantizations": ()})
+                "keras_attn.export.all_targets:export_run", _RUN_OPTIONS,
+                fixed={"quantizations": ()})
 register_target("ctranslate2", "a CTranslate2 model directory "
                 "(RUN_DIR/export/ctranslate2[_int8])",
                 "keras_attn.export.ctranslate2:export_ctranslate2", {"quantization": "float32"})

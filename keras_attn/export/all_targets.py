@@ -37,24 +37,17 @@ class ExportCheckError(RuntimeError):
 def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1,
                quantizations=("float32", "int8"), log=print, request_signature=True,
                passthrough="auto", deadline=None):
-    """Export a training run: SavedModel, TFLite text/builtin targets and one report.
-
-    Writes the layout of the module docstring under ``export_dir`` (builtin files only for
-    Transformers) and prints where everything is and how to serve it.
+    """Export a training run: the layout of the module docstring under ``export_dir``
+    (builtin files only for Transformers), and how to serve it printed.
 
     Args:
-        run_dir: a run directory (``keras_attn.core.runs``).
-        export_dir: output folder. version: SavedModel version. overwrite: replace
-            existing artefacts. beam_size: decoding of the SavedModel and text target.
-        quantizations: TFLite variants (``"float32"``, ``"float16"``, ``"int8"``); ``()``:
-            the SavedModel alone.
-        request_signature: give the SavedModel and the text files the options signatures;
-            False: ``serving_default`` alone.
-        passthrough: ``"auto"`` (subword and word models), ``"on"`` or ``"off"`` (or a
-            bool): the SavedModel's ``serving_default`` passes spans through in the graph.
-        deadline: ``time.monotonic()`` by which the export should end (a time budget): a
-            quantized TFLite file is left out when its float32 twin took longer than the
-            time left (``report["left_out"]`` names it).
+        run_dir: a run directory. export_dir: output folder (default ``RUN_DIR/export``).
+        version, overwrite, beam_size, request_signature: :class:`SavedModelExporter`'s.
+        quantizations: TFLite variants (of ``QUANTIZATIONS``); ``()``: the SavedModel alone.
+        passthrough: ``"auto"``, ``"on"`` or ``"off"`` (or a bool): the SavedModel's
+            ``serving_default`` passes spans through.
+        deadline: ``time.monotonic()`` by which the export should end: a quantized file is
+            left out (``report["left_out"]``) when its float32 twin took longer than is left.
 
     Returns:
         The combined report dict (also ``export_dir/export_report.json``).
@@ -134,14 +127,10 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
 
 
 def check_agreement(samples, exporters, normalize):
-    """``{artefact key: verdict}`` for :func:`compare_samples`' ``samples``: ``"passed"``,
-    ``"FAILED: ..."``, or why a share is not a failure.
-
-    Every float32 file must give the SavedModel's output on every sample. A quantised file
-    passes when its float32 twin (converted from the same traced functions) does; without a
-    twin, or for a text file of a model that expects normalised input (``normalize``), its
-    share is reported unchecked.
-    """
+    """``{artefact key: "passed" | "FAILED: ..." | "unchecked: ..."}`` for
+    :func:`compare_samples`' ``samples``: a float32 file must give the SavedModel's output on
+    every sample; a quantised file passes when its float32 twin does; a text file of a model
+    that expects normalised input (``normalize``) is unchecked."""
     agreement = samples["agreement_with_saved_model"]
     by_key = {e.key: e for e in exporters}
     verdicts = {}

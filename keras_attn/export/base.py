@@ -1,10 +1,9 @@
 """The ``Exporter`` base class (TensorFlow-only): options checked once, one ``export()``.
 
-Every target is a subclass that checks its options in ``__init__`` and fills the hooks;
-:meth:`Exporter.export` checks the model and refuses an existing destination, writes the
-artefact in a ``.tmp-...`` folder beside it (TF Serving ignores it), loads and runs it, and
-renames it into place (:func:`publish`): a reader never sees half an artefact, and an error
-or Ctrl-C leaves nothing behind. It returns the report.
+:meth:`Exporter.export` refuses an existing destination, writes the artefact in a
+``.tmp-...`` folder beside it (TF Serving ignores it), loads and runs it, and renames it into
+place (:func:`publish`): a reader never sees half an artefact, and an error or Ctrl-C leaves
+nothing behind.
 
 References: OpenNMT-tf ``opennmt/utils/exporters.py`` (an ``Exporter`` per format).
 """
@@ -40,6 +39,10 @@ class Parts:
 def as_parts(translator_or_parts, max_len=None):
     """A :class:`Parts` from a ``Translator``, a :class:`Parts` or a dict of its fields."""
     obj = translator_or_parts
+    if (not isinstance(obj, (Parts, dict))
+            and all(hasattr(obj, a) for a in ("model", "src_tokenizer", "tgt_tokenizer",
+                                              "max_len"))):  # a Translator
+        obj = {f.name: getattr(obj, f.name, None) for f in dataclasses.fields(Parts)}
     if isinstance(obj, Parts):
         parts = dataclasses.replace(obj)
     elif isinstance(obj, dict):
@@ -50,10 +53,6 @@ def as_parts(translator_or_parts, max_len=None):
         parts = Parts(obj["model"], obj["src_tokenizer"], obj["tgt_tokenizer"],
                       obj.get("max_len") or max_len, bool(obj.get("normalize", False)),
                       obj.get("calibrator"), obj.get("languages"))
-    elif all(hasattr(obj, a) for a in ("model", "src_tokenizer", "tgt_tokenizer", "max_len")):
-        parts = Parts(obj.model, obj.src_tokenizer, obj.tgt_tokenizer, obj.max_len,
-                      bool(getattr(obj, "normalize", False)), getattr(obj, "calibrator", None),
-                      getattr(obj, "languages", None))
     else:
         raise ValueError("`translator_or_parts` must be a keras_attn Translator, an "
                          f"export.Parts or a dict. Received: {type(obj).__name__}")
@@ -141,12 +140,9 @@ class Exporter:
         """Write, check and publish the artefact for ``translator`` under ``export_dir``.
 
         Args:
-            translator: a ``keras_attn.translator.Translator``, a :class:`Parts` or a dict
-                with ``model``, ``src_tokenizer``, ``tgt_tokenizer``, ``max_len`` and
-                optionally ``normalize``.
+            translator: a ``Translator``, a :class:`Parts` or a dict (:func:`as_parts`).
             export_dir: where it goes (:meth:`destination`).
-            samples: sentences the written artefact is run on before it is published
-                (default ``("", "a")``).
+            samples: sentences the written artefact is run on before it is published.
 
         Returns:
             The report dict (``path`` is the published artefact).
@@ -235,8 +231,7 @@ def file_sizes(path):
 
 
 def decoding_info(parts, beam_size, length_penalty, normalize):
-    """The report's ``decoding``: ``length_penalty``, and ``alpha`` beside it (its name in
-    reports written before; readers of those look for it)."""
+    """The report's ``decoding`` (``alpha``: ``length_penalty``'s name in older reports)."""
     return {"max_len": parts.max_len, "beam_size": beam_size,
             "length_penalty": length_penalty, "alpha": length_penalty,
             "start_id": text.START_ID, "end_id": text.END_ID, "pad_id": text.PAD_ID,

@@ -26,11 +26,8 @@ class BuiltinModule(tf.Module):
     ``source_length``, ``unknown``, ``length_limit``, ``source_mask``, ``cross_k_<i>``,
     ``cross_v_<i>``, ``cache_k_<i>``, ``cache_v_<i>`` -> ``next_token`` int32 ``(1,)``,
     ``finished`` bool ``(1,)``, ``score``, ``lowest``, ``unsure``, ``confidence`` float32
-    ``(1,)``, ``history``, ``logits`` float32 ``(1, V)`` and the updated caches.
-
-    The step runs :class:`keras_attn.decoding.DecodingStep`, the processors every loop runs
-    and :class:`keras_attn.decoding.GreedySampler`'s choice; the app feeds the state back
-    until ``finished``.
+    ``(1,)``, ``history``, ``logits`` float32 ``(1, V)`` and the updated caches, which the
+    app feeds back until ``finished``. The step is ``keras_attn.decoding``'s greedy step.
 
     Args:
         model: a Transformer of :mod:`keras_attn.models`. max_len: the buffers' length.

@@ -25,8 +25,8 @@ BUILTIN_METADATA = "metadata.json"
 
 def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=None):
     """The loop over the builtin target (what an app does), one row at a time: encode, then
-    call the step with what it returned (the token, the score, the tokens so far, the
-    caches) until it says ``finished`` or ``max_len`` tokens are written.
+    call the step with what it returned until it says ``finished`` or ``max_len`` tokens
+    are written.
 
     Args:
         paths: the builtin folder, or ``(encoder_path, decoder_step_path)``.
@@ -38,13 +38,8 @@ def run_tflite_builtin(paths, source_ids, max_len=None, start_id=None, end_id=No
 
     Returns:
         dict of numpy arrays: ``tokens`` int32 ``(B, max_len)`` (0 after ``end_id``),
-        ``lengths`` int32 ``(B,)``, ``log_prob`` float32 ``(B,)`` as
-        ``keras_attn.decoding.greedy_decode_fixed``'s, and ``confidence`` float32 ``(B,)``
-        (none from a step file without ``lowest``; one without ``history`` decodes without
-        the repetition controls).
-
-    Example:
-        >>> out = run_tflite_builtin("export/tflite/builtin_float32", tr.encode(["3 May 1999"]))
+        ``lengths`` int32 ``(B,)``, ``log_prob`` and ``confidence`` float32 ``(B,)`` (none
+        from a step file without ``lowest``).
     """
     from ai_edge_litert.interpreter import Interpreter
 

@@ -1,16 +1,12 @@
 """The serving contract: what every export keeps, so that a client written against one
 export works on every later one (docs/serving_contract.md). Imports neither Keras nor
-TensorFlow (an app's runtime and the serving client read it); :func:`artefact_signatures`
-loads TensorFlow and ``ai_edge_litert`` when called.
+TensorFlow until :func:`artefact_signatures` is called.
 
 The rule: a shipped signature is frozen (inputs never change, not even by one with a
 default; outputs may grow, never shrink or change); a new option set is a new signature.
-:data:`SNAPSHOT` records every artefact's signatures as they shipped and
-:func:`breaking_changes` lists what a new export would break.
+:data:`SNAPSHOT` records every artefact's signatures as they shipped.
 
 Example:
-    >>> OPTION_SIGNATURES["translate"][:2]
-    ('beam_size', 'num_hypotheses')
     >>> breaking_changes(load_snapshot(), artefact_signatures("exported"))
     []
 """
@@ -32,9 +28,8 @@ ARTEFACTS = {"saved_model": os.path.join("saved_model", "translator", "1"),
 
 def artefact_signatures(export_dir):
     """``{artefact: {signature: {"inputs": {name: spec}, "outputs": {name: spec}}}}`` of the
-    artefacts in ``export_dir`` (those of :data:`ARTEFACTS` that exist); a spec is
-    ``{"dtype", "shape"}`` (-1 = any size), a SavedModel input with a default also
-    ``"default": true``. Builtin folders list each file's signature."""
+    artefacts of :data:`ARTEFACTS` in ``export_dir``; a spec is ``{"dtype", "shape"}`` (-1 =
+    any size), a SavedModel input with a default also ``"default": true``."""
     from keras_attn.export import runtime, saved_model, tflite
 
     found = {}
@@ -74,16 +69,9 @@ def generic(signatures):
 
 
 def breaking_changes(shipped, current, artefacts=None):
-    """What ``current`` (an export's :func:`artefact_signatures`) breaks of ``shipped``
-    (the snapshot), by the module's rule. Artefacts that ``current`` lacks are allowed.
-
-    Args:
-        shipped, current: :func:`artefact_signatures`' dicts.
-        artefacts: only these artefacts (default: those both have).
-
-    Returns:
-        Sentences, one per break; empty when a client of ``shipped`` keeps working.
-    """
+    """What ``current`` breaks of ``shipped`` (both :func:`artefact_signatures`' dicts) by
+    the module's rule: sentences, one per break. ``artefacts``: only these (default: those
+    both have; an artefact that ``current`` lacks is allowed)."""
     problems = []
     names = artefacts or sorted(set(shipped) & set(current))
     for artefact in names:

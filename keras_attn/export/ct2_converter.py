@@ -100,11 +100,9 @@ def _linear(spec, dense):
 
 def _fused(spec, denses):
     """Dense layers reading the same input as one ``LinearSpec`` (their rows stacked)."""
-    parts = []
-    for dense in denses:
-        part = common_spec.LinearSpec()
+    parts = [common_spec.LinearSpec() for _ in denses]
+    for part, dense in zip(parts, denses):
         _linear(part, dense)
-        parts.append(part)
     ct2_utils.fuse_linear(spec, parts)
 
 

@@ -1,17 +1,12 @@
 """CTranslate2 export (TensorFlow/CTranslate2-only): a Transformer run as a CTranslate2 model.
 
-CTranslate2 (``pip install -e ".[ctranslate2]"``) is the usual engine for CPU translation,
-and our Transformer is exactly its ``TransformerSpec``.
-:class:`CTranslate2Exporter` writes it through the ``Exporter`` template; the weight mapping
-is :mod:`keras_attn.export.ct2_converter`'s. The runtime,
-:class:`keras_attn.export.ctranslate2_runtime.CTranslate2Translator`, decodes as
-``keras_attn.decoding`` does (:func:`decoding_options`): greedy output is ours token for
-token; beam search is CTranslate2's own, reranked with our GNMT penalty (docs/ctranslate2.md
-says where they differ). Sampling and alignments are refused.
-
-Refused before anything is written (``ValueError`` naming the option): a Bahdanau model, an
-FFN activation other than ReLU, encoder and decoder with different ``num_heads``,
-``norm_first`` or LayerNorm ``epsilon``, vocabularies that use CTranslate2's special tokens.
+Our Transformer is exactly CTranslate2's ``TransformerSpec`` (``pip install -e
+".[ctranslate2]"``): :class:`CTranslate2Exporter` writes it, the weight mapping is
+:mod:`keras_attn.export.ct2_converter`'s and the runtime
+(:class:`~keras_attn.export.ctranslate2_runtime.CTranslate2Translator`) gives our greedy
+output token for token; beam search is CTranslate2's, reranked with our GNMT penalty
+(docs/ctranslate2.md). A model CTranslate2 cannot represent exactly is refused before
+anything is written (:func:`check_supported`).
 
 References: CTranslate2 ``python/ctranslate2/converters/``, ``specs/transformer_spec.py``.
 """
@@ -34,11 +29,9 @@ QUANTIZATIONS = ("float32", "int8")
 
 
 class CTranslate2Exporter(Exporter):
-    """A CTranslate2 model directory (``model.bin``, ``config.json``, vocabularies).
-
-    Plus our tokenizer files (:func:`~keras_attn.export.base.tokenizer_files`) and
-    ``keras_attn.json`` (``max_len``, input normalisation, decoding options, the report).
-    It is checked against ``Translator.translate_ids`` (greedy) before it is published.
+    """A CTranslate2 model directory (``model.bin``, ``config.json``, vocabularies), our
+    tokenizer files and ``keras_attn.json`` (``max_len``, normalisation, decoding, the
+    report), checked against ``Translator.translate_ids`` (greedy) before it is published.
 
     Args:
         quantization: ``"float32"`` or ``"int8"`` (int8 weights; CTranslate2 computes
@@ -104,21 +97,17 @@ def default_dir(run_dir, quantization="float32"):
 
 def export_ctranslate2(run_dir, export_dir=None, quantization="float32", overwrite=False,
                        log=print):
-    """Write a run's Transformer as a CTranslate2 model directory, atomically
+    """Write a run's Transformer as a CTranslate2 model directory
     (:class:`CTranslate2Exporter`, checked on the run's sample sentences).
 
     Args:
-        run_dir: a run directory (``keras_attn.core.runs``) of a Transformer.
+        run_dir: a run directory of a Transformer.
         export_dir: the model directory to write (default :func:`default_dir`).
-        quantization: ``"float32"`` or ``"int8"``. overwrite: replace an existing one.
+        quantization, overwrite: :class:`CTranslate2Exporter`'s.
 
     Returns:
-        Report dict: path, quantization, architecture, files and sizes, and the sample
-        translations of both engines compared (:func:`compare`).
-
-    Raises:
-        ValueError: an unknown ``quantization``, or an architecture CTranslate2 cannot
-            represent exactly (:func:`check_supported`).
+        Report dict: path, quantization, architecture, files and sizes, and both engines'
+        sample translations compared (:func:`compare`).
 
     Example:
         >>> export_ctranslate2("runs/dates")  # keras-attn export runs/dates --format ctranslate2

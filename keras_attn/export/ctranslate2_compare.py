@@ -20,10 +20,7 @@ def compare(translator, ct2, sources, beam_size=1, length_penalty=LENGTH_PENALTY
         translator: ``keras_attn.translator.Translator``.
         ct2: :class:`~keras_attn.export.ctranslate2_runtime.CTranslate2Translator`.
         sources: source strings. beam_size, length_penalty: the decoding of both
-            (``alpha=``: ``length_penalty``'s deprecated name).
-
-    Returns ``beam_size``, ``length_penalty`` and, beside it, ``alpha`` (its name in
-    reports written before) with what the engines gave.
+            (``alpha=``: ``length_penalty``'s deprecated name; the report has both names).
     """
     import tensorflow as tf
 

@@ -1,13 +1,6 @@
 """Running a CTranslate2 export: :class:`CTranslate2Translator`, the CTranslate2 engine of
 :mod:`keras_attn.translation.pipeline`. No TensorFlow or Keras (but a WordPiece run's
-tokenizer). How it compares with ours: :mod:`keras_attn.export.ctranslate2`.
-
-Example:
-    >>> ct2 = CTranslate2Translator("runs/dates/export/ctranslate2")
-    >>> ct2.translate(["3 March 2021"])
-    ['2021-03-03']
-    >>> ct2.score(["3 March 2021"], ["2021-03-03"])[0]["log_prob"]  # score_batch
-    -0.83
+tokenizer).
 """
 import math
 import os
@@ -83,8 +76,7 @@ class CTranslate2Translator:
             intra_threads=intra_threads, inter_threads=inter_threads)
 
     def _normalized(self, texts):
-        """``texts`` normalised as the run's were (WordPiece runs only, TensorFlow's)."""
-        if not self.normalize:
+        if not self.normalize:  # WordPiece runs only (TensorFlow's normalisation)
             return texts
         from keras_attn.text import tokenizers as text
 
@@ -95,7 +87,7 @@ class CTranslate2Translator:
         return self.src_tokenizer.tokenize(list(self._normalized(sentences)))
 
     def tokenize_target(self, texts):
-        """Target ids per text (``target_prefix``, :meth:`target_tokens`)."""
+        """Target ids per text."""
         return self.tgt_tokenizer.tokenize(list(texts))
 
     def detokenize(self, rows):
@@ -114,12 +106,8 @@ class CTranslate2Translator:
                 for row in np.asarray(source).tolist()]
 
     def options(self, **options):
-        """``DecodingOptions`` from keyword arguments, as ``Translator.options``.
-
-        Raises:
-            ValueError: a bad or unknown option (``DecodingOptions``), ``sampling_topk > 1``
-                or ``return_alignments=True`` (:func:`refuse`).
-        """
+        """``DecodingOptions`` from keyword arguments, as ``Translator.options``
+        (``ValueError``: a bad option, or one that :func:`refuse` refuses)."""
         return pipeline.resolve(self, options, refuse)
 
     def prefix_tokens(self, target_prefix):
@@ -140,8 +128,7 @@ class CTranslate2Translator:
             ct2_options: ``translate_batch`` arguments that override ours.
             log_probs: greedy only: each hypothesis ``(ids, score, token log-probabilities
                 or None)`` (:meth:`_search_log_probs`).
-            attention: each hypothesis ends with CTranslate2's attention, per target token
-                a vector over the source tokens.
+            attention: each hypothesis ends with CTranslate2's attention (per target token).
         """
         kwargs = dict(decoding_options(self.max_len, opts.beam_size), return_scores=True,
                       max_decoding_length=opts.max_length, length_penalty=0.0,
@@ -217,8 +204,7 @@ class CTranslate2Translator:
     def translate_ids(self, source, beam_size=1, length_penalty=LENGTH_PENALTY,
                       ct2_options=None):
         """Best output ids ``(B, T)`` for source ids ``(B, S)``, as
-        ``Translator.translate_ids`` (``[END]`` included, then 0; ``ct2_options`` as
-        :meth:`decode_nbest`'s)."""
+        ``Translator.translate_ids`` (``ct2_options``: :meth:`decode_nbest`'s)."""
         opts = DecodingOptions(beam_size=beam_size, length_penalty=length_penalty).resolve(
             self.max_len, length_penalty, self.controls)
         nbest = self.decode_nbest(self.tokens_from_ids(source), opts, ct2_options=ct2_options)
@@ -226,8 +212,7 @@ class CTranslate2Translator:
 
     def translate_nbest(self, texts, batch_size=128, confidence=True, **options):
         """``Translator.translate_nbest``'s result for this model
-        (:func:`keras_attn.translation.pipeline.translate_nbest`). ``ValueError``: as
-        :meth:`options`, or a ``target_prefix`` with no room within ``max_length``."""
+        (:func:`keras_attn.translation.pipeline.translate_nbest`)."""
         return pipeline.translate_nbest(self, texts, batch_size, confidence=confidence,
                                         **options)
 
@@ -268,17 +253,9 @@ class CTranslate2Translator:
         return out
 
     def alignment(self, source, target_ids, attention):
-        """Pharaoh ``i-j`` word pairs of one hypothesis from CTranslate2's attention, as
-        ``keras_attn.translation.alignment`` makes ours.
-
-        Args:
-            source: the source token strings (no ``</s>``). target_ids: the hypothesis's
-                target ids. attention: per target token a vector over the source tokens.
-
-        Example:
-            >>> ct2.alignment(["\u2581hi", "\u2581there"], [5, 9], [[0.9, 0.1], [0.2, 0.8]])
-            '0-0 1-1'
-        """
+        """Pharaoh ``i-j`` word pairs of one hypothesis from CTranslate2's attention (per
+        target token a vector over the ``source`` token strings), as
+        ``keras_attn.translation.alignment`` makes ours."""
         src_words = _word_ids(source, self.src_tokenizer)
         tgt_words = _word_ids([self.tgt_tokens[i] for i in target_ids], self.tgt_tokenizer)
         pairs = set()
@@ -298,12 +275,7 @@ class CTranslate2Translator:
 
     def score(self, sources, targets, batch_size=128, length_penalty=None):
         """Score given translations with CTranslate2's ``score_batch``: ``Translator.score``'s
-        dict per pair.
-
-        Raises:
-            ValueError: ``sources`` and ``targets`` of different lengths, an item that is
-                not a string, or a bad ``length_penalty``.
-        """
+        dict per pair (and its ``ValueError`` s)."""
         sources, targets = pipeline.string_pairs(sources, targets)
         length_penalty = self.options(length_penalty=length_penalty).length_penalty
         vocab, keep = self.tgt_tokenizer.vocab, self.max_len - 1
@@ -331,8 +303,7 @@ class CTranslate2Translator:
     @renamed(alpha="length_penalty")
     def translate(self, sentences, beam_size=1, length_penalty=LENGTH_PENALTY, batch_size=128,
                   **options):
-        """Translate a list of strings; returns a list of strings (the best translation).
-        Other options: :meth:`translate_nbest`'s (``alpha=``: ``length_penalty``'s deprecated
-        name)."""
+        """The best translation of each string (options: :meth:`translate_nbest`'s;
+        ``alpha=``: ``length_penalty``'s deprecated name)."""
         return pipeline.translate(self, sentences, beam_size, length_penalty, batch_size,
                                   **options)

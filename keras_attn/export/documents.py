@@ -63,16 +63,8 @@ def split_tensor(texts):
 
 
 def join_tensor(sentences, separators):
-    """Rebuild documents: :func:`keras_attn.text.documents.join` for each row.
-
-    Args:
-        sentences: string RaggedTensor ``(B, None)`` (translations, ``N_i`` per row).
-        separators: string RaggedTensor ``(B, None)``, ``N_i + 1`` per row (from
-            :func:`split_tensor`).
-
-    Returns:
-        string Tensor ``(B,)``.
-    """
+    """Rebuild documents ``(B,)``: :func:`keras_attn.text.documents.join` of each row of
+    string RaggedTensors ``sentences`` (``N_i`` per row) and ``separators`` (``N_i + 1``)."""
     # Pad each row of sentences with one "" so both have N_i + 1 items, interleave, join.
     batch = sentences.nrows()
     padded = tf.concat([sentences, tf.RaggedTensor.from_row_lengths(
@@ -85,29 +77,18 @@ def join_tensor(sentences, separators):
 
 
 def translate_documents_tensor(texts, translate_sentences):
-    """A served graph's documents: every text split, the request's sentences translated as
-    one batch, each output joined back per text (:func:`join_documents_tensor`).
-
-    Args:
-        texts: string ``(B,)``.
-        translate_sentences: ``sentences -> {output name: per-sentence tensor}``, given
-            the string RaggedTensor ``(B, None)`` of every text's sentences.
+    """A served graph's documents: texts ``(B,)`` split, their sentences (a RaggedTensor
+    ``(B, None)``) translated in one batch by ``translate_sentences`` (``-> {output name:
+    per-sentence tensor}``), each output joined back per text (:func:`join_documents_tensor`).
     """
     sentences, separators = split_tensor(texts)
     return join_documents_tensor(translate_sentences(sentences), sentences, separators)
 
 
 def join_documents_tensor(outputs, sentences, separators):
-    """:func:`keras_attn.translation.pipeline.join_documents`'s rule in a graph, for every
-    output a signature has.
-
-    Args:
-        outputs: ``{name: (S,) or (S, N) tensor}``, one row per sentence of ``sentences``.
-        sentences, separators: :func:`split_tensor`'s.
-
-    Returns:
-        ``{name: (B,) or (B, N) tensor}``.
-    """
+    """:func:`keras_attn.translation.pipeline.join_documents`'s rule in a graph: outputs
+    ``{name: (S,) or (S, N)}``, one row per sentence of :func:`split_tensor`'s
+    ``sentences``, -> ``{name: (B,) or (B, N)}``."""
     from keras_attn.translation.pipeline import ALIGNMENT_SEPARATOR
 
     out = {}
@@ -127,18 +108,14 @@ def join_documents_tensor(outputs, sentences, separators):
 
 
 def join_nbest(translations, row_splits, separators):
-    """Join n-best lists sentence by sentence: hypothesis ``j`` of text ``b`` is
+    """Join n-best lists ``(S, N)`` into ``(B, N)``: hypothesis ``j`` of text ``b`` is
     hypothesis ``j`` of each of its sentences, joined with its separators.
 
     Args:
         translations: string ``(S, N)``, every text's sentences in order.
-        row_splits: int ``(B + 1,)``, the texts' sentences (``sentences.row_splits`` of
-            :func:`split_tensor`).
-        separators: string RaggedTensor ``(B, None)`` (``N_b + 1`` per text, from
-            :func:`split_tensor`), or one Python str put between sentences (nothing around).
-
-    Returns:
-        string ``(B, N)``.
+        row_splits: int ``(B + 1,)`` (:func:`split_tensor`'s ``sentences.row_splits``).
+        separators: :func:`split_tensor`'s, or one Python str put between sentences
+            (nothing around).
     """
     row_splits = tf.cast(row_splits, tf.int64)
     counts = row_splits[1:] - row_splits[:-1]  # (B,)
@@ -217,7 +194,7 @@ def _starts(x, char_class):
     for member in utf8_members(char_class):
         hit = tf.equal(x, member[0])
         for i, byte in enumerate(member[1:], 1):
-            hit = tf.logical_and(hit, tf.equal(_shifted(x, i, -1), byte))
+            hit &= tf.equal(_shifted(x, i, -1), byte)
         length = tf.where(hit, len(member), length)  # no member is a prefix of another
     return length > 0, length
 
@@ -226,8 +203,8 @@ def _ends(starts, lengths):
     """bool ``(B, L)`` where a character that starts at ``starts`` ends, and its length."""
     ends, end_length = tf.zeros_like(starts), tf.zeros_like(lengths)
     for n in range(1, 4):
-        hit = _shifted(tf.logical_and(starts, tf.equal(lengths, n)), -(n - 1), False)
-        ends = tf.logical_or(ends, hit)
+        hit = _shifted(starts & tf.equal(lengths, n), -(n - 1), False)
+        ends |= hit
         end_length = tf.where(hit, n, end_length)
     return ends, end_length
 
@@ -236,14 +213,13 @@ def _covered(starts, lengths):
     """bool ``(B, L)``: the byte belongs to a character that starts at ``starts``."""
     covered = starts
     for k in (1, 2):
-        covered = tf.logical_or(covered, _shifted(
-            tf.logical_and(starts, lengths > k), -k, False))
+        covered |= _shifted(starts & (lengths > k), -k, False)
     return covered
 
 
 def _at(x, q):
     """``x[b, q[b, p]]``, False / 0 where ``q`` is outside ``[0, L)``."""
-    inside = tf.logical_and(q >= 0, q < tf.shape(x)[1])
+    inside = (q >= 0) & (q < tf.shape(x)[1])
     got = tf.gather(x, tf.clip_by_value(q, 0, tf.shape(x)[1] - 1), batch_dims=1)
     return tf.where(inside, got, tf.zeros_like(got))
 
@@ -251,28 +227,25 @@ def _at(x, q):
 def _valid_utf8(x, valid):
     """bool ``(B,)``: every byte of the row belongs to a well-formed UTF-8 character (no
     overlong form, surrogate or code point above U+10FFFF)."""
-    cont = tf.logical_and(x >= 0x80, x < 0xC0)
+    cont = (x >= 0x80) & (x < 0xC0)
     # Continuation bytes each lead byte needs; -1: a continuation or a byte that never leads.
-    need = tf.where(x < 0x80, 0, tf.where(tf.logical_and(x >= 0xC2, x < 0xE0), 1, tf.where(
-        tf.logical_and(x >= 0xE0, x < 0xF0), 2, tf.where(tf.logical_and(x >= 0xF0, x < 0xF5),
-                                                          3, -1))))
-    lead = tf.logical_and(valid, need >= 0)
-    bad = tf.logical_and(tf.logical_and(valid, tf.logical_not(cont)), need < 0)
+    need = tf.where(x < 0x80, 0, tf.where((x >= 0xC2) & (x < 0xE0), 1, tf.where(
+        (x >= 0xE0) & (x < 0xF0), 2, tf.where((x >= 0xF0) & (x < 0xF5), 3, -1))))
+    lead = valid & (need >= 0)
+    bad = valid & ~cont & (need < 0)
     claimed = tf.zeros_like(valid)
     for k in (1, 2, 3):
-        wants = tf.logical_and(lead, need >= k)
-        bad = tf.logical_or(bad, tf.logical_and(wants, tf.logical_not(_shifted(cont, k, False))))
-        claimed = tf.logical_or(claimed, _shifted(wants, -k, False))
-    bad = tf.logical_or(bad, tf.logical_and(tf.logical_and(valid, cont),
-                                            tf.logical_not(claimed)))
+        wants = lead & (need >= k)
+        bad |= wants & ~_shifted(cont, k, False)
+        claimed |= _shifted(wants, -k, False)
+    bad |= valid & cont & ~claimed
     # The second byte's range after E0, ED, F0 and F4: no overlong form, no surrogate, nothing
     # above U+10FFFF.
     second = _shifted(x, 1, -1)
     for byte, low, high in ((0xE0, 0xA0, 0xBF), (0xED, 0x80, 0x9F), (0xF0, 0x90, 0xBF),
                             (0xF4, 0x80, 0x8F)):
-        bad = tf.logical_or(bad, tf.logical_and(tf.equal(x, byte), tf.logical_or(
-            second < low, second > high)))
-    return tf.logical_not(tf.reduce_any(bad, axis=1))
+        bad |= tf.equal(x, byte) & ((second < low) | (second > high))
+    return ~tf.reduce_any(bad, axis=1)
 
 
 def needs_split_tensor(texts):
@@ -302,7 +275,7 @@ def needs_split_tensor(texts):
     stop_end, _ = _ends(*_starts(x, documents.STOP))
     close_end, close_len = _ends(*_starts(x, documents.CLOSE))
     space = _covered(ws, ws_len)
-    content = tf.logical_and(valid, tf.logical_not(space))
+    content = valid & ~space
     count = tf.cast(content, tf.int32)
     before = tf.cumsum(count, axis=1, exclusive=True) > 0
     after = tf.cumsum(count, axis=1, reverse=True) > 0
@@ -311,26 +284,22 @@ def needs_split_tensor(texts):
     # Back from each byte over closing marks to a stop (giving up after _CLOSE_RUN marks).
     q, alive, stop = position - 1, tf.ones_like(valid), tf.zeros_like(valid)
     for _ in range(_CLOSE_RUN):
-        stop = tf.logical_or(stop, tf.logical_and(alive, _at(stop_end, q)))
-        alive = tf.logical_and(alive, _at(close_end, q))
+        stop |= alive & _at(stop_end, q)
+        alive &= _at(close_end, q)
         q = q - _at(close_len, q)
-    stop = tf.logical_or(stop, alive)
+    stop |= alive
     # Ahead over horizontal whitespace to a lower-case letter (giving up after _SPACE_RUN).
     q, alive, lower_next = position, tf.ones_like(valid), tf.zeros_like(valid)
     for i in range(_SPACE_RUN + 1):
         if i:
-            lower_next = tf.logical_or(lower_next, tf.logical_and(alive, _at(lower, q)))
-        alive = tf.logical_and(alive, _at(hws, q))
+            lower_next |= alive & _at(lower, q)
+        alive &= _at(hws, q)
         q = q + _at(hws_len, q)
-    digit = tf.logical_and(x >= 0x30, x <= 0x39)
-    item = tf.logical_and(tf.equal(_shifted(x, -1, -1), 0x29), _shifted(digit, -2, False))
-    site = tf.logical_or(
-        tf.logical_or(nl, tf.logical_and(ws, tf.logical_or(
-            tf.logical_and(stop, tf.logical_not(lower_next)), item))),
-        tf.logical_and(bullet, _shifted(space, -1, False)))
-    inside = tf.reduce_any(tf.logical_and(site, tf.logical_and(before, after)), axis=1)
+    digit = (x >= 0x30) & (x <= 0x39)
+    item = tf.equal(_shifted(x, -1, -1), 0x29) & _shifted(digit, -2, False)
+    site = (nl | (ws & ((stop & ~lower_next) | item))) | (bullet & _shifted(space, -1, False))
+    inside = tf.reduce_any(site & (before & after), axis=1)
     lengths = tf.cast(pieces.row_lengths(), tf.int32)
-    edges = tf.logical_or(space[:, 0], _at(space, (lengths - 1)[:, None])[:, 0])
+    edges = space[:, 0] | _at(space, (lengths - 1)[:, None])[:, 0]
     has_content = tf.reduce_any(content, axis=1)
-    return tf.logical_or(tf.logical_or(inside, edges), tf.logical_or(
-        tf.logical_not(has_content), tf.logical_not(_valid_utf8(x, valid))))
+    return (inside | edges) | (~has_content | ~_valid_utf8(x, valid))

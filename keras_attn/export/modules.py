@@ -2,13 +2,9 @@
 
 :class:`TranslatorModule` holds the tokenizers, the Keras model and the decoding loop as
 ``tf.function`` s: ``serve`` (strings in, strings out), ``translate_ids`` (ids in, ids out),
-``score`` (forced decoding) and the options signatures (:mod:`keras_attn.export.request`).
-Every decoding is :meth:`keras_attn.translator.Translator.search`. The TFLite builtin
-target's graphs are :mod:`keras_attn.export.builtin`'s.
-
-Kernel policy (:func:`forward_only`): no hand-written gradients; ``dynamic_shapes`` on in a
-SavedModel, off in TFLite (fixed ``max_len`` buffers). The graphs write their buffers with
-core ops, no ``Xla*`` op (TF Serving refuses those without XLA; the SavedModel export checks).
+``score`` (forced decoding) and the options signatures (:mod:`keras_attn.export.request`),
+every decoding :meth:`keras_attn.translator.Translator.search`; no ``Xla*`` op outside the
+compiled twins (TF Serving refuses those without XLA; the SavedModel export checks).
 """
 import tensorflow as tf
 
@@ -19,7 +15,7 @@ from keras_attn.text import spans
 from keras_attn.text import tokenizers as text
 from keras_attn.decoding.confidence import Calibrator
 from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
-from keras_attn.export.base import check_beam
+from keras_attn.export.base import check_beam, check_choice
 from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
 from keras_attn.export.option_sets import (COMPILED_SIGNATURES, COMPILED_SUFFIX,
@@ -34,9 +30,8 @@ DEFAULT_MAX_BEAM = 8  # the largest beam_size a request of the `translate` signa
 
 
 def forward_only(fn, dynamic_shapes):
-    """``fn`` run under the kernel policy of a serving graph: no custom gradients, and
-    ``dynamic_shapes`` as given (a SavedModel: True; TFLite: False). Keeps ``fn``'s
-    signature, so ``tf.function`` names the inputs alike."""
+    """``fn`` (its signature kept) under a serving graph's kernel policy: no custom
+    gradients, ``dynamic_shapes`` as given (a SavedModel: True; TFLite: False)."""
     return fastpath.under(fn, dynamic_shapes=dynamic_shapes, custom_gradients=False)
 
 
@@ -61,19 +56,21 @@ class TranslatorModule(tf.Module):
     """Tokenizers, model and decoding loop as ``tf.function`` s (what gets exported).
 
     Args:
-        parts: a :class:`Parts`.
-        beam_size: 1 = greedy; more = beam search (``keras_attn.decoding``).
-        length_penalty: GNMT's alpha, the beam search's default (``alpha=``: its deprecated
-            name).
+        parts: a :class:`~keras_attn.export.base.Parts`.
+        beam_size, length_penalty: the export's decoding (``alpha=``: ``length_penalty``'s
+            deprecated name).
         for_tflite: detokenize with ``detokenize_tflite`` and skip input normalisation.
         text_ops: ``"core"`` (:class:`CoreCharTokenizer`, character vocabularies only),
             ``"tftext"`` (the ``Tokenizer`` objects) or ``"auto"`` (core when possible).
         batch_size: fixed batch of ``serve`` (None: any).
         max_beam_size: the largest ``beam_size`` a ``translate`` request may ask.
         request_signature: also the options signatures (:mod:`keras_attn.export.request`).
-        passthrough: ``serve`` passes spans through in its graph
-            (:mod:`keras_attn.export.spans_graph`; None: for subword and word vocabularies;
-            never in TFLite).
+        passthrough: ``serve`` passes spans through in its graph (None:
+            :func:`keras_attn.text.spans.default_for`; never in TFLite).
+
+    Example:
+        >>> module = TranslatorModule(as_parts(translator), beam_size=4)
+        >>> module.serve(tf.constant(["3 March 2021"]))["translation"]
     """
 
     @renamed(alpha="length_penalty")
@@ -98,12 +95,9 @@ class TranslatorModule(tf.Module):
         if passthrough is None:
             passthrough = spans.default_for(parts.src_tokenizer)
         self.passthrough = bool(passthrough) and not self.for_tflite
-        if self.text_ops == "core":
-            self.src_tokenizer = CoreCharTokenizer(parts.src_tokenizer)
-            self.tgt_tokenizer = CoreCharTokenizer(parts.tgt_tokenizer)
-        else:
-            self.src_tokenizer = parts.src_tokenizer
-            self.tgt_tokenizer = parts.tgt_tokenizer
+        graph_tokenizer = CoreCharTokenizer if self.text_ops == "core" else (lambda t: t)
+        self.src_tokenizer = graph_tokenizer(parts.src_tokenizer)
+        self.tgt_tokenizer = graph_tokenizer(parts.tgt_tokenizer)
         dynamic = not self.for_tflite
         self.serve = tf.function(
             forward_only(self._serve, dynamic),
@@ -213,10 +207,9 @@ class TranslatorModule(tf.Module):
         return source, truncated
 
     def decode(self, source, confidence=False, return_alignments=False):
-        """The export's own decoding of source ids ``(B, S)`` (its ``beam_size`` and
-        ``length_penalty``): ``Translator.search``'s best hypothesis, ``tokens``
-        ``(B, max_len)``, ``lengths``, ``scores`` ``(B,)`` and with ``confidence`` the
-        ``features`` ``(B, F)``."""
+        """The export's own decoding of source ids ``(B, S)``: ``Translator.search``'s best
+        hypothesis, ``tokens`` ``(B, max_len)``, ``lengths``, ``scores`` ``(B,)`` and with
+        ``confidence`` the ``features`` ``(B, F)``."""
         opts = DecodingOptions(beam_size=self.beam_size).resolve(
             self.max_len, self.length_penalty, self.controls)
         if return_alignments is not False:  # a bool tensor: the pair codes when True
@@ -238,8 +231,7 @@ class TranslatorModule(tf.Module):
 
     def _serve_sentences(self, strings):
         """Sentences ``(B,)`` -> ``translation``, ``score``, ``confidence``, ``truncated``
-        ``(B,)``; with :attr:`passthrough`, spans passed through
-        (:mod:`keras_attn.export.spans_graph`)."""
+        ``(B,)``; with :attr:`passthrough`, spans passed through."""
         if not self.passthrough:
             return self._decode_sentences(strings)
         from keras_attn.export import spans_graph
@@ -324,8 +316,7 @@ class TranslatorModule(tf.Module):
 
 def resolve_text_ops(text_ops, parts, for_tflite=False):
     """``"core"`` or ``"tftext"``: which tokenizer implementation goes into the graph."""
-    if text_ops not in TEXT_OPS:
-        raise ValueError(f"`text_ops` must be one of {TEXT_OPS}. Received: text_ops={text_ops!r}")
+    check_choice("text_ops", text_ops, TEXT_OPS)
     core_ok = (not for_tflite and CoreCharTokenizer.supports(parts.src_tokenizer)
                and CoreCharTokenizer.supports(parts.tgt_tokenizer))
     if text_ops == "core" and not core_ok:

@@ -8,10 +8,6 @@ Example:
     ('beam_size', 'num_hypotheses')
     >>> newest_options_signature(["serving_default", "translate"])
     'translate'
-    >>> compiled_signature("translate_v2", ["translate_v2", "translate_v2_xla"])
-    'translate_v2_xla'
-    >>> exported_options_signatures(for_tflite=False, passthrough=True)[-1]
-    'translate_v3'
 """
 
 # Every options signature of the SavedModel and of the TFLite text file, oldest first, with

@@ -2,13 +2,10 @@
 signatures of the SavedModel and of the TFLite text file.
 
 Each signature of :data:`keras_attn.export.option_sets.OPTION_SIGNATURES` takes ``text`` and
-its frozen option set (docs/serving_contract.md). The newest is the graph below; an older one
-calls it with the unset value of each option it lacks, which is also each input's SavedModel
-default (:func:`signature_function`). ``max_length`` 0 and a negative ``length_penalty``
-stand for the export's own. The graph checks the options (:func:`checks`), then picks greedy,
-beam search or sampling with ``tf.cond``, every branch ``keras_attn.decoding.decode``. The
-compiled twins (``translate_v2_xla``) decode a greedy request in one XLA cluster
-(:meth:`RequestDecoder.translate_compiled`).
+its frozen option set (docs/serving_contract.md); an older one calls the newest with the
+unset value of each option it lacks (:func:`signature_function`). The graph checks the
+options (:func:`checks`), then decodes with ``Translator.search``. The compiled twins
+(``translate_v2_xla``) decode a greedy request in one XLA cluster.
 
 Outputs: ``translations``, ``alignments`` (Pharaoh pairs, empty unless asked) string
 ``(B, N)``, ``scores``, ``confidences`` float32 ``(B, N)``, ``truncated`` bool ``(B,)``.
@@ -36,9 +33,7 @@ TRANSLATE_SIGNATURE = "translate"  # the first options signature (frozen, as all
 
 def input_signature(batch_size=None, signature=LATEST_OPTIONS_SIGNATURE):
     """``tf.TensorSpec`` s of an options signature: ``text (B,)`` then its options as
-    scalars, in :data:`~keras_attn.export.option_sets.OPTION_SIGNATURES` order, but
-    ``target_prefix``: strings ``(P,)``, none, one for every sentence, or one per sentence
-    (``P = B``)."""
+    scalars, but ``target_prefix``: strings ``(P,)`` (none, one for all, or ``P = B``)."""
     return [tf.TensorSpec([batch_size], tf.string, name="text")] + [
         tf.TensorSpec([None] if name == "target_prefix" else [], OPTION_SPECS[name],
                       name=name)
@@ -46,9 +41,7 @@ def input_signature(batch_size=None, signature=LATEST_OPTIONS_SIGNATURE):
 
 
 def unset_value(name):
-    """The tensor that leaves option ``name`` to the export (its ``unset`` value, or its
-    default: ``target_prefix`` no string); ``passthrough`` False (what a signature without
-    the input does)."""
+    """The tensor that leaves option ``name`` to the export (``passthrough``: False)."""
     if name == "passthrough":
         return tf.constant(False)
     opt = OPTIONS[name]
@@ -58,9 +51,8 @@ def unset_value(name):
 
 def signature_function(translate, signature, name=None, newest=LATEST_OPTIONS_SIGNATURE):
     """The Python function of the options signature ``signature``: ``(text, *its inputs)``
-    -> ``translate(text, **every input of newest)``, those it lacks at :func:`unset_value`,
-    which is also each argument's default (``passthrough``: True), so that the SignatureDef
-    records it. ``name``: the function's (default ``signature``)."""
+    -> ``translate(text, **every input of newest)``, those it lacks at :func:`unset_value`.
+    Each argument defaults to it (``passthrough``: True), for the SignatureDef to record."""
     names = OPTION_SIGNATURES[signature]
 
     def call(text_input, *options):
@@ -88,8 +80,7 @@ def _require_tflite(ok):
 
 def checks(options, max_beam_size, max_len, prefix_len, for_tflite):
     """The ops that refuse bad options (messages as ``DecodingOptions``'s ``ValueError``):
-    each option's declared rule (its ``unset`` value stands for the export's own), then
-    what the export fixed."""
+    each option's rule (its ``unset`` value allowed), then what the export fixed."""
     rules = []
     for name, opt in OPTIONS.items():
         value = options[name]
@@ -163,12 +154,10 @@ class RequestDecoder:
                        lambda: self.translate(strings, compiled=True, **options))
 
     def translate(self, strings, compiled=False, passthrough=False, **options):
-        """The options signatures' body. A SavedModel splits each text into sentences and
-        joins them back (:func:`keras_attn.export.documents.translate_documents_tensor`); a
-        TFLite file translates sentences and returns ``needs_split``.
-        ``compiled``: greedy decoding only, XLA-compiled (:meth:`translate_compiled`).
-        ``passthrough``: a bool (tensor), spans pass through each sentence
-        (:func:`keras_attn.export.spans_graph.passed_through`; a SavedModel only)."""
+        """The options signatures' body: a SavedModel splits texts into sentences and joins
+        them back, a TFLite file translates sentences and returns ``needs_split``.
+        ``compiled``: :meth:`translate_compiled`'s. ``passthrough``: a bool (tensor), spans
+        pass through (:func:`keras_attn.export.spans_graph.passed_through`; SavedModel)."""
         from keras_attn.export import documents
 
         if self.module.for_tflite:  # True where a text may not be one sentence: split first
@@ -193,9 +182,8 @@ class RequestDecoder:
         return documents.translate_documents_tensor(strings, sentences_of)
 
     def translate_sentences(self, strings, owner=None, texts=None, compiled=False, **options):
-        """Decode sentences ``(S,)``; ``owner`` int32 ``(S,)`` the text each belongs to
-        (default: its own) and ``texts`` how many texts there are, for the prefixes (none,
-        one for every text, or one per text); ``compiled`` as :meth:`translate`'s."""
+        """Decode sentences ``(S,)``; for the prefixes, ``owner`` int32 ``(S,)`` the text each
+        belongs to (default: its own) and ``texts`` how many texts there are."""
         m = self.module
         batch = tf.shape(strings)[0] if texts is None else texts
         source, truncated = m.encode_text(strings)

@@ -1,10 +1,9 @@
-"""Running the TFLite files as an application does: numpy and ``ai_edge_litert`` only.
+"""Running the TFLite files as an application does: numpy and ``ai_edge_litert`` only
+(:func:`text_interpreter` imports ``tensorflow_text`` for its kernels).
 
-No Keras, no TensorFlow (:func:`text_interpreter` imports ``tensorflow_text`` for its TFLite
-kernels). :func:`run_tflite_builtin` is an app's loop over the builtin target
-(``keras_attn.export.builtin_runtime``); :func:`run_tflite_text` calls the text target. The
-text file takes one sentence per string (no regex op): :func:`split_for_tflite` before it and
-:func:`join_from_tflite` after give the SavedModel's answer for any text.
+:func:`run_tflite_builtin` is an app's loop over the builtin target; :func:`run_tflite_text`
+calls the text target, which takes one sentence per string (no regex op):
+:func:`split_for_tflite` before it and :func:`join_from_tflite` after handle any text.
 
 Example:
     >>> out = run_tflite_text("exported/tflite/text_float32.tflite", ["3 March 2021"])
@@ -46,24 +45,19 @@ def _text_file(model):
 
 
 def run_tflite_text(model, texts, split=True, passthrough=False):
-    """Translate with a text-target flatbuffer (a path or its bytes).
-
-    Each text may hold several sentences and paragraphs: it is split as the SavedModel splits
-    (:func:`split_for_tflite`), its sentences go through the file in one batch and are joined
-    back with the text's whitespace (:func:`join_from_tflite`).
+    """Translate with a text-target flatbuffer (a path or its bytes): each text is split as
+    the SavedModel splits it, its sentences translated in one batch and joined back.
 
     Args:
         model: the ``.tflite`` file or its content.
-        texts: str or bytes (the file does its own tokenizing).
+        texts: str or bytes.
         split: False passes each text to the file as one sentence.
         passthrough: URLs, e-mail addresses, code, tags, numbers and emoji pass through
-            unchanged (:func:`keras_attn.translation.pipeline.passed_through`), each at its
-            proportional place. Off by default.
+            unchanged (:func:`keras_attn.translation.pipeline.passed_through`).
 
     Returns:
         dict of numpy arrays ``translation`` (bytes), ``score``, ``confidence`` and
-        ``truncated`` ``(B,)``, each text's sentences joined (:func:`by_document`); with
-        ``split=False`` the file's outputs as they are, ``needs_split`` (bool ``(B,)``) too.
+        ``truncated`` ``(B,)``; with ``split=False`` the file's outputs, ``needs_split`` too.
     """
     runner = _text_file(model).get_signature_runner(TFLITE_TEXT_SIGNATURE)
     if not split:
@@ -84,13 +78,12 @@ def _run_sentences(runner, texts):
 
 
 def run_tflite_options(model, texts, passthrough=False, **options):
-    """Translate with the text file's ``translate`` signature: per-request decoding options
-    (API.md, "Decoding options per request"), n-best and alignments.
+    """Translate with the text file's newest options signature: per-request decoding
+    options (API.md), n-best and alignments.
 
     Args:
-        model: the ``.tflite`` file or its content.
-        texts: strings. options: keyword arguments of ``DecodingOptions``.
-        passthrough: as :func:`run_tflite_text`'s, placed by the file's alignments.
+        model, passthrough: as :func:`run_tflite_text`'s. texts: strings.
+        options: keyword arguments of ``DecodingOptions``.
 
     Returns:
         dict of numpy arrays ``translations`` (bytes), ``scores``, ``confidences``,
@@ -122,11 +115,10 @@ def run_tflite_options(model, texts, passthrough=False, **options):
 
 
 def run_tflite_score(model, sources, targets):
-    """Score given translations with the text file's ``score`` signature (forced decoding,
-    ``keras_attn.export.modules.TranslatorModule._score``).
+    """Score given translations with the text file's ``score`` signature (forced decoding).
 
     Args:
-        model: the ``.tflite`` file or its content. sources, targets: strings, as many.
+        model: as :func:`run_tflite_text`'s. sources, targets: strings, as many.
 
     Returns:
         dict of numpy arrays ``tokens`` (bytes, "" after ``[END]``), ``token_ids``,
@@ -146,11 +138,10 @@ def run_tflite_score(model, sources, targets):
 
 def option_inputs(opts, accepted=None, passthrough=False):
     """An options signature's inputs (numpy scalars) for ``DecodingOptions`` ``opts``, one
-    per ``keras_attn.decoding.options.OPTIONS`` entry (its ``unset`` value where ``opts``
-    leaves it to the artefact; ``target_prefix`` a list of no string or one).
+    per ``keras_attn.decoding.options.OPTIONS`` entry (``target_prefix``: a list of no string
+    or one).
 
     Args:
-        opts: the ``DecodingOptions``.
         accepted: the input names of the signature called (None: every option).
         passthrough: the ``passthrough`` input, where ``accepted`` has it.
 
@@ -192,11 +183,9 @@ _NBEST = {"translation": "translations", "score": "scores", "confidence": "confi
 
 def by_document(texts, run, names, num_hypotheses=None, passthrough=False,
                 keep_alignments=True):
-    """A file's outputs for B documents: ``run(sentences)``'s per-sentence outputs joined by
-    :func:`keras_attn.translation.pipeline.split_and_join` (``passthrough``,
-    ``keep_alignments``: its arguments). ``names``: ``{hypothesis key: output name}``
-    (:data:`_SINGLE`, or :data:`_NBEST` with ``num_hypotheses``). Returns the outputs
-    ``(B,)`` or ``(B, N)`` under the file's names, ``truncated`` ``(B,)``."""
+    """``run(sentences)``'s per-sentence outputs joined into B documents by
+    :func:`keras_attn.translation.pipeline.split_and_join`: ``(B,)`` or ``(B, N)`` under the
+    names of ``names`` (:data:`_SINGLE`, or :data:`_NBEST` with ``num_hypotheses``)."""
     from keras_attn.translation import pipeline
 
     n = num_hypotheses or 1
@@ -225,8 +214,7 @@ def by_document(texts, run, names, num_hypotheses=None, passthrough=False,
 
 
 def _decoded(texts):
-    """Documents as str (bytes that are not UTF-8 read with U+FFFD in place of the bad
-    bytes, as the SavedModel's split reads them)."""
+    """Documents as str (bytes not UTF-8 read with U+FFFD, as the SavedModel reads them)."""
     if isinstance(texts, (str, bytes)):
         raise ValueError("`texts` must be a sequence of documents, not one str/bytes. "
                          f"Received: texts={texts!r}")
@@ -246,14 +234,11 @@ def split_for_tflite(texts):
 
     Returns:
         ``(sentences, counts, separators)``: ``sentences`` an object array ``(N,)`` of UTF-8
-        bytes, every document's sentences in order (the file's ``text`` input);
-        ``counts`` int64 ``(B,)`` sentences per document; ``separators`` B lists of
-        ``counts[i] + 1`` str, the whitespace around them. Per-sentence outputs group back
-        with ``np.split(x, np.cumsum(counts)[:-1])``.
+        bytes (the file's ``text`` input); ``counts`` int64 ``(B,)`` sentences per document;
+        ``separators`` B lists of ``counts[i] + 1`` str, the whitespace around them.
 
     Raises:
-        ValueError: a document that is not str / bytes (bytes not UTF-8 are read with
-            U+FFFD in place of the bad bytes).
+        ValueError: a document that is not str / bytes.
 
     Example:
         >>> sentences, counts, seps = split_for_tflite(["Hi. Bye.", "Yes."])
@@ -271,11 +256,11 @@ def join_from_tflite(translations, counts, separators):
 
     Args:
         translations: ``(N,)`` bytes or str, one per sentence of :func:`split_for_tflite`
-            (the ``translation`` output; for n-best outputs ``(N, K)`` pass a column).
+            (of n-best outputs ``(N, K)``, a column).
         counts, separators: from :func:`split_for_tflite`.
 
     Returns:
-        list of B str, each document's translations with its own whitespace between them.
+        list of B str.
     """
     from keras_attn.text import documents
 

@@ -1,15 +1,10 @@
 """The TF Serving SavedModel target (TensorFlow-only) and what a SavedModel's graph needs.
 
 :class:`SavedModelExporter` saves :class:`~keras_attn.export.modules.TranslatorModule`'s
-signatures to ``<export_dir>/<model_name>/<version>/`` (TF Serving's layout) and writes
-``<version>.report.json`` beside it. The signatures (``serving_default``, ``translate_ids``,
-``score``, the options signatures and their compiled twins): docs/export.md.
-
-A character vocabulary is tokenized with core TensorFlow ops (any TF Serving image);
-WordPiece and SentencePiece need tensorflow-text ops (``import tensorflow_text`` before
-loading, and a TF Serving image that links them). The report lists every op, the non-core
-ones with the library that registers them, and those a stock TF Serving lacks
-(:data:`TF_SERVING_TFTEXT_OPS`); an ``Xla*`` op is refused.
+signatures (docs/export.md) in TF Serving's layout, ``<version>.report.json`` beside them.
+A character vocabulary needs core TensorFlow ops only; WordPiece and SentencePiece need
+tensorflow-text's. The report lists every op, the non-core ones with the library that
+registers them, and those a stock TF Serving lacks (:data:`TF_SERVING_TFTEXT_OPS`).
 """
 import json
 import os
@@ -51,8 +46,7 @@ class SavedModelExporter(Exporter):
     Args:
         model_name: the TF Serving model name (a plain folder name).
         version: integer version folder (>= 0).
-        beam_size: 1 = greedy decoding; more = beam search with ``length_penalty``.
-        length_penalty: GNMT's alpha, the beam search's default (``alpha=``: its
+        beam_size, length_penalty: the export's decoding (``alpha=``: ``length_penalty``'s
             deprecated name).
         text_ops: ``"auto"``, ``"core"`` or ``"tftext"``
             (:func:`~keras_attn.export.modules.resolve_text_ops`).
@@ -151,12 +145,10 @@ def export_saved_model(translator_or_parts, export_dir, model_name=MODEL_NAME, v
                        length_penalty=LENGTH_PENALTY, text_ops="auto", request_signature=True,
                        passthrough=None):
     """Write a TF-Serving SavedModel to ``export_dir/model_name/version/``
-    (:class:`SavedModelExporter`; ``max_len`` overrides the translator's; ``alpha=``:
-    ``length_penalty``'s deprecated name).
+    (:class:`SavedModelExporter`'s arguments; ``max_len`` overrides the translator's).
 
     Returns:
-        The report dict (also ``export_dir/model_name/<version>.report.json``): signatures,
-        ops (non-core ones flagged), file sizes.
+        The report dict (also ``export_dir/model_name/<version>.report.json``).
 
     Example:
         >>> export_saved_model(Translator.from_run_dir("runs/dates"), "exported/saved_model")
@@ -233,8 +225,8 @@ print(json.dumps({"core": None if asked is not None else sorted(n for n in dir(t
 
 
 def _probe(ops):
-    """Ask a fresh Python that imports only ``tensorflow`` (then ``tensorflow_text``) which
-    ops it registers: exactly what a serving process without keras_attn has."""
+    """Which ops a fresh Python registers with ``tensorflow`` alone, then with
+    ``tensorflow_text`` (what a serving process without keras_attn has)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     try:
         proc = subprocess.run([sys.executable, "-c", _REGISTRY_PROBE], input=json.dumps(ops),
@@ -256,10 +248,8 @@ def serving_allowlist():
 
 
 def classify_ops(ops):
-    """Split op types into core TensorFlow and the ones another library registers.
-
-    Returns ``{"non_core": [{"op", "registered_by", "version"}], "unregistered": [...]}``.
-    """
+    """``{"non_core": [{"op", "registered_by", "version"}], "unregistered": [...]}``: the op
+    types beyond core TensorFlow and the library that registers them."""
     import tensorflow_text
 
     probe = _probe(list(ops))

@@ -154,13 +154,11 @@ def cut(sentences):
         sentences: string ``(S,)``.
 
     Returns:
-        A dict of :data:`PLAN_SPEC`'s keys: ``rest`` string ``(S,)`` (what the model
-        reads), ``only_spans`` bool ``(S,)``, ``n_words`` int32 ``(S,)``, and per sentence
-        its groups (ragged ``(S, None)``: ``text``, ``start`` byte, ``mode``
-        (:data:`AFTER`, :data:`BEFORE`, :data:`GLUED`), ``anchor`` word of ``rest``,
-        ``before`` and ``after`` whitespace, ``closing`` punctuation, ``emoji`` (all its
-        spans are emoji)) and ``rest_map`` (per byte of ``rest`` its byte in the sentence),
-        as :class:`keras_attn.text.spans.Cut` holds them.
+        A dict of :data:`PLAN_SPEC`'s keys, as :class:`keras_attn.text.spans.Cut` holds
+        them: ``rest`` string ``(S,)`` (what the model reads), ``only_spans`` bool ``(S,)``,
+        ``n_words`` int32 ``(S,)``, and ragged ``(S, None)`` per group ``text``, ``start``
+        byte, ``mode``, ``anchor`` word of ``rest``, ``before``/``after`` whitespace,
+        ``closing`` punctuation, ``emoji``; ``rest_map``: per byte of ``rest`` its byte.
     """
     sentences = tf.convert_to_tensor(sentences, tf.string)
     plan = tf.map_fn(_cut_one, sentences, fn_output_signature=PLAN_SPEC)
@@ -293,9 +291,8 @@ def put_back(plan, translations, alignments, owner, renumber=True):
 
     Args:
         plan: :func:`cut`'s dict for ``S`` sentences.
-        translations: string ``(H,)``, the hypotheses.
-        alignments: string ``(H,)``, their Pharaoh pairs ("" places each group at its
-            proportional place).
+        translations, alignments: string ``(H,)``, the hypotheses and their Pharaoh pairs
+            ("" places each group at its proportional place).
         owner: int32 ``(H,)``, the sentence of each hypothesis.
         renumber: False: the alignments come back as given.
 
@@ -319,11 +316,8 @@ def passed_through(sentences, decode, enabled=True, keep_alignments=False):
             ``translations``, ``scores``, ``confidences``, ``alignments`` ``(S, N)`` and
             ``truncated`` ``(S,)``.
         enabled: bool (a scalar tensor or Python): False decodes every sentence as it is.
-        keep_alignments: bool (a scalar tensor or Python): the answer's ``alignments``,
-            renumbered over the whole sentence and translation; False: "".
-
-    Returns:
-        ``decode``'s dict for ``sentences``.
+        keep_alignments: bool (likewise): ``alignments`` renumbered over the whole sentence
+            and translation; False: "".
     """
     rows = tf.cast(tf.where(enabled & may_hold_spans(sentences))[:, 0], tf.int32)
     plan = cut(tf.gather(sentences, rows))

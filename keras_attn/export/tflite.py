@@ -1,17 +1,15 @@
 """The TFLite targets (TensorFlow-only): one text-to-text file, or builtin-op files.
 
-* :class:`TFLiteTextExporter` (``tflite/text_<q>.tflite``): one flatbuffer, strings in
-  and strings out (tokenizer, encoder, decoding loop, detokenizer), TFLite builtins plus
-  tensorflow-text's kernels only (:data:`TFTEXT_TFLITE_OPS`; a Flex op is refused by name).
-  It runs no regex op: its signatures take one sentence per string and return
-  ``needs_split`` (``keras_attn.export.runtime`` splits and joins documents around it), and
-  a model trained on normalised text gets a report ``warnings`` entry (normalising needs
-  Flex ops). A Bahdanau model takes one sentence per call (a static batch for its GRU).
-* :class:`TFLiteBuiltinExporter` (``tflite/builtin_<q>/``, Transformer only):
-  ``encoder.tflite`` and ``decoder_step.tflite`` from
-  :class:`~keras_attn.export.builtin.BuiltinModule`, builtin ops only, batch 1, plus
-  ``metadata.json`` and the tokenizer files; the app runs the greedy loop
-  (``keras_attn.export.runtime.run_tflite_builtin`` is the reference).
+* :class:`TFLiteTextExporter` (``tflite/text_<q>.tflite``): strings in, strings out,
+  TFLite builtins plus tensorflow-text's kernels only (:data:`TFTEXT_TFLITE_OPS`; a Flex op
+  is refused by name). It runs no regex op: its signatures take one sentence per string and
+  return ``needs_split`` (``keras_attn.export.runtime`` splits and joins documents), and it
+  cannot normalise input (a report ``warnings`` entry says so). A Bahdanau model takes one
+  sentence per call (a static batch for its GRU).
+* :class:`TFLiteBuiltinExporter` (``tflite/builtin_<q>/``, Transformer only): the
+  ``encoder.tflite`` and ``decoder_step.tflite`` of
+  :class:`~keras_attn.export.builtin.BuiltinModule` (builtin ops only, batch 1),
+  ``metadata.json`` and the tokenizer files; the app runs the greedy loop.
 
 Quantization: ``float32``; ``float16`` (float16 weights, dequantized at load); ``int8``
 (dynamic-range: int8 weights, float activations).
@@ -46,11 +44,8 @@ TFTEXT_TFLITE_OPS = frozenset({
 
 # --- what a flatbuffer holds ---------------------------------------------------------------
 def tflite_ops(model_content):
-    """Operator codes of a flatbuffer: ``{"builtin": [...], "custom": [...], "flex": [...]}``.
-
-    ``flex`` are the Select-TF ops (custom code ``Flex<Op>``, need the Flex delegate);
-    ``custom`` are the other custom ops (e.g. tensorflow-text kernels).
-    """
+    """Operator codes of a flatbuffer: ``{"builtin": [...], "custom": [...], "flex": [...]}``
+    (``flex``: the Select-TF ops, custom code ``Flex<Op>``; ``custom``: the others)."""
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_content))
@@ -140,11 +135,13 @@ class TFLiteExporter(Exporter):
     """Shared by the TFLite targets: quantization and the converter.
 
     Args:
-        quantization: ``"float32"``, ``"float16"`` (float16 weights) or ``"int8"``
-            (dynamic-range int8 weights, float activations).
+        quantization: one of :data:`~keras_attn.export.base.QUANTIZATIONS`.
         beam_size, length_penalty: decoding inside the file (text target; ``alpha=``:
             ``length_penalty``'s deprecated name).
         overwrite: replace an existing file/folder (otherwise ``FileExistsError``).
+
+    Example:
+        >>> TFLiteTextExporter("int8").export(translator, "text_int8.tflite")
     """
 
     format = "tflite"
@@ -338,15 +335,12 @@ TFLITE_EXPORTERS = {"text": TFLiteTextExporter, "builtin": TFLiteBuiltinExporter
 def export_tflite(translator_or_parts, path, target="text", quantization="float32",
                   beam_size=1, max_len=None, overwrite=False, length_penalty=LENGTH_PENALTY):
     """Convert the translator to TFLite (:class:`TFLiteTextExporter` or
-    :class:`TFLiteBuiltinExporter`).
+    :class:`TFLiteBuiltinExporter`, by ``target``; their arguments).
 
     Args:
         translator_or_parts: a ``Translator``, an ``export.Parts`` or a dict of its fields.
         path: ``target="text"``: the ``.tflite`` file; ``"builtin"``: the folder.
-        target: ``"text"`` or ``"builtin"``. quantization: ``"float32"``, ``"float16"``,
-            ``"int8"``. beam_size, length_penalty: decoding of the text target (builtin: 1;
-            ``alpha=``: ``length_penalty``'s deprecated name).
-        max_len: override the translator's. overwrite: replace an existing artefact.
+        max_len: override the translator's.
 
     Returns:
         Report dict: path, target, quantization, ops, signatures, file sizes, warnings.
