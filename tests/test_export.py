@@ -774,7 +774,9 @@ def test_translate_signature_requests_carry_every_option():
     _, payload = client.build_rest_request(["3 March 2021", b"\xff"], options=options)
     assert payload["signature_name"] == contract.LATEST_OPTIONS_SIGNATURE
     inputs = payload["inputs"]
-    assert set(inputs) == set(specs) == set(client.OPTION_DEFAULTS) | {"text"}
+    # passthrough is translate_v3's alone (an export that passes spans through has it).
+    v2_defaults = {k: v for k, v in client.OPTION_DEFAULTS.items() if k != "passthrough"}
+    assert set(inputs) == set(specs) == set(v2_defaults) | {"text"}
     json_types = {tf.int32: int, tf.float32: float, tf.bool: bool, tf.string: list}
     for name, value in inputs.items():
         assert type(value) is json_types[specs[name].dtype], (name, value)
@@ -784,7 +786,10 @@ def test_translate_signature_requests_carry_every_option():
     assert {k: inputs[k] for k in options} == {**options, "target_prefix": ["2020"]}
     assert (inputs["max_length"], inputs["sampling_topk"], inputs["seed"]) == (0, 1, 0)
     _, plain = client.build_rest_request(["x"], signature="translate_v2")  # every default
-    assert plain["inputs"] == {"text": ["x"], **client.OPTION_DEFAULTS}
+    assert plain["inputs"] == {"text": ["x"], **v2_defaults}
+    _, v3 = client.build_rest_request(["x"], options={"passthrough": False})
+    assert v3["signature_name"] == "translate_v3"
+    assert v3["inputs"] == {"text": ["x"], **v2_defaults, "passthrough": False}
     _, first = client.build_rest_request(["x"], signature="translate")
     assert set(first["inputs"]) == {"text", *contract.OPTION_SIGNATURES["translate"]}
     with pytest.raises(ValueError, match="unknown decoding option"):
