@@ -6,8 +6,12 @@ SentencePiece run's ``serving_default`` gives every span back as the Translator 
 """
 import os
 import random
+import subprocess
+import sys
 
 import pytest
+
+import guards
 
 from keras_attn.text import spans
 
@@ -210,3 +214,21 @@ def test_translate_v3_passes_spans_through_as_the_translator_does(tiny_sentencep
         assert compiled[:2] == plain[:2]
         # XLA rounds the scores' sums in its own order (float32, terms of order 1).
         assert np.allclose(compiled[2], plain[2], rtol=0, atol=1e-4)
+
+
+def test_first_imported_inside_a_trace_it_still_works_outside_it():
+    # A module-level tensor made while a tf.function traces belongs to that graph: a later
+    # trace that reads it fails ("out of scope"). The export's serving function imports this
+    # module lazily, inside its trace.
+    code = ("import tensorflow as tf\n"
+            "@tf.function\n"
+            "def first(t):\n"
+            "    from keras_attn.export import spans_graph\n"
+            "    return spans_graph.cut(t)['rest']\n"
+            "first(tf.constant(['Call me at 10:30.']))\n"
+            "from keras_attn.export import spans_graph\n"
+            "print(spans_graph.cut(tf.constant(['See https://example.com now.']))['rest'][0]"
+            ".numpy().decode())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=guards.timeout(120))
+    assert out.returncode == 0, out.stderr[-3000:]

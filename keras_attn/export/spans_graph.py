@@ -22,7 +22,8 @@ from keras_attn.text import spans
 AFTER, BEFORE, GLUED = 0, 1, 2  # Group.mode
 _ANY = "|".join(f"(?:{pattern})" for _, pattern in spans.RULES)
 _SPACE = f"[{spans.SPACE}]"
-_ASCII_SPACE = tf.constant([b" ", b"\t", b"\n", b"\r", b"\f", b"\v"])
+# A Python tuple, not a tensor: this module may first be imported inside a trace.
+_ASCII_SPACE = (b" ", b"\t", b"\n", b"\r", b"\f", b"\v")
 _THIN = "[\u202f\xa0\u2009]"  # French spacing: a group goes before it ("\u202f!")
 _STOP = "[.!?\u2026\u3002]+$"  # a translation's final stop, kept last
 _INT_SPEC = tf.RaggedTensorSpec([None], tf.int32, ragged_rank=0)
@@ -62,7 +63,8 @@ def _words(s):
     """``(starts, ends)`` int32 of the words of scalar ``s``: cut at ASCII whitespace, as
     :func:`keras_attn.text.spans._words` (bytes)."""
     chars = tf.strings.bytes_split(s)
-    word = tf.logical_not(tf.reduce_any(chars[:, None] == _ASCII_SPACE[None, :], axis=1))
+    space = tf.constant(_ASCII_SPACE)
+    word = tf.logical_not(tf.reduce_any(chars[:, None] == space[None, :], axis=1))
     before = tf.concat([[False], word], 0)[:-1]
     after = tf.concat([word, [False]], 0)[1:]
     starts = tf.cast(tf.where(word & ~before)[:, 0], tf.int32)
