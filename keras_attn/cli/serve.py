@@ -76,6 +76,13 @@ def add_parser(sub):
     p.add_argument("--max-body-bytes", type=int, default=1_000_000,
                    help="largest request body; larger ones are answered 413 "
                         "(default: %(default)s)")
+    p.add_argument("--glossary", dest="glossaries", action="append", default=None,
+                   metavar="[SRC-TGT=]FILE.tsv",
+                   help="terms every request gets (source<TAB>target lines, UTF-8; a term "
+                        "mapped to itself is not translated), for every language pair or, "
+                        "as en-fr=FILE.tsv, for one; repeatable; an API key's glossary "
+                        "(`keras-attn serve keys glossary`) and a request's `glossary` win "
+                        "over it for a term they share (default: none)")
     add_libretranslate_options(p)
     add_verbose(p, argparse.SUPPRESS)
     return p
@@ -170,7 +177,7 @@ def add_libretranslate_options(p):
 
 
 def run(args):
-    from keras_attn.serve import limits, store
+    from keras_attn.serve import limits, store, terms
     from keras_attn.serve.app import Settings
     from keras_attn.serve.server import serve
 
@@ -205,6 +212,7 @@ def run(args):
         else None,
         "shared_storage": args.req_limit_storage if args.req_limit_storage != "memory://"
         else args.shared_storage,
+        "glossaries": terms.read_flags(args.glossaries),
         "translation_cache": tuple(k for k in args.translation_cache.split(",") if k.strip())})
     return serve(paths[0] if len(paths) == 1 else paths, engine=args.engine, host=args.host,
                  port=args.port,
@@ -213,12 +221,15 @@ def run(args):
 
 
 def manage(args):
-    """``keras-attn serve keys add/remove/list`` and ``... suggestions export FILE``."""
+    """``keras-attn serve keys add/remove/list``, ``... keys glossary set/remove/show`` and
+    ``... suggestions export FILE``."""
     from keras_attn.serve import store
 
     words = list(args.words)
     usage = ("usage: keras-attn serve keys add REQ_LIMIT [KEY] [--char-limit N] | keys "
-             "remove KEY | keys list | suggestions export FILE")
+             "remove KEY | keys list | keys glossary set KEY FILE.tsv [SRC-TGT] | keys "
+             "glossary remove KEY [SRC-TGT] | keys glossary show KEY | suggestions export "
+             "FILE")
     if args.path == "suggestions":
         if len(words) != 2 or words[0] != "export":
             raise ValueError(usage)
@@ -226,6 +237,8 @@ def manage(args):
         print(f"{count} suggestion(s) written to {words[1]}")
         return 0
     keys = store.KeyStore(args.api_keys_db_path)
+    if words[:1] == ["glossary"]:
+        return manage_glossary(keys, words[1:], usage)
     if words[:1] == ["add"] and len(words) in (2, 3):
         try:
             limit = int(words[1])
@@ -242,6 +255,34 @@ def manage(args):
         for key, limit, char_limit in keys.all():
             print(f"{key}\treq_limit={limit}\tchar_limit="
                   f"{'-' if char_limit is None else char_limit}")
+    else:
+        raise ValueError(usage)
+    return 0
+
+
+def manage_glossary(keys, words, usage):
+    """``keras-attn serve keys glossary set KEY FILE.tsv [SRC-TGT]``, ``remove KEY
+    [SRC-TGT]``, ``show KEY``: a key's terms, for every pair or one."""
+    from keras_attn.serve import store
+    from keras_attn.text import glossary
+
+    action, rest = (words[0], words[1:]) if words else (None, [])
+    pair = {"set": rest[2:3], "remove": rest[1:2]}.get(action, [])
+    pair = pair[0] if pair else store.EVERY_PAIR
+    if pair and len(pair.split("-")) != 2:
+        raise ValueError(f"a language pair is SRC-TGT (en-fr). Received: {pair}")
+    if action == "set" and len(rest) in (2, 3):
+        keys.set_glossary(rest[0], glossary.read_tsv(rest[1]), pair)
+        print(f"{rest[0]}: {len(glossary.read_tsv(rest[1]))} term(s) for "
+              f"{pair or 'every language pair'}")
+    elif action == "remove" and len(rest) in (1, 2):
+        if not keys.remove_glossary(rest[0], pair):
+            raise ValueError(f"{rest[0]} has no glossary for {pair or 'every language pair'}")
+        print(f"removed the glossary of {rest[0]} for {pair or 'every language pair'}")
+    elif action == "show" and len(rest) == 1:
+        for pair, terms in keys.glossaries(rest[0]).items():
+            for source, target in terms:
+                print(f"{pair or '*'}\t{source}\t{target}")
     else:
         raise ValueError(usage)
     return 0

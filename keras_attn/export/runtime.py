@@ -10,7 +10,6 @@ Example:
     >>> out["translation"]
     array([b'2021-03-03'], dtype=object)
 """
-import dataclasses
 import os
 
 import numpy as np
@@ -44,7 +43,7 @@ def _text_file(model):
     return text_interpreter(model_path=os.fspath(model))
 
 
-def run_tflite_text(model, texts, split=True, passthrough=False):
+def run_tflite_text(model, texts, split=True, passthrough=False, glossary=None):
     """Translate with a text-target flatbuffer (a path or its bytes): each text is split as
     the SavedModel splits it, its sentences translated in one batch and joined back.
 
@@ -54,11 +53,19 @@ def run_tflite_text(model, texts, split=True, passthrough=False):
         split: False passes each text to the file as one sentence.
         passthrough: URLs, e-mail addresses, code, tags, numbers and emoji pass through
             unchanged (:func:`keras_attn.translation.pipeline.passed_through`).
+        glossary: ``{source term: target term}`` put in by the alignments
+            (:func:`keras_attn.translation.glossary.with_glossary`): the text is then
+            translated by the file's options signature (greedy), which gives them.
 
     Returns:
         dict of numpy arrays ``translation`` (bytes), ``score``, ``confidence`` and
-        ``truncated`` ``(B,)``; with ``split=False`` the file's outputs, ``needs_split`` too.
+        ``truncated`` ``(B,)``; with ``split=False`` the file's outputs, ``needs_split`` too;
+        with a glossary, ``applied_terms`` (per text the terms put in).
     """
+    if glossary:
+        out = run_tflite_options(model, texts, passthrough=passthrough, glossary=glossary)
+        return {**{name: out[many][:, 0] for name, many in _SINGLE.items()},
+                "truncated": out["truncated"], "applied_terms": out["applied_terms"]}
     runner = _text_file(model).get_signature_runner(TFLITE_TEXT_SIGNATURE)
     if not split:
         return _run_sentences(runner, text_array(texts))
@@ -83,11 +90,12 @@ def run_tflite_options(model, texts, passthrough=False, **options):
 
     Args:
         model, passthrough: as :func:`run_tflite_text`'s. texts: strings.
-        options: keyword arguments of ``DecodingOptions``.
+        options: keyword arguments of ``DecodingOptions`` (``glossary`` too).
 
     Returns:
         dict of numpy arrays ``translations`` (bytes), ``scores``, ``confidences``,
-        ``alignments`` (bytes, empty unless asked) ``(B, N)`` and ``truncated`` ``(B,)``.
+        ``alignments`` (bytes, empty unless asked) ``(B, N)`` and ``truncated`` ``(B,)``;
+        with a ``glossary``, ``applied_terms``: per text ``{source term: target term}``.
 
     Raises:
         ValueError: a bad option (checked before the file runs).
@@ -102,16 +110,15 @@ def run_tflite_options(model, texts, passthrough=False, **options):
 
     from keras_attn.translation import pipeline
 
-    opts = DecodingOptions.from_kwargs(**options)
+    opts = DecodingOptions.from_kwargs(**{"passthrough": bool(passthrough), **options})
     interpreter = _text_file(model)
     runner = interpreter.get_signature_runner(
         newest_options_signature(interpreter.get_signature_list()))
-    decode = opts
-    if passthrough and not opts.return_alignments and pipeline.has_spans(_decoded(texts)):
-        decode = dataclasses.replace(opts, return_alignments=True)
+    decode = pipeline.needs_alignments(None, _decoded(texts), opts)
     inputs = option_inputs(decode, runner.get_input_details())
     return by_document(texts, lambda sentences: runner(text=sentences, **inputs), _NBEST,
-                       opts.num_hypotheses, passthrough, opts.return_alignments)
+                       opts.num_hypotheses, opts.passthrough, opts.return_alignments,
+                       opts.glossary)
 
 
 def run_tflite_score(model, sources, targets):
@@ -136,22 +143,26 @@ def run_tflite_score(model, sources, targets):
     return runner(source=text_array(sources), target=text_array(targets))
 
 
-def option_inputs(opts, accepted=None, passthrough=False):
+def option_inputs(opts, accepted=None, passthrough=False, glossary=()):
     """An options signature's inputs (numpy scalars) for ``DecodingOptions`` ``opts``, one
-    per ``keras_attn.decoding.options.OPTIONS`` entry (``target_prefix``: a list of no string
-    or one).
+    per decoding option (``keras_attn.decoding.options.DECODING_NAMES``; ``target_prefix``:
+    a list of no string or one).
 
     Args:
-        accepted: the input names of the signature called (None: every option).
+        accepted: the input names of the signature called (None: every decoding option).
         passthrough: the ``passthrough`` input, where ``accepted`` has it.
+        glossary: ``(source, target)`` pairs: the ``glossary_source`` and
+            ``glossary_target`` inputs (strings ``(G,)``), where ``accepted`` has them.
 
     Raises:
-        ValueError: ``opts`` sets an option that ``accepted`` lacks (an older export).
+        ValueError: ``opts`` sets a decoding option that ``accepted`` lacks (an older
+            export).
     """
-    from keras_attn.decoding.options import OPTIONS
+    from keras_attn.decoding.options import DECODING_NAMES, GLOSSARY_INPUTS, OPTIONS
 
     inputs = {}
-    for name, opt in OPTIONS.items():
+    for name in DECODING_NAMES:
+        opt = OPTIONS[name]
         if accepted is not None and name not in accepted:
             if getattr(opts, name) != opt.default:
                 raise ValueError(f"`{name}` is not an input of this artefact's options "
@@ -165,6 +176,9 @@ def option_inputs(opts, accepted=None, passthrough=False):
             inputs[name] = np.dtype(opt.dtype).type(value)  # int32, float32 or bool
     if accepted is not None and "passthrough" in accepted:
         inputs["passthrough"] = np.bool_(passthrough)
+    if accepted is not None and GLOSSARY_INPUTS[0] in accepted:
+        for name, side in zip(GLOSSARY_INPUTS, (0, 1)):
+            inputs[name] = np.array([p[side].encode("utf-8") for p in glossary], dtype=object)
     return inputs
 
 
@@ -182,10 +196,11 @@ _NBEST = {"translation": "translations", "score": "scores", "confidence": "confi
 
 
 def by_document(texts, run, names, num_hypotheses=None, passthrough=False,
-                keep_alignments=True):
+                keep_alignments=True, glossary=()):
     """``run(sentences)``'s per-sentence outputs joined into B documents by
     :func:`keras_attn.translation.pipeline.split_and_join`: ``(B,)`` or ``(B, N)`` under the
-    names of ``names`` (:data:`_SINGLE`, or :data:`_NBEST` with ``num_hypotheses``)."""
+    names of ``names`` (:data:`_SINGLE`, or :data:`_NBEST` with ``num_hypotheses``); with
+    a ``glossary`` (its pairs), ``applied_terms`` too (a list of B dicts)."""
     from keras_attn.translation import pipeline
 
     n = num_hypotheses or 1
@@ -200,9 +215,11 @@ def by_document(texts, run, names, num_hypotheses=None, passthrough=False,
                 for s in range(len(sentences))]
 
     docs = pipeline.split_and_join(_decoded(texts), translate, n, passthrough,
-                                   keep_alignments, confidence="confidence" in names)
+                                   keep_alignments, "confidence" in names, glossary)
     shape = (len(docs),) if num_hypotheses is None else (len(docs), n)
     result = {"truncated": np.array([hyps[0]["truncated"] for hyps in docs], bool)}
+    if glossary:
+        result["applied_terms"] = [hyps[0]["applied_terms"] for hyps in docs]
     for k, name in names.items():
         if k in ("translation", "alignment"):  # "": a text of no sentence aligns nothing
             values = [[h.get(k, "").encode("utf-8") for h in hyps] for hyps in docs]

@@ -45,6 +45,9 @@ class Settings:
         shared_storage: ``memory://`` or a ``redis://`` URL (``--shared-storage`` or
             ``--req-limit-storage``).
         translation_cache: ``("all",)`` or the API keys whose answers are cached.
+        glossaries: ``{None or (source, target): entries}``: the server's glossary for
+            every request (``None``: of every pair), under the API key's and the
+            request's (:func:`keras_attn.serve.terms.read_flags` reads ``--glossary``).
 
     Example:
         >>> Settings(char_limit=5000, api_keys={"k1": None}, url_prefix="/lt")
@@ -73,6 +76,7 @@ class Settings:
     get_api_key_link: str = ""
     metrics_auth_token: str = ""
     translation_cache: tuple = ()
+    glossaries: Optional[dict] = None
 
 
 def create_app(artefact, replicas=None, settings=None):

@@ -22,12 +22,11 @@ _ENGINE = None  # the engine of a worker process (ProcessReplicas)
 
 
 class _Replicas:
-    """Calls ``self._call(texts, options, confidence[, passthrough])`` in ``self._pool``."""
+    """Calls ``self._call(texts, options, confidence)`` in ``self._pool``."""
 
-    async def translate(self, texts, options, confidence=True, passthrough=None):
-        given = () if passthrough is None else (passthrough,)  # an engine's fourth argument
+    async def translate(self, texts, options, confidence=True):
         return await asyncio.get_running_loop().run_in_executor(
-            self._pool, self._call, texts, options, confidence, *given)
+            self._pool, self._call, texts, options, confidence)
 
     def close(self):
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -89,8 +88,8 @@ def _import_quietly(name):
         os.close(devnull)
 
 
-def _translate(texts, options, confidence, *passthrough):
-    return _ENGINE.translate(texts, options, confidence, *passthrough)
+def _translate(texts, options, confidence):
+    return _ENGINE.translate(texts, options, confidence)
 
 
 def _ready(pause):
