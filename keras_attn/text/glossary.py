@@ -25,7 +25,7 @@ import re
 import reprlib
 from typing import Tuple
 
-from keras_attn.text.span_rules import SPACE
+from keras_attn.text.span_rules import SPACE, WORD_SPACE
 
 MAX_TERMS = 1000
 """The most terms a glossary holds (a request's, an operator's and a key's, merged)."""
@@ -236,7 +236,7 @@ def find(sentence, glossary, outside=()):
 
 def _words(text):
     """``(start, end)`` of each word: cut at ASCII whitespace, as the alignments number them."""
-    return [(m.start(), m.end()) for m in re.finditer(r"[^ \t\n\r\f\v]+", text)]
+    return [(m.start(), m.end()) for m in re.finditer(f"[^{WORD_SPACE}]+", text)]
 
 
 def _pairs(alignment):
