@@ -67,6 +67,7 @@ SMOKE = {
     "tests/test_passthrough.py::test_serve_passes_spans_through_when_asked",
     "tests/test_docs.py::test_the_site_builds_strictly",
     "tests/test_serve_fields.py",
+    "tests/test_glossary_serve.py::test_a_request_glossary_is_put_in_and_said",
 }
 
 

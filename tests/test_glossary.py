@@ -11,6 +11,7 @@ import pytest
 
 from keras_attn.decoding.options import OPTIONS, TranslationOptions
 from keras_attn.text import glossary as g
+from keras_attn.text.term_placement import apply
 from keras_attn.translation.glossary import outside_spans, with_glossary
 
 CASES = json.loads((pathlib.Path(__file__).parent / "data" / "glossary_cases.json")
@@ -25,7 +26,7 @@ def test_python_rules_give_the_shared_cases(case):
     found = g.find(case["sentence"], ENTRIES,
                    outside_spans(case["sentence"]) if case["passthrough"] else ())
     assert [[m.start, m.end, m.source] for m in found] == case["found"]
-    assert g.apply(case["sentence"], found, case["translation"], case["alignment"]) == (
+    assert apply(case["sentence"], found, case["translation"], case["alignment"]) == (
         case["expected"], case["expected_alignment"])
 
 
@@ -36,7 +37,7 @@ def test_every_term_found_comes_out_once_and_nothing_else_moves(case):
     byte-identical."""
     found = g.find(case["sentence"], ENTRIES,
                    outside_spans(case["sentence"]) if case["passthrough"] else ())
-    out, _ = g.apply(case["sentence"], found, case["translation"], case["alignment"])
+    out, _ = apply(case["sentence"], found, case["translation"], case["alignment"])
     if not found:
         assert out == case["translation"]
     for target in {m.target for m in found}:
@@ -202,3 +203,38 @@ def test_graph_refuses_a_bad_glossary(sources, targets, says):
     with pytest.raises(tf.errors.InvalidArgumentError, match=says):
         glossary_graph.checked(tf.constant(sources, tf.string), tf.constant(targets, tf.string))
     glossary_graph.checked(tf.constant(["Ticket", "ticket"]), tf.constant(["b", "b"]))
+
+
+def test_a_glossary_of_the_most_terms_is_read_alike(graph):
+    """MAX_TERMS terms (RE2 refuses a pattern of that many character classes: the
+    follower is written once a run), the longest first across terms that end with a
+    letter and terms that do not ("C++" before "C")."""
+    glossary = g.entries({**{f"term{k}": f"t{k}" for k in range(g.MAX_TERMS - 2)},
+                          "C": "c", "C++": "cpp"})
+    case = {"sentence": "Use C++ or C with term7 and term77.", "passthrough": False,
+            "translation": "Utilise C++ ou C avec term7 et term77.",
+            "alignment": "0-0 1-1 2-2 3-3 4-4 5-5 6-6 7-7"}
+    found = g.find(case["sentence"], glossary)
+    assert [m.target for m in found] == ["cpp", "c", "t7", "t77"]
+    expected = apply(case["sentence"], found, case["translation"], case["alignment"])
+    assert expected[0] == "Utilise cpp ou c avec t7 et t77."
+    _, out = graph([case], glossary)
+    assert (out["translations"][0, 0].numpy().decode(),
+            out["alignments"][0, 0].numpy().decode()) == expected
+
+
+def test_the_serving_client_sends_a_glossary_to_translate_v4(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "serve_client", pathlib.Path(__file__).parents[1] / "scripts" / "serve_client.py")
+    client = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(client)
+    url, body = client.build_rest_request(["I lost my ticket."], options={
+        "glossary": {"ticket": "billet", " Tom": "Tom"}})
+    assert body["signature_name"] == "translate_v4"
+    assert (body["inputs"]["glossary_source"], body["inputs"]["glossary_target"]) == (
+        ["ticket", "Tom"], ["billet", "Tom"])
+    assert "glossary_source" not in client.option_values({}, "translate_v3")
+    with pytest.raises(ValueError, match="two targets"):
+        client.option_values({"glossary": {"a": "b", "A": "c"}}, "translate_v4")

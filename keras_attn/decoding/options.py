@@ -303,7 +303,8 @@ def docs_table():
     for opt in OPTIONS.values():
         default = ("the artefact's" if opt.default is None else
                    "none" if opt.dtype == "glossary" else repr(opt.default))
-        rows.append(f"| `{opt.name}` | {opt.dtype}, {default} | {opt.help} | "
+        kind = "mapping of strings" if opt.dtype == "glossary" else opt.dtype
+        rows.append(f"| `{opt.name}` | {kind}, {default} | {opt.help} | "
                     f"{'`' + opt.ct2 + '`' if opt.ct2 else '—'} |")
     return "\n".join(rows)
 

@@ -282,10 +282,11 @@ class CTranslate2Engine:
     def translate(self, texts, options, confidence=True, passthrough=None):
         if not texts:
             return []
+        if passthrough is not None:
+            options = dataclasses.replace(options, passthrough=bool(passthrough))
         kwargs = {k: getattr(options, k) for k in OPTIONS if getattr(options, k) is not None}
         return self._translator.translate_nbest(list(texts), batch_size=max(len(texts), 1),
-                                                confidence=confidence,
-                                                passthrough=passthrough, **kwargs)
+                                                confidence=confidence, **kwargs)
 
 
 ENGINES = {e.name: e for e in (SavedModelEngine, CTranslate2Engine)}  # the registry

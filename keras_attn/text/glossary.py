@@ -4,10 +4,9 @@ Python: no TensorFlow, no Keras).
 A glossary maps source terms to target terms (``{"ticket": "billet"}``; a term mapped to
 itself is "do not translate"). :func:`entries` checks one and gives its canonical pairs;
 :func:`find` finds its terms in a sentence (whole words, any case, several words allowed;
-scanning left to right, the longest term at a position wins); :func:`apply` puts each
-found term's target into the sentence's translation in place of the words aligned with it
-(Pharaoh ``i-j`` pairs over whitespace-separated words), exactly once, and renumbers the
-alignment. The rules are written so that RE2 (the SavedModel's graph,
+scanning left to right, the longest term at a position wins);
+:func:`keras_attn.text.term_placement.apply` puts each found term's target into the
+sentence's translation. The rules are written so that RE2 (the SavedModel's graph,
 :mod:`keras_attn.export.glossary_graph`) reads them alike: docs/real_text.md, "Glossaries".
 
 Example:
@@ -15,15 +14,14 @@ Example:
     >>> found = find("Show me your ticket.", terms)
     >>> [(m.source, m.target) for m in found]
     [('ticket', 'billet')]
-    >>> apply("Show me your ticket.", found, "Montre-moi ton ticket.", "0-0 1-0 2-1 3-2")[0]
-    'Montre-moi ton billet.'
+    >>> count("billet", "Un billet, deux billets.")
+    1
 """
 import csv
 import dataclasses
 import functools
 import re
 import reprlib
-from typing import Tuple
 
 from keras_attn.text.span_rules import SPACE, WORD_SPACE
 
@@ -33,18 +31,25 @@ MAX_TERM_CHARS = 200
 """The most characters of a source or a target term."""
 _META = "\\.+*?()|[]{}^$"  # what both regex engines read as syntax, escaped alike
 _NOT_WORD = r"[\W_]"  # Python's; RE2's is [^\pL\pN]
-_LEAD = r"^[\W_]*"  # "«billet" keeps its "«"
-_TRAIL = r"[\W_]*$"  # "billet." keeps its "."
 
 
-def _word_char(c):
+def word_char(c):
     """A letter or a digit: what a whole word is made of (RE2's ``[\\pL\\pN]``)."""
     return c.isalnum()
 
 
+_SPACES = re.compile(f"[{SPACE}]+")
+_ENDS = re.compile(f"^[{SPACE}]+|[{SPACE}]+$")
+_LINE_BREAK = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+class Entries(tuple):
+    """:func:`entries`' result: ``(source, target)`` pairs known to be checked."""
+
+
 def _collapsed(text):
     """Whitespace runs as one space, none at the ends."""
-    return re.sub(f"[{SPACE}]+", " ", text).strip(" ")
+    return _SPACES.sub(" ", text).strip(" ")
 
 
 def key(term):
@@ -56,7 +61,7 @@ def _check_term(side, term, source):
     if not isinstance(term, str):
         raise ValueError(f"`glossary` terms must be strings. Received: {source!r} -> "
                          f"{term!r} ({side} term of type {type(term).__name__})")
-    stripped = re.sub(f"^[{SPACE}]+|[{SPACE}]+$", "", term)
+    stripped = _ENDS.sub("", term)
     if not stripped:
         raise ValueError(f"`glossary` has an empty {side} term (only whitespace or "
                          f"nothing). Received: {source!r}")
@@ -64,7 +69,7 @@ def _check_term(side, term, source):
         raise ValueError(f"`glossary` terms are at most {MAX_TERM_CHARS} characters. "
                          f"Received: a {side} term of {len(stripped)} characters: "
                          f"{stripped[:40]!r}...")
-    if re.search("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]", stripped):
+    if _LINE_BREAK.search(stripped):
         raise ValueError(f"`glossary` terms are one line each. Received: a {side} term "
                          f"with a line break: {stripped!r}")
     return stripped
@@ -92,7 +97,9 @@ def entries(glossary):
         (('ticket', 'billet'),)
     """
     if glossary is None:
-        return ()
+        return Entries()
+    if isinstance(glossary, Entries):  # checked already
+        return glossary
     if isinstance(glossary, dict):
         items = list(glossary.items())
     elif isinstance(glossary, (list, tuple)) and all(
@@ -108,7 +115,7 @@ def entries(glossary):
     for source, target in items:
         source = _collapsed(_check_term("source", source, source))
         target = _check_term("target", target, source)
-        if not any(_word_char(c) for c in source):
+        if not any(word_char(c) for c in source):
             raise ValueError("`glossary` source terms must hold a letter or a digit (terms "
                              f"are found as whole words). Received: {source!r}")
         k = key(source)
@@ -121,7 +128,7 @@ def entries(glossary):
             continue
         seen[k] = (source, target)
         out.append((source, target))
-    return tuple(out)
+    return Entries(out)
 
 
 def merged(*glossaries):
@@ -172,18 +179,22 @@ def escaped(term):
     return re.sub(" +", f"[{SPACE}]+", text)
 
 
-def term_pattern(term):
-    """One alternative of :func:`pattern`: the term, then (if it ends with a letter or a
-    digit) a character that is neither, or the end of the text (RE2's ``$``)."""
-    return escaped(term) + (f"(?:{_NOT_WORD}|\\Z)" if _word_char(term[-1]) else "")
-
-
 @functools.lru_cache(maxsize=64)
 def pattern(sources):
     """The glossary's terms (``sources``: a tuple) as one case-insensitive alternation,
-    the longest first (in characters)."""
+    the longest first (in characters); a term that ends with a letter or a digit is
+    followed by a character that is neither, or the end of the text (RE2's ``$``). That
+    follower is written once per run of such terms (``(?:a|b)F`` matches as ``aF|bF``):
+    RE2 refuses a pattern of a thousand of its character classes."""
     order = sorted(sources, key=len, reverse=True)  # stable: equal lengths keep their order
-    return "(?i)" + "|".join(f"(?:{term_pattern(t)})" for t in order)
+    ends = [word_char(t[-1]) for t in order]
+    parts = []
+    for k, term in enumerate(order):
+        opens = ends[k] and (k == 0 or not ends[k - 1])
+        closes = ends[k] and (k + 1 == len(order) or not ends[k + 1])
+        parts.append(("(?:" if opens else "") + escaped(term)
+                     + (f")(?:{_NOT_WORD}|\\Z)" if closes else ""))
+    return "(?i)(?:" + "|".join(parts) + ")"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,14 +230,14 @@ def find(sentence, glossary, outside=()):
     for m in re.finditer(pattern(tuple(s for s, _ in glossary)), sentence):
         start, end, text = m.start(), m.end(), m.group()
         k = index.get(key(text))
-        if k is None or _word_char(glossary[k][0][-1]):
+        if k is None or word_char(glossary[k][0][-1]):
             # the term ended with a word character: the character after it was matched too
-            k = index.get(key(text[:-1])) if text and not _word_char(text[-1]) else k
-            end = end - 1 if text and not _word_char(text[-1]) and k is not None else end
+            k = index.get(key(text[:-1])) if text and not word_char(text[-1]) else k
+            end = end - 1 if text and not word_char(text[-1]) and k is not None else end
         if k is None:
             continue
         source, target = glossary[k]
-        if _word_char(source[0]) and start > 0 and _word_char(sentence[start - 1]):
+        if word_char(source[0]) and start > 0 and word_char(sentence[start - 1]):
             continue  # inside a word
         if any(a < end and start < b for a, b in outside):
             continue
@@ -234,27 +245,27 @@ def find(sentence, glossary, outside=()):
     return found
 
 
-def _words(text):
+def words(text):
     """``(start, end)`` of each word: cut at ASCII whitespace, as the alignments number them."""
     return [(m.start(), m.end()) for m in re.finditer(f"[^{WORD_SPACE}]+", text)]
 
 
-def _pairs(alignment):
+def pairs(alignment):
     return [tuple(int(x) for x in p.split("-")) for p in (alignment or "").split()
             if re.fullmatch(r"\d+-\d+", p)]
 
 
-def _occurrences(target, translation, words):
+def occurrences(target, translation, words):
     """The word runs ``(first, last)`` of ``translation`` (its ``words``) where ``target``
     stands as a whole word (exact case), in order."""
     out = []
     for m in re.finditer(re.escape(target), translation):
         a, b = m.start(), m.end()
-        if (_word_char(target[0]) and a > 0 and _word_char(translation[a - 1])) or (
-                _word_char(target[-1]) and b < len(translation)
-                and _word_char(translation[b])):
+        if (word_char(target[0]) and a > 0 and word_char(translation[a - 1])) or (
+                word_char(target[-1]) and b < len(translation)
+                and word_char(translation[b])):
             continue
-        out.append((_word_at(words, a), _word_at(words, b - 1)))
+        out.append((word_at(words, a), word_at(words, b - 1)))
     return out
 
 
@@ -265,133 +276,12 @@ def count(term, text):
         >>> count("billet", "Un billet, deux billets.")
         1
     """
-    return len(_occurrences(term, text, _words(text)))
+    return len(occurrences(term, text, words(text)))
 
 
-def _word_at(words, position):
+def word_at(words, position):
     """The index of the word holding character ``position`` (or the next one)."""
     return next((k for k, (_, b) in enumerate(words) if position < b), len(words) - 1)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Edit:
-    start: int  # characters of the translation replaced: [start, end)
-    end: int
-    text: str
-    order: int  # the match's
-    words: Tuple[int, ...]  # the source words of the match
-
-
-def _trail(word):
-    """The punctuation that ends ``word`` (kept after a term put in its place)."""
-    return len(re.search(_TRAIL, word).group())
-
-
-def plan(sentence, matches, translation, alignment):
-    """The edits that put each match's target into ``translation`` (:func:`apply`),
-    sorted, not overlapping: :class:`_Edit` s.
-
-    The matches in order; target words a match used are its own. A match whose target
-    already stands in the translation (whole words, exact case) on words of its own takes
-    them (the first occurrence on a word aligned with it, else the first on any word);
-    else its first run of consecutive aligned words (holding a letter or a digit) is
-    replaced, the punctuation at the run's ends kept; else (the run used, or no aligned
-    word) the target goes after that run, or after the word at its proportional place,
-    and after the used words that follow.
-    """
-    src_words, tgt_words = _words(sentence), _words(translation)
-    n_src, n_tgt = len(src_words), len(tgt_words)
-    pairs = _pairs(alignment)
-    wordy = [any(_word_char(c) for c in translation[a:b]) for a, b in tgt_words]
-    used = [False] * n_tgt
-    edits = []
-    for order, m in enumerate(matches):
-        words = tuple(k for k, (a, b) in enumerate(src_words) if a < m.end and m.start < b)
-        aligned = sorted({j for i, j in pairs if i in words and j < n_tgt and wordy[j]})
-        free = [(lo, hi) for lo, hi in _occurrences(m.target, translation, tgt_words)
-                if not any(used[lo:hi + 1])]
-        here = [(lo, hi) for lo, hi in free if any(lo <= j <= hi for j in aligned)]
-        if here or free:
-            lo, hi = (here or free)[0]
-            used[lo:hi + 1] = [True] * (hi - lo + 1)
-            continue
-        if n_tgt == 0:  # the targets make the translation
-            edits.append(_Edit(len(translation) if order else 0, len(translation),
-                               (" " if order else "") + m.target, order, words))
-            continue
-        if aligned:
-            lo = hi = aligned[0]
-            while hi + 1 in aligned:
-                hi += 1
-            if not any(used[lo:hi + 1]):
-                used[lo:hi + 1] = [True] * (hi - lo + 1)
-                a, b = tgt_words[lo][0], tgt_words[hi][1]
-                a += re.match(_LEAD, translation[a:b]).end()
-                b -= _trail(translation[a:b])
-                edits.append(_Edit(a, b, m.target, order, words))
-                continue
-            j = hi
-        else:
-            last = words[-1] if words else 0
-            j = min(max(round((last + 1) / max(n_src, 1) * n_tgt) - 1, 0), n_tgt - 1)
-        while j + 1 < n_tgt and used[j] and used[j + 1]:
-            j += 1  # after the used words that follow
-        a, b = tgt_words[j]
-        at = b - _trail(translation[a:b]) if wordy[j] else b
-        edits.append(_Edit(at, at, " " + m.target, order, words))
-    return sorted(edits, key=lambda e: (e.start, e.order))
-
-
-def apply(sentence, matches, translation, alignment=None):
-    """``translation`` with every match's target in place (:func:`plan`) and its
-    alignment renumbered: each source word of a term aligned with every word of its
-    target, the other pairs following their words.
-
-    Args:
-        sentence: the source (str). matches: :func:`find`'s.
-        translation: its translation (str).
-        alignment: Pharaoh ``i-j`` pairs over the whitespace-separated words of the two
-            (None or "": no alignment; each target goes to its proportional place).
-
-    Returns:
-        ``(translation, alignment)``; the alignment None when none was given.
-    """
-    edits = plan(sentence, matches, translation, alignment)
-    if not edits:
-        return translation, alignment
-    final, last, placed, moved = "", 0, [], []
-    for e in edits:
-        final += translation[last:e.start]
-        placed.append((len(final) + (len(e.text) - len(e.text.lstrip(" "))), e))
-        final += e.text
-        moved.append((e.start, e.end, len(final) - e.end))  # shift of what follows
-        last = e.end
-    final += translation[last:]
-    if alignment is None:
-        return final, None
-    return final, _renumbered(translation, final, _pairs(alignment), placed, moved)
-
-
-def _renumbered(translation, final, pairs, placed, moved):
-    old, new = _words(translation), _words(final)
-
-    out = set()
-    for i, j in pairs:
-        if j >= len(old):
-            continue
-        a, b = old[j]
-        if any(s < e and s < b and a < e for s, e, _ in moved):
-            continue  # a word an edit replaced (in part): its pairs go with the term
-        shift = 0
-        for s, e, delta in moved:
-            if e <= a:
-                shift = delta
-        out.add((i, _word_at(new, a + shift)))
-    for begin, e in placed:  # the term's words: those its characters touch
-        end = begin + len(e.text.strip(" "))
-        out.update((i, j) for i in e.words for j, (a, b) in enumerate(new)
-                   if a < end and begin < b)
-    return " ".join(f"{i}-{j}" for i, j in sorted(out, key=lambda p: (p[1], p[0])))
 
 
 def applied(matches):

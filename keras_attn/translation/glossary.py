@@ -1,10 +1,11 @@
 """A glossary's terms enforced around any engine (pure Python): found in each sentence
 (outside the spans that pass through), the sentence translated whole with its word
 alignments, each term's target put in place of the words aligned with it
-(:mod:`keras_attn.text.glossary`; docs/real_text.md, "Glossaries").
+(:mod:`keras_attn.text.glossary`, :mod:`keras_attn.text.term_placement`;
+docs/real_text.md, "Glossaries").
 """
 from keras_attn.text import glossary as glossaries
-from keras_attn.text import spans
+from keras_attn.text import spans, term_placement
 from keras_attn.translation.passthrough import passed_through
 
 
@@ -51,7 +52,7 @@ def with_glossary(sentences, translate, glossary, num_hypotheses=1, keep_alignme
         for h in hyps:
             h = dict(h, applied_terms=glossaries.applied(matches))
             if matches:
-                h["translation"], alignment = glossaries.apply(
+                h["translation"], alignment = term_placement.apply(
                     sentence, matches, h["translation"], h.get("alignment"))
                 if alignment is not None:
                     h["alignment"] = alignment
