@@ -38,13 +38,15 @@ def plain(results):
     return [[(h["translation"], h.get("applied_terms")) for h in hyps] for hyps in results]
 
 
-def check_terms(texts, results, glossary):
-    """Every term found comes out as its target, exactly once, and is said."""
+def check_terms(texts, results, glossary, passthrough=True):
+    """Every term found (outside the spans that pass through) comes out as its target,
+    exactly once, and is said."""
     from keras_attn.text import glossary as glossaries
+    from keras_attn.translation.glossary import outside_spans
 
     entries = glossaries.entries(glossary)
     for text, hyps in zip(texts, results):
-        found = glossaries.find(text, entries)
+        found = glossaries.find(text, entries, outside_spans(text) if passthrough else ())
         for h in hyps:
             assert h["applied_terms"] == glossaries.applied(found), (text, h)
             for m in found:
@@ -69,7 +71,7 @@ def test_the_dates_export_takes_a_glossary_everywhere(dates_translator):
 
     expected = dates_translator.translate_nbest(DATES, glossary=DATES_GLOSSARY,
                                                 confidence=False)
-    check_terms(DATES, expected, DATES_GLOSSARY)
+    check_terms(DATES, expected, DATES_GLOSSARY, passthrough=False)  # characters: off
     assert plain(expected) != plain(dates_translator.translate_nbest(DATES, confidence=False))
     engine = SavedModelEngine(os.path.join(EXPORTED, "saved_model", "translator", "1"))
     assert "glossary_source" not in engine._dtypes  # characters: no translate_v4
@@ -87,7 +89,7 @@ def test_the_dates_export_takes_a_glossary_everywhere(dates_translator):
     out = builtin.translate(DATES, glossary=DATES_GLOSSARY)
     check_terms(DATES, [[{"translation": t.decode(), "applied_terms": a}]
                         for t, a in zip(out["translation"], out["applied_terms"])],
-                DATES_GLOSSARY)
+                DATES_GLOSSARY, passthrough=False)
     with pytest.raises(ValueError, match="`glossary`"):
         builtin.translate(DATES, glossary={"March": ""})
 
@@ -114,7 +116,7 @@ def test_the_savedmodel_graph_puts_the_terms_in_as_translator_does(sentencepiece
                     dict(passthrough=False, return_alignments=True)):
         expected = translator.translate_nbest(TEXTS, glossary=TERMS, confidence=False,
                                               **options)
-        check_terms(TEXTS, expected, TERMS)
+        check_terms(TEXTS, expected, TERMS, options.get("passthrough", True))
         got = v4.translate(TEXTS, Options(glossary=TERMS, **options), False)
         assert plain(got) == plain(expected), options
         if options.get("return_alignments"):
@@ -133,7 +135,7 @@ def test_the_savedmodel_graph_puts_the_terms_in_as_translator_does(sentencepiece
         v4._sentences(["x"], Options(), False, False, (("a", "b"), ("A", "c")))
 
 
-@pytest.mark.slow  # the tiny SentencePiece run's text file and a CTranslate2 export of it
+@pytest.mark.slow  # the tiny SentencePiece run's TFLite files and a CTranslate2 export of it
 def test_tflite_and_ctranslate2_put_every_term_in(sentencepiece, tmp_path):
     from keras_attn.export.runtime import run_tflite_options
 
@@ -146,6 +148,15 @@ def test_tflite_and_ctranslate2_put_every_term_in(sentencepiece, tmp_path):
     check_terms(TEXTS, got, TERMS)
     same = sum(g == e for g, e in zip(plain(got), plain(expected)))
     assert same >= len(TEXTS) - 2, (plain(got), plain(expected))  # float32 file, same words
+    # The builtin files: the step's attention places the terms (decode_step_v3).
+    from keras_attn.export.builtin_runtime import BuiltinTextRuntime
+
+    builtin = BuiltinTextRuntime(os.path.join(run_dir, "export", "tflite", "builtin_float32"))
+    out = builtin.translate(TEXTS, glossary=TERMS)
+    got = [[{"translation": t.decode(), "applied_terms": a}]
+           for t, a in zip(out["translation"], out["applied_terms"])]
+    check_terms(TEXTS, got, TERMS)
+    assert sum(g == e for g, e in zip(plain(got), plain(expected))) >= len(TEXTS) - 2
     pytest.importorskip("ctranslate2", reason="CTranslate2 is not installed")
     from keras_attn.export.ctranslate2 import export_ctranslate2
     from keras_attn.export.ctranslate2_runtime import CTranslate2Translator
