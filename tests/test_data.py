@@ -245,6 +245,94 @@ def test_tatoeba_corpus_is_data_or_the_environment_variable(tmp_path, monkeypatc
         ("Go.", "Va !"), ("Hi.", "Salut."), ("Run.", "Cours !")] and refs is None
     assert data.corpus_location(str(tmp_path / "other.txt")) == str(tmp_path / "other.txt")
 
+
+def small_domain_corpus(path, num_pairs=3000, num_sources=1703):
+    """A corpus of the form a small domain's is: ``num_pairs`` pairs of ``num_sources``
+    distinct source sentences (many with several translations), English<TAB>French."""
+    lines = [f"Sentence {i % num_sources}.\tPhrase {i % num_sources}, {i // num_sources} !\n"
+             for i in range(num_pairs)]
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+def test_a_small_corpus_holds_out_a_tenth_for_each_split(tmp_path):
+    """3,000 pairs of 1,703 distinct sources: 170 held out for validation and 170 for the
+    test (10 % each), the rest trains; the split is by source sentence and the log says
+    why fewer than --num-valid were held out. (Before: 2,000 held out each, so validation
+    took every sentence and training none.)"""
+    logged = []
+    splits, _ = data.tatoeba_splits(str(small_domain_corpus(tmp_path / "small.txt")),
+                                    num_valid=2000, log=logged.append)
+    sources = {name: {s for s, _ in pairs} for name, pairs in splits.items()}
+    assert (len(sources["valid"]), len(sources["test"]), len(sources["train"])) == (
+        170, 170, 1703 - 340)
+    assert not (sources["valid"] & sources["test"] or sources["train"] & sources["valid"]
+                or sources["train"] & sources["test"])
+    assert sum(map(len, splits.values())) == 3000
+    assert any("held out 170 of 1703 source sentences" in line and "10 %" in line
+               for line in logged), logged
+
+
+@pytest.mark.parametrize("num_sources, num_valid, expected", [
+    (20000, 2000, 2000), (19999, 2000, 1999), (1703, 2000, 170), (1703, 100, 100),
+    (9, 2000, 1), (3, 2000, 1)])
+def test_the_held_out_size_is_num_valid_at_most_a_tenth(num_sources, num_valid, expected):
+    from keras_attn.data.tatoeba import held_out_size
+
+    assert held_out_size(num_sources, num_valid) == expected
+
+
+@pytest.mark.parametrize("lines, folder, words", [
+    (["Go.\tVa !", "Go.\tAllez !", "Hi.\tSalut."], False,
+     ["2 distinct source sentences are too few to split", "needs 3 or more",
+      "one for validation and one for the test", "dev.txt"]),
+    (["Go.\tVa !"], True, ["1 distinct source sentence is too few", "needs 2 or more"])])
+def test_a_corpus_too_small_to_split_says_so_and_what_to_do(tmp_path, lines, folder, words):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if folder:
+        (corpus / "dev.txt").write_text("Run.\tCours !\n", encoding="utf-8")
+    with pytest.raises(ValueError) as info:
+        data.tatoeba_splits(str(corpus if folder else corpus / "train.txt"), num_valid=2000,
+                            log=lambda *a: None)
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_a_large_corpus_splits_as_before(tmp_path):
+    """From 20,000 distinct sources up, --num-valid sentences each (2,000): the first of the
+    seeded shuffle of the sorted sources for validation, the next for the test, as always."""
+    import random
+
+    corpus = small_domain_corpus(tmp_path / "large.txt", 21000, 20500)
+    splits, _ = data.tatoeba_splits(str(corpus), num_valid=2000, log=lambda *a: None)
+    order = sorted({f"Sentence {i}." for i in range(20500)})
+    random.Random(0).shuffle(order)
+    assert {s for s, _ in splits["valid"]} == set(order[:2000])
+    assert {s for s, _ in splits["test"]} == set(order[2000:4000])
+
+
+# The splits of the shared English-French corpus, as made before the held-out share scaled
+# (sha256 of each split's pairs as JSON, first 16 hex digits): the recipe's figures hang on them.
+FRA_ENG_SPLITS = {
+    "folder": {"train": "62b5355529990983", "valid": "4feca253f8c7d63a",
+               "test": "669891b85128bbbf"},
+    "train.txt": {"train": "61b124b2850bb735", "valid": "4feca253f8c7d63a",
+                  "test": "166fb97270634fa9"}}
+
+
+@pytest.mark.skipif(not FRA_ENG.is_dir(), reason="the English-French corpus is not beside "
+                                                 "the checkout")
+def test_the_fra_eng_splits_are_unchanged():
+    import hashlib
+    import json
+
+    for form, path in (("folder", FRA_ENG), ("train.txt", FRA_ENG / "train.txt")):
+        splits, _ = data.tatoeba_splits(str(path), log=lambda *a: None)
+        digests = {name: hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode())
+                   .hexdigest()[:16] for name, pairs in splits.items()}
+        assert digests == FRA_ENG_SPLITS[form], form
+
 # -- tf.data pipeline ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def date_pairs():

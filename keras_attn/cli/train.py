@@ -33,7 +33,9 @@ TASK_OPTIONS = [
     ("max-len", int, "most tokens per sentence, [END] included (longer ones are cut)"),
     ("vocab-size", int, "subword vocabulary size per language (tatoeba)"),
     ("num-train", int, "training pairs (0: the whole corpus)"),
-    ("num-valid", int, "validation pairs (tatoeba: held-out English sentences)"),
+    ("num-valid", int, "validation pairs (tatoeba: the most source sentences held out for "
+                       "validation, and for the test without dev.txt; each at most 10 %% of "
+                       "the corpus)"),
     ("num-test", int, "test pairs (dates; tatoeba tests on dev.txt or on held-out sentences)"),
 ]
 
