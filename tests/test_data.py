@@ -246,6 +246,68 @@ def test_tatoeba_corpus_is_data_or_the_environment_variable(tmp_path, monkeypatc
     assert data.corpus_location(str(tmp_path / "other.txt")) == str(tmp_path / "other.txt")
 
 
+def test_a_run_stores_its_corpus_as_an_absolute_path(tmp_path, monkeypatch):
+    """``data`` and ``target_data`` absolute (``~`` and KERAS_ATTN_DATA included), a URL as
+    given, the dates task untouched: evaluate reads them from any folder."""
+    from keras_attn.core.config import TrainConfig
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = data.stored_corpus(TrainConfig(task="tatoeba", data="train.fr",
+                                            target_data="~/train.en", source_lang="fr",
+                                            target_lang="en"))
+    assert (config.data, config.target_data) == (str(tmp_path / "train.fr"),
+                                                 str(tmp_path / "home" / "train.en"))
+    assert data.stored_corpus(TrainConfig(task="tatoeba", data=data.D2L_FRA_ENG_URL)).data == (
+        data.D2L_FRA_ENG_URL)
+    monkeypatch.setenv(data.DATA_ENV, "fra-eng")
+    assert data.stored_corpus(TrainConfig(task="tatoeba")).data == str(tmp_path / "fra-eng")
+    assert data.stored_corpus(TrainConfig(task="dates")).data == ""
+
+
+def test_a_stored_corpus_is_found_from_another_folder(tmp_path, monkeypatch):
+    """A relative path (a run trained before paths were stored absolute) is read from the
+    current folder, else from a folder above the run; otherwise the message says what to
+    pass. An absolute one that moved says so."""
+    (tmp_path / "work" / "runs" / "fra").mkdir(parents=True)
+    (tmp_path / "work" / "fra-eng").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    run = str(tmp_path / "work" / "runs" / "fra")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert data.run_location("fra-eng", run) == str(tmp_path / "work" / "fra-eng")
+    assert data.run_location("fra-eng", "../work/runs/fra") == str(tmp_path / "work" /
+                                                                   "fra-eng")
+    (tmp_path / "elsewhere" / "fra-eng").mkdir()  # the current folder first, as before
+    assert data.run_location("fra-eng", run) == str(tmp_path / "elsewhere" / "fra-eng")
+    for stored in (data.D2L_FRA_ENG_URL, "", str(tmp_path / "work" / "fra-eng")):
+        assert data.run_location(stored, run) == stored
+    with pytest.raises(FileNotFoundError) as info:
+        data.run_location("gone.txt", run, "--target-data")
+    assert "stored as 'gone.txt', a path relative to the folder" in str(info.value)
+    assert "pass --target-data with the corpus's path" in str(info.value)
+    with pytest.raises(FileNotFoundError, match="is not there any more: pass --data"):
+        data.run_location(str(tmp_path / "moved"), run)
+
+
+def test_an_old_run_with_a_relative_corpus_resumes_from_its_folder(tmp_path, monkeypatch):
+    """The resumed run's absolute path is the old relative one read from the same folder:
+    the same options; another corpus is still refused."""
+    import dataclasses
+    import json
+
+    from keras_attn.core.config import TrainConfig
+    from keras_attn.training import recipes
+
+    monkeypatch.chdir(tmp_path)
+    old = TrainConfig(task="tatoeba", data="fra.txt")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(json.dumps(dataclasses.asdict(old)))
+    recipes._prepare_run_dir(data.stored_corpus(old), "run")
+    other = data.stored_corpus(TrainConfig(task="tatoeba", data="deu.txt"))
+    with pytest.raises(ValueError, match="holds a run with other options {'data'"):
+        recipes._prepare_run_dir(other, "run")
+
+
 def small_domain_corpus(path, num_pairs=3000, num_sources=1703):
     """A corpus of the form a small domain's is: ``num_pairs`` pairs of ``num_sources``
     distinct source sentences (many with several translations), English<TAB>French."""

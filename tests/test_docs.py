@@ -214,8 +214,9 @@ def test_the_english_french_page_makes_the_fra_eng_folder_from_d2ls_zip(tmp_path
 
     (snippet,) = [b for b in doc_examples.blocks(str(DOCS / "english_french.md"))
                   if b.lang == "python" and 'tatoeba_splits("fra-eng.zip")' in b.text]
-    # 4,500 English sentences (2,000 validation, 2,000 test, the rest training), a third of
-    # them with two translations, attribution fields as D2L's file has them.
+    # 4,500 English sentences (450 validation, 450 test: 10 % each of a corpus this small;
+    # the rest training), a third of them with two translations, attribution fields as
+    # D2L's file has them.
     lines = [f"Sentence {i}.\tPhrase {i} {k} !\tCC-BY 2.0 (France) Attribution: tatoeba.org"
              for i in range(4500) for k in range(1 + (i % 3 == 0))]
     with zipfile.ZipFile(tmp_path / "fra-eng.zip", "w") as zf:
@@ -230,12 +231,12 @@ def test_the_english_french_page_makes_the_fra_eng_folder_from_d2ls_zip(tmp_path
         return [tuple(line.split("\t")) for line in text.splitlines()]
 
     train, dev = pairs("train.txt"), pairs("dev.txt")
-    assert len({en for en, _ in dev}) == 2000
+    assert len({en for en, _ in dev}) == 450
     assert not {en for en, _ in dev} & {en for en, _ in train}
     assert sorted(train + dev) == sorted(tuple(line.split("\t")[:2]) for line in lines)
     from_zip, _ = tatoeba_splits(str(tmp_path / "fra-eng.zip"), log=lambda *a: None)
     assert sorted(dev) == sorted(from_zip["test"])
     # The folder as --data takes it: dev.txt is the test split, all references kept.
     folder, refs = tatoeba_splits(str(tmp_path / "fra-eng"), log=lambda *a: None)
-    assert len(folder["test"]) == 2000 and sum(map(len, refs)) == len(dev)
+    assert len(folder["test"]) == 450 and sum(map(len, refs)) == len(dev)
     assert not {en for en, _ in folder["valid"]} & {en for en, _ in dev}
