@@ -33,21 +33,9 @@ README = ROOT / "README.md"
 # (mkdocs.yml's exclude_docs).
 PAGES = [README] + sorted(p for p in DOCS.rglob("*.md")
                           if DOCS / "benchmarks" not in p.parents)
-EXAMPLE_LANGS = ("python", "bash", "sh", "shell", "console")
-COMMAND = re.compile(r"^\s*(\$ |keras-attn\b|python3?\b|pip\b|curl\b|docker\b|saved_model_cli\b|"
-                     r"tensorflow_model_server\b|bash\b|echo\b|printf\b|[A-Z_]+=\S*\s)")
-
-
-def _first_line(block):
-    return next((line for line in block.text.splitlines()
-                 if line.strip() and not line.lstrip().startswith("#")), "")
-
-
 def _examples(pages=PAGES):
     """Every example block of ``pages``."""
-    return [block for page in pages for block in doc_examples.blocks(str(page))
-            if block.lang in EXAMPLE_LANGS or (block.lang == "" and
-                                                COMMAND.match(_first_line(block)))]
+    return doc_examples.examples(pages)
 
 
 def _block_id(block):

@@ -191,7 +191,9 @@ def run_evaluate(args):
         raise ValueError(f"--beam-size must be >= 1. Received: {beam_size}")
     translator = Translator.from_run_dir(args.run_dir)  # first: checks it is a run directory
     config = corpus_config(args)
-    splits, refs = training.load_splits(config, run_dir=args.run_dir)
+    # What reading the corpus reports goes to stderr: stdout is the one JSON object.
+    splits, refs = training.load_splits(config, functools.partial(print, file=sys.stderr),
+                                        run_dir=args.run_dir)
     pairs = splits[args.split]
     if args.limit:
         pairs = pairs[: args.limit]
