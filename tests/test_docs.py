@@ -24,6 +24,7 @@ import pytest
 
 import doc_examples
 import guards
+from docs_tools import links
 from comment_checks import run_and_check
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -170,6 +171,23 @@ def _docs_tools_missing():
             if importlib.util.find_spec(name) is None]
 
 
+def test_the_link_check_finds_a_missing_page_and_a_missing_anchor(tmp_path):
+    """docs_tools/links.py on a small site: a link to a page left out and one to an anchor
+    the page lacks are reported; good links, external ones and escaped HTML are not."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "index.html").write_text(
+        '<h2 id="here">x</h2><a href="../b/">b</a><a href="../b/#there">b</a>'
+        '<a href="../b/#nowhere">b</a><a href="../gone/">gone</a><a href="#here">me</a>'
+        '<a href="https://example.org/x.html">out</a><code>&lt;a href="x.html"&gt;</code>'
+        '<img src="../pic.png">', encoding="utf-8")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "index.html").write_text('<p id="there">y</p>', encoding="utf-8")
+    (tmp_path / "pic.png").write_bytes(b"")
+    assert links.broken_links(tmp_path) == [
+        ("a/index.html", "../b/#nowhere", "no id 'nowhere' on that page"),
+        ("a/index.html", "../gone/", "no such file in the site")]
+
+
 @pytest.mark.slow  # builds the whole site with the API reference (about 10 s)
 def test_the_site_builds_strictly(tmp_path):
     """``mkdocs build --strict``: no broken link or anchor, no page left out of the
@@ -186,6 +204,10 @@ def test_the_site_builds_strictly(tmp_path):
                           env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
                           timeout=guards.timeout(300))
     assert proc.returncode == 0, proc.stderr[-6000:]
+    # Links --strict does not see: to a file left out of the site, written as HTML, or to
+    # an anchor of a rendered reference page.
+    broken = links.broken_links(tmp_path / "site")
+    assert not broken, "\n".join(f"{page}: {link}: {why}" for page, link, why in broken)
     home = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
     assert "Getting started" in home
     reference = (tmp_path / "site" / "reference" / "layers" / "index.html").read_text("utf-8")
