@@ -71,6 +71,9 @@ def test_a_request_glossary_is_put_in_and_said(url, translator):
     assert batch["appliedTerms"] == [{}, {"July": "JUIL"}]
     assert batch["translatedText"][1] == "JUIL"
     assert translator.translate(["4 July 1999"], glossary={"July": "JUIL"}) == ["JUIL"]
+    html = ok(url, q="<p>3 <b>March</b> 2021</p>", format="html", glossary={"March": "MARS"})
+    assert html["appliedTerms"] == {"March": "MARS"} and "MARS" in html["translatedText"]
+    assert html["translatedText"].startswith("<p>")
 
 
 def test_a_form_sends_the_glossary_as_json_text(url):
