@@ -309,7 +309,7 @@ def test_a_file_that_is_not_its_format_is_400(server):
                           files={"file": ("broken.docx", b"not a zip")},
                           timeout=guards.timeout(30))
     assert response.status_code == 400
-    assert "cannot read the file as .docx" in response.json()["error"]
+    assert "is not a .docx document (a .docx is a zip archive)" in response.json()["error"]
 
 
 # --- suggestions, keys: SQLite -------------------------------------------------------------------

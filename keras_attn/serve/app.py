@@ -82,8 +82,8 @@ def create_app(artefact, replicas=None, settings=None):
 
     What its routes share is on ``app.state``: ``models``, ``settings``, ``capabilities``
     (the engine's), ``languages`` (``(sources, targets)``), ``limiter``, ``cache``,
-    ``metrics``, ``downloads`` and ``spec``; ``artefact``, ``replicas``, ``batcher`` and
-    ``attention`` are the first model's.
+    ``metrics``, ``downloads``, ``file_slots`` (documents read at once) and ``spec``;
+    ``artefact``, ``replicas``, ``batcher`` and ``attention`` are the first model's.
     """
     settings = settings or Settings()
     models = artefact if isinstance(artefact, Models) else Models(
@@ -98,6 +98,7 @@ def create_app(artefact, replicas=None, settings=None):
         cache=TranslationCache(settings.translation_cache, settings.shared_storage),
         metrics=Metrics(models), attention=first.attention,
         downloads=files.FileStore(settings.files_dir or tempfile.mkdtemp(prefix="keras-attn-")),
+        file_slots=asyncio.Semaphore(files.FILE_SLOTS),
         spec=spec.openapi(version=__version__, prefix=settings.url_prefix))
 
     @contextlib.asynccontextmanager
