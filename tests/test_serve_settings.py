@@ -28,7 +28,7 @@ BAD = {
     "--disable-web-ui": SWITCH, "--frontend-timeout": "-5",
     "--frontend-language-source": "en fr", "--frontend-language-target": "",
     "--url-prefix": "/lt?x=1", "--trust-forwarded-for": SWITCH, "--metrics": SWITCH,
-    "--metrics-auth-token": "",
+    "--metrics-auth-token": "", "--file-system-poll-wait-seconds": "-1",
 }
 NOT_SETTINGS = {"--help": "help", "--verbose": "the console's, every command has it"}
 

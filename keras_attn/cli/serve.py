@@ -86,6 +86,13 @@ def add_parser(sub):
     setting("--max-body-bytes", "KERAS_ATTN_SERVE_MAX_BODY_BYTES", 1_000_000,
             "largest request body; larger ones are answered 413 (default: %(default)s)",
             read=settings.integer(1))
+    setting("--file-system-poll-wait-seconds",
+            "KERAS_ATTN_SERVE_FILE_SYSTEM_POLL_WAIT_SECONDS", 1.0,
+            "seconds between two looks for a new numbered version of each served model "
+            "(TF Serving's flag of the same name): a complete one is loaded beside the "
+            "serving one and takes over without a restart or a failed request "
+            "(docs/deploy.md); 0: never look (default: %(default)s)",
+            read=settings.number(0))
     add_libretranslate_options(p)
     add_verbose(p, argparse.SUPPRESS)
     return p
