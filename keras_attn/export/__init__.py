@@ -47,6 +47,7 @@ _NAMES = {
     "all_targets": ("ExportCheckError", "check_agreement", "compare_samples", "export_run"),
     "runtime": ("TFLITE_ENCODER_SIGNATURE", "TFLITE_OPTIONS_SIGNATURE",
                 "TFLITE_SCORE_SIGNATURE", "TFLITE_STEP_SIGNATURE", "TFLITE_FROZEN_STEP_SIGNATURE",
+                "TFLITE_ALIGNED_STEP_SIGNATURE",
                 "TFLITE_TEXT_SIGNATURE", "option_inputs", "run_tflite_builtin",
                 "run_tflite_options", "run_tflite_score", "run_tflite_text", "text_array",
                 "text_interpreter"),

@@ -119,6 +119,25 @@ def _alias_signature(content, key, alias, inputs):
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
+def with_settings(content, settings):
+    """The flatbuffer with ``settings`` (JSON) as its :data:`runtime.TFLITE_SETTINGS`
+    metadata (``runtime.tflite_settings`` reads it back)."""
+    import json
+
+    from tensorflow.lite.python import schema_py_generated as schema
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(content))
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(json.dumps(settings, sort_keys=True).encode("utf-8"), np.uint8)
+    model.buffers.append(buffer)
+    entry = schema.MetadataT()
+    entry.name = runtime.TFLITE_SETTINGS.encode("utf-8")
+    entry.buffer = len(model.buffers) - 1
+    model.metadata = [*(model.metadata or []), entry]
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
 def _rename_signatures(content, new_key):
     """The flatbuffer with every signature key ``k`` renamed ``new_key(k)``. (Converted
     from several concrete functions, signatures are keyed by the functions' graph names.)"""
@@ -139,6 +158,10 @@ class TFLiteExporter(Exporter):
         beam_size, length_penalty: decoding inside the file (text target; ``alpha=``:
             ``length_penalty``'s deprecated name).
         overwrite: replace an existing file/folder (otherwise ``FileExistsError``).
+        passthrough: the runtime around the file passes spans through by default (the
+            text file's settings, the builtin folder's ``metadata.json``): as the
+            SavedModel's ``serving_default`` (None: by the source vocabulary,
+            ``keras_attn.text.spans.default_for``).
 
     Example:
         >>> TFLiteTextExporter("int8").export(translator, "text_int8.tflite")
@@ -150,11 +173,20 @@ class TFLiteExporter(Exporter):
 
     @renamed(alpha="length_penalty")
     def __init__(self, quantization="float32", beam_size=1, length_penalty=LENGTH_PENALTY,
-                 overwrite=False):
+                 overwrite=False, passthrough=None):
         super().__init__(overwrite)
         self.quantization = check_choice("quantization", quantization, QUANTIZATIONS)
         self.beam_size = check_beam(beam_size)
         self.length_penalty = check_length_penalty(length_penalty)
+        self.passthrough = check_choice("passthrough", passthrough, (None, True, False))
+
+    def passes_through(self, parts):
+        """Whether the runtime around the file passes spans through by default, as the
+        export's ``serving_default`` does (None: by the source vocabulary)."""
+        from keras_attn.text import spans
+
+        return (spans.default_for(parts.src_tokenizer) if self.passthrough is None
+                else self.passthrough)
 
     @property
     def key(self):
@@ -206,8 +238,8 @@ class TFLiteTextExporter(TFLiteExporter):
 
     @renamed(alpha="length_penalty")
     def __init__(self, quantization="float32", beam_size=1, length_penalty=LENGTH_PENALTY,
-                 overwrite=False, request_signature=True):
-        super().__init__(quantization, beam_size, length_penalty, overwrite)
+                 overwrite=False, request_signature=True, passthrough=None):
+        super().__init__(quantization, beam_size, length_penalty, overwrite, passthrough)
         # False: serving_default alone (no `translate` signature).
         self.request_signature = check_choice("request_signature", request_signature,
                                               (True, False))
@@ -233,6 +265,8 @@ class TFLiteTextExporter(TFLiteExporter):
         # serving_default takes sentences in TFLite: a signature that says so by its name.
         content = _alias_signature(content, runtime.TFLITE_TEXT_SIGNATURE,
                                    runtime.TFLITE_SENTENCES_SIGNATURE, {"text": "sentences"})
+        content = with_settings(content, {"passthrough": self.passes_through(parts),
+                                          "beam_size": self.beam_size})
         runs.atomic_write_bytes(path, content)
         decoding = dict(decoding_info(parts, self.beam_size, self.length_penalty, False),
                         max_beam_size=module.max_beam_size)
@@ -271,11 +305,12 @@ class TFLiteBuiltinExporter(TFLiteExporter):
     allow_custom_ops = False
     check_ops = staticmethod(check_builtin_only)
     agreement_on = "ids"
+    aligned_only = False  # the step file with decode_step_v3 alone (the web target's)
 
     @renamed(alpha="length_penalty")
     def __init__(self, quantization="float32", beam_size=1, length_penalty=LENGTH_PENALTY,
-                 overwrite=False):
-        super().__init__(quantization, beam_size, length_penalty, overwrite)
+                 overwrite=False, passthrough=None):
+        super().__init__(quantization, beam_size, length_penalty, overwrite, passthrough)
         if beam_size != 1:
             raise ValueError("the builtin target leaves decoding to the application "
                              f"(run_tflite_builtin is greedy). Received: beam_size={beam_size}")
@@ -293,15 +328,18 @@ class TFLiteBuiltinExporter(TFLiteExporter):
         module = BuiltinModule(parts.model, parts.max_len, parts.calibrator,
                                control_defaults(parts.tgt_tokenizer))
         files, ops, signatures = {}, {}, {}
-        for name, (key, fn) in module.tflite_functions().items():
+        for name, (key, fn) in module.tflite_functions(self.aligned_only).items():
             content, ops[name] = self.convert(fn, module, f"builtin {name}.tflite")
             if key is not None:  # one signature, converted as serving_default
                 content = _rename_signatures(content, lambda _, key=key: key)
             files[f"{name}.tflite"] = content
             signatures.update(signatures_of(content))
         tokenizers = tokenizer_files(parts)
-        meta = dict(module.metadata(), tgt_vocab_size=parts.tgt_tokenizer.vocab_size,
+        meta = dict(module.metadata(runtime.TFLITE_ALIGNED_STEP_SIGNATURE if self.aligned_only
+                                    else runtime.TFLITE_STEP_SIGNATURE),
+                    tgt_vocab_size=parts.tgt_tokenizer.vocab_size,
                     normalize_input=bool(parts.normalize),
+                    passthrough=self.passes_through(parts),
                     src_vocab=next(n for n in tokenizers if n.startswith("src")),
                     tgt_vocab=next(n for n in tokenizers if n.startswith("tgt")))
         if parts.languages:
