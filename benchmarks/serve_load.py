@@ -43,11 +43,13 @@ WRK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_loa
 
 # --- the servers ----------------------------------------------------------------------------
 class MemorySampler(threading.Thread):
-    """RSS in bytes of ``pid`` and its descendants every ``every`` seconds: ``samples``."""
+    """RSS in bytes of ``pid`` and its descendants every ``every`` seconds: ``samples``;
+    ``timed``: the same as ``(seconds since start, bytes)``."""
 
     def __init__(self, pid, every=1.0):
         super().__init__(daemon=True)
-        self.pid, self.every, self.samples = pid, every, []
+        self.pid, self.every, self.samples, self.timed = pid, every, [], []
+        self.start_time = time.monotonic()
         self._halt = threading.Event()
 
     def run(self):
@@ -61,6 +63,7 @@ class MemorySampler(threading.Thread):
                     with contextlib.suppress(psutil.NoSuchProcess):
                         total += process.memory_info().rss
             self.samples.append(total)
+            self.timed.append((time.monotonic() - self.start_time, total))
             self._halt.wait(self.every)
 
     def stop(self):
@@ -77,9 +80,12 @@ def parse_spec(spec):
 
 
 class Server:
-    """A server in its own process (context manager): ``url``, ``languages``, ``pid``."""
+    """A server in its own process (context manager): ``url``, ``languages``, ``proc``;
+    its resident memory sampled every ``memory_every`` seconds (``memory``), its output
+    read with :meth:`log_text`."""
 
-    def __init__(self, spec, paths, args):
+    def __init__(self, spec, paths, args, memory_every=1.0):
+        self.memory_every = memory_every
         self.spec = spec
         self.name, self.options = parse_spec(spec)
         with socket.socket() as s:  # a free port
@@ -123,9 +129,15 @@ class Server:
                     raise
                 time.sleep(0.5)
         self.startup_s = time.monotonic() - started
-        self.memory = MemorySampler(self.proc.pid)
+        self.memory = MemorySampler(self.proc.pid, self.memory_every)
         self.memory.start()
         return self
+
+    def log_text(self):
+        """What the server has printed so far (read at offset 0 without moving the file's
+        offset, which the server's writes share)."""
+        fd = self.logfile.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", "replace")
 
     def __exit__(self, *exc):
         self.memory.stop()

@@ -147,24 +147,25 @@ class ProcessReplicas:
             try:  # a worker that died while idle refuses at once: the batch goes to another
                 future = worker.submit(_translate, texts, options, confidence, *given)
             except BrokenProcessPool:
-                self._replace(worker)
+                self._replace(worker, "holding no batch")
                 continue
             break
         try:
             result = await asyncio.wrap_future(future)
         except BrokenProcessPool:
-            pid = self._replace(worker)
+            pid = self._replace(worker, f"while decoding a batch of {len(texts)} texts")
             raise ReplicaLost(pid) from None
         self._idle.put_nowait(worker)
         return result
 
-    def _replace(self, worker):
-        """Start a worker in the place of ``worker`` (dead) in the background; its pid."""
+    def _replace(self, worker, held):
+        """Start a worker in the place of ``worker`` (dead) in the background; its pid.
+        ``held``: what it held, for the log."""
         index = self._workers.index(worker)
         pid = self.pids[index] if index < len(self.pids) else None
         if worker not in self._replacing:
             self._replacing.add(worker)
-            self._log(f"replica process {pid} stopped; starting another in its place")
+            self._log(f"replica process {pid} stopped {held}; starting another in its place")
             asyncio.get_running_loop().create_task(self._restart(worker, index))
         return pid
 
