@@ -123,8 +123,11 @@ def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
                    if versions.base and poll > 0 else "no new versions looked for")
         log(f"model {versions.name}: {model.pair[0]} -> {model.pair[1]}, version "
             f"{versions.serving} ({watched}; status at {base}/v1/models/{versions.name})")
+    # A proxy's headers (X-Forwarded-For, X-Forwarded-Proto: the scheme of the download
+    # links) are read only when told to trust them; uvicorn reads them by default.
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning",
+        proxy_headers=settings.trust_forwarded_for,
         timeout_graceful_shutdown=settings.timeout + 5 if graceful_s is None else graceful_s)
     uvicorn.Server(config).run()
     return 0
