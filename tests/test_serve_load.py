@@ -90,8 +90,9 @@ def translations_answered(url):
                and s.labels["route"] == "/translate" and s.labels["method"] == "POST")
 
 
-@pytest.mark.slow
-def test_wrk_counts_what_the_server_answered(tmp_path):
+def wrk_and_a_ctranslate2_model(tmp_path):
+    """The tiny dates run's CTranslate2 export, once ``wrk`` and CTranslate2 are there (a
+    skip otherwise; a failure without wrk when ``KERAS_ATTN_REQUIRE_WRK=1``)."""
     if shutil.which("wrk") is None:
         if os.environ.get("KERAS_ATTN_REQUIRE_WRK") == "1":
             pytest.fail("wrk is not installed (apt-get install wrk) and KERAS_ATTN_REQUIRE_WRK=1")
@@ -103,6 +104,12 @@ def test_wrk_counts_what_the_server_answered(tmp_path):
     path = str(tmp_path / "ct2")
     ct2_export.CTranslate2Exporter().export(Translator.from_run_dir(run_fixtures.TINY_DATES_RUN),
                                             path, samples=["3 March 2021"])
+    return path
+
+
+@pytest.mark.slow
+def test_wrk_counts_what_the_server_answered(tmp_path):
+    path = wrk_and_a_ctranslate2_model(tmp_path)
     args = types.SimpleNamespace(anchor="", anchor_python="", with_test_extras=False)
     dates = ["3 March 2021", "July 4, 1999", "12/25/2000", "1 Jan 1970"]
     with serve_load.Server("ctranslate2:threads=1", {"ctranslate2": path}, args) as server:
@@ -142,20 +149,11 @@ def test_the_soak_reports_memory_and_a_replaced_replica(tmp_path):
     """A short soak on the CTranslate2 engine: every request answered, the memory figures
     from samples of the load, a killed replica's failures no more than the texts it held,
     a new worker in its place, and none failing after."""
-    if shutil.which("wrk") is None:
-        if os.environ.get("KERAS_ATTN_REQUIRE_WRK") == "1":
-            pytest.fail("wrk is not installed (apt-get install wrk) and KERAS_ATTN_REQUIRE_WRK=1")
-        pytest.skip("wrk is not installed (Debian: apt-get install wrk)")
-    pytest.importorskip("ctranslate2")
     import json
 
     from benchmarks import serve_soak
-    from keras_attn.export import ctranslate2 as ct2_export
-    from keras_attn.translator import Translator
 
-    path = str(tmp_path / "ct2")
-    ct2_export.CTranslate2Exporter().export(Translator.from_run_dir(run_fixtures.TINY_DATES_RUN),
-                                            path, samples=["3 March 2021"])
+    path = wrk_and_a_ctranslate2_model(tmp_path)
     code = serve_soak.main([run_fixtures.TINY_DATES_RUN, "--ctranslate2", path, "--engines",
                             "ctranslate2", "--duration", "6", "--every", "0.5", "--warmup",
                             "1", "--threads", "1", "--kill-duration", "9", "--after-duration",
