@@ -1,28 +1,21 @@
 """Soak of ``keras-attn serve``: 16 clients for a long run on each engine, the resident
 memory of the server's process tree sampled, and a replica killed under load.
 
-For each engine (``--engines``: the SavedModel and the CTranslate2 export of PATH), a server
-is started in its own process (:class:`benchmarks.serve_load.Server`, ``--replicas 1``),
-warmed up with 16 connections for ``--warmup`` seconds, then loaded by ``wrk`` with
-``--clients`` keep-alive connections for ``--duration`` seconds (one text a request). The RSS
-of its process tree is read every ``--every`` seconds. Reported: requests and failed
-requests, and the mean RSS of the load's last ``--window`` seconds against its first's (the
-goal: within 5 %), with the least-squares slope after the first window.
+Per engine (``--engines``: PATH's SavedModel and CTranslate2 model), a server in its own
+process (:class:`benchmarks.serve_load.Server`, ``--replicas 1``) is warmed up with 16
+connections for ``--warmup`` s, then loaded by ``wrk`` with ``--clients`` connections for
+``--duration`` s (one text a request), its process tree's RSS read every ``--every`` s.
+Reported: requests, failed requests, and the mean RSS of the load's last ``--window`` s
+against its first's (the goal: within 5 %). Then a server of ``--kill-replicas`` under the
+same load for ``--kill-duration`` s has one worker SIGKILLed a third of the way in: the failed
+requests against the texts the server logs it held (the goal: no other fails), its
+replacement, and a last load of ``--after-duration`` s on all workers (none may fail).
 
-Then the replica test: a server with ``--replicas 2`` under the same load for
-``--kill-duration`` seconds; a third of the way in, one worker process is killed
-(SIGKILL). Reported: the failed requests against the texts the killed worker held (the
-server's log says how many; the goal: no other request fails), whether a new worker took
-its place, and a last short load on the two workers (none may fail).
-
-Usage (the figures of docs/benchmarks.md: ten minutes an engine):
     python -m benchmarks.serve_soak exported --duration 600 --name serve_soak_dates
-    python -m benchmarks.serve_soak runs/fra --data fra-eng/dev.txt --duration 600
 
-Inputs: ``--data`` (a Tatoeba file: its English column; or one text a line), else dates
-drawn by the dates task's generator (the committed ``exported`` model's inputs). Writes
-``NAME.json`` and ``NAME.md`` into ``--out-dir`` (default: a new
-``benchmarks/results/<date>-NAME/`` folder).
+Inputs: ``--data`` (a Tatoeba file's English column, or one text a line), else generated
+dates (the committed ``exported`` model's). Writes ``NAME.json`` and ``NAME.md`` into
+``--out-dir`` (default: a new ``benchmarks/results/<date>-NAME/`` folder).
 """
 import argparse
 import json
@@ -86,6 +79,13 @@ def inputs(data, count=1000):
     return [source for source, _ in generate_dates(count, seed=1)]
 
 
+def server_log(server):
+    """What the server has printed so far (read at offset 0: its writes share the file's
+    offset, which must not move)."""
+    fd = server.logfile.fileno()
+    return os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", "replace")
+
+
 def _bodies(server, texts):
     path = tempfile.mkstemp(suffix=".jsonl")[1]
     with open(path, "w", encoding="utf-8") as f:
@@ -124,7 +124,7 @@ def kill_one(engine, path, texts, args, log):
     spec = f"{engine}:replicas={args.kill_replicas},threads=1"
     with serve_load.Server(spec, {engine: path}, server_args) as server:
         bodies = _bodies(server, texts)
-        workers = [int(p) for p in READY.search(server.log_text()).group(1).split(",")]
+        workers = [int(p) for p in READY.search(server_log(server)).group(1).split(",")]
         serve_load.wrk_load(server.url, bodies, 16, args.warmup)
         loaded = {}
         thread = threading.Thread(target=lambda: loaded.update(serve_load.wrk_load(
@@ -135,9 +135,9 @@ def kill_one(engine, path, texts, args, log):
         killed_at = time.monotonic()
         thread.join()
         deadline = time.monotonic() + args.replace_timeout
-        while "ready (replacing" not in server.log_text() and time.monotonic() < deadline:
+        while "ready (replacing" not in server_log(server) and time.monotonic() < deadline:
             time.sleep(0.5)
-        text = server.log_text()
+        text = server_log(server)
         replaced = re.search(r"replica process (\d+) ready \(replacing", text)
         replaced_s = None
         if replaced:
