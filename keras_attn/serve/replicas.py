@@ -169,7 +169,7 @@ class ProcessReplicas:
             asyncio.get_running_loop().create_task(self._restart(worker, index))
         return pid
 
-    async def _restart(self, dead, index, pause=1.0):
+    async def _restart(self, dead, index, pause=5.0):
         dead.shutdown(wait=False, cancel_futures=True)
         while True:
             worker = self._new_worker()
