@@ -81,8 +81,8 @@ def test_no_module_passes_400_lines():
 
 
 def test_benchmarks_stay_within_their_bounds():
-    # benchmarks/ keeps what is rerun: at most 2,750 lines (2,500, and the web export's
-    # benchmark in a browser, benchmarks/web.py, since issue 68), no module over 400.
+    # benchmarks/ keeps what is rerun: at most 2,750 lines (the web export's benchmark in a
+    # browser, benchmarks/web.py, among them), no module over 400.
     sizes = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines())
              for p in (ROOT / "benchmarks").rglob("*.py")}
     assert sum(sizes.values()) <= 2750, f"benchmarks/ has {sum(sizes.values())} lines"
