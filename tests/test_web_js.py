@@ -68,25 +68,32 @@ def test_the_sentence_split_is_pythons():
         assert (got["sentences"], got["separators"]) == (want.sentences, want.separators), text
 
 
-def files_of(path):
+def check_tokenizer(kind, file, path, texts, end=(3,)):
+    """The JavaScript tokenizer of ``kind`` on the file ``path`` gives the Python one's ids
+    for ``texts``, its texts for their rows (``end`` appended) and the words of
+    ``keras_attn.text.word_alignment``; returns the ids."""
+    from keras_attn.text import word_alignment
+
+    tok = python_tokenizers.load(path)
+    ids = tok.tokenize(texts)
+    rows = [row + list(end) for row in ids]
     with open(path, "rb") as f:
-        return base64.b64encode(f.read()).decode()
+        files = {file: base64.b64encode(f.read()).decode()}
+    out = node({"tokenizer": {"kind": kind, "files": files, "encode": texts, "decode": rows,
+                              "words": rows}})
+    assert out["encode"] == ids
+    assert out["decode"] == tok.detokenize(rows)
+    flags = word_alignment.word_flags(tok.vocab, kind)
+    assert out["words"] == [word_alignment.word_positions(r, flags) for r in rows]
+    return ids
 
 
 def test_the_character_tokenizer_is_pythons():
-    path = os.path.join(DATES_RUN, "src_vocab.txt")
-    tok = python_tokenizers.load(path)
     texts = ["3 March 2021", "le 4 juillet 1999", "", "MARCH 3", "\u00e9t\u00e9 \U0001f642"]
-    ids = tok.tokenize(texts)
-    rows = [row + [3, 0, 5] for row in ids]  # decoding stops at [END]
-    out = node({"tokenizer": {"kind": "characters", "files": {"vocab": files_of(path)},
-                              "encode": texts, "decode": rows, "words": rows}})
-    assert out["encode"] == ids
-    assert out["decode"] == tok.detokenize(rows)
-    from keras_attn.text import word_alignment
-
-    flags = word_alignment.word_flags(tok.vocab, "characters")
-    assert out["words"] == [word_alignment.word_positions(r, flags) for r in rows]
+    # Decoding stops at [END]; the unknown character makes the whole text [UNK].
+    ids = check_tokenizer("characters", "vocab", os.path.join(DATES_RUN, "src_vocab.txt"),
+                          texts, end=(3, 0, 5))
+    assert ids[-1] == [1]
 
 
 # A source model's normalisations (keras_attn.training.recipes: nmt_nfkc_cf). With
@@ -99,23 +106,14 @@ def test_the_sentencepiece_tokenizer_is_the_librarys_and_the_graphs(normalizatio
     FastSentencepieceTokenizer, on text the model never saw (unknown characters too)."""
     import tensorflow as tf
 
-    from keras_attn.text import subword, word_alignment
+    from keras_attn.text import subword
     from run_fixtures import PAIRS
 
     english = [en for en, _ in PAIRS] * 3
     proto = subword.learn_sentencepiece(english, vocab_size=60, normalization=normalization)
     path = str(tmp_path / "src.model")
     subword.save_model(proto, path)
-    tok = python_tokenizers.load(path)
     texts = english[: len(PAIRS)] + MESSY + [e.upper() + "  ,,, !!" for e in english[:20]]
-    ids = tok.tokenize(texts)
+    ids = check_tokenizer("sentencepiece", "model", path, texts)
     in_graph = subword.SentencePieceTokenizer(proto)
-    graph = in_graph.tokenize(tf.constant(texts)).to_list()
-    assert ids == graph  # the premise: the library and the graph agree
-    rows = [row + [3] for row in ids]
-    out = node({"tokenizer": {"kind": "sentencepiece", "files": {"model": files_of(path)},
-                              "encode": texts, "decode": rows, "words": rows}})
-    assert out["encode"] == ids
-    assert out["decode"] == tok.detokenize(rows)
-    flags = word_alignment.word_flags(tok.vocab, "sentencepiece")
-    assert out["words"] == [word_alignment.word_positions(r, flags) for r in rows]
+    assert ids == in_graph.tokenize(tf.constant(texts)).to_list()  # the graph's too
