@@ -10,6 +10,7 @@ browser with a served model's web export.
 
 Marked ``browser`` (CI's browser pass; tests/test_browser.py says when they run and skip).
 """
+import json
 import os
 import shutil
 
@@ -175,3 +176,22 @@ def test_the_serve_page_switches_to_the_browser(driver, dates_web, tmp_path):  #
         wait_for(driver, lambda d: d.find_element("id", "where-used").text
                  == "Translated on the server", "the server's answer")
     assert "Traceback" not in log.read_text()
+
+
+def test_the_benchmark_measures_a_folder(driver, dates_web, tmp_path):  # noqa: F811
+    """benchmarks/web.py on a few held-out dates: sizes, load times, timings, agreement
+    (its own browser; ``driver`` skips it where there is none)."""
+    from benchmarks import web
+
+    out = tmp_path / "web.json"
+    assert web.main([os.path.join(EXPORTED, "run"), "--data", "dates", "--limit", "6",
+                     "--timed", "2", "--export-dir", EXPORTED, "--web-dir", dates_web,
+                     "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["inputs"] == 6 and report["timed_inputs"] == 2
+    assert report["folder_bytes"]["litert"] > 5e6 and report["folder_bytes"]["model"] > 1e6
+    assert set(report["load_seconds"]) == {"saved_model", "tflite_builtin", "chromium"}
+    assert set(report["ms_per_text"]) == {"saved_model", "tflite_builtin", "chromium"}
+    assert {name: entry["identical"] for name, entry in
+            report["agreement_with_saved_model"].items()} == {
+        "tflite_builtin": 6, "tflite_text": 6, "chromium": 6}

@@ -111,7 +111,7 @@ export async function load(base = new URL('./', import.meta.url), settings = {})
   return new Translator(meta, rules, tokenizers, encoder, step, settings);
 }
 
-/** Python's round() of x.5 to even is not needed here: ceil of a float32 product. */
+/** keras_attn.export.builtin_runtime.length_limit: ceil of a float32 product. */
 function lengthLimit(ids, factor, maxLength) {
   if (!(factor > 0)) return maxLength;
   const tokens = ids.filter((i) => i !== 0).length;
@@ -293,7 +293,9 @@ export class Translator {
           ...consts, ...state, token: tensor(new Int32Array([token]), [1, 1]),
           index: tensor(new Int32Array([i]), []), score: tensor(score, [1])});
         Object.values(out).forEach((t) => owned.push(t));
+        const previous = state;
         state = Object.fromEntries(this.fedBack.map((n) => [n, out[n]]));
+        for (const t of Object.values(previous)) t.delete(); // the caches it replaced
         token = out.next_token.toTypedArray()[0];
         score = new Float32Array(out.score.toTypedArray());
         confidence = out.confidence.toTypedArray()[0];
