@@ -53,6 +53,10 @@ setup(
         # prefixes kept (lxml), request limits shared through --shared-storage redis://
         # (redis).
         "langid>=1.1.6",
+        # A run's languages (keras_attn.core.languages): BCP 47 tags in their standard form
+        # (ISO 639-3 "fra" is "fr") and CLDR's English names for any code; the [data] extra
+        # is language_data, the names' tables (in the package, no download).
+        "langcodes[data]>=3.4",
         "prometheus-client",
         "lxml",
         "redis>=4",
