@@ -121,9 +121,10 @@ def create_app(artefact, replicas=None, settings=None):
                 shutil.rmtree(shared["downloads"].directory, ignore_errors=True)
 
     served = routes.build()
+    web = routes.site.web_mounts(models, settings)  # static files: no API metrics
     prefix = settings.url_prefix.rstrip("/")
     top = [Route("/", lambda request: RedirectResponse(prefix + "/", status_code=301)),
-           Mount(prefix, routes=served)] if prefix else served
+           Mount(prefix, routes=served + web)] if prefix else served + web
     app = Starlette(
         routes=top,
         middleware=[Middleware(CORSMiddleware, allow_origins=["*"],

@@ -123,9 +123,12 @@ ENDPOINTS = (
                  "supportedFilesFormat": {"type": "array", "items": {"type": "string"}},
                  "language": {"type": "object", "properties": {"source": LANGUAGE,
                                                                "target": LANGUAGE}},
-                 # ours: the engine and what it can do, the heatmap's availability
+                 # ours: the engine and what it can do, the heatmap's availability,
+                 # per "source-target" pair the folder of its web export (in-browser)
                  "engine": {"type": "string"}, "replicas": {"type": "integer"},
-                 "attention": _FLAG, **{f.name: _FLAG if f.type is bool else
+                 "attention": _FLAG, "webExports": {"type": "object",
+                                                    "additionalProperties": {"type": "string"}},
+                 **{f.name: _FLAG if f.type is bool else
                                         {"type": "integer", "nullable": True}
                                         for f in dataclasses.fields(Capabilities)}}}),
     Endpoint("/attention", "POST", "attention", "Cross-attention of a translation (the "
