@@ -19,7 +19,10 @@ setup(
     license="Apache-2.0",
     packages=find_packages(include=["keras_attn", "keras_attn.*"]),
     # the page of keras-attn serve; the serving contract's snapshot (keras_attn.export.contract)
-    package_data={"keras_attn.serve": ["static/*.html"], "keras_attn.export": ["signatures.json"]},
+    # webapp/: the web export's JavaScript and the lock file that pins LiteRT.js (npm ci).
+    package_data={"keras_attn.serve": ["static/*.html"],
+                  "keras_attn.export": ["signatures.json", "webapp/*.js", "webapp/*.html",
+                                        "webapp/*.json"]},
     # Keras 3.15 requires Python 3.11; TensorFlow 2.21 and tensorflow-text 2.21 publish
     # wheels for 3.10 to 3.13. Tested on 3.11.
     python_requires=">=3.11",

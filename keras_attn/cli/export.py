@@ -8,12 +8,16 @@ from keras_attn.export import DEFAULT_TARGET, EXPORT_TARGETS
 # The options a target may take (keras_attn.export.ExportTarget.options), as flags.
 FLAGS = {"version": dict(type=int, help="SavedModel version"),
          "beam_size": dict(type=int, help="decoding inside the SavedModel/TFLite graphs"),
-         "quantization": dict(choices=["float32", "int8"], help="CTranslate2 weights"),
+         "quantization": dict(choices=["float32", "int8"],
+                              help="weights (web: dynamic-range int8)"),
          "passthrough": dict(choices=["auto", "on", "off"],
                              help="URLs, e-mail addresses, code, tags, numbers and emoji "
                                   "passed through in serving_default's graph, and a "
                                   "translate_v3 signature that lets a request turn it off "
-                                  "(auto: for subword and word models)")}
+                                  "(auto: for subword and word models)"),
+         "wasm": dict(choices=["plain", "all"],
+                      help="LiteRT.js WebAssembly builds in the web folder: plain (browsers "
+                           "with relaxed SIMD) or all (also the compat build)")}
 
 
 def _formats(option):

@@ -14,26 +14,30 @@ from keras_attn.serve.api import bad_request
 from keras_attn.text import glossary as glossaries
 
 
-def read_flags(values):
-    """``--glossary`` values (``FILE.tsv`` for every language pair, ``SRC-TGT=FILE.tsv``
-    for one) -> ``{None or (source, target): entries}``.
+def read_flag(value):
+    """One ``--glossary`` value (``FILE.tsv`` for every language pair, ``SRC-TGT=FILE.tsv``
+    for one) -> ``(None or (source, target), entries)``.
 
     Raises:
         ValueError: a file that cannot be read as a glossary (naming it and the line), or
-            a pair that is not ``src-tgt``.
+            a pair that is not ``src-tgt``; OSError: no such file.
     """
+    pair, sep, path = value.partition("=")
+    if not sep:
+        return None, glossaries.read_tsv(value)
+    codes = tuple(pair.split("-"))
+    if len(codes) != 2 or not all(codes):
+        raise ValueError(f"a glossary's language pair is SRC-TGT (en-fr). Received: {pair!r}")
+    return codes, glossaries.read_tsv(path)
+
+
+def read_flags(values):
+    """``--glossary`` values (or what :func:`read_flag` made of them) ->
+    ``{None or (source, target): entries}``, the terms of one pair merged."""
     out = {}
     for value in values or ():
-        pair, sep, path = value.partition("=")
-        if not sep:
-            pair, path = None, value
-        else:
-            codes = tuple(pair.split("-"))
-            if len(codes) != 2 or not all(codes):
-                raise ValueError(f"--glossary takes FILE.tsv or SRC-TGT=FILE.tsv (a language "
-                                 f"pair such as en-fr). Received: --glossary {value}")
-            pair = codes
-        out[pair] = glossaries.merged(out.get(pair, ()), glossaries.read_tsv(path))
+        pair, entries = value if isinstance(value, tuple) else read_flag(value)
+        out[pair] = glossaries.merged(out.get(pair, ()), entries)
     return out
 
 
