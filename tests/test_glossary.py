@@ -4,6 +4,7 @@
 tests/data/glossary_cases.json; bad glossaries named; the options object, the HTTP fields,
 the key store and the CLI flags that carry them."""
 import json
+import os
 import pathlib
 import sqlite3
 
@@ -238,3 +239,27 @@ def test_the_serving_client_sends_a_glossary_to_translate_v4(tmp_path):
     assert "glossary_source" not in client.option_values({}, "translate_v3")
     with pytest.raises(ValueError, match="two targets"):
         client.option_values({"glossary": {"a": "b", "A": "c"}}, "translate_v4")
+
+
+def test_the_servers_glossary_flag_and_variable(tmp_path, monkeypatch):
+    """``keras-attn serve --glossary [SRC-TGT=]FILE.tsv``, repeatable, or its variable; a
+    file it cannot read stops the command naming the flag."""
+    from keras_attn import cli
+    from keras_attn.serve import terms
+
+    first, second = tmp_path / "a.tsv", tmp_path / "b.tsv"
+    first.write_text("ticket\tbillet\n", "utf-8")
+    second.write_text("Tom\tTom\n", "utf-8")
+    parser = cli.build_parser()
+    args = parser.parse_args(["serve", "exported", "--glossary", str(first),
+                              "--glossary", f"en-fr={second}"])
+    assert terms.read_flags(args.glossaries) == {None: (("ticket", "billet"),),
+                                                 ("en", "fr"): (("Tom", "Tom"),)}
+    monkeypatch.setenv("KERAS_ATTN_SERVE_GLOSSARY", f"{first}{os.pathsep}en-fr={second}")
+    assert terms.read_flags(parser.parse_args(["serve", "exported"]).glossaries) == \
+        terms.read_flags(args.glossaries)
+    monkeypatch.delenv("KERAS_ATTN_SERVE_GLOSSARY")
+    assert parser.parse_args(["serve", "exported"]).glossaries is None
+    second.write_text("Tom\tTom\tTom\n", "utf-8")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "exported", "--glossary", str(second)])
