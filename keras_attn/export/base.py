@@ -12,12 +12,20 @@ import datetime
 import os
 import shutil
 import tempfile
+import time
 
 from keras_attn.core import runs
 
 from keras_attn.text import tokenizers as text
 
 QUANTIZATIONS = ("float32", "float16", "int8")
+# Whether the serving graphs are traced through AutoGraph (:func:`graph_function`). Their
+# code says where a tensor decides (tf.cond, tf.while_loop), so AutoGraph converts nothing in
+# them; it only rewrites the source of every function the trace meets (Keras layers,
+# decoding) and calls each through its wrappers, a fifth to a third of a trace's time. False:
+# a Python ``if`` on a tensor fails the trace instead of being converted
+# (tests/test_export_speed.py traces both ways and compares the graphs).
+AUTOGRAPH = False
 SMOKE_INPUTS = ("", "a")  # what every artefact must translate before it is published
 DEFAULT_SAMPLES = ("3 March 2021", "1999-07-04", "le 4 juillet 1999")
 
@@ -62,6 +70,14 @@ def as_parts(translator_or_parts, max_len=None):
         raise ValueError(f"`max_len` must be an integer >= 2 (a token and [END]). "
                          f"Received: max_len={parts.max_len!r}")
     return parts
+
+
+def graph_function(fn, input_signature, jit_compile=None):
+    """``fn`` as the ``tf.function`` an export traces (:data:`AUTOGRAPH`)."""
+    import tensorflow as tf
+
+    return tf.function(fn, input_signature=input_signature, autograph=AUTOGRAPH,
+                       jit_compile=jit_compile)
 
 
 # --- option checks (each raises ValueError naming the option and the value) ---------------
@@ -129,6 +145,14 @@ class Exporter:
         May return report fields."""
         raise NotImplementedError
 
+    def settings(self):
+        """What makes the artefact besides the run: the class and every option (the
+        artefact's fingerprint, :mod:`keras_attn.export.reuse`)."""
+        return {"class": type(self).__name__, **{
+            k: v for k, v in vars(self).items()
+            if k != "overwrite" and not k.startswith("_")
+            and isinstance(v, (bool, int, float, str, type(None)))}}
+
     def finish(self, path, report):
         """Last writes inside the artefact, once the report is complete (default: none)."""
 
@@ -164,8 +188,15 @@ class Exporter:
                       **self.options()}
             if parts.languages:
                 report["languages"] = parts.languages
+            began, cpu = time.monotonic(), time.process_time()
             report.update(self.write(parts, staged) or {})
+            wrote = time.monotonic()
             report.update(self.check(parts, staged, list(samples or SMOKE_INPUTS)) or {})
+            # Wall seconds: writing (tracing, saving, converting), checking, in all; this
+            # process's CPU seconds.
+            report["seconds"] = dict(report.get("seconds") or {},
+                                     write=round(wrote - began, 2),
+                                     check=round(time.monotonic() - wrote, 2))
             report["files"] = file_sizes(staged)
             report["total_bytes"] = sum(report["files"].values())
             self.finish(staged, report)
@@ -173,6 +204,8 @@ class Exporter:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         report["path"] = final
+        report["seconds"].update(total=round(time.monotonic() - began, 2),
+                                 cpu=round(time.process_time() - cpu, 2))
         self.published(final, report)
         return report
 

@@ -7,6 +7,7 @@ import tensorflow as tf
 from keras_attn.text import tokenizers as text
 from keras_attn.decoding.confidence import Calibrator
 from keras_attn.decoding.options import CONTROL_DEFAULTS, DecodingOptions
+from keras_attn.export.base import graph_function
 from keras_attn.export.modules import _Untracked, forward_only, track_variables
 from keras_attn.export.runtime import (TFLITE_ENCODER_SIGNATURE, TFLITE_FROZEN_STEP_SIGNATURE,
                                        TFLITE_STEP_SIGNATURE)
@@ -51,7 +52,7 @@ class BuiltinModule(tf.Module):
         self.num_layers = self.decoder.num_layers
         k, _ = self.decoder.blks[0].attention1.init_cache(1, max_len, layout=HeadsFirstCache)
         self.kv_shape = tuple(k.shape)
-        self.encode = tf.function(forward_only(self._encode, False), input_signature=[
+        self.encode = graph_function(forward_only(self._encode, False), input_signature=[
             tf.TensorSpec((1, max_len), tf.int32, name="source")])
         kv = [tf.TensorSpec(self.kv_shape, tf.float32, name=f"{kind}_{i}")
               for kind in ("cross_k", "cross_v", "cache_k", "cache_v")
@@ -64,20 +65,20 @@ class BuiltinModule(tf.Module):
         tail = [tf.TensorSpec((1,), tf.float32, name="source_length"),
                 tf.TensorSpec((1,), tf.float32, name="unknown")]
         mask = tf.TensorSpec((1, max_len), tf.float32, name="source_mask")
-        self.step = tf.function(forward_only(self._step, False), input_signature=[
+        self.step = graph_function(forward_only(self._step, False), input_signature=[
             *head, tf.TensorSpec((1, max_len), tf.int32, name="history"), *tail,
             tf.TensorSpec((1,), tf.int32, name="length_limit"), mask, *kv])
         # The step's first shipped inputs, frozen (keras_attn.export.contract).
-        self.step_frozen = tf.function(forward_only(self._step_without_controls, False),
-                                       input_signature=[*head, *tail, mask, *kv])
+        self.step_frozen = graph_function(forward_only(self._step_without_controls, False),
+                                          input_signature=[*head, *tail, mask, *kv])
 
     def tflite_functions(self):
-        """``{file name: (signature key, concrete function)}`` (variables tracked)."""
-        steps = {TFLITE_FROZEN_STEP_SIGNATURE: self.step_frozen.get_concrete_function(),
-                 TFLITE_STEP_SIGNATURE: self.step.get_concrete_function()}
-        functions = {"encoder": (TFLITE_ENCODER_SIGNATURE, self.encode.get_concrete_function()),
-                     "decoder_step": (None, steps)}
-        track_variables(self, [self.encode.get_concrete_function(), *steps.values()])
+        """``{file name: {signature key: concrete function}}`` (variables tracked)."""
+        functions = {"encoder": {TFLITE_ENCODER_SIGNATURE: self.encode.get_concrete_function()},
+                     "decoder_step": {
+                         TFLITE_FROZEN_STEP_SIGNATURE: self.step_frozen.get_concrete_function(),
+                         TFLITE_STEP_SIGNATURE: self.step.get_concrete_function()}}
+        track_variables(self, [fn for file in functions.values() for fn in file.values()])
         return functions
 
     def metadata(self):
