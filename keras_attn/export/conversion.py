@@ -101,6 +101,9 @@ def convert(conversion):
     converter = _converter(conversion)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = conversion.allow_custom_ops
+    # An older options signature calls the newest: told that a called function is inlined
+    # in each caller, the converter does not first fail, then retry so.
+    converter._experimental_guarantee_all_funcs_one_use = True
     if conversion.quantization == "float16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]

@@ -127,9 +127,9 @@ class TranslatorModule(tf.Module):
                                                  parts.tgt_tokenizer, self.max_len))
         self._request = _Untracked(request.RequestDecoder(self, max_beam_size))
         # The options signatures, newest first, then a SavedModel's compiled twins
-        # (``translate_v2_xla``: greedy decoding in one XLA cluster). In a SavedModel an older
-        # one calls the newest (one decoder in the file); in TFLite each is traced on its own
-        # (the call, inlined by the converter, leaves a Flex Identity op in the file).
+        # (``translate_v2_xla``: greedy decoding in one XLA cluster). An older one calls the
+        # newest: one trace; one decoder in a SavedModel, a copy per signature in a TFLite
+        # file (the converter inlines the call: keras_attn.export.conversion.convert).
         self.requests = {}
         names = exported_options_signatures(self.for_tflite, self.passthrough)
         newest = names[-1]
@@ -139,7 +139,7 @@ class TranslatorModule(tf.Module):
         for key in keys:
             name = COMPILED_SIGNATURES.get(key, key)
             suffix = key[len(name):]  # "" or COMPILED_SUFFIX
-            if name == newest or self.for_tflite:
+            if name == newest:
                 translate = self._compiled_body(name) if suffix else self._request.value.translate
                 body = forward_only(request.signature_function(translate, name, key,
                                                                newest=newest), dynamic)
