@@ -1,7 +1,7 @@
 """What makes the export fast does not change what it makes (issue 72).
 
-- The serving graphs traced without AutoGraph (``export.base.AUTOGRAPH``) hold the same ops
-  as with it.
+- The serving graphs traced without AutoGraph (``kernels.fastpath.AUTOGRAPH``) hold the same
+  ops as with it.
 - A staged SavedModel converted directly (``export.conversion.DIRECT_CONVERSION``) gives the
   file the public ``TFLiteConverter.from_saved_model`` gives, and the alias signature
   prepended to a flatbuffer is the one the flatbuffer object API appends; a worker process
@@ -19,6 +19,7 @@ import tensorflow as tf
 import run_fixtures
 from keras_attn.core import runs
 from keras_attn.export import base, conversion, reuse, runtime, tflite, workers
+from keras_attn.kernels import fastpath
 
 EXPORTED_TEXT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                              "exported", "tflite", "text_float32.tflite")
@@ -50,7 +51,7 @@ def test_a_graph_function_refuses_python_control_flow_on_a_tensor():
 
     spec = [tf.TensorSpec([None], tf.float32)]
     with pytest.raises(TypeError, match="tf.Tensor"):
-        base.graph_function(branchy, spec).get_concrete_function()
+        fastpath.graph_function(branchy, spec).get_concrete_function()
     assert tf.function(branchy, input_signature=spec).get_concrete_function() is not None
 
 
@@ -60,7 +61,7 @@ def test_the_graphs_traced_without_autograph_are_those_traced_with_it(parts, mon
     from keras_attn.export.modules import TranslatorModule
 
     def traced(autograph):
-        monkeypatch.setattr(base, "AUTOGRAPH", autograph)
+        monkeypatch.setattr(fastpath, "AUTOGRAPH", autograph)
         saved = TranslatorModule(parts, for_tflite=False)
         functions = {name: fn.get_concrete_function()
                      for name, fn in saved.signatures().items()}

@@ -19,13 +19,6 @@ from keras_attn.core import runs
 from keras_attn.text import tokenizers as text
 
 QUANTIZATIONS = ("float32", "float16", "int8")
-# Whether the serving graphs are traced through AutoGraph (:func:`graph_function`). Their
-# code says where a tensor decides (tf.cond, tf.while_loop), so AutoGraph converts nothing in
-# them; it only rewrites the source of every function the trace meets (Keras layers,
-# decoding) and calls each through its wrappers, a fifth to a third of a trace's time. False:
-# a Python ``if`` on a tensor fails the trace instead of being converted
-# (tests/test_export_speed.py traces both ways and compares the graphs).
-AUTOGRAPH = False
 SMOKE_INPUTS = ("", "a")  # what every artefact must translate before it is published
 DEFAULT_SAMPLES = ("3 March 2021", "1999-07-04", "le 4 juillet 1999")
 
@@ -70,14 +63,6 @@ def as_parts(translator_or_parts, max_len=None):
         raise ValueError(f"`max_len` must be an integer >= 2 (a token and [END]). "
                          f"Received: max_len={parts.max_len!r}")
     return parts
-
-
-def graph_function(fn, input_signature, jit_compile=None):
-    """``fn`` as the ``tf.function`` an export traces (:data:`AUTOGRAPH`)."""
-    import tensorflow as tf
-
-    return tf.function(fn, input_signature=input_signature, autograph=AUTOGRAPH,
-                       jit_compile=jit_compile)
 
 
 # --- option checks (each raises ValueError naming the option and the value) ---------------

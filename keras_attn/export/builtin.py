@@ -7,10 +7,10 @@ import tensorflow as tf
 from keras_attn.text import tokenizers as text
 from keras_attn.decoding.confidence import Calibrator
 from keras_attn.decoding.options import CONTROL_DEFAULTS, DecodingOptions
-from keras_attn.export.base import graph_function
 from keras_attn.export.modules import _Untracked, forward_only, track_variables
 from keras_attn.export.runtime import (TFLITE_ENCODER_SIGNATURE, TFLITE_FROZEN_STEP_SIGNATURE,
                                        TFLITE_STEP_SIGNATURE)
+from keras_attn.kernels import fastpath
 from keras_attn.kernels.kv_cache import HeadsFirstCache
 
 
@@ -52,6 +52,7 @@ class BuiltinModule(tf.Module):
         self.num_layers = self.decoder.num_layers
         k, _ = self.decoder.blks[0].attention1.init_cache(1, max_len, layout=HeadsFirstCache)
         self.kv_shape = tuple(k.shape)
+        graph_function = fastpath.graph_function
         self.encode = graph_function(forward_only(self._encode, False), input_signature=[
             tf.TensorSpec((1, max_len), tf.int32, name="source")])
         kv = [tf.TensorSpec(self.kv_shape, tf.float32, name=f"{kind}_{i}")

@@ -15,7 +15,7 @@ from keras_attn.text import spans
 from keras_attn.text import tokenizers as text
 from keras_attn.decoding.confidence import Calibrator
 from keras_attn.decoding.options import LENGTH_PENALTY, DecodingOptions, control_defaults
-from keras_attn.export.base import check_beam, check_choice, graph_function
+from keras_attn.export.base import check_beam, check_choice
 from keras_attn.export import request
 from keras_attn.export.core_text import CoreCharTokenizer
 from keras_attn.export.option_sets import (COMPILED_SIGNATURES, COMPILED_SUFFIX,
@@ -106,15 +106,15 @@ class TranslatorModule(tf.Module):
         self.src_tokenizer = graph_tokenizer(parts.src_tokenizer)
         self.tgt_tokenizer = graph_tokenizer(parts.tgt_tokenizer)
         dynamic = not self.for_tflite
-        self.serve = graph_function(
+        self.serve = fastpath.graph_function(
             forward_only(self._serve, dynamic),
             input_signature=[tf.TensorSpec([batch_size], tf.string, name="text")])
-        self.translate_ids = graph_function(
+        self.translate_ids = fastpath.graph_function(
             forward_only(self._translate_ids, dynamic),
             input_signature=[tf.TensorSpec([None, None], tf.int32, name="source")])
         # The target vocabulary's pieces, "" for padding: the `score` signature's tokens.
         self._target_pieces = _Untracked([""] + list(parts.tgt_tokenizer.vocab)[1:])
-        self.score = graph_function(
+        self.score = fastpath.graph_function(
             forward_only(self._score, dynamic),
             input_signature=[tf.TensorSpec([batch_size], tf.string, name="source"),
                              tf.TensorSpec([batch_size], tf.string, name="target")])
@@ -146,7 +146,7 @@ class TranslatorModule(tf.Module):
             else:
                 body = request.signature_function(self.requests[newest + suffix], name, key,
                                                   newest=newest)
-            self.requests[key] = graph_function(
+            self.requests[key] = fastpath.graph_function(
                 body, input_signature=request.input_signature(batch_size, name))
 
     def _compiled_body(self, name):

@@ -22,7 +22,6 @@ from keras_attn.kernels import fastpath
 
 from keras_attn.text import tokenizers as text
 from keras_attn.decoding.options import OPTIONS, DecodingOptions
-from keras_attn.export.base import graph_function
 from keras_attn.export.option_sets import (COMPILED_BUCKETS, LATEST_OPTIONS_SIGNATURE,
                                             OPTION_SIGNATURES)
 
@@ -141,7 +140,7 @@ class RequestDecoder:
             options = {name: tf.TensorSpec([], OPTION_SPECS[name], name=name)
                        for name in OPTIONS if name != "target_prefix"}
             rows = tf.TensorSpec([None, module.max_len], tf.int32)
-            self._compiled_greedy = graph_function(
+            self._compiled_greedy = fastpath.graph_function(
                 fastpath.under(self._greedy_search, dynamic_shapes=False, compiled=True,
                                custom_gradients=False),
                 input_signature=[rows, rows, options], jit_compile=True)

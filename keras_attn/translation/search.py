@@ -24,7 +24,7 @@ def traced(fn, input_signature):
     """``fn`` as a ``tf.function`` traced with ``dynamic_shapes`` on (TensorFlow; else ``fn``)."""
     if keras.backend.backend() != "tensorflow":
         return fn
-    return tf.function(fastpath.under(fn, dynamic_shapes=True), input_signature=input_signature)
+    return fastpath.graph_function(fastpath.under(fn, dynamic_shapes=True), input_signature)
 
 
 class GraphSearch:
