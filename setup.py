@@ -19,7 +19,10 @@ setup(
     license="Apache-2.0",
     packages=find_packages(include=["keras_attn", "keras_attn.*"]),
     # the page of keras-attn serve; the serving contract's snapshot (keras_attn.export.contract)
-    package_data={"keras_attn.serve": ["static/*.html"], "keras_attn.export": ["signatures.json"]},
+    # webapp/: the web export's JavaScript and the lock file that pins LiteRT.js (npm ci).
+    package_data={"keras_attn.serve": ["static/*.html"],
+                  "keras_attn.export": ["signatures.json", "webapp/*.js", "webapp/*.html",
+                                        "webapp/*.json"]},
     # Keras 3.15 requires Python 3.11; TensorFlow 2.21 and tensorflow-text 2.21 publish
     # wheels for 3.10 to 3.13. Tested on 3.11.
     python_requires=">=3.11",
@@ -50,6 +53,10 @@ setup(
         # prefixes kept (lxml), request limits shared through --shared-storage redis://
         # (redis).
         "langid>=1.1.6",
+        # A run's languages (keras_attn.core.languages): BCP 47 tags in their standard form
+        # (ISO 639-3 "fra" is "fr") and CLDR's English names for any code; the [data] extra
+        # is language_data, the names' tables (in the package, no download).
+        "langcodes[data]>=3.4",
         "prometheus-client",
         "lxml",
         "redis>=4",

@@ -5,8 +5,7 @@ held-out sentence a request): ``--warmup`` seconds at 16 connections, then ``--d
 seconds at each ``--clients`` count; per point requests/s, latency percentiles, failures
 and the largest resident memory. Servers: ``libretranslate`` (``--anchor`` run by
 ``--anchor-python``), ``ctranslate2`` and ``savedmodel``, each ``NAME[:flag=value,...]``
-(``keras-attn serve`` flags; ``xla=``: a bare flag). Repeats are interleaved; the engines'
-offline throughput is measured in the same run.
+(``keras-attn serve`` flags; ``xla=``: a bare flag); repeats interleaved, engines alone too.
 
     python -m benchmarks.serve_load RUN_DIR --data DEV_FILE \\
         --anchor ANCHOR.py --anchor-python LT_VENV/bin/python --repeats 3
@@ -43,11 +42,12 @@ WRK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_loa
 
 # --- the servers ----------------------------------------------------------------------------
 class MemorySampler(threading.Thread):
-    """RSS in bytes of ``pid`` and its descendants every ``every`` seconds: ``samples``."""
+    """``(seconds since start, RSS bytes)`` of ``pid`` and its descendants every ``every``
+    seconds: ``timed``."""
 
     def __init__(self, pid, every=1.0):
         super().__init__(daemon=True)
-        self.pid, self.every, self.samples = pid, every, []
+        self.pid, self.every, self.timed, self.start_time = pid, every, [], time.monotonic()
         self._halt = threading.Event()
 
     def run(self):
@@ -60,7 +60,7 @@ class MemorySampler(threading.Thread):
                 for process in [parent, *parent.children(recursive=True)]:
                     with contextlib.suppress(psutil.NoSuchProcess):
                         total += process.memory_info().rss
-            self.samples.append(total)
+            self.timed.append((time.monotonic() - self.start_time, total))
             self._halt.wait(self.every)
 
     def stop(self):
@@ -79,8 +79,8 @@ def parse_spec(spec):
 class Server:
     """A server in its own process (context manager): ``url``, ``languages``, ``pid``."""
 
-    def __init__(self, spec, paths, args):
-        self.spec = spec
+    def __init__(self, spec, paths, args, memory_every=1.0):
+        self.spec, self.memory_every = spec, memory_every
         self.name, self.options = parse_spec(spec)
         with socket.socket() as s:  # a free port
             s.bind(("127.0.0.1", 0))
@@ -123,7 +123,7 @@ class Server:
                     raise
                 time.sleep(0.5)
         self.startup_s = time.monotonic() - started
-        self.memory = MemorySampler(self.proc.pid)
+        self.memory = MemorySampler(self.proc.pid, self.memory_every)
         self.memory.start()
         return self
 
@@ -183,7 +183,7 @@ def measure_server(spec, paths, sentences, args, log):
             log(f"  {spec:<28} {clients:>2} clients: {m['requests_per_s']:>7} req/s, "
                 f"p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms, {m['failed']} failed")
             points.append(m)
-        samples = server.memory.samples
+        samples = [b for _, b in server.memory.timed]
         return {"server": spec, "startup_s": round(server.startup_s, 1), "points": points,
                 "rss_mb_max": round(max(samples) / 2**20, 1) if samples else None,
                 "rss_mb_end": round(samples[-1] / 2**20, 1) if samples else None}

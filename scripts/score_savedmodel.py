@@ -51,7 +51,7 @@ def main(argv=None):
     from keras_attn.core.config import TrainConfig
 
     config = TrainConfig.from_dict(runs.read_json(runs.paths(args.run_dir)["config"]))
-    splits, refs = training.load_splits(config, log=lambda *a: None)
+    splits, refs = training.load_splits(config, log=lambda *a: None, run_dir=args.run_dir)
     path = os.path.join(args.export_dir or os.path.join(args.run_dir, "export"),
                         "saved_model", "translator", str(args.version))
     t0 = time.time()

@@ -87,6 +87,24 @@ def blocks(path):
     return found
 
 
+EXAMPLE_LANGS = ("python", "bash", "sh", "shell", "console")
+COMMAND = re.compile(r"^\s*(\$ |keras-attn\b|python3?\b|pip\b|curl\b|docker\b|saved_model_cli\b|"
+                     r"tensorflow_model_server\b|bash\b|echo\b|printf\b|[A-Z_]+=\S*\s)")
+
+
+def _first_line(block):
+    return next((line for line in block.text.splitlines()
+                 if line.strip() and not line.lstrip().startswith("#")), "")
+
+
+def examples(paths):
+    """Every example block of the markdown files ``paths``: a block whose language is one
+    of :data:`EXAMPLE_LANGS`, or without a language whose first line is a command."""
+    return [block for path in paths for block in blocks(str(path))
+            if block.lang in EXAMPLE_LANGS or (block.lang == "" and
+                                                COMMAND.match(_first_line(block)))]
+
+
 # --- what a block says it prints -------------------------------------------------------------
 def commands(text):
     """A shell block's commands, each with its expected output: ``[(command, [lines])]``."""

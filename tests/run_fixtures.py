@@ -6,7 +6,9 @@
   ``python tests/run_fixtures.py`` (the weights differ from CPU to CPU; the tests only
   compare our artefacts with each other on whatever weights it holds).
 - The tiny SentencePiece run is trained per session (the slow pass): it is the test of
-  the SentencePiece training path end to end.
+  the SentencePiece training path end to end. A copy of one is committed too
+  (``tests/data/tiny_sentencepiece_run``, without its optimizer's state): the browser pass
+  exports it without training (``python tests/run_fixtures.py sentencepiece`` rebuilds it).
 """
 import dataclasses
 import os
@@ -23,6 +25,11 @@ from keras_attn.training import recipes as training
 TINY_DATES_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                               "tiny_dates_run")
 TINY_DATES_SPLITS = dict(num_train=3000, num_valid=100, num_test=200)
+TINY_SENTENCEPIECE_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                                      "tiny_sentencepiece_run")
+# What a run directory needs to load, translate and export (no checkpoints or logs).
+RUN_FILES = ("config.json", "model.keras", "src.model", "tgt.model", "calibration.json",
+             "metrics.json")
 
 
 def tiny_dates_inputs():
@@ -83,9 +90,9 @@ PAIRS = [
 ]
 
 
-def train_tiny_sentencepiece_run(root):
+def train_tiny_sentencepiece_run(root, export=True):
     """A SentencePiece English->French run on :data:`PAIRS`, exported into RUN/export
-    (SavedModel, TFLite text files); returns the run directory."""
+    (SavedModel, TFLite text files; ``export=False``: not); returns the run directory."""
     from keras_attn import export
     from keras_attn.core.config import TrainConfig
 
@@ -98,12 +105,38 @@ def train_tiny_sentencepiece_run(root):
                          max_len=24, num_train=0, num_valid=1, num_test=0, seed=0)
     run_dir = os.path.join(root, "run")
     training.train(config, run_dir, log=lambda *a: None)
-    export.export_run(run_dir, log=lambda *a: None)
+    if export:
+        export.export_run(run_dir, log=lambda *a: None)
     return run_dir
 
 
+def keep_run(run_dir, out):
+    """The files of :data:`RUN_FILES` of ``run_dir`` in ``out``, ``model.keras`` without
+    the optimizer's state."""
+    from keras_attn.core.config import TrainConfig
+
+    os.makedirs(out)
+    for name in RUN_FILES:
+        if name != "model.keras":
+            shutil.copy(os.path.join(run_dir, name), os.path.join(out, name))
+    config = TrainConfig.from_dict(runs.read_json(os.path.join(run_dir, "config.json")))
+    plain = training.build_model(config)  # uncompiled: the file keeps no optimizer state
+    plain.set_weights(keras.models.load_model(os.path.join(run_dir, "model.keras"),
+                                              compile=False).get_weights())
+    plain.save(os.path.join(out, "model.keras"))
+
+
 if __name__ == "__main__":
-    # python tests/run_fixtures.py [RUN_DIR]: rebuild the committed tiny dates run.
+    # python tests/run_fixtures.py [RUN_DIR]: rebuild the committed tiny dates run;
+    # python tests/run_fixtures.py sentencepiece: the committed tiny SentencePiece run.
+    if sys.argv[1:] == ["sentencepiece"]:
+        import tempfile
+
+        shutil.rmtree(TINY_SENTENCEPIECE_RUN, ignore_errors=True)
+        with tempfile.TemporaryDirectory() as root:
+            keep_run(train_tiny_sentencepiece_run(root, export=False), TINY_SENTENCEPIECE_RUN)
+        print(f"wrote {TINY_SENTENCEPIECE_RUN}")
+        sys.exit(0)
     out = sys.argv[1] if len(sys.argv) > 1 else TINY_DATES_RUN
     shutil.rmtree(out, ignore_errors=True)
     train_tiny_dates_run(out)

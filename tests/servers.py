@@ -49,14 +49,15 @@ def running(app):
 
 
 @contextlib.contextmanager
-def serve_process(args, log_path, cwd=ROOT, seconds=60):
+def serve_process(args, log_path, cwd=ROOT, seconds=60, health="/health", env=None):
     """``keras-attn serve ARGS --port P`` in a process of its own, as a user starts it (the
     repository's package first on its path), its output in ``log_path``. Yields
-    ``(url, proc)`` once ``GET /health`` answers 200; terminates it after (killed if it
-    ignores SIGTERM). A process that exits while starting fails with its log."""
+    ``(url, proc)`` once ``GET health`` (``/lt/health`` under ``--url-prefix /lt``) answers
+    200; terminates it after (killed if it ignores SIGTERM). A process that exits while
+    starting fails with its log. ``env``: variables added to this process's."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join(
         [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "keras_attn.cli", "serve",
@@ -66,7 +67,7 @@ def serve_process(args, log_path, cwd=ROOT, seconds=60):
     def up():
         assert proc.poll() is None, open(log_path, encoding="utf-8").read()
         try:
-            return httpx.get(url + "/health", timeout=5).status_code == 200
+            return httpx.get(url + health, timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -337,6 +337,27 @@ def test_version(capsys):
     assert capsys.readouterr().out == f"keras-attn {keras_attn.__version__}\n"
 
 
+@pytest.mark.parametrize("command", ["evaluate", "calibrate"])
+def test_data_says_where_a_runs_corpus_is_now(command, tmp_path):
+    """``--data`` and ``--target-data`` replace the stored corpus of a text run; a dates run
+    has none, and the flag is refused rather than ignored."""
+    from keras_attn.cli import build_parser
+    from keras_attn.cli.console import corpus_config
+
+    for task in ("tatoeba", "dates"):
+        run = tmp_path / task
+        run.mkdir()
+        runs.write_json(str(run / "config.json"), dataclasses.asdict(TrainConfig(
+            task=task, data="/old/fra-eng" if task == "tatoeba" else "")))
+    args = build_parser().parse_args([command, str(tmp_path / "tatoeba"), "--data", "here"])
+    assert corpus_config(args).data == "here" and corpus_config(args).task == "tatoeba"
+    args = build_parser().parse_args([command, str(tmp_path / "tatoeba")])
+    assert corpus_config(args).data == "/old/fra-eng"
+    args = build_parser().parse_args([command, str(tmp_path / "dates"), "--data", "x.txt"])
+    with pytest.raises(ValueError, match="a dates run makes its own"):
+        corpus_config(args)
+
+
 @pytest.mark.parametrize("command", ["translate", "evaluate", "score"])
 def test_one_name_per_decoding_option(command):
     """``--length-penalty`` (CTranslate2's name) is the option in every command that takes

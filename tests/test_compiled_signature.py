@@ -45,13 +45,10 @@ def test_compiled_signature_names_its_twin():
 
 
 def test_serve_flag_turns_the_compiled_signature_on(monkeypatch):
-    import argparse
-
-    from keras_attn.cli import serve
+    from keras_attn.cli import build_parser
 
     def parse(*argv):
-        sub = argparse.ArgumentParser().add_subparsers()
-        return serve.add_parser(sub).parse_args(["exported", *argv])
+        return build_parser().parse_args(["serve", "exported", *argv])
 
     assert parse().xla is False and parse("--xla").xla is True
     monkeypatch.setenv("KERAS_ATTN_SERVE_XLA", "1")

@@ -245,6 +245,156 @@ def test_tatoeba_corpus_is_data_or_the_environment_variable(tmp_path, monkeypatc
         ("Go.", "Va !"), ("Hi.", "Salut."), ("Run.", "Cours !")] and refs is None
     assert data.corpus_location(str(tmp_path / "other.txt")) == str(tmp_path / "other.txt")
 
+
+def test_a_run_stores_its_corpus_as_an_absolute_path(tmp_path, monkeypatch):
+    """``data`` and ``target_data`` absolute (``~`` and KERAS_ATTN_DATA included), a URL as
+    given, the dates task untouched: evaluate reads them from any folder."""
+    from keras_attn.core.config import TrainConfig
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = data.stored_corpus(TrainConfig(task="tatoeba", data="train.fr",
+                                            target_data="~/train.en", source_lang="fr",
+                                            target_lang="en"))
+    assert (config.data, config.target_data) == (str(tmp_path / "train.fr"),
+                                                 str(tmp_path / "home" / "train.en"))
+    assert data.stored_corpus(TrainConfig(task="tatoeba", data=data.D2L_FRA_ENG_URL)).data == (
+        data.D2L_FRA_ENG_URL)
+    monkeypatch.setenv(data.DATA_ENV, "fra-eng")
+    assert data.stored_corpus(TrainConfig(task="tatoeba")).data == str(tmp_path / "fra-eng")
+    assert data.stored_corpus(TrainConfig(task="dates")).data == ""
+
+
+def test_a_stored_corpus_is_found_from_another_folder(tmp_path, monkeypatch):
+    """A relative path (a run trained before paths were stored absolute) is read from the
+    current folder, else from a folder above the run; otherwise the message says what to
+    pass. An absolute one that moved says so."""
+    (tmp_path / "work" / "runs" / "fra").mkdir(parents=True)
+    (tmp_path / "work" / "fra-eng").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    run = str(tmp_path / "work" / "runs" / "fra")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert data.run_location("fra-eng", run) == str(tmp_path / "work" / "fra-eng")
+    assert data.run_location("fra-eng", "../work/runs/fra") == str(tmp_path / "work" /
+                                                                   "fra-eng")
+    (tmp_path / "elsewhere" / "fra-eng").mkdir()  # the current folder first, as before
+    assert data.run_location("fra-eng", run) == str(tmp_path / "elsewhere" / "fra-eng")
+    for stored in (data.D2L_FRA_ENG_URL, "", str(tmp_path / "work" / "fra-eng")):
+        assert data.run_location(stored, run) == stored
+    with pytest.raises(FileNotFoundError) as info:
+        data.run_location("gone.txt", run, "--target-data")
+    assert "stored as 'gone.txt', a path relative to the folder" in str(info.value)
+    assert "pass --target-data with the corpus's path" in str(info.value)
+    with pytest.raises(FileNotFoundError, match="is not there any more: pass --data"):
+        data.run_location(str(tmp_path / "moved"), run)
+
+
+def test_an_old_run_with_a_relative_corpus_resumes_from_its_folder(tmp_path, monkeypatch):
+    """The resumed run's absolute path is the old relative one read from the same folder:
+    the same options; another corpus is still refused."""
+    import dataclasses
+    import json
+
+    from keras_attn.core.config import TrainConfig
+    from keras_attn.training import recipes
+
+    monkeypatch.chdir(tmp_path)
+    old = TrainConfig(task="tatoeba", data="fra.txt")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(json.dumps(dataclasses.asdict(old)))
+    recipes._prepare_run_dir(data.stored_corpus(old), "run")
+    other = data.stored_corpus(TrainConfig(task="tatoeba", data="deu.txt"))
+    with pytest.raises(ValueError, match="holds a run with other options {'data'"):
+        recipes._prepare_run_dir(other, "run")
+
+
+def small_domain_corpus(path, num_pairs=3000, num_sources=1703):
+    """A corpus of the form a small domain's is: ``num_pairs`` pairs of ``num_sources``
+    distinct source sentences (many with several translations), English<TAB>French."""
+    lines = [f"Sentence {i % num_sources}.\tPhrase {i % num_sources}, {i // num_sources} !\n"
+             for i in range(num_pairs)]
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+def test_a_small_corpus_holds_out_a_tenth_for_each_split(tmp_path):
+    """3,000 pairs of 1,703 distinct sources: 170 held out for validation and 170 for the
+    test (10 % each), the rest trains; the split is by source sentence and the log says
+    why fewer than --num-valid were held out. (Before: 2,000 held out each, so validation
+    took every sentence and training none.)"""
+    logged = []
+    splits, _ = data.tatoeba_splits(str(small_domain_corpus(tmp_path / "small.txt")),
+                                    num_valid=2000, log=logged.append)
+    sources = {name: {s for s, _ in pairs} for name, pairs in splits.items()}
+    assert (len(sources["valid"]), len(sources["test"]), len(sources["train"])) == (
+        170, 170, 1703 - 340)
+    assert not (sources["valid"] & sources["test"] or sources["train"] & sources["valid"]
+                or sources["train"] & sources["test"])
+    assert sum(map(len, splits.values())) == 3000
+    assert any("held out 170 of 1703 source sentences" in line and "10 %" in line
+               for line in logged), logged
+
+
+@pytest.mark.parametrize("num_sources, num_valid, expected", [
+    (20000, 2000, 2000), (19999, 2000, 1999), (1703, 2000, 170), (1703, 100, 100),
+    (9, 2000, 1), (3, 2000, 1)])
+def test_the_held_out_size_is_num_valid_at_most_a_tenth(num_sources, num_valid, expected):
+    from keras_attn.data.tatoeba import held_out_size
+
+    assert held_out_size(num_sources, num_valid) == expected
+
+
+@pytest.mark.parametrize("lines, folder, words", [
+    (["Go.\tVa !", "Go.\tAllez !", "Hi.\tSalut."], False,
+     ["2 distinct source sentences are too few to split", "needs 3 or more",
+      "one for validation and one for the test", "dev.txt"]),
+    (["Go.\tVa !"], True, ["1 distinct source sentence is too few", "needs 2 or more"])])
+def test_a_corpus_too_small_to_split_says_so_and_what_to_do(tmp_path, lines, folder, words):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if folder:
+        (corpus / "dev.txt").write_text("Run.\tCours !\n", encoding="utf-8")
+    with pytest.raises(ValueError) as info:
+        data.tatoeba_splits(str(corpus if folder else corpus / "train.txt"), num_valid=2000,
+                            log=lambda *a: None)
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_a_large_corpus_splits_as_before(tmp_path):
+    """From 20,000 distinct sources up, --num-valid sentences each (2,000): the first of the
+    seeded shuffle of the sorted sources for validation, the next for the test, as always."""
+    import random
+
+    corpus = small_domain_corpus(tmp_path / "large.txt", 21000, 20500)
+    splits, _ = data.tatoeba_splits(str(corpus), num_valid=2000, log=lambda *a: None)
+    order = sorted({f"Sentence {i}." for i in range(20500)})
+    random.Random(0).shuffle(order)
+    assert {s for s, _ in splits["valid"]} == set(order[:2000])
+    assert {s for s, _ in splits["test"]} == set(order[2000:4000])
+
+
+# The splits of the shared English-French corpus, as made before the held-out share scaled
+# (sha256 of each split's pairs as JSON, first 16 hex digits): the recipe's figures hang on them.
+FRA_ENG_SPLITS = {
+    "folder": {"train": "62b5355529990983", "valid": "4feca253f8c7d63a",
+               "test": "669891b85128bbbf"},
+    "train.txt": {"train": "61b124b2850bb735", "valid": "4feca253f8c7d63a",
+                  "test": "166fb97270634fa9"}}
+
+
+@pytest.mark.skipif(not FRA_ENG.is_dir(), reason="the English-French corpus is not beside "
+                                                 "the checkout")
+def test_the_fra_eng_splits_are_unchanged():
+    import hashlib
+    import json
+
+    for form, path in (("folder", FRA_ENG), ("train.txt", FRA_ENG / "train.txt")):
+        splits, _ = data.tatoeba_splits(str(path), log=lambda *a: None)
+        digests = {name: hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode())
+                   .hexdigest()[:16] for name, pairs in splits.items()}
+        assert digests == FRA_ENG_SPLITS[form], form
+
 # -- tf.data pipeline ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def date_pairs():

@@ -190,3 +190,34 @@ def test_with_workers_a_deadline_leaves_out_the_files_not_converted_by_then(monk
                          staging, report, log=lambda *a: None)
     assert written == ["text_float32"] and list(report["tflite"]) == ["text_float32"]
     assert report["left_out"] == ["builtin_float32", "text_int8"]
+
+
+def test_the_web_target_refuses_what_its_javascript_cannot_run():
+    """Options named in the message; a WordPiece run's tokenizer (no JavaScript twin) is
+    refused before anything is converted."""
+    from keras_attn.export.base import Parts
+    from keras_attn.export.web import WebExporter
+
+    assert EXPORT_TARGETS["web"].options == {"quantization": "float32", "passthrough": "auto",
+                                             "wasm": "plain"}
+    for kwargs, word in (({"wasm": "jspi"}, "`wasm`"), ({"quantization": "float16"},
+                                                         "`quantization`")):
+        with pytest.raises(ValueError, match=word):
+            WebExporter(**kwargs)
+    wordpiece = types.SimpleNamespace(char_level=False, vocab=["[PAD]"])
+    chars = types.SimpleNamespace(char_level=True, vocab=["[PAD]"])
+    reason = WebExporter().supports(Parts(None, chars, wordpiece, 8))
+    assert "tgt tokenizer is WordPiece" in reason
+
+
+def test_the_web_flags_reach_the_web_target(monkeypatch, tmp_path):
+    monkeypatch.setitem(EXPORT_TARGETS, "web", ExportTarget(
+        "web", "test", f"{__name__}:fake_export", {"quantization": "float32",
+                                                    "passthrough": "auto", "wasm": "plain"}))
+    CALLS.clear()
+    assert cli.main(["export", str(tmp_path), "--format", "web", "--wasm", "all",
+                     "--quantization", "int8"]) == 0
+    assert CALLS[-1][1] == {"export_dir": None, "overwrite": False, "log": CALLS[-1][1]["log"],
+                            "quantization": "int8", "passthrough": "auto", "wasm": "all"}
+    with pytest.raises(SystemExit):
+        cli.main(["export", str(tmp_path), "--format", "web", "--wasm", "threads"])

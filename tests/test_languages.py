@@ -50,11 +50,55 @@ def test_bad_tags_are_refused_saying_what_is_wrong(code, why):
     assert why in message and f"Received: --source-lang={code!r}" in message
 
 
+@pytest.mark.parametrize("code, expected", [
+    ("fra", "fr"), ("fre", "fr"), ("eng", "en"), ("deu", "de"), ("FRA-ca", "fr-CA"),
+    ("cmn", "cmn"), ("yue", "yue"), ("iw", "he")])
+def test_a_language_with_a_two_letter_code_is_written_with_it(code, expected):
+    """ISO 639-3 (and 639-2/B, deprecated) codes of a language that ISO 639-1 names become
+    its 639-1 code (the IANA registry's preferred value); the others are kept."""
+    assert languages.check_language_code(code) == expected
+
+
 def test_names_of_codes():
+    """CLDR's English names, region and script included, for any code (not only a table's);
+    a task's own codes keep their names; a code with no name is shown as itself."""
     assert languages.language_name("de") == "German"
-    assert languages.language_name("pt-BR") == "Portuguese (BR)"
-    assert languages.language_name("gsw") == "gsw"  # valid, not in the table: itself
+    assert languages.language_name("pt-BR") == "Portuguese (Brazil)"
+    assert languages.language_name("zh-Hant") == "Chinese (Traditional)"
+    for code, name in (("fra", "French"), ("eng", "English"), ("gsw", "Swiss German"),
+                       ("kab", "Kabyle"), ("tok", "Toki Pona"), ("cmn", "Mandarin Chinese")):
+        assert languages.language_name(code) == name
+    assert languages.language_name("qaa") == "qaa"  # reserved for local use: no name
     assert languages.language_name("dates") == "Dates as people write them"
+
+
+@pytest.mark.parametrize("source, target", [("fra", "eng"), ("fr", "eng"), ("fre", "en")])
+def test_three_letter_codes_read_the_same_columns_as_two_letter_ones(tmp_path, source,
+                                                                     target):
+    """``fra -> eng`` on Tatoeba's English<TAB>French file reads French as the source, as
+    ``fr -> en`` does; before, English was read as the source and the run labelled fra."""
+    from keras_attn import data
+
+    path = write(tmp_path / "fra.txt", ["Go.\tVa !\tCC-BY", "Hi.\tSalut !\tCC-BY"])
+    config = TrainConfig(task="tatoeba", data=str(path), source_lang=source,
+                         target_lang=target)
+    assert (config.source_lang, config.target_lang, config.columns) == ("fr", "en", "en,fr")
+    assert config.languages() == (("fr", "French"), ("en", "English"))
+    pairs, _ = data.load_tatoeba(path, normalize=False, source=source, target=target)
+    assert pairs == [("Va !", "Go."), ("Salut !", "Hi.")]
+
+
+def test_an_old_config_with_codes_as_names_gets_the_names():
+    """A run written when the table lacked a code stored the code as its name; it reads
+    back named, with its columns in the same standard form."""
+    old = {"task": "tatoeba", "source_lang": "deu", "target_lang": "fra",
+           "source_name": "deu", "target_name": "fra", "columns": "deu,fra"}
+    config = TrainConfig.from_dict(old)
+    assert config.languages() == (("de", "German"), ("fr", "French"))
+    assert config.columns == "de,fr"
+    assert languages.config_languages(old) == (("deu", "German"), ("fra", "French"))
+    meta = {"source": {"code": "fra", "name": "fra"}, "target": {"code": "en", "name": ""}}
+    assert languages.languages_from_metadata(meta) == (("fra", "French"), ("en", "English"))
 
 
 def test_default_columns_follow_tatoeba_english_first():

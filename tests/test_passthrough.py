@@ -1,9 +1,13 @@
 """What must not be translated passes through (keras_attn.text.spans, the pipeline's
 ``passed_through``): the rules on each kind of span, against spans written here; the cut
-and the put-back on odd input; the option reaching Translator, the SavedModel engine, the
-TFLite text file and ``POST /translate``; on the tiny SentencePiece run (slow), every span
-of each kind back byte-identical, and the option off changing that.
+and the put-back on odd input and on the fixture file every runtime's tests load
+(tests/data/spans_fixtures.json); the option reaching Translator, the SavedModel engine, the
+TFLite runtimes (on by default where the export's ``serving_default`` passes through) and
+``POST /translate``; on the tiny SentencePiece run (slow), every span of each kind back
+byte-identical, the option off changing that, and the runtimes around the TFLite files
+giving ``serving_default``'s text.
 """
+import json
 import os
 
 import pytest
@@ -14,6 +18,49 @@ from keras_attn.translation import pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPORTED = os.path.join(ROOT, "exported")
+FIXTURES = os.path.join(ROOT, "tests", "data", "spans_fixtures.json")
+
+
+def fixture_cases():
+    """The cases of tests/data/spans_fixtures.json (scripts/make_spans_fixtures.py)."""
+    with open(FIXTURES, encoding="utf-8") as f:
+        return json.load(f)["cases"]
+
+
+# --- one rule, every runtime: the fixture file ----------------------------------------------
+def test_the_fixture_file_holds_what_the_rule_gives():
+    """Every runtime's tests load the file: it must be the reference's answers (rewrite it
+    with scripts/make_spans_fixtures.py after a deliberate change of the rule)."""
+    cases = fixture_cases()
+    for case in cases:
+        c = spans.cut(case["source"])
+        assert {"rest": c.rest, "only_spans": c.only_spans,
+                "groups": [{"text": g.text, "start": g.start, "mode": g.mode,
+                            "anchor": g.anchor, "before": g.before, "after": g.after,
+                            "closing": g.closing, "kinds": list(g.kinds)}
+                           for g in c.groups]} == case["cut"], case["source"]
+        placed, aligned = spans.put_back(c, case["translation"], case["alignment"])
+        assert {"translation": placed, "alignment": aligned} == case["put_back"], case["source"]
+    # The corners the cases stand for are there.
+    groups = [g for case in cases for g in case["cut"]["groups"]]
+    assert {g["mode"] for g in groups} == {"after", "before", "glued"}
+    assert {k for g in groups for k in g["kinds"]} == set(spans.KINDS)
+    assert any(g["closing"] for g in groups) and any(g["anchor"] < 0 for g in groups)
+    assert any(case["cut"]["only_spans"] for case in cases)
+    assert any(case["alignment"] is None for case in cases)
+    # Placed by the alignment, not at the proportional place, somewhere.
+    assert any(spans.put_back(spans.cut(case["source"]), case["translation"])[0]
+               != case["put_back"]["translation"] for case in cases if case["alignment"])
+
+
+def test_the_rules_are_one_json_document():
+    from keras_attn.text import documents, span_rules
+    from keras_attn.text.rules import rules_data
+
+    data = json.loads(json.dumps(rules_data()))
+    assert [tuple(r) for r in data["documents"]["rules"]] == list(documents.RULES)
+    assert [tuple(r) for r in data["spans"]["rules"]] == list(span_rules.RULES)
+    assert data["spans"]["final_stop"] == span_rules.FINAL_STOP
 
 
 # --- the rules ------------------------------------------------------------------------------
@@ -261,6 +308,43 @@ def test_every_kind_of_span_comes_back_byte_identical(tiny_sentencepiece):
     # Text without spans: the same translation either way.
     assert translator.translate(SENTENCES) == translator.translate(SENTENCES,
                                                                    passthrough=False)
+
+
+def test_the_text_file_runtime_passes_through_as_its_export_says():
+    """The text file carries its export's pass-through (runtime.tflite_settings): the
+    runtime's default follows it; a file exported before the settings keeps it off."""
+    pytest.importorskip("tensorflow")
+    from keras_attn.export.runtime import run_tflite_text, tflite_settings
+    from keras_attn.export.tflite import with_settings
+
+    with open(os.path.join(EXPORTED, "tflite", "text_float32.tflite"), "rb") as f:
+        older = f.read()
+    on = with_settings(older, {"passthrough": True, "beam_size": 1})
+    assert tflite_settings(older) == {}
+    assert tflite_settings(on) == {"passthrough": True, "beam_size": 1}
+    texts = ["https://example.com/a?b=1"]
+    assert run_tflite_text(on, texts)["translation"][0].decode() == texts[0]
+    assert run_tflite_text(older, texts)["translation"][0].decode() != texts[0]
+    assert run_tflite_text(on, texts, passthrough=False)["translation"][0].decode() != texts[0]
+
+
+def test_the_builtin_runtime_passes_through_as_its_metadata_says(tmp_path):
+    import shutil
+
+    from keras_attn.export.builtin_runtime import BuiltinTextRuntime
+
+    folder = str(tmp_path / "builtin")
+    shutil.copytree(os.path.join(EXPORTED, "tflite", "builtin_float32"), folder)
+    texts = ["https://example.com/a?b=1", "3 March 2021"]
+    off = BuiltinTextRuntime(folder).translate(texts)["translation"]
+    assert [t.decode() for t in off][1] == "2021-03-03" and off[0].decode() != texts[0]
+    with open(os.path.join(folder, "metadata.json"), encoding="utf-8") as f:
+        meta = json.load(f)
+    with open(os.path.join(folder, "metadata.json"), "w", encoding="utf-8") as f:
+        json.dump({**meta, "passthrough": True}, f)
+    on = BuiltinTextRuntime(folder).translate(texts)["translation"]
+    assert on[0].decode() == texts[0]
+    assert on[1].decode() != "2021-03-03"  # (its numbers passed through too: why it is off)
 
 
 def test_the_tflite_runtime_passes_spans_through_when_asked():

@@ -309,7 +309,7 @@ def test_a_file_that_is_not_its_format_is_400(server):
                           files={"file": ("broken.docx", b"not a zip")},
                           timeout=guards.timeout(30))
     assert response.status_code == 400
-    assert "cannot read the file as .docx" in response.json()["error"]
+    assert "is not a .docx document (a .docx is a zip archive)" in response.json()["error"]
 
 
 # --- suggestions, keys: SQLite -------------------------------------------------------------------
@@ -540,9 +540,11 @@ def test_metrics_count_requests_errors_and_batches(artefact, engine):  # noqa: F
 
 
 # --- the command line -----------------------------------------------------------------------------
-def test_libretranslate_options_and_environment(monkeypatch):
+def test_libretranslate_options_and_environment(monkeypatch, tmp_path):
     from keras_attn.cli import build_parser
 
+    keys = tmp_path / "keys.txt"
+    keys.write_text("k1\n", encoding="utf-8")
     monkeypatch.setenv("LT_CHAR_LIMIT", "20")
     monkeypatch.setenv("LT_SUGGESTIONS", "true")
     monkeypatch.setenv("LT_API_KEYS", "1")
@@ -553,8 +555,8 @@ def test_libretranslate_options_and_environment(monkeypatch):
     assert (args.char_limit, args.suggestions, args.api_keys, args.port, args.url_prefix,
             args.max_batch) == (20, True, True, 6001, "/lt", 8)
     args = build_parser().parse_args(["serve", "exported", "--char-limit", "5",
-                                      "--api-keys", "keys.txt"])
-    assert (args.char_limit, args.api_keys) == (5, "keys.txt")  # a flag wins
+                                      "--api-keys", str(keys)])
+    assert (args.char_limit, args.api_keys) == (5, str(keys))  # a flag wins
     monkeypatch.setenv("LT_CHAR_LIMIT", "many")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "exported"])

@@ -90,8 +90,9 @@ def translations_answered(url):
                and s.labels["route"] == "/translate" and s.labels["method"] == "POST")
 
 
-@pytest.mark.slow
-def test_wrk_counts_what_the_server_answered(tmp_path):
+def wrk_and_a_ctranslate2_model(tmp_path):
+    """The tiny dates run's CTranslate2 export, once ``wrk`` and CTranslate2 are there (a
+    skip otherwise; a failure without wrk when ``KERAS_ATTN_REQUIRE_WRK=1``)."""
     if shutil.which("wrk") is None:
         if os.environ.get("KERAS_ATTN_REQUIRE_WRK") == "1":
             pytest.fail("wrk is not installed (apt-get install wrk) and KERAS_ATTN_REQUIRE_WRK=1")
@@ -103,6 +104,12 @@ def test_wrk_counts_what_the_server_answered(tmp_path):
     path = str(tmp_path / "ct2")
     ct2_export.CTranslate2Exporter().export(Translator.from_run_dir(run_fixtures.TINY_DATES_RUN),
                                             path, samples=["3 March 2021"])
+    return path
+
+
+@pytest.mark.slow
+def test_wrk_counts_what_the_server_answered(tmp_path):
+    path = wrk_and_a_ctranslate2_model(tmp_path)
     args = types.SimpleNamespace(anchor="", anchor_python="", with_test_extras=False)
     dates = ["3 March 2021", "July 4, 1999", "12/25/2000", "1 Jan 1970"]
     with serve_load.Server("ctranslate2:threads=1", {"ctranslate2": path}, args) as server:
@@ -116,3 +123,49 @@ def test_wrk_counts_what_the_server_answered(tmp_path):
     assert m["requests"] <= after - before <= m["requests"] + 4
     assert 0 < m["p50_ms"] <= m["p90_ms"] <= m["p99_ms"]
     assert m["requests_per_s"] == pytest.approx(m["requests"] / m["seconds"], rel=0.01)
+
+
+# --- benchmarks/serve_soak.py ---------------------------------------------------------------
+def test_the_soak_compares_the_loads_first_and_last_windows():
+    from benchmarks import serve_soak
+
+    samples = [(t, 100.0 + (t >= 50) * 4.0) for t in range(0, 71)]  # +4 % after 50 s
+    m = serve_soak.memory_figures(samples, start=10, end=70, window=10)
+    assert (m["first_window_mean_mb"], m["last_window_mean_mb"]) == (100.0, 104.0)
+    assert m["change"] == 0.04 and m["within_goal"]
+    assert m["samples_first"] == 11 and m["samples_last"] == 11 and m["max_mb"] == 104.0
+    grown = serve_soak.memory_figures([(t, 100.0 + t) for t in range(0, 71)], 10, 70, 10)
+    assert grown["change"] > 0.05 and not grown["within_goal"]
+    assert grown["slope_mb_per_min_after_first_window"] == 60.0
+    log = ("replicas ready: processes [11, 12]\nreplica process 11 stopped while decoding a "
+           "batch of 3 texts; starting another in its place\nreplica process 12 stopped "
+           "holding no batch; starting another in its place\n")
+    assert serve_soak.KILLED.findall(log) == [("11", "3"), ("12", "")]
+    assert serve_soak.READY.search(log).group(1) == "11, 12"
+
+
+@pytest.mark.slow  # two servers in processes of their own, a CTranslate2 export (~1 min)
+def test_the_soak_reports_memory_and_a_replaced_replica(tmp_path):
+    """A short soak on the CTranslate2 engine: every request answered, the memory figures
+    from samples of the load, a killed replica's failures no more than the texts it held,
+    a new worker in its place, and none failing after."""
+    import json
+
+    from benchmarks import serve_soak
+
+    path = wrk_and_a_ctranslate2_model(tmp_path)
+    code = serve_soak.main([run_fixtures.TINY_DATES_RUN, "--ctranslate2", path, "--engines",
+                            "ctranslate2", "--duration", "6", "--every", "0.5", "--warmup",
+                            "1", "--threads", "1", "--kill-duration", "9", "--after-duration",
+                            "2", "--replace-timeout", "120", "--out-dir", str(tmp_path),
+                            "--name", "soak"])
+    assert code == 0
+    r = json.loads((tmp_path / "soak.json").read_text())["engines"]["ctranslate2"]
+    soak, kill = r["soak"], r["kill"]
+    assert soak["load"]["requests"] > 0 and soak["load"]["failed"] == 0
+    assert soak["memory"]["samples_first"] >= 2 and soak["memory"]["samples_last"] >= 2
+    assert soak["memory"]["first_window_mean_mb"] > 10
+    assert kill["replaced"] and kill["new_pid"] != kill["killed_pid"]
+    assert kill["load"]["failed"] <= kill["lost_texts"] and kill["failures_explained"]
+    assert kill["after_failed"] == 0
+    assert "| ctranslate2 |" in (tmp_path / "soak.md").read_text()

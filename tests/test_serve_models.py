@@ -370,3 +370,43 @@ def test_the_command_serves_two_savedmodels_from_one_process(tmp_path):
         assert re.search(rf"loaded {label} from {re.escape(path)} \(\+\d+ MB\)", text), text
     assert "serving dates -> iso, iso -> dates on" in text
     assert "Traceback" not in text, text
+
+
+# --- a model's web export, served beside it --------------------------------------------------
+def test_locate_finds_the_web_export_beside_the_artefact(tmp_path):
+    from keras_attn.serve.locate import web_export
+
+    export = tmp_path / "export"
+    version = export / "saved_model" / "translator" / "1"
+    version.mkdir(parents=True)
+    assert web_export(str(export), str(version)) is None
+    (export / "web").mkdir()  # a folder that is no web export (no model/metadata.json)
+    assert web_export(str(export), str(version)) is None
+    (export / "web" / "model").mkdir()
+    (export / "web" / "model" / "metadata.json").write_text("{}")
+    for given in (export, version, export / "saved_model"):
+        assert web_export(str(given), str(version)) == str(export / "web"), given
+
+
+@pytest.mark.parametrize("disabled", [False, True])
+def test_a_models_web_export_is_served_beside_it(translator, tmp_path, disabled):
+    """The page reads where each pair's web export is (``webExports``) and gets its files
+    from ``/web/<source>-<target>/``; none with the page disabled."""
+    from starlette.testclient import TestClient
+
+    web = tmp_path / "web"
+    (web / "model").mkdir(parents=True)
+    (web / "model" / "metadata.json").write_text("{}")
+    (web / "keras-attn.js").write_text("export const ok = 1;")
+    with_web = dataclasses.replace(artefact("en", "fr"), web=str(web))
+    models = Models([(with_web, InProcessReplicas(RecordingEngine(translator))),
+                     (artefact("fr", "en"), InProcessReplicas(RecordingEngine(translator)))])
+    app = create_app(models, settings=Settings(disable_web_ui=disabled))
+    with TestClient(app) as client:
+        settings = client.get("/frontend/settings").json()
+        assert settings["webExports"] == ({} if disabled else {"en-fr": "web/en-fr/"})
+        got = client.get("/web/en-fr/keras-attn.js")
+        assert (got.status_code, got.text) == ((404, got.text) if disabled
+                                               else (200, "export const ok = 1;"))
+        assert client.get("/web/fr-en/keras-attn.js").status_code == 404
+        assert client.get("/web/en-fr/../../model/metadata.json").status_code == 404

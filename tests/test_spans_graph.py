@@ -1,8 +1,10 @@
 """What must not be translated, passed through inside the SavedModel's graph
 (keras_attn.export.spans_graph): the TensorFlow cut and put-back give what the Python ones
-(keras_attn.text.spans, the reference) give, on odd sentences written here and on held-out
-sentences with spans inserted, with translations and alignments made up here; the tiny
-SentencePiece run's ``serving_default`` gives every span back as the Translator does (slow).
+(keras_attn.text.spans, the reference) give, on the fixture file every runtime's tests load
+(tests/data/spans_fixtures.json), on odd sentences written here and on held-out sentences
+with spans inserted, with translations and alignments made up here; the tiny SentencePiece
+run's ``serving_default`` gives every span back as the Translator does, and the runtimes
+around its TFLite files, with their defaults, give ``serving_default``'s text (slow).
 """
 import os
 import random
@@ -79,6 +81,37 @@ def both_ways(texts):
     return got, expected
 
 
+def test_the_graph_gives_the_fixture_files_cuts_and_put_backs():
+    import tensorflow as tf
+
+    from keras_attn.export import spans_graph
+    from test_passthrough import fixture_cases
+
+    cases = fixture_cases()
+    texts = tf.constant([c["source"] for c in cases])
+
+    @tf.function
+    def graph(texts, translations, alignments):
+        plan = spans_graph.cut(texts)
+        return plan, spans_graph.put_back(plan, translations, alignments,
+                                          tf.range(tf.shape(texts)[0]))
+
+    # The graph takes "" for no alignment (its put-back then renumbers nothing but the groups).
+    plan, (placed, renumbered) = graph(texts, tf.constant([c["translation"] for c in cases]),
+                                       tf.constant([c["alignment"] or "" for c in cases]))
+    modes = {v: k for k, v in MODES.items()}
+    for k, case in enumerate(cases):
+        groups = case["cut"]["groups"]
+        assert (plan["rest"][k].numpy().decode(), bool(plan["only_spans"][k]),
+                [modes[m] for m in plan["mode"][k].numpy().tolist()],
+                plan["anchor"][k].numpy().tolist()) == (
+            case["cut"]["rest"], case["cut"]["only_spans"], [g["mode"] for g in groups],
+            [g["anchor"] for g in groups]), case["source"]
+        assert placed[k].numpy().decode() == case["put_back"]["translation"], case["source"]
+        if case["alignment"] is not None:
+            assert renumbered[k].numpy().decode() == case["put_back"]["alignment"]
+
+
 def test_the_graph_cuts_and_puts_back_as_python_does():
     got, expected = both_ways(ODD)
     assert got == expected
@@ -134,6 +167,34 @@ def test_serving_default_passes_spans_through_as_the_translator_does(tiny_senten
             assert span.text in translation, (text, translation)
     assert served[2] == texts[2]  # spans alone: itself, score 0, confidence 1
     assert float(out["score"][2]) == 0.0 and float(out["confidence"][2]) == 1.0
+
+
+@pytest.mark.slow  # the tiny SentencePiece run, trained and exported for the session
+def test_the_tflite_runtimes_give_serving_defaults_text(tiny_sentencepiece):
+    """With their defaults, the runtimes around the text file and the builtin folder pass
+    spans through as ``serving_default`` does, placed by the same word alignment."""
+    import tensorflow as tf
+
+    from keras_attn.export.builtin_runtime import BuiltinTextRuntime
+    from keras_attn.export.runtime import run_tflite_text, tflite_settings
+    from keras_attn.text import spans as span_rules
+
+    export = os.path.join(tiny_sentencepiece["run_dir"], "export")
+    texts = ["Visit https://example.com/path?q=1 today.", "Send it to tom@example.com please.",
+             "He paid 9,116 dollars. Call me at 10:30!", "I like 3 cats and 12 dogs.",
+             "Run `pip install keras` now \U0001f642.", "1 2 3", "I like cats.", ""]
+    serve = tf.saved_model.load(os.path.join(export, "saved_model", "translator", "1"))
+    want = [t.decode() for t in serve.signatures["serving_default"](
+        text=tf.constant(texts))["translation"].numpy()]
+    text_file = os.path.join(export, "tflite", "text_float32.tflite")
+    with open(text_file, "rb") as f:
+        assert tflite_settings(f.read())["passthrough"] is True
+    assert [t.decode() for t in run_tflite_text(text_file, texts)["translation"]] == want
+    builtin = BuiltinTextRuntime(os.path.join(export, "tflite", "builtin_float32"))
+    assert builtin.passthrough and builtin.files.step_name == "decode_step_v3"
+    assert [t.decode() for t in builtin.translate(texts)["translation"]] == want
+    for text, out in zip(texts, want):
+        assert all(span.text in out for span in span_rules.find(text)), (text, out)
 
 
 @pytest.mark.parametrize("passthrough", [True, False])

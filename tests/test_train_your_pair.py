@@ -4,8 +4,8 @@ English and English -> French trained for a few steps by ``keras-attn train`` wi
 page's flags, their SavedModels' metadata, then ``keras-attn serve`` with both runs answering
 ``/languages`` as the page shows and translating each direction.
 
-The page's own blocks are not run as written (60 minutes of training, a download, a server
-that holds the terminal); this runs the same commands with the model made tiny.
+The page's blocks run in order in tests/test_journeys.py (with the model made tiny); this
+checks what they write, closely.
 """
 import json
 import os

@@ -21,7 +21,7 @@ import sys
 import time
 
 from keras_attn import __version__
-from keras_attn.cli import calibrate, decode, export, score, serve, train
+from keras_attn.cli import calibrate, decode, export, score, serve, settings, train
 from keras_attn.cli.console import add_verbose, progress_bar, quiet_tensorflow
 
 __all__ = ["main", "build_parser", "progress_bar", "COMMANDS"]
@@ -37,7 +37,8 @@ def _parsers():
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
                         help="print the version and exit (default: off)")
     add_verbose(parser, False)
-    sub = parser.add_subparsers(dest="command", required=True)
+    # settings.Parser: a command's settings read their environment variables by one rule
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=settings.Parser)
     return parser, {"train": train.add_parser(sub), **decode.add_parsers(sub),
                     "export": export.add_parser(sub), "score": score.add_parser(sub),
                     "serve": serve.add_parser(sub), "calibrate": calibrate.add_parser(sub)}

@@ -3,7 +3,7 @@ split (``keras_attn.training.calibration``; training does it at its end, this is
 before, or to fit again)."""
 import argparse
 
-from keras_attn.cli.console import add_verbose
+from keras_attn.cli.console import add_corpus_flags, add_verbose, corpus_config
 
 
 def add_parser(sub):
@@ -17,6 +17,7 @@ def add_parser(sub):
     p.add_argument("run_dir", help="run directory (from keras-attn train)")
     p.add_argument("--batch-size", type=int, default=256,
                    help="sentences per decoder call (default: %(default)s)")
+    add_corpus_flags(p)
     add_verbose(p, argparse.SUPPRESS)
     return p
 
@@ -26,5 +27,5 @@ def run(args):
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1. Received: {args.batch_size}")
-    calibrate_run(args.run_dir, batch_size=args.batch_size)
+    calibrate_run(args.run_dir, batch_size=args.batch_size, config=corpus_config(args))
     return 0

@@ -1,5 +1,6 @@
-"""What the commands share on the console: TensorFlow imported quietly, ``--verbose``, and
-a progress bar on a terminal."""
+"""What the commands share on the console: TensorFlow imported quietly, ``--verbose``, a
+progress bar on a terminal, and ``--data`` for the commands that read a run's corpus."""
+import dataclasses
 import importlib
 import os
 import re
@@ -72,3 +73,27 @@ def progress_bar(label, stream=None, width=30):
         stream.flush()
 
     return report
+
+
+def add_corpus_flags(p):
+    """``--data`` and ``--target-data``: where a run's corpus is now, if it moved."""
+    p.add_argument("--data", default=None,
+                   help="the run's corpus where it is now, if it moved (default: the path "
+                        "keras-attn train stored in the run's config.json)")
+    p.add_argument("--target-data", default=None, metavar="FILE",
+                   help="as --data, for a run trained on two aligned files: the target "
+                        "side's file (default: the stored one)")
+
+
+def corpus_config(args):
+    """The run's :class:`~keras_attn.core.config.TrainConfig`, with ``--data`` and
+    ``--target-data`` where given (a ValueError for a run without a corpus)."""
+    from keras_attn.core import runs
+    from keras_attn.core.config import TrainConfig
+
+    config = TrainConfig.from_dict(runs.read_json(runs.paths(args.run_dir)["config"]))
+    given = {k: getattr(args, k) for k in ("data", "target_data") if getattr(args, k)}
+    if given and config.task == "dates":
+        raise ValueError("--data and --target-data name a run's corpus; a dates run makes "
+                         f"its own. Received: {given}")
+    return dataclasses.replace(config, **given) if given else config

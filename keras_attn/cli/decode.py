@@ -7,8 +7,7 @@ import functools
 import json
 import sys
 
-from keras_attn.cli.console import add_verbose, progress_bar
-from keras_attn.core.config import TrainConfig
+from keras_attn.cli.console import add_corpus_flags, add_verbose, corpus_config, progress_bar
 from keras_attn.decoding.options import LENGTH_PENALTY
 
 FLAG_TYPES = {"int32": int, "float32": float, "string": str}
@@ -104,6 +103,7 @@ def add_parsers(sub):
     add_option_flags(p, names=("beam_size", "length_penalty"))
     p.add_argument("--limit", type=int, default=0,
                    help="score the first N pairs only (default: 0, all)")
+    add_corpus_flags(p)
     add_verbose(p, argparse.SUPPRESS)
     return {"translate": translate, "evaluate": evaluate}
 
@@ -180,7 +180,6 @@ def run_translate(args):
 
 def run_evaluate(args):
     from keras_attn.training import evaluation
-    from keras_attn.core import runs
     from keras_attn.training import recipes as training
     from keras_attn.translator import Translator
 
@@ -191,8 +190,10 @@ def run_evaluate(args):
     if beam_size < 1:
         raise ValueError(f"--beam-size must be >= 1. Received: {beam_size}")
     translator = Translator.from_run_dir(args.run_dir)  # first: checks it is a run directory
-    config = TrainConfig.from_dict(runs.read_json(runs.paths(args.run_dir)["config"]))
-    splits, refs = training.load_splits(config)
+    config = corpus_config(args)
+    # What reading the corpus reports goes to stderr: stdout is the one JSON object.
+    splits, refs = training.load_splits(config, functools.partial(print, file=sys.stderr),
+                                        run_dir=args.run_dir)
     pairs = splits[args.split]
     if args.limit:
         pairs = pairs[: args.limit]

@@ -21,7 +21,8 @@ def _workers(value):
 # The options a target may take (keras_attn.export.ExportTarget.options), as flags.
 FLAGS = {"version": dict(type=int, help="SavedModel version"),
          "beam_size": dict(type=int, help="decoding inside the SavedModel/TFLite graphs"),
-         "quantization": dict(choices=["float32", "int8"], help="CTranslate2 weights"),
+         "quantization": dict(choices=["float32", "int8"],
+                              help="weights (web: dynamic-range int8)"),
          "passthrough": dict(choices=["auto", "on", "off"],
                              help="URLs, e-mail addresses, code, tags, numbers and emoji "
                                   "passed through in serving_default's graph, and a "
@@ -29,7 +30,10 @@ FLAGS = {"version": dict(type=int, help="SavedModel version"),
                                   "(auto: for subword and word models)"),
          "workers": dict(type=_workers, metavar="{auto,N}",
                          help="processes converting the TFLite files beside the export "
-                              "(auto: one per core, memory allowing; 0: in this one)")}
+                              "(auto: one per core, memory allowing; 0: in this one)"),
+         "wasm": dict(choices=["plain", "all"],
+                      help="LiteRT.js WebAssembly builds in the web folder: plain (browsers "
+                           "with relaxed SIMD) or all (also the compat build)")}
 
 
 def _formats(option):

@@ -35,7 +35,9 @@ TASK_OPTIONS = [
     ("max-len", int, "most tokens per sentence, [END] included (longer ones are cut)"),
     ("vocab-size", int, "subword vocabulary size per language (tatoeba)"),
     ("num-train", int, "training pairs (0: the whole corpus)"),
-    ("num-valid", int, "validation pairs (tatoeba: held-out English sentences)"),
+    ("num-valid", int, "validation pairs (tatoeba: the most source sentences held out for "
+                       "validation, and for the test without dev.txt; each at most 10 %% of "
+                       "the corpus)"),
     ("num-test", int, "test pairs (dates; tatoeba tests on dev.txt or on held-out sentences)"),
 ]
 
@@ -120,9 +122,10 @@ def add_parser(sub):
                         "--data (the source side's); the two must have as many lines "
                         "(default: none, --data holds both sides)")
     p.add_argument("--source-lang", type=_language("--source-lang"), metavar="CODE",
-                   help="the language translated from, a BCP 47 tag (ISO 639-1 code, "
-                        "optionally a region or script: de, pt-BR, zh-Hant); give "
-                        "--target-lang with it (default: en for tatoeba)")
+                   help="the language translated from, a BCP 47 tag (ISO 639-1 or 639-3 "
+                        "code, optionally a region or script: de, pt-BR, zh-Hant; a 3-letter "
+                        "code of a language with a 2-letter one is read as it: fra is fr); "
+                        "give --target-lang with it (default: en for tatoeba)")
     p.add_argument("--target-lang", type=_language("--target-lang"), metavar="CODE",
                    help="the language translated into, as --source-lang (default: fr for "
                         "tatoeba)")

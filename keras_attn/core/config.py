@@ -81,16 +81,16 @@ class TrainConfig:
             given = getattr(self, f"{side}_lang")
             if not given:
                 setattr(self, f"{side}_lang", code)
-            elif given != code:  # "pt-br" is written "pt-BR"; a bad tag is check_languages'
-                try:
-                    setattr(self, f"{side}_lang", languages.check_language_code(given))
-                except ValueError:
-                    pass
-            if not getattr(self, f"{side}_name"):
+            elif given != code:  # "pt-br" is "pt-BR", "fra" "fr"; a bad tag: check_languages
+                setattr(self, f"{side}_lang", languages.standard_code(given))
+            # No name, or the code as a name (an old run's, for a code its table lacked).
+            if getattr(self, f"{side}_name") in ("", given):
                 given = getattr(self, f"{side}_lang")
                 setattr(self, f"{side}_name", name if given == code
                         else languages.language_name(given))
-        if self.task != "dates" and not self.columns and not self.target_data:
+        if self.columns:
+            self.columns = ",".join(map(languages.standard_code, self.columns.split(",")))
+        elif self.task != "dates" and not self.target_data:
             self.columns = languages.data_columns(self.source_lang, self.target_lang)
 
     def languages(self):

@@ -1,16 +1,19 @@
-"""A run's languages (standard library only): BCP 47 codes checked, their English names,
-the task defaults (a run written before ``source_lang``/``target_lang`` gets its task's),
-the metadata every artefact repeats, and which columns of a parallel file hold the pair.
+"""A run's languages: BCP 47 codes checked and written in their shortest standard form
+(``fra`` is ``fr``, ``pt-br`` is ``pt-BR``), their English names (CLDR's, through langcodes),
+the task defaults (a run written before ``source_lang``/``target_lang`` gets its task's), the
+metadata every artefact repeats, and which columns of a parallel file hold the pair.
 
 Example:
-    >>> check_language_code("pt-BR")
-    'pt-BR'
-    >>> language_name("de")
-    'German'
+    >>> check_language_code("fra")          # ISO 639-3 for French: its ISO 639-1 code
+    'fr'
+    >>> language_name("pt-BR")
+    'Portuguese (Brazil)'
     >>> data_columns("fr", "en")   # Tatoeba's files read English<TAB>Other
     'en,fr'
 """
 import re
+
+import langcodes
 
 # Each task's ((code, name), (code, name)); the dates task's codes are not languages.
 TASK_LANGUAGES = {
@@ -20,52 +23,32 @@ TASK_LANGUAGES = {
 UNKNOWN_LANGUAGES = (("src", "Source"), ("tgt", "Target"))
 # A SavedModel version folder's own metadata file (TF Serving ignores it).
 SAVED_MODEL_METADATA = "assets.extra/keras_attn.json"
-
-# English names of the usual ISO 639-1 codes; a valid code not listed is named by itself.
-LANGUAGE_NAMES = {
-    "af": "Afrikaans", "am": "Amharic", "ar": "Arabic", "az": "Azerbaijani",
-    "be": "Belarusian", "bg": "Bulgarian", "bn": "Bengali", "br": "Breton", "bs": "Bosnian",
-    "ca": "Catalan", "cs": "Czech", "cy": "Welsh", "da": "Danish", "de": "German",
-    "el": "Greek", "en": "English", "eo": "Esperanto", "es": "Spanish", "et": "Estonian",
-    "eu": "Basque", "fa": "Persian", "fi": "Finnish", "fr": "French", "ga": "Irish",
-    "gl": "Galician", "gu": "Gujarati", "he": "Hebrew", "hi": "Hindi", "hr": "Croatian",
-    "hu": "Hungarian", "hy": "Armenian", "id": "Indonesian", "is": "Icelandic",
-    "it": "Italian", "ja": "Japanese", "ka": "Georgian", "kk": "Kazakh", "km": "Khmer",
-    "ko": "Korean", "la": "Latin", "lt": "Lithuanian", "lv": "Latvian", "mk": "Macedonian",
-    "ml": "Malayalam", "mn": "Mongolian", "mr": "Marathi", "ms": "Malay", "my": "Burmese",
-    "nb": "Norwegian Bokmål", "nl": "Dutch", "nn": "Norwegian Nynorsk", "no": "Norwegian",
-    "pa": "Punjabi", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian",
-    "sk": "Slovak", "sl": "Slovenian", "sq": "Albanian", "sr": "Serbian", "sv": "Swedish",
-    "sw": "Swahili", "ta": "Tamil", "te": "Telugu", "th": "Thai", "tl": "Tagalog",
-    "tr": "Turkish", "uk": "Ukrainian", "ur": "Urdu", "uz": "Uzbek", "vi": "Vietnamese",
-    "zh": "Chinese",
-    # ISO 639-3 codes that Tatoeba's file names use for languages without a 639-1 code
-    "ber": "Berber", "cmn": "Mandarin Chinese", "yue": "Cantonese", "tok": "Toki Pona",
-    "kab": "Kabyle",
-}
 _TASK_NAMES = {code: name for pair in TASK_LANGUAGES.values() for code, name in pair}
 
-# BCP 47, simplified: language (2-3 letters), script (4), region (2 letters or 3 digits),
-# variants: "en", "pt-BR", "zh-Hant-TW", "es-419".
+# BCP 47's form, simplified: language (2-3 letters), script (4), region (2 letters or 3
+# digits), variants: "en", "pt-BR", "zh-Hant-TW", "es-419". What a subtag means is
+# langcodes' (the IANA registry and CLDR).
 _TAG = re.compile(r"^[a-z]{2,3}(-[a-z]{4})?(-([a-z]{2}|[0-9]{3}))?"
                   r"(-([a-z0-9]{5,8}|[0-9][a-z0-9]{3}))*$", re.IGNORECASE)
 
 
 def check_language_code(code, name="language"):
-    """``code`` as a BCP 47 tag (``"de"``, ``"pt-BR"``, ``"zh-Hant"``), or a ValueError: an
-    ISO 639-1/-3 code, then optional script, region and variants; the case normalised
-    (``pt-br`` -> ``pt-BR``) and a locale's ``_`` read as ``-``.
+    """``code`` as a BCP 47 tag in its standard form (``"de"``, ``"pt-BR"``, ``"zh-Hant"``),
+    or a ValueError: an ISO 639-1/-3 code, then optional script, region and variants. The
+    case is normalised (``pt-br`` -> ``pt-BR``), a locale's ``_`` read as ``-``, and a
+    language with a 2-letter code is written with it (``fra``, ``fre`` -> ``fr``; ``eng``
+    -> ``en``), so a pair and a file's columns match whichever code names them.
 
     Args:
         code: the tag to check.
         name: how the message names the option (``"--source-lang"``).
     Returns:
-        The tag with its subtags' case normalised.
+        The tag in its standard form (langcodes' ``standardize_tag``).
     Raises:
         ValueError: not a tag; the message says what is wrong and gives examples.
     Example:
-        >>> check_language_code("EN")
-        'en'
+        >>> check_language_code("EN"), check_language_code("deu")
+        ('en', 'de')
         >>> check_language_code("english")
         Traceback (most recent call last):
         ValueError: `language` must be a BCP 47 language tag ...
@@ -80,13 +63,7 @@ def check_language_code(code, name="language"):
                "3 digits) or a variant (5 to 8 letters or digits)")
         raise ValueError(f"`{name}` must be a BCP 47 language tag such as en, de, pt-BR or "
                          f"zh-Hant ({why}). Received: {name}={code!r}")
-    return _normalise_case(text)
-
-
-def _normalise_case(tag):
-    language, *rest = tag.split("-")  # then script Title, region UPPER, variants lower
-    return "-".join([language.lower()] + [p.title() if len(p) == 4 and p.isalpha() else
-                                          p.upper() if len(p) == 2 else p.lower() for p in rest])
+    return langcodes.standardize_tag(text)
 
 
 def primary(code):
@@ -95,22 +72,38 @@ def primary(code):
 
 
 def language_name(code):
-    """The English name of ``code`` (its primary subtag's, with the region or script in
-    brackets), or the code itself when the table does not know it.
+    """The English name of ``code`` with its script, region and variant (CLDR's, through
+    langcodes), a task's own name (``dates``), or the code itself when no name is known.
 
     Example:
-        >>> language_name("pt-BR")
-        'Portuguese (BR)'
-        >>> language_name("gsw")
-        'gsw'
+        >>> language_name("pt-BR"), language_name("fra"), language_name("gsw")
+        ('Portuguese (Brazil)', 'French', 'Swiss German')
+        >>> language_name("qaa")      # reserved for local use: no name
+        'qaa'
     """
     if code in _TASK_NAMES:
         return _TASK_NAMES[code]
-    base = LANGUAGE_NAMES.get(primary(code))
-    if base is None:
+    try:
+        name = langcodes.Language.get(code).display_name()
+    except (langcodes.LanguageTagError, ValueError, TypeError):
         return code
-    rest = code.split("-")[1:]
-    return f"{base} ({'-'.join(rest)})" if rest else base
+    # langcodes names a code it has no name for "Unknown language [xyz]".
+    return code if name.startswith("Unknown language") else name
+
+
+def standard_code(code):
+    """``code`` in its standard form when it is a tag (:func:`check_language_code`), else as
+    given (a task's own codes: ``dates``, ``iso``)."""
+    try:
+        return check_language_code(code)
+    except ValueError:
+        return code
+
+
+def _name(code, name):
+    """``name``, or ``code``'s (:func:`language_name`) when none was given or the name is the
+    code itself (what a run or an export of a code without a name in the old table wrote)."""
+    return name if name and name != code else language_name(code)
 
 
 def task_languages(task):
@@ -123,9 +116,10 @@ def data_columns(source, target):
     English first when the pair has it (Tatoeba's ``English<TAB>Other``), else the source.
 
     Example:
-        >>> data_columns("en", "de"), data_columns("de", "en"), data_columns("de", "fr")
-        ('en,de', 'en,de', 'de,fr')
+        >>> data_columns("en", "de"), data_columns("de", "en"), data_columns("deu", "eng")
+        ('en,de', 'en,de', 'en,de')
     """
+    source, target = standard_code(source), standard_code(target)
     if primary(target) == "en" and primary(source) != "en":
         return f"{target},{source}"
     return f"{source},{target}"
@@ -148,7 +142,7 @@ def column_indices(columns, source, target):
         raise ValueError("`columns` must name the languages of the file's columns in order, "
                          f"at least two and each once, e.g. en,fr. Received: columns={columns!r}")
     found = []
-    for side, code in (("source", source), ("target", target)):
+    for side, code in (("source", standard_code(source)), ("target", standard_code(target))):
         if code.lower() not in lowered:
             raise ValueError(f"the {side} language {code!r} is none of the file's columns "
                              f"{','.join(codes)}; name the columns in the file's order with "
@@ -165,8 +159,8 @@ def languages_metadata(source, target, source_name=None, target_name=None):
         >>> languages_metadata("fr", "en")
         {'source': {'code': 'fr', 'name': 'French'}, 'target': {'code': 'en', 'name': 'English'}}
     """
-    return {"source": {"code": source, "name": source_name or language_name(source)},
-            "target": {"code": target, "name": target_name or language_name(target)}}
+    return {"source": {"code": source, "name": _name(source, source_name)},
+            "target": {"code": target, "name": _name(target, target_name)}}
 
 
 def config_languages(config):
@@ -177,7 +171,7 @@ def config_languages(config):
     for side, (code, name) in zip(("source", "target"), default):
         given = config.get(f"{side}_lang")
         if given:
-            code, name = given, config.get(f"{side}_name") or language_name(given)
+            code, name = given, _name(given, config.get(f"{side}_name"))
         out.append((code, name))
     return tuple(out)
 
@@ -187,7 +181,7 @@ def languages_from_metadata(meta):
     holding it under ``"languages"``), or None when it has none."""
     meta = (meta or {}).get("languages", meta) if isinstance(meta, dict) else None
     try:
-        return tuple((meta[side]["code"], meta[side].get("name") or language_name(
-            meta[side]["code"])) for side in ("source", "target"))
+        return tuple((meta[side]["code"], _name(meta[side]["code"], meta[side].get("name")))
+                     for side in ("source", "target"))
     except (KeyError, TypeError, AttributeError):
         return None

@@ -2,6 +2,7 @@
 written atomically (an interrupted download never leaves a half file).
 """
 import logging
+import os
 import urllib.parse
 import urllib.request
 import zipfile
@@ -60,3 +61,51 @@ def resolve_data(url_or_path, cache_dir=None):
     if local.suffix == ".zip":
         return _extract_corpus(local, cache_dir)
     return local
+
+
+def absolute_location(value):
+    """A ``--data`` value as a run stores it: a local path made absolute (``~`` expanded), so
+    the run reads its corpus from any folder; a URL, or "" (none), as given.
+
+    Example:
+        >>> absolute_location("fra-eng")           # run in /home/me
+        '/home/me/fra-eng'
+    """
+    if not value or _is_url(value):
+        return value
+    return os.path.abspath(os.path.expanduser(value))
+
+
+def run_location(value, run_dir, flag="--data"):
+    """Where a run's stored ``--data`` value (``flag``) is read from another folder: a URL,
+    "" or an absolute path as stored; a relative path (a run trained before paths were
+    stored absolute: relative to the folder ``keras-attn train`` ran in) from the current
+    folder, else from the folders above ``run_dir`` (whose ``--output`` usually sat in it).
+
+    Raises:
+        FileNotFoundError: the corpus is in none of those places; the message says to pass
+            ``flag`` with where it is now.
+    Example:
+        >>> run_location("fra-eng", "/home/me/runs/fra60")   # from /tmp: /home/me/fra-eng
+        '/home/me/fra-eng'
+    """
+    if not value or _is_url(value):
+        return value
+    path = os.path.expanduser(value)
+    if os.path.isabs(path):
+        if os.path.exists(path):
+            return path
+        raise FileNotFoundError(f"the corpus of the run {run_dir!r}, {path}, is not there any "
+                                f"more: pass {flag} with where it is now")
+    folder, tried = os.path.abspath(run_dir), [os.getcwd()]
+    while os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+        tried.append(folder)
+    for base in tried:
+        if os.path.exists(os.path.join(base, path)):
+            return os.path.join(base, path)
+    raise FileNotFoundError(
+        f"the corpus of the run {run_dir!r} is stored as {value!r}, a path relative to the "
+        "folder `keras-attn train` ran in (a run trained before paths were stored absolute), "
+        f"and it is neither in this folder nor in a folder above the run: run the command in "
+        f"that folder, or pass {flag} with the corpus's path")

@@ -225,6 +225,35 @@ def corpus_location(data_arg=""):
     return location
 
 
+HELD_OUT_PERCENT = 10  # the most each held-out split takes of a corpus's source sentences
+
+
+def held_out_size(num_sources, num_valid, num_splits=2, report=None, max_pairs=None):
+    """Source sentences each held-out split takes from a corpus of ``num_sources`` distinct
+    source sentences: ``num_valid``, at most :data:`HELD_OUT_PERCENT` % of them (so a small
+    corpus keeps 80 % or more for training), at least one.
+
+    Raises:
+        ValueError: ``num_splits`` held-out sentences would leave none to train on; the
+            message says what to give instead.
+    Example:
+        >>> held_out_size(112830, 2000), held_out_size(1703, 2000), held_out_size(5, 2000)
+        (2000, 170, 1)
+    """
+    held = min(num_valid, max(1, num_sources * HELD_OUT_PERCENT // 100))
+    if num_sources - num_splits * held < 1:
+        where = f"{report.path}: " if report is not None else ""
+        read = " (--num-train read only the first pairs: 0 reads them all)" if max_pairs else ""
+        raise ValueError(
+            f"{where}{num_sources} distinct source sentence{'' if num_sources == 1 else 's'} "
+            f"{'is' if num_sources == 1 else 'are'} too few to split{read}: a run holds out at "
+            f"least one for validation{' and one for the test' if num_splits == 2 else ''} "
+            f"and trains on the rest, so it needs {num_splits + 1} or more (and thousands to "
+            "learn a language pair). Give a larger corpus, or a folder with train.txt and "
+            "dev.txt (dev.txt is then the test split).")
+    return held
+
+
 def tatoeba_splits(data_arg="", num_valid=2000, max_pairs=None, seed=0, normalize=False,
                    log=print, source="en", target="fr", columns=None, target_data=""):
     """Train/valid/test pairs of a Tatoeba file or folder, a tab-separated file of named
@@ -235,7 +264,8 @@ def tatoeba_splits(data_arg="", num_valid=2000, max_pairs=None, seed=0, normaliz
         data_arg: a file, a folder (``train.txt``, and ``dev.txt`` as the test split with
             all references of each source), or a URL (downloaded); empty:
             :func:`corpus_location`.
-        num_valid: source sentences held out for ``valid`` (and ``test`` without a dev file).
+        num_valid: the most source sentences held out for ``valid`` (and ``test`` without
+            a dev file); each takes at most 10 % of a small corpus (:func:`held_out_size`).
         max_pairs, seed: read at most this many pairs; the shuffle's seed.
         normalize: D2L's lower-casing and re-spacing (WordPiece needs it); False keeps the
             text as written (SentencePiece).
@@ -264,9 +294,15 @@ def tatoeba_splits(data_arg="", num_valid=2000, max_pairs=None, seed=0, normaliz
     if report.bad_lines:
         log(report.summary())
     sentences = sorted({s for s, _ in pairs})
+    held = held_out_size(len(sentences), num_valid, 1 if dev_path else 2, report, max_pairs)
+    if held < num_valid:
+        log(f"held out {held} of {len(sentences)} source sentences for validation"
+            f"{'' if dev_path else ' and as many for the test'} ({HELD_OUT_PERCENT} % each of "
+            f"a corpus under {num_valid * 100 // HELD_OUT_PERCENT} sentences; --num-valid "
+            f"{num_valid} is the most)")
     random.Random(seed).shuffle(sentences)
-    valid_src = set(sentences[:num_valid])
-    test_src = set() if dev_path else set(sentences[num_valid: 2 * num_valid])
+    valid_src = set(sentences[:held])
+    test_src = set() if dev_path else set(sentences[held: 2 * held])
     splits = {"train": [p for p in pairs if p[0] not in valid_src and p[0] not in test_src],
               "valid": [p for p in pairs if p[0] in valid_src],
               "test": [p for p in pairs if p[0] in test_src]}

@@ -11,6 +11,7 @@ class                       artefact                                            
 ``TFLiteTextExporter``      one ``.tflite``, strings in, strings out            tflite
 ``TFLiteBuiltinExporter``   encoder + decoder-step ``.tflite``, builtin ops     tflite
 ``CTranslate2Exporter``     a CTranslate2 model directory                       ctranslate2
+``WebExporter``             a static folder that translates in a browser        web
 ==========================  ==================================================  ============
 
 ``all_targets.export_run`` writes every TF target with one report; the serving graphs are
@@ -45,8 +46,10 @@ _NAMES = {
     "contract": ("LATEST_OPTIONS_SIGNATURE", "OPTION_SIGNATURES", "artefact_signatures",
                  "breaking_changes"),
     "all_targets": ("ExportCheckError", "check_agreement", "compare_samples", "export_run"),
+    "web": ("WebExporter", "export_web"),
     "runtime": ("TFLITE_ENCODER_SIGNATURE", "TFLITE_OPTIONS_SIGNATURE",
                 "TFLITE_SCORE_SIGNATURE", "TFLITE_STEP_SIGNATURE", "TFLITE_FROZEN_STEP_SIGNATURE",
+                "TFLITE_ALIGNED_STEP_SIGNATURE",
                 "TFLITE_TEXT_SIGNATURE", "option_inputs", "run_tflite_builtin",
                 "run_tflite_options", "run_tflite_score", "run_tflite_text", "text_array",
                 "text_interpreter"),
@@ -108,3 +111,6 @@ register_target("saved_model", "the SavedModel alone under RUN_DIR/export",
 register_target("ctranslate2", "a CTranslate2 model directory "
                 "(RUN_DIR/export/ctranslate2[_int8])",
                 "keras_attn.export.ctranslate2:export_ctranslate2", {"quantization": "float32"})
+register_target("web", "a static folder that translates in a browser, offline once loaded "
+                "(LiteRT.js; RUN_DIR/export/web)", "keras_attn.export.web:export_web",
+                {"quantization": "float32", "passthrough": "auto", "wasm": "plain"})

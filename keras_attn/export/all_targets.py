@@ -73,16 +73,18 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
     if not isinstance(passthrough, bool) and passthrough not in switch:
         raise ValueError(f"`passthrough` must be one of {tuple(switch)} or a bool. "
                          f"Received: passthrough={passthrough!r}")
+    passthrough = switch.get(passthrough, passthrough)
     saved = SavedModelExporter(MODEL_NAME, version, beam_size, overwrite=overwrite,
-                               request_signature=request_signature,
-                               passthrough=switch.get(passthrough, passthrough))
+                               request_signature=request_signature, passthrough=passthrough)
     if isinstance(quantizations, str):
         raise ValueError(f"`quantizations` must be a list drawn from {QUANTIZATIONS}. "
                          f"Received: quantizations={quantizations!r}")
     candidates = ([TFLiteTextExporter(q, beam_size, overwrite=overwrite,
-                                      request_signature=request_signature)
+                                      request_signature=request_signature,
+                                      passthrough=passthrough)
                    for q in quantizations]
-                  + [TFLiteBuiltinExporter(q, overwrite=overwrite) for q in quantizations])
+                  + [TFLiteBuiltinExporter(q, overwrite=overwrite, passthrough=passthrough)
+                     for q in quantizations])
     translator, parts = run_parts(run_dir)
     # float32 first: under a deadline an int8 file is what is left out.
     tflite = sorted((e for e in candidates if e.supports(parts) is None),

@@ -8,8 +8,8 @@ from keras_attn.text import tokenizers as text
 from keras_attn.decoding.confidence import Calibrator
 from keras_attn.decoding.options import CONTROL_DEFAULTS, DecodingOptions
 from keras_attn.export.modules import _Untracked, forward_only, track_variables
-from keras_attn.export.runtime import (TFLITE_ENCODER_SIGNATURE, TFLITE_FROZEN_STEP_SIGNATURE,
-                                       TFLITE_STEP_SIGNATURE)
+from keras_attn.export.runtime import (TFLITE_ALIGNED_STEP_SIGNATURE, TFLITE_ENCODER_SIGNATURE,
+                                       TFLITE_FROZEN_STEP_SIGNATURE, TFLITE_STEP_SIGNATURE)
 from keras_attn.kernels import fastpath
 from keras_attn.kernels.kv_cache import HeadsFirstCache
 
@@ -29,6 +29,10 @@ class BuiltinModule(tf.Module):
     ``finished`` bool ``(1,)``, ``score``, ``lowest``, ``unsure``, ``confidence`` float32
     ``(1,)``, ``history``, ``logits`` float32 ``(1, V)`` and the updated caches, which the
     app feeds back until ``finished``. The step is ``keras_attn.decoding``'s greedy step.
+    ``step_aligned`` (signature ``decode_step_v3``): ``step``'s inputs and outputs with
+    ``finished`` int32 (1 = done) and ``attention`` float32 ``(1, max_len)`` (the last
+    layer's cross-attention over the source, averaged over heads: the word alignment's
+    input), every boundary tensor int32 or float32 (LiteRT.js reads no bool).
 
     Args:
         model: a Transformer of :mod:`keras_attn.models`. max_len: the buffers' length.
@@ -69,29 +73,34 @@ class BuiltinModule(tf.Module):
         self.step = graph_function(forward_only(self._step, False), input_signature=[
             *head, tf.TensorSpec((1, max_len), tf.int32, name="history"), *tail,
             tf.TensorSpec((1,), tf.int32, name="length_limit"), mask, *kv])
+        self.step_aligned = graph_function(forward_only(self._step_aligned, False),
+                                           input_signature=self.step.input_signature)
         # The step's first shipped inputs, frozen (keras_attn.export.contract).
         self.step_frozen = graph_function(forward_only(self._step_without_controls, False),
                                           input_signature=[*head, *tail, mask, *kv])
 
-    def tflite_functions(self):
-        """``{file name: {signature key: concrete function}}`` (variables tracked)."""
+    def tflite_functions(self, aligned_only=False):
+        """``{file name: {signature key: concrete function}}`` (variables tracked);
+        ``aligned_only``: the step file holds ``decode_step_v3`` alone (the web's)."""
+        steps = {TFLITE_ALIGNED_STEP_SIGNATURE: self.step_aligned.get_concrete_function()}
+        if not aligned_only:
+            steps = {TFLITE_FROZEN_STEP_SIGNATURE: self.step_frozen.get_concrete_function(),
+                     TFLITE_STEP_SIGNATURE: self.step.get_concrete_function(), **steps}
         functions = {"encoder": {TFLITE_ENCODER_SIGNATURE: self.encode.get_concrete_function()},
-                     "decoder_step": {
-                         TFLITE_FROZEN_STEP_SIGNATURE: self.step_frozen.get_concrete_function(),
-                         TFLITE_STEP_SIGNATURE: self.step.get_concrete_function()}}
+                     "decoder_step": steps}
         track_variables(self, [fn for file in functions.values() for fn in file.values()])
         return functions
 
-    def metadata(self):
-        """What an application needs to run the loop (``metadata.json``)."""
+    def metadata(self, step_signature=TFLITE_STEP_SIGNATURE):
+        """What an application needs to run the loop (``metadata.json``); the step file's
+        signature it names: ``step_signature``."""
         return {"max_len": self.max_len, "start_id": text.START_ID, "end_id": text.END_ID,
                 "pad_id": text.PAD_ID, "num_layers": self.num_layers,
                 "confidence": {"calibrated": self._calibrator.value.calibrated},
                 "controls": self.controls,
                 "kv_shape": list(self.kv_shape),
                 "encoder": {"file": "encoder.tflite", "signature": TFLITE_ENCODER_SIGNATURE},
-                "decoder_step": {"file": "decoder_step.tflite",
-                                 "signature": TFLITE_STEP_SIGNATURE}}
+                "decoder_step": {"file": "decoder_step.tflite", "signature": step_signature}}
 
     @property
     def model(self):
@@ -132,8 +141,14 @@ class BuiltinModule(tf.Module):
         del out["history"]
         return out
 
+    def _step_aligned(self, *args):
+        """:meth:`_step` with ``finished`` as int32 and the cross-attention out."""
+        out = self._step(*args, alignment=True)
+        out["finished"] = tf.cast(out["finished"], tf.int32)
+        return out
+
     def _step(self, token, index, score, lowest, unsure, history, source_length, unknown,
-              length_limit, source_mask, *kv, controls=None):
+              length_limit, source_mask, *kv, controls=None, alignment=False):
         from keras_attn import decoding
         from keras_attn import ops as attn_ops
         from keras_attn.decoding.confidence import UNSURE, features_from
@@ -144,7 +159,7 @@ class BuiltinModule(tf.Module):
         step.use_constants({"cross": tuple(HeadsFirstCache(kv[i], kv[n + i]) for i in range(n)),
                             "source_mask": tf.not_equal(source_mask, 0.0)})  # (1, S)
         state = {"self": tuple(HeadsFirstCache(kv[2 * n + i], kv[3 * n + i]) for i in range(n))}
-        logits, state, _ = step.step(token[:, 0], state, index)  # (1, V)
+        logits, state, attention = step.step(token[:, 0], state, index, alignment)  # (1, V)
         options = DecodingOptions().resolve(self.max_len, controls=controls or self.controls)
         processors = processors_for(options, text.START_ID, self.decoder.vocab_size)
         logits = processors(logits, StepState(index, history))
@@ -162,6 +177,8 @@ class BuiltinModule(tf.Module):
         out = {"next_token": next_token[:, 0], "finished": finished, "score": new_score,
                "lowest": lowest, "unsure": unsure, "history": history,
                "confidence": confidence, "logits": logits}
+        if alignment:
+            out["attention"] = tf.cast(attention, tf.float32)  # (1, max_len)
         for i, (k, v) in enumerate(state["self"]):
             out[f"cache_k_{i}"], out[f"cache_v_{i}"] = k, v
         return out

@@ -42,6 +42,8 @@ class Conversion:
             target; its ops are checked after).
         aliases: ``(key, alias, ((input, renamed), ...))`` triples: a signature ``alias``
             added on the subgraph of ``key`` (:func:`alias_signature`).
+        settings: a JSON-able dict the file carries as its export settings
+            (:func:`with_settings`; None: none).
         name: what the conversion makes, for its error message.
         direct: :data:`DIRECT_CONVERSION` when the conversion was asked for.
     """
@@ -51,6 +53,7 @@ class Conversion:
     quantization: str = "float32"
     allow_custom_ops: bool = False
     aliases: tuple = ()
+    settings: dict = None
     name: str = "the model"
     direct: bool = dataclasses.field(default_factory=lambda: DIRECT_CONVERSION)
 
@@ -113,43 +116,73 @@ def convert(conversion):
         content = converter.convert()
     except Exception as e:  # the converter raises ConverterError with the op list
         raise ValueError(f"TFLite conversion of {conversion.name} failed: {e}") from None
-    for key, alias, inputs in conversion.aliases:
-        content = alias_signature(content, key, alias, dict(inputs))
-    return content
+    return edit(content, tuple((key, alias, dict(inputs))
+                               for key, alias, inputs in conversion.aliases),
+                conversion.settings)
 
 
 def alias_signature(content, key, alias, inputs):
     """The flatbuffer with one more signature, ``alias``, on the subgraph of ``key`` (no
-    second copy of the graph): ``inputs`` ``{name in key: name in alias}`` renames inputs.
+    second copy of the graph): ``inputs`` ``{name in key: name in alias}`` renames inputs."""
+    return edit(content, aliases=((key, alias, inputs),))
 
-    With :data:`DIRECT_CONVERSION` the new signature and a new root table go in front of the
-    file, pointing into it (:func:`_prepend_alias`, milliseconds); else the whole model is
-    unpacked into Python objects and packed again (the flatbuffer object API, seconds)."""
+
+def with_settings(content, settings):
+    """The flatbuffer with ``settings`` (JSON) as its :data:`runtime.TFLITE_SETTINGS`
+    metadata (``runtime.tflite_settings`` reads it back)."""
+    return edit(content, settings=settings)
+
+
+def edit(content, aliases=(), settings=None):
+    """The flatbuffer with the signatures ``aliases`` (:func:`alias_signature`'s triples)
+    and ``settings`` (:func:`with_settings`) added.
+
+    With :data:`DIRECT_CONVERSION` the new root table and what it adds go in front of the
+    file, pointing into it (:func:`_prepend`, milliseconds); else the whole model is unpacked
+    into Python objects and packed again (the flatbuffer object API, seconds)."""
+    if not aliases and settings is None:
+        return bytes(content)
     if DIRECT_CONVERSION:
-        aliased = _prepend_alias(bytes(content), key, alias, inputs)
-        if aliased is not None:
-            return aliased
+        edited = _prepend(bytes(content), aliases, settings)
+        if edited is not None:
+            return edited
     import copy
 
+    import numpy as np
+    from tensorflow.lite.python import schema_py_generated as schema
     from tensorflow.lite.tools import flatbuffer_utils
 
+    from keras_attn.export.runtime import TFLITE_SETTINGS
+
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(content))
-    original = next(s for s in model.signatureDefs if s.signatureKey.decode("utf-8") == key)
-    sig = copy.deepcopy(original)
-    sig.signatureKey = alias.encode("utf-8")
-    for tensor in sig.inputs:
-        name = tensor.name.decode("utf-8")
-        tensor.name = inputs.get(name, name).encode("utf-8")
-    model.signatureDefs.append(sig)
+    for key, alias, inputs in aliases:
+        sig = copy.deepcopy(next(s for s in model.signatureDefs
+                                 if s.signatureKey.decode("utf-8") == key))
+        sig.signatureKey = alias.encode("utf-8")
+        for tensor in sig.inputs:
+            name = tensor.name.decode("utf-8")
+            tensor.name = inputs.get(name, name).encode("utf-8")
+        model.signatureDefs.append(sig)
+    if settings is not None:
+        buffer = schema.BufferT()
+        buffer.data = np.frombuffer(json.dumps(settings, sort_keys=True).encode("utf-8"),
+                                    np.uint8)
+        model.buffers.append(buffer)
+        entry = schema.MetadataT()
+        entry.name = TFLITE_SETTINGS.encode("utf-8")
+        entry.buffer = len(model.buffers) - 1
+        model.metadata = [*(model.metadata or []), entry]
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
-# The TFLite schema's fields (vtable slots) _prepend_alias reads: Model's version (a
-# scalar; its other fields are references) and signature_defs; SignatureDef's inputs,
-# outputs, signature_key and subgraph_index; TensorMap's name and tensor_index.
-_MODEL_VERSION, _MODEL_SIGNATURES, _MODEL_SLOTS = 0, 7, 8
+# The TFLite schema's fields (vtable slots) _prepend reads: Model's version (a scalar; its
+# other fields are references), buffers, metadata and signature_defs; SignatureDef's inputs,
+# outputs, signature_key and subgraph_index; TensorMap's name and tensor_index; Buffer's
+# data; Metadata's name and buffer.
+_MODEL_VERSION, _MODEL_BUFFERS, _MODEL_METADATA, _MODEL_SIGNATURES, _MODEL_SLOTS = 0, 4, 6, 7, 8
 _SIG_INPUTS, _SIG_OUTPUTS, _SIG_KEY, _SIG_SUBGRAPH = 0, 1, 2, 4
 _MAP_NAME, _MAP_INDEX = 0, 1
+_BUFFER_DATA, _METADATA_NAME, _METADATA_BUFFER = 0, 0, 1
 
 
 def _fields(buf, table):
@@ -227,6 +260,13 @@ class _Prefix:
         self.head.extend(struct.pack("<I", len(data)) + data + b"\0")
         return at
 
+    def data(self, data):
+        """A vector of bytes starting on a 16-byte boundary (a Buffer's ``data``)."""
+        self.head.extend(b"\0" * (-(len(self.head) + 4) % 16))
+        at = len(self.head)
+        self.head.extend(struct.pack("<I", len(data)) + data)
+        return at
+
     def join(self, buf, root):
         """The new flatbuffer: this prefix (rooted at ``root``), padded to a multiple of 16
         bytes, then ``buf``."""
@@ -239,42 +279,61 @@ class _Prefix:
         return bytes(self.head) + buf
 
 
-def _prepend_alias(buf, key, alias, inputs):
-    """:func:`alias_signature` by a prefix: a root Model table (the old one's fields, its
-    signature list with one more entry), the new SignatureDef, its renamed TensorMaps and
-    strings, then the old file unchanged (shifted by a multiple of 16, which keeps every
-    alignment). None when the Model holds a field this code does not know."""
-    model_fields = _fields(buf, _u32(buf, 0))
-    if max(model_fields) >= _MODEL_SLOTS or _MODEL_SIGNATURES not in model_fields:
+def _prepend(buf, aliases, settings):
+    """:func:`edit` by a prefix: a root Model table (the old one's fields, its signature,
+    buffer and metadata lists with the new entries), the new tables, vectors and strings,
+    then the old file unchanged (shifted by a multiple of 16, which keeps every alignment).
+    None when the Model holds a field this code does not know."""
+    from keras_attn.export.runtime import TFLITE_SETTINGS
+
+    model = _fields(buf, _u32(buf, 0))
+    if max(model) >= _MODEL_SLOTS or not {_MODEL_SIGNATURES, _MODEL_BUFFERS} <= set(model):
         return None
-    old_sigs = _vector(buf, model_fields[_MODEL_SIGNATURES])
-    sig = next(_fields(buf, t) for t in old_sigs if _string(buf, _fields(buf, t)[_SIG_KEY])
-               == key)
-    maps = [(_fields(buf, t), t) for t in _vector(buf, sig[_SIG_INPUTS])]
     out = _Prefix(buf[4:8])
-    root = out.table({**{slot: ("u32", _u32(buf, field)) if slot == _MODEL_VERSION
-                         else ("old", _target(buf, field))
-                         for slot, field in model_fields.items()},
-                      _MODEL_SIGNATURES: ("new", "signatures")})
-    out.name("signatures", out.vector([("old", t) for t in old_sigs] + [("new", "sig")]))
-    new_sig = {_SIG_INPUTS: ("new", "inputs"), _SIG_OUTPUTS: ("old", _target(
-        buf, sig[_SIG_OUTPUTS])), _SIG_KEY: ("new", "key")}
-    if _SIG_SUBGRAPH in sig:
-        new_sig[_SIG_SUBGRAPH] = ("u32", _u32(buf, sig[_SIG_SUBGRAPH]))
-    out.name("sig", out.table(new_sig))
-    renamed = {i: inputs[_string(buf, f[_MAP_NAME])] for i, (f, _) in enumerate(maps)
-               if _string(buf, f[_MAP_NAME]) in inputs}
-    out.name("inputs", out.vector([("new", f"map{i}") if i in renamed else ("old", t)
-                                   for i, (_, t) in enumerate(maps)]))
-    for i in renamed:  # a field at its default (tensor_index 0) is absent: kept absent
-        fields = maps[i][0]
-        out.name(f"map{i}", out.table({_MAP_NAME: ("new", f"name{i}"), **(
-            {_MAP_INDEX: ("u32", _u32(buf, fields[_MAP_INDEX]))} if _MAP_INDEX in fields
-            else {})}))
-    out.name("key", out.string(alias))
-    for i, name in renamed.items():
-        out.name(f"name{i}", out.string(name))
-    return out.join(buf, root)
+    root = {slot: ("u32", _u32(buf, field)) if slot == _MODEL_VERSION
+            else ("old", _target(buf, field)) for slot, field in model.items()}
+    sigs = _vector(buf, model[_MODEL_SIGNATURES])
+    root[_MODEL_SIGNATURES] = ("new", "signatures")
+    if settings is not None:
+        root[_MODEL_BUFFERS], root[_MODEL_METADATA] = ("new", "buffers"), ("new", "metadata")
+    out.name("root", out.table(root))
+    out.name("signatures", out.vector([("old", t) for t in sigs]
+                                      + [("new", f"sig{i}") for i in range(len(aliases))]))
+    later = []  # (name, write): objects written after every parent that points to them
+    for i, (key, alias, inputs) in enumerate(aliases):
+        sig = next(_fields(buf, t) for t in sigs if _string(buf, _fields(buf, t)[_SIG_KEY])
+                   == key)
+        maps = [(_fields(buf, t), t) for t in _vector(buf, sig[_SIG_INPUTS])]
+        new_sig = {_SIG_INPUTS: ("new", f"inputs{i}"), _SIG_KEY: ("new", f"key{i}"),
+                   _SIG_OUTPUTS: ("old", _target(buf, sig[_SIG_OUTPUTS]))}
+        if _SIG_SUBGRAPH in sig:
+            new_sig[_SIG_SUBGRAPH] = ("u32", _u32(buf, sig[_SIG_SUBGRAPH]))
+        out.name(f"sig{i}", out.table(new_sig))
+        renamed = {j: inputs[_string(buf, f[_MAP_NAME])] for j, (f, _) in enumerate(maps)
+                   if _string(buf, f[_MAP_NAME]) in inputs}
+        out.name(f"inputs{i}", out.vector([("new", f"map{i}.{j}") if j in renamed
+                                           else ("old", t) for j, (_, t) in enumerate(maps)]))
+        for j, name in renamed.items():  # a field at its default (index 0) stays absent
+            fields = maps[j][0]
+            out.name(f"map{i}.{j}", out.table({_MAP_NAME: ("new", f"name{i}.{j}"), **(
+                {_MAP_INDEX: ("u32", _u32(buf, fields[_MAP_INDEX]))}
+                if _MAP_INDEX in fields else {})}))
+            later.append((f"name{i}.{j}", lambda name=name: out.string(name)))
+        later.append((f"key{i}", lambda alias=alias: out.string(alias)))
+    if settings is not None:
+        buffers = _vector(buf, model[_MODEL_BUFFERS])
+        metadata = _vector(buf, model[_MODEL_METADATA]) if _MODEL_METADATA in model else []
+        out.name("buffers", out.vector([("old", t) for t in buffers] + [("new", "buffer")]))
+        out.name("metadata", out.vector([("old", t) for t in metadata] + [("new", "entry")]))
+        out.name("buffer", out.table({_BUFFER_DATA: ("new", "settings")}))
+        out.name("entry", out.table({_METADATA_NAME: ("new", "entry name"),
+                                     _METADATA_BUFFER: ("u32", len(buffers))}))
+        later.append(("entry name", lambda: out.string(TFLITE_SETTINGS)))
+        text = json.dumps(settings, sort_keys=True).encode("utf-8")
+        later.append(("settings", lambda: out.data(text)))
+    for name, write in later:
+        out.name(name, write())
+    return out.join(buf, out.named["root"])
 
 
 def run_conversion(conversion, output):

@@ -15,16 +15,19 @@ import os
 
 import numpy as np
 
-from keras_attn.export.option_sets import LATEST_OPTIONS_SIGNATURE, newest_options_signature
+from keras_attn.export.option_sets import (LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES,
+                                           newest_options_signature)
 from keras_attn.export.builtin_runtime import (  # noqa: F401  (the TFLite runtime's names)
-    BUILTIN_FILES, BUILTIN_METADATA, TFLITE_ENCODER_SIGNATURE, TFLITE_FROZEN_STEP_SIGNATURE,
-    TFLITE_STEP_SIGNATURE, run_tflite_builtin)
+    BUILTIN_FILES, BUILTIN_METADATA, TFLITE_ALIGNED_STEP_SIGNATURE, TFLITE_ENCODER_SIGNATURE,
+    TFLITE_FROZEN_STEP_SIGNATURE, TFLITE_STEP_SIGNATURE, run_tflite_builtin)
 
 TFLITE_TEXT_SIGNATURE = "serving_default"
 TFLITE_SENTENCES_SIGNATURE = "translate_sentences"  # serving_default: one sentence a string
 # run_tflite_options' signature (an older file: its newest options signature).
 TFLITE_OPTIONS_SIGNATURE = LATEST_OPTIONS_SIGNATURE
 TFLITE_SCORE_SIGNATURE = "score"  # keras_attn.export.modules.SCORE_SIGNATURE
+# The text file's export settings (JSON: "passthrough", "beam_size") in its metadata.
+TFLITE_SETTINGS = "keras_attn"
 
 
 def text_interpreter(model_content=None, model_path=None, num_threads=None):
@@ -39,12 +42,50 @@ def text_interpreter(model_content=None, model_path=None, num_threads=None):
 
 
 def _text_file(model):
-    if isinstance(model, (bytes, bytearray)):
-        return text_interpreter(model_content=bytes(model))
-    return text_interpreter(model_path=os.fspath(model))
+    """``(interpreter, settings)`` of a text file (a path or its content)."""
+    if not isinstance(model, (bytes, bytearray)):
+        with open(os.fspath(model), "rb") as f:
+            model = f.read()
+    return text_interpreter(model_content=bytes(model)), tflite_settings(model)
 
 
-def run_tflite_text(model, texts, split=True, passthrough=False):
+def tflite_settings(content):
+    """The export settings a flatbuffer carries in its metadata (:data:`TFLITE_SETTINGS`,
+    JSON): ``{}`` for a file exported before them.
+
+    Example:
+        >>> tflite_settings(open("exported/tflite/text_float32.tflite", "rb").read())
+        {}
+    """
+    import json
+
+    from flatbuffers import encode, number_types, packer, table
+
+    buf = bytearray(content)
+    model = table.Table(buf, encode.Get(packer.uoffset, buf, 0))
+
+    def vector(t, slot):  # (start, length) of a table's vector field (slot: its order)
+        o = t.Offset(4 + 2 * slot)
+        return (t.Vector(o), t.VectorLen(o)) if o else (0, 0)
+
+    def child(vec, i):
+        return table.Table(buf, model.Indirect(vec + 4 * i))
+
+    metadata, n = vector(model, 6)  # Model.metadata: [Metadata]
+    buffers, n_buffers = vector(model, 4)  # Model.buffers: [Buffer]
+    for i in range(n):
+        entry = child(metadata, i)
+        name = entry.String(entry.Pos + entry.Offset(4)) if entry.Offset(4) else b""
+        if name.decode("utf-8", "replace") != TFLITE_SETTINGS or not entry.Offset(6):
+            continue
+        index = entry.Get(number_types.Uint32Flags, entry.Pos + entry.Offset(6))
+        if index < n_buffers:
+            start, size = vector(child(buffers, index), 0)  # Buffer.data: [ubyte]
+            return json.loads(bytes(buf[start:start + size]).decode("utf-8"))
+    return {}
+
+
+def run_tflite_text(model, texts, split=True, passthrough=None):
     """Translate with a text-target flatbuffer (a path or its bytes): each text is split as
     the SavedModel splits it, its sentences translated in one batch and joined back.
 
@@ -53,17 +94,52 @@ def run_tflite_text(model, texts, split=True, passthrough=False):
         texts: str or bytes.
         split: False passes each text to the file as one sentence.
         passthrough: URLs, e-mail addresses, code, tags, numbers and emoji pass through
-            unchanged (:func:`keras_attn.translation.pipeline.passed_through`).
+            unchanged (:func:`keras_attn.translation.pipeline.passed_through`), each put
+            back by the file's word alignment as the SavedModel's ``serving_default`` does;
+            None: as the export's ``serving_default`` does (:func:`tflite_settings`; off for
+            a file exported before them).
 
     Returns:
         dict of numpy arrays ``translation`` (bytes), ``score``, ``confidence`` and
         ``truncated`` ``(B,)``; with ``split=False`` the file's outputs, ``needs_split`` too.
     """
-    runner = _text_file(model).get_signature_runner(TFLITE_TEXT_SIGNATURE)
+    from keras_attn.translation import pipeline
+
+    interpreter, settings = _text_file(model)
+    runner = interpreter.get_signature_runner(TFLITE_TEXT_SIGNATURE)
     if not split:
         return _run_sentences(runner, text_array(texts))
-    return by_document(texts, lambda sentences: _run_sentences(runner, sentences), _SINGLE,
-                       passthrough=passthrough)
+    if passthrough is None:
+        passthrough = bool(settings.get("passthrough", False))
+    run, names = (lambda sentences: _run_sentences(runner, sentences)), _SINGLE
+    aligned = _aligned_sentences(interpreter, settings)
+    if passthrough and aligned is not None and pipeline.has_spans(_decoded(texts)):
+        # serving_default's graph places spans by the alignment: the options signature
+        # gives the same decoding with its alignments.
+        run, names = aligned, {**_SINGLE, "alignment": "alignment"}
+    out = by_document(texts, run, names, passthrough=passthrough)
+    out.pop("alignment", None)
+    return out
+
+
+def _aligned_sentences(interpreter, settings):
+    """``sentences -> serving_default's outputs and "alignment"`` through the file's newest
+    options signature (None: a file without one)."""
+    from keras_attn.decoding.options import DecodingOptions
+
+    signatures = interpreter.get_signature_list()
+    if not any(name in signatures for name in OPTION_SIGNATURES):
+        return None
+    runner = interpreter.get_signature_runner(newest_options_signature(signatures))
+    opts = DecodingOptions(beam_size=int(settings.get("beam_size", 1)), return_alignments=True)
+    inputs = option_inputs(opts, runner.get_input_details())
+
+    def run(sentences):
+        out = runner(text=sentences, **inputs)
+        return {**{name: np.asarray(out[plural])[:, 0] for name, plural in _NBEST.items()},
+                "truncated": out["truncated"]}
+
+    return run
 
 
 def _run_sentences(runner, texts):
@@ -77,7 +153,7 @@ def _run_sentences(runner, texts):
     return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
 
 
-def run_tflite_options(model, texts, passthrough=False, **options):
+def run_tflite_options(model, texts, passthrough=None, **options):
     """Translate with the text file's newest options signature: per-request decoding
     options (API.md), n-best and alignments.
 
@@ -103,7 +179,9 @@ def run_tflite_options(model, texts, passthrough=False, **options):
     from keras_attn.translation import pipeline
 
     opts = DecodingOptions.from_kwargs(**options)
-    interpreter = _text_file(model)
+    interpreter, settings = _text_file(model)
+    if passthrough is None:
+        passthrough = bool(settings.get("passthrough", False))
     runner = interpreter.get_signature_runner(
         newest_options_signature(interpreter.get_signature_list()))
     decode = opts
@@ -132,7 +210,7 @@ def run_tflite_score(model, sources, targets):
     if len(sources) != len(targets):
         raise ValueError(f"`sources` and `targets` must have the same length. Received: "
                          f"{len(sources)} sources and {len(targets)} targets")
-    runner = _text_file(model).get_signature_runner(TFLITE_SCORE_SIGNATURE)
+    runner = _text_file(model)[0].get_signature_runner(TFLITE_SCORE_SIGNATURE)
     return runner(source=text_array(sources), target=text_array(targets))
 
 

@@ -23,9 +23,9 @@ AFTER, BEFORE, GLUED = 0, 1, 2  # Group.mode
 _ANY = "|".join(f"(?:{pattern})" for _, pattern in spans.RULES)
 _SPACE = f"[{spans.SPACE}]"
 # A Python tuple, not a tensor: this module may first be imported inside a trace.
-_ASCII_SPACE = (b" ", b"\t", b"\n", b"\r", b"\f", b"\v")
-_THIN = "[\u202f\xa0\u2009]"  # French spacing: a group goes before it ("\u202f!")
-_STOP = "[.!?\u2026\u3002]+$"  # a translation's final stop, kept last
+_ASCII_SPACE = tuple(c.encode() for c in spans.WORD_SPACE)
+_THIN = f"[{spans.THIN_SPACE}]"
+_STOP = spans.FINAL_STOP
 _INT_SPEC = tf.RaggedTensorSpec([None], tf.int32, ragged_rank=0)
 _STR_SPEC = tf.RaggedTensorSpec([None], tf.string, ragged_rank=0)
 _BOOL_SPEC = tf.RaggedTensorSpec([None], tf.bool, ragged_rank=0)

@@ -113,6 +113,10 @@ class TFLiteExporter(Exporter):
         beam_size, length_penalty: decoding inside the file (text target; ``alpha=``:
             ``length_penalty``'s deprecated name).
         overwrite: replace an existing file/folder (otherwise ``FileExistsError``).
+        passthrough: the runtime around the file passes spans through by default (the
+            text file's settings, the builtin folder's ``metadata.json``): as the
+            SavedModel's ``serving_default`` (None: by the source vocabulary,
+            ``keras_attn.text.spans.default_for``).
 
     Example:
         >>> TFLiteTextExporter("int8").export(translator, "text_int8.tflite")
@@ -127,11 +131,20 @@ class TFLiteExporter(Exporter):
 
     @renamed(alpha="length_penalty")
     def __init__(self, quantization="float32", beam_size=1, length_penalty=LENGTH_PENALTY,
-                 overwrite=False):
+                 overwrite=False, passthrough=None):
         super().__init__(overwrite)
         self.quantization = check_choice("quantization", quantization, QUANTIZATIONS)
         self.beam_size = check_beam(beam_size)
         self.length_penalty = check_length_penalty(length_penalty)
+        self.passthrough = check_choice("passthrough", passthrough, (None, True, False))
+
+    def passes_through(self, parts):
+        """Whether the runtime around the file passes spans through by default, as the
+        export's ``serving_default`` does (None: by the source vocabulary)."""
+        from keras_attn.text import spans
+
+        return (spans.default_for(parts.src_tokenizer) if self.passthrough is None
+                else self.passthrough)
 
     @property
     def key(self):
@@ -205,8 +218,8 @@ class TFLiteTextExporter(TFLiteExporter):
 
     @renamed(alpha="length_penalty")
     def __init__(self, quantization="float32", beam_size=1, length_penalty=LENGTH_PENALTY,
-                 overwrite=False, request_signature=True):
-        super().__init__(quantization, beam_size, length_penalty, overwrite)
+                 overwrite=False, request_signature=True, passthrough=None):
+        super().__init__(quantization, beam_size, length_penalty, overwrite, passthrough)
         # False: serving_default alone (no `translate` signature).
         self.request_signature = check_choice("request_signature", request_signature,
                                               (True, False))
@@ -237,8 +250,9 @@ class TFLiteTextExporter(TFLiteExporter):
         # serving_default takes sentences in TFLite: a signature that says so by its name.
         alias = (runtime.TFLITE_TEXT_SIGNATURE, runtime.TFLITE_SENTENCES_SIGNATURE,
                  (("text", "sentences"),))
+        settings = {"passthrough": self.passes_through(parts), "beam_size": self.beam_size}
         return {"text": Conversion(path, keys, self.quantization, self.allow_custom_ops,
-                                   (alias,), name="the text target")}
+                                   (alias,), settings, name="the text target")}
 
     def write(self, parts, path):
         converted = self.converted(parts)
@@ -283,11 +297,12 @@ class TFLiteBuiltinExporter(TFLiteExporter):
     allow_custom_ops = False
     check_ops = staticmethod(check_builtin_only)
     agreement_on = "ids"
+    aligned_only = False  # the step file with decode_step_v3 alone (the web target's)
 
     @renamed(alpha="length_penalty")
     def __init__(self, quantization="float32", beam_size=1, length_penalty=LENGTH_PENALTY,
-                 overwrite=False):
-        super().__init__(quantization, beam_size, length_penalty, overwrite)
+                 overwrite=False, passthrough=None):
+        super().__init__(quantization, beam_size, length_penalty, overwrite, passthrough)
         if beam_size != 1:
             raise ValueError("the builtin target leaves decoding to the application "
                              f"(run_tflite_builtin is greedy). Received: beam_size={beam_size}")
@@ -302,17 +317,18 @@ class TFLiteBuiltinExporter(TFLiteExporter):
         return None
 
     def _staged_key(self, parts):
-        return ("builtin", id(parts.model), parts.max_len)
+        return ("builtin", id(parts.model), parts.max_len, self.aligned_only)
 
     def conversions(self, parts, staging):
         def make(folder):
             module = BuiltinModule(parts.model, parts.max_len, parts.calibrator,
                                    control_defaults(parts.tgt_tokenizer))
             staged = {}
-            for name, functions in module.tflite_functions().items():
+            for name, functions in module.tflite_functions(self.aligned_only).items():
                 path = stage(functions, [module.captured_variables], os.path.join(folder, name))
                 staged[name] = (path, tuple(functions))
-            return staged, module.metadata()
+            return staged, module.metadata(runtime.TFLITE_ALIGNED_STEP_SIGNATURE
+                                           if self.aligned_only else runtime.TFLITE_STEP_SIGNATURE)
 
         staged, self._metadata = staging.once(self._staged_key(parts), make,
                                                 self.target)
@@ -330,6 +346,7 @@ class TFLiteBuiltinExporter(TFLiteExporter):
         tokenizers = tokenizer_files(parts)
         meta = dict(self._metadata, tgt_vocab_size=parts.tgt_tokenizer.vocab_size,
                     normalize_input=bool(parts.normalize),
+                    passthrough=self.passes_through(parts),
                     src_vocab=next(n for n in tokenizers if n.startswith("src")),
                     tgt_vocab=next(n for n in tokenizers if n.startswith("tgt")))
         if parts.languages:

@@ -30,6 +30,7 @@ from keras_attn.serve.cache import TranslationCache
 from keras_attn.serve.limits import RateLimiter, windows
 from keras_attn.serve.metrics import Metrics
 from keras_attn.serve.models import Models
+from keras_attn.serve.versions import Watcher
 
 
 @dataclasses.dataclass
@@ -45,6 +46,8 @@ class Settings:
         shared_storage: ``memory://`` or a ``redis://`` URL (``--shared-storage`` or
             ``--req-limit-storage``).
         translation_cache: ``("all",)`` or the API keys whose answers are cached.
+        file_system_poll_wait_seconds: seconds between two looks for a model's new version
+            (:class:`~keras_attn.serve.versions.Watcher`; 0: none).
 
     Example:
         >>> Settings(char_limit=5000, api_keys={"k1": None}, url_prefix="/lt")
@@ -73,6 +76,7 @@ class Settings:
     get_api_key_link: str = ""
     metrics_auth_token: str = ""
     translation_cache: tuple = ()
+    file_system_poll_wait_seconds: float = 1.0
 
 
 def create_app(artefact, replicas=None, settings=None):
@@ -82,8 +86,9 @@ def create_app(artefact, replicas=None, settings=None):
 
     What its routes share is on ``app.state``: ``models``, ``settings``, ``capabilities``
     (the engine's), ``languages`` (``(sources, targets)``), ``limiter``, ``cache``,
-    ``metrics``, ``downloads`` and ``spec``; ``artefact``, ``replicas``, ``batcher`` and
-    ``attention`` are the first model's.
+    ``metrics``, ``downloads``, ``file_slots`` (documents read at once), ``watcher`` (new
+    versions) and ``spec``;
+    ``artefact``, ``replicas``, ``batcher`` and ``attention`` are the first model's.
     """
     settings = settings or Settings()
     models = artefact if isinstance(artefact, Models) else Models(
@@ -98,23 +103,28 @@ def create_app(artefact, replicas=None, settings=None):
         cache=TranslationCache(settings.translation_cache, settings.shared_storage),
         metrics=Metrics(models), attention=first.attention,
         downloads=files.FileStore(settings.files_dir or tempfile.mkdtemp(prefix="keras-attn-")),
+        file_slots=asyncio.Semaphore(files.FILE_SLOTS),
+        watcher=Watcher(models, settings.file_system_poll_wait_seconds, models.log),
         spec=spec.openapi(version=__version__, prefix=settings.url_prefix))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         models.start()
+        shared["watcher"].start()
         try:
             yield
         finally:
+            await shared["watcher"].stop()
             await models.stop()
             await asyncio.get_running_loop().run_in_executor(None, models.close)
             if settings.files_dir is None:  # the temporary folder of this app's downloads
                 shutil.rmtree(shared["downloads"].directory, ignore_errors=True)
 
     served = routes.build()
+    web = routes.site.web_mounts(models, settings)  # static files: no API metrics
     prefix = settings.url_prefix.rstrip("/")
     top = [Route("/", lambda request: RedirectResponse(prefix + "/", status_code=301)),
-           Mount(prefix, routes=served)] if prefix else served
+           Mount(prefix, routes=served + web)] if prefix else served + web
     app = Starlette(
         routes=top,
         middleware=[Middleware(CORSMiddleware, allow_origins=["*"],

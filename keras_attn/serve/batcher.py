@@ -87,6 +87,20 @@ class Batcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    async def swap(self, replicas):
+        """Send the next batches to ``replicas`` (a new version's, of the same ``size``);
+        returns once the batches sent to the replicas before are answered (their requests
+        are answered by the old replicas, none fails)."""
+        if replicas.size != self.replicas.size:
+            raise ValueError(f"`replicas` must have the size of the replicas they replace "
+                             f"({self.replicas.size}). Received: size={replicas.size}")
+        before, old = set(self._batch_tasks), self._free
+        self.replicas, self._free = replicas, asyncio.Semaphore(replicas.size)
+        if old is not None:
+            old.release()  # wakes the dispatcher if it waits for the old replicas' permits
+        if before:
+            await asyncio.gather(*before, return_exceptions=True)
+
     def retry_after(self):
         """Seconds until the queue has room again, by the recent batch time (at least 1)."""
         batches = self.waiting / max(self.replicas.size, 1)
@@ -129,17 +143,22 @@ class Batcher:
     # --- the replicas' side ---------------------------------------------------------------
     async def _dispatch(self):
         while True:
-            await self._free.acquire()  # a replica is free: fill it
+            free = self._free  # the permits of the replicas serving now (swap makes new ones)
+            await free.acquire()  # a replica is free: fill it
             while not self._groups:
                 self._arrived.clear()
                 await self._arrived.wait()
             key = min(self._groups, key=lambda k: self._groups[k][0].arrived)
             await self._wait_for_batch(key)
+            if free is not self._free:  # swapped meanwhile: this permit was the old ones'
+                free.release()
+                continue
             requests = self._take(key)
             if not requests:
-                self._free.release()
+                free.release()
                 continue
-            task = asyncio.get_running_loop().create_task(self._run(key, requests))
+            task = asyncio.get_running_loop().create_task(
+                self._run(key, requests, self.replicas, free))
             self._batch_tasks.add(task)
             task.add_done_callback(self._batch_tasks.discard)
 
@@ -174,12 +193,12 @@ class Batcher:
             del self._groups[key]
         return taken
 
-    async def _run(self, key, requests):
+    async def _run(self, key, requests, replicas, free):
         texts = [t for r in requests for t in r.texts]
         self.in_flight += 1
         started = time.monotonic()
         try:
-            results = await self.replicas.translate(texts, *key)
+            results = await replicas.translate(texts, *key)
         except Exception as e:  # noqa: BLE001  (every request of the batch gets it)
             for r in requests:
                 if not r.future.done():
@@ -199,4 +218,4 @@ class Batcher:
             self._seconds_per_batch = 0.8 * self._seconds_per_batch + 0.2 * elapsed
             if self.on_batch is not None:
                 self.on_batch(len(texts), elapsed)
-            self._free.release()
+            free.release()

@@ -60,6 +60,8 @@ class Engine(Protocol):
         export_flags: the ``keras-attn export RUN_DIR`` flags that write its artefact.
         quiet_imports: modules a worker imports with stderr closed (C++ log lines).
         warm_sizes: the numbers of texts :func:`warm_up` sends, one call each.
+        version_files: the files a numbered version folder holds once it is complete
+            (:mod:`keras_attn.serve.versions` loads no version without them).
 
     Static methods: ``find(folder)`` (its artefact there, or None), ``max_len(path)``
     (None: unknown), ``default_threads(cores)`` (as the only replica).
@@ -72,6 +74,7 @@ class Engine(Protocol):
     export_flags: ClassVar[str]
     quiet_imports: ClassVar[tuple]
     warm_sizes: tuple
+    version_files: ClassVar[tuple]
 
     def translate(self, texts, options, confidence=True, passthrough=None):
         """Per text, its hypotheses best first (``Translator.translate_nbest``'s shape),
@@ -102,6 +105,7 @@ class SavedModelEngine:
     layout = f"saved_model/{MODEL_NAME}/<version>/"
     export_flags = ""
     quiet_imports = ("tensorflow",)
+    version_files = ("saved_model.pb", "variables/variables.index")
 
     def __init__(self, path, threads=0, signature=None, xla=False):
         import absl.logging
@@ -144,16 +148,14 @@ class SavedModelEngine:
     @staticmethod
     def find(folder):
         """The SavedModel version a folder holds: itself, a model base's highest integer
-        version (TF Serving's choice), or an export directory's."""
+        version with a ``saved_model.pb`` (TF Serving's choice at start), or an export
+        directory's."""
         if os.path.exists(os.path.join(folder, "saved_model.pb")):
             return folder
-        for base in (folder, os.path.join(folder, MODEL_NAME),
-                     os.path.join(folder, "saved_model", MODEL_NAME)):
-            versions = [int(n) for n in (os.listdir(base) if os.path.isdir(base) else ())
-                        if n.isdigit() and os.path.exists(os.path.join(base, n, "saved_model.pb"))]
-            if versions:
-                return os.path.join(base, str(max(versions)))
-        return None
+        return next(filter(None, (_highest_version(base, ("saved_model.pb",))
+                                  for base in (folder, os.path.join(folder, MODEL_NAME),
+                                               os.path.join(folder, "saved_model",
+                                                            MODEL_NAME)))), None)
 
     @staticmethod
     def max_len(path):
@@ -200,6 +202,13 @@ class SavedModelEngine:
                 for row, cut in zip(hyps, out["truncated"])]
 
 
+def _highest_version(base, files):
+    """The highest integer subfolder of ``base`` holding every one of ``files``, or None."""
+    versions = [int(n) for n in (os.listdir(base) if os.path.isdir(base) else ())
+                if n.isdigit() and all(os.path.isfile(os.path.join(base, n, f)) for f in files)]
+    return os.path.join(base, str(max(versions))) if versions else None
+
+
 def _run_dir_beside(path):
     """The run of ``EXPORT/saved_model/translator/1``: ``EXPORT/export_report.json``'s
     ``run_dir``, or the run around a ``RUN/export``, or None."""
@@ -240,6 +249,7 @@ class CTranslate2Engine:
     export_flags = " --format ctranslate2"
     quiet_imports = ()
     warm_sizes = (1,)
+    version_files = ("model.bin", CT2_METADATA)
 
     def __init__(self, path, threads=0, xla=False):
         from keras_attn.export.ctranslate2_runtime import CTranslate2Translator
@@ -249,9 +259,14 @@ class CTranslate2Engine:
 
     @staticmethod
     def find(folder):
-        return next((candidate for candidate in (folder, os.path.join(folder, "ctranslate2"),
-                                                 os.path.join(folder, "export", "ctranslate2"))
-                     if os.path.exists(os.path.join(candidate, CT2_METADATA))), None)
+        """The model directory a folder holds: itself, its ``ctranslate2/`` or its
+        ``export/ctranslate2/``, or the highest complete integer version of one of them
+        (``MODEL/1/``, served as TF Serving serves versions)."""
+        candidates = (folder, os.path.join(folder, "ctranslate2"),
+                      os.path.join(folder, "export", "ctranslate2"))
+        return next((c for c in candidates if os.path.exists(os.path.join(c, CT2_METADATA))),
+                    None) or next(filter(None, (_highest_version(
+                        c, CTranslate2Engine.version_files) for c in candidates)), None)
 
     @staticmethod
     def max_len(path):

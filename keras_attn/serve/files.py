@@ -1,12 +1,14 @@
 """``POST /translate_file``: a document translated with its formatting kept. ``.txt``: each
 non-blank line; ``.html``: as ``format=html`` (:mod:`keras_attn.serve.markup`); ``.docx`` /
 ``.odt``: per paragraph, its runs as an HTML fragment (all but the paragraph's own
-formatting as spans), written back as runs. :class:`FileStore` keeps the results for
+formatting as spans), written back as runs. Every upload is read as a hostile file, within
+limits (:mod:`keras_attn.serve.untrusted`). :class:`FileStore` keeps the results for
 ``GET /download_file/{name}``.
 
 Example:
     >>> translated = await translate_file("letter.docx", data, as_text, as_html)
 """
+import asyncio
 import contextlib
 import copy
 import html
@@ -17,7 +19,10 @@ import time
 import uuid
 import zipfile
 
+from keras_attn.serve import markup, untrusted
+
 EXTENSIONS = (".txt", ".html", ".htm", ".docx", ".odt")
+FILE_SLOTS = 2  # documents read or written at once (the others wait): bounds their memory
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
@@ -173,66 +178,85 @@ def _odt_write(p, keys, pieces):
 
 
 # --- the archive formats ---------------------------------------------------------------------
-async def _translate_xml(data, member, paragraphs, write, translate_html):
-    """Translate the paragraphs of ``member`` of the zip ``data``; the new zip's bytes."""
+FORMATS = {".docx": (_docx_paragraphs, _docx_write), ".odt": (_odt_paragraphs, _odt_write)}
+
+
+def _read_document(data, ext):
+    """``(root, paragraphs, formats, fragments)`` of a .docx / .odt's document member, read
+    within :mod:`~keras_attn.serve.untrusted`'s limits."""
+    member = untrusted.ARCHIVES[ext][0]
+    with untrusted.open_archive(data, ext) as source:
+        root = untrusted.parse_xml(untrusted.read_member(source, member), member)
+    found = FORMATS[ext][0](root)
+    untrusted.check_texts(len(found), "paragraphs")
+    fragments, formats = [], []
+    for item in found:
+        numbers, keys = _formats(item[-1])
+        formats.append(keys)
+        fragments.append(to_fragment([(t, n) for (t, _), n in zip(item[-1], numbers)]))
+    return root, found, formats, fragments
+
+
+def _write_document(data, ext, root, found, formats, translated):
+    """The archive again, its document member written with the translated paragraphs and
+    every other member copied (each with its own compression)."""
     from lxml import etree
 
-    with zipfile.ZipFile(io.BytesIO(data)) as source:
-        root = etree.fromstring(source.read(member))
-        found = paragraphs(root)
-        fragments, formats = [], []
-        for item in found:
-            numbers, keys = _formats(item[-1])
-            formats.append(keys)
-            fragments.append(to_fragment([(t, n) for (t, _), n in zip(item[-1], numbers)]))
-        translated = await translate_html(fragments) if fragments else []
-        for item, keys, fragment in zip(found, formats, translated):
-            write(*item[:-1], keys, from_fragment(fragment))
-        out = io.BytesIO()
-        with zipfile.ZipFile(out, "w") as target:
-            for info in source.infolist():
-                content = source.read(info.filename)
-                if info.filename == member:
-                    content = etree.tostring(root, xml_declaration=True, encoding="UTF-8",
-                                             standalone=True)
-                target.writestr(info, content)  # the same compression per member
+    write = FORMATS[ext][1]
+    for item, keys, fragment in zip(found, formats, translated):
+        write(*item[:-1], keys, from_fragment(fragment))
+    member = untrusted.ARCHIVES[ext][0]
+    document = etree.tostring(root, xml_declaration=True, encoding="UTF-8", standalone=True)
+    out = io.BytesIO()
+    with untrusted.open_archive(data, ext) as source, zipfile.ZipFile(out, "w") as target:
+        for info, content in untrusted.members(source, member, document):
+            target.writestr(info, content)
     return out.getvalue()
 
 
-async def translate_file(filename, data, translate_text, translate_html):
-    """The translated bytes of the file ``filename`` holding ``data``.
+def _segments(text):
+    """The HTML segments :func:`~keras_attn.serve.markup.translate_html` would translate."""
+    return sum(isinstance(item, markup.Segment) and bool(item.text.strip())
+               for item in markup.parse(text))
+
+
+async def translate_file(filename, data, translate_text, translate_html, slots=None):
+    """The translated bytes of the file ``filename`` holding ``data``, read as a hostile
+    file (:mod:`~keras_attn.serve.untrusted`): an archive is read and written in a worker
+    thread, so the server answers other requests meanwhile.
 
     Args:
         translate_text: ``async (list of str) -> list of str`` (plain text).
         translate_html: ``async (list of HTML fragments) -> list of HTML``.
+        slots: an ``asyncio.Semaphore`` held while a document is read or written (bounds
+            the memory of documents read at once), or None.
 
     Raises:
-        ValueError: not one of :data:`EXTENSIONS`, or not readable as its extension says.
+        untrusted.Refused: not what its extension says, malformed, or past a limit.
+        ValueError: not one of :data:`EXTENSIONS`.
     """
     ext = extension(filename)
     if ext is None:
         raise ValueError("file format not supported")
-    try:
-        if ext == ".txt":
-            lines = data.decode("utf-8-sig").split("\n")
-            todo = [i for i, line in enumerate(lines) if line.strip()]
-            done = await translate_text([lines[i].strip() for i in todo]) if todo else []
-            for i, translation in zip(todo, done):  # each line's own spaces kept around it
-                lead, _, trail = re.fullmatch(r"(\s*)(.*?)(\s*)", lines[i], re.S).groups()
-                lines[i] = lead + translation + trail
-            return "\n".join(lines).encode("utf-8")
-        if ext in (".html", ".htm"):
-            return (await translate_html([data.decode("utf-8-sig")]))[0].encode("utf-8")
-        if ext == ".docx":
-            return await _translate_xml(data, "word/document.xml", _docx_paragraphs,
-                                        _docx_write, translate_html)
-        return await _translate_xml(data, "content.xml", _odt_paragraphs, _odt_write,
-                                    translate_html)
-    except Exception as e:  # noqa: BLE001  (lxml's XMLSyntaxError, without importing lxml)
-        if isinstance(e, (UnicodeDecodeError, zipfile.BadZipFile, KeyError)) or \
-                type(e).__name__ == "XMLSyntaxError":
-            raise ValueError(f"cannot read the file as {ext} ({e})") from None
-        raise
+    slots = slots or contextlib.nullcontext()
+    if ext == ".txt":
+        lines = untrusted.text_of(data, ext).split("\n")
+        todo = [i for i, line in enumerate(lines) if line.strip()]
+        untrusted.check_texts(len(todo), "lines")
+        done = await translate_text([lines[i].strip() for i in todo]) if todo else []
+        for i, translation in zip(todo, done):  # each line's own spaces kept around it
+            lead, _, trail = re.fullmatch(r"(\s*)(.*?)(\s*)", lines[i], re.S).groups()
+            lines[i] = lead + translation + trail
+        return "\n".join(lines).encode("utf-8")
+    if ext in (".html", ".htm"):
+        text = untrusted.text_of(data, ext)
+        untrusted.check_texts(await asyncio.to_thread(_segments, text), "HTML segments")
+        return (await translate_html([text]))[0].encode("utf-8")
+    async with slots:
+        read = await asyncio.to_thread(_read_document, data, ext)
+    translated = await translate_html(read[-1]) if read[-1] else []
+    async with slots:
+        return await asyncio.to_thread(_write_document, data, ext, *read[:-1], translated)
 
 
 class FileStore:

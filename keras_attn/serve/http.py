@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse
 
 from keras_attn.serve import api
 from keras_attn.serve.batcher import QueueFull
+from keras_attn.serve.replicas import ReplicaLost
 
 DRAIN_BYTES = 64 * 2 ** 20  # an oversized body is read (and dropped) up to this, then closed
 
@@ -32,7 +33,7 @@ def guarded(handler):
             return await handler(request)
         except api.ApiError as e:
             return error(e.status, e.message, e.headers)
-        except QueueFull as e:
+        except (QueueFull, ReplicaLost) as e:
             return error(503, f"Server busy: {e}", {"Retry-After": str(e.retry_after)})
         except asyncio.TimeoutError:
             timeout = request.app.state.settings.timeout

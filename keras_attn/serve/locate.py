@@ -28,6 +28,8 @@ class Artefact:
         max_len: the export's longest output.
         source, target: ``(code, name)`` of the languages.
         run_dir: the run directory it was exported from, when known.
+        web: the web export of the same model (``keras-attn export RUN --format web``),
+            where there is one: the page can translate in the browser with it.
     """
 
     engine: str
@@ -36,6 +38,7 @@ class Artefact:
     source: tuple = UNKNOWN_LANGUAGES[0]
     target: tuple = UNKNOWN_LANGUAGES[1]
     run_dir: Optional[str] = None
+    web: Optional[str] = None
 
 
 def _export_dirs(path):
@@ -119,4 +122,20 @@ def locate(path, engine="savedmodel"):
         raise FileNotFoundError(f"{found!r} has no {os.path.basename(found)}.report.json "
                                 "beside it to read its max_len from")
     source, target = languages_of(run_dir, found)
-    return Artefact(engine, found, int(max_len), source, target, run_dir)
+    return Artefact(engine, found, int(max_len), source, target, run_dir,
+                    web_export(path, found, run_dir))
+
+
+def web_export(path, found, run_dir=None):
+    """The web folder beside the artefact ``found`` (``EXPORT/web``, ``EXPORT`` the folder
+    that holds its ``saved_model/`` or ``ctranslate2/``), of ``path`` or of the run: the
+    first with ``model/metadata.json``, or None."""
+    candidates = [os.path.join(d, "web") for d in _export_dirs(path)]
+    parts = os.path.abspath(found).split(os.sep)
+    for k, part in enumerate(parts[1:], 1):
+        if part == "saved_model" or part.startswith("ctranslate2"):
+            candidates.append(os.path.join(os.sep.join(parts[:k]) or os.sep, "web"))
+    if run_dir:
+        candidates.append(os.path.join(run_dir, "export", "web"))
+    return next((os.path.abspath(c) for c in candidates
+                 if os.path.isfile(os.path.join(c, "model", "metadata.json"))), None)

@@ -18,6 +18,9 @@ import re
 from keras_attn.serve.api import passthrough_of
 from keras_attn.translation.pipeline import answers, join_documents
 
+# Most inline elements in one segment: placing them is quadratic in their number, so a
+# fragment of thousands (a hostile one) would hold the server for minutes.
+MAX_INLINE_TAGS = 200
 INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em",
                     "i", "kbd", "mark", "q", "s", "samp", "small", "span", "strong", "sub",
                     "sup", "time", "u", "var", "font"})
@@ -63,6 +66,9 @@ class _Parser(html.parser.HTMLParser):
     def handle_starttag(self, tag, attrs):
         raw = self.get_starttag_text()
         if tag in INLINE:
+            if len(self.segment.spans) >= MAX_INLINE_TAGS:
+                raise ValueError(f"the HTML holds more than {MAX_INLINE_TAGS} inline tags "
+                                 "(b, i, span, a, ...) between two block tags; split it")
             span = Span(raw, tag, len(self.segment.text), depth=len(self.open))
             self.segment.spans.append(span)
             self.open.append(span)
@@ -97,7 +103,11 @@ class _Parser(html.parser.HTMLParser):
 
 
 def parse(fragment):
-    """The fragment as a list of raw markup strings and :class:`Segment` s."""
+    """The fragment as a list of raw markup strings and :class:`Segment` s.
+
+    Raises:
+        ValueError: a segment of more than :data:`MAX_INLINE_TAGS` inline elements.
+    """
     parser = _Parser()
     parser.feed(fragment)
     parser.close()

@@ -17,17 +17,21 @@ from keras_attn.serve.api import ApiError
 from keras_attn.serve.attention import Attention
 from keras_attn.serve.batcher import Batcher
 from keras_attn.serve.locate import locate
+from keras_attn.serve.versions import Versions, model_name
 
 
 @dataclasses.dataclass
 class Model:
     """One served model: its artefact, replicas, :class:`~keras_attn.serve.batcher.Batcher`
-    and :class:`~keras_attn.serve.attention.Attention`."""
+    and :class:`~keras_attn.serve.attention.Attention`, and its
+    :class:`~keras_attn.serve.versions.Versions` (``versions.name``: its name at
+    ``GET /v1/models/{name}``). A new version replaces ``artefact`` and ``replicas``."""
 
     artefact: object
     replicas: object
     batcher: Batcher
     attention: Attention
+    versions: Versions = None
 
     @property
     def pair(self):
@@ -89,23 +93,36 @@ class Models:
         entries: ``[(artefact, replicas)]`` in order (the first is the default pair).
         max_batch, wait_ms, queue_size: each model's
             :class:`~keras_attn.serve.batcher.Batcher`'s.
+        make: ``make(artefact)``: replicas loaded and started for an artefact (a new
+            version's: :class:`~keras_attn.serve.versions.Watcher`); None: versions are
+            reported, not loaded.
+        log: called with a line when a model changes version.
 
     Attributes:
         sources, targets, codes: the source, target and all language codes, in the models'
             order. first: the first model. by_pair: ``{(source, target): Model}``.
+            by_name: ``{name: Model}`` (the base folder's name; ``-source-target`` added
+            where two models' folders share one).
 
     Raises:
         ValueError: no entry, or two of one pair.
     """
 
-    def __init__(self, entries, max_batch=32, wait_ms=0.0, queue_size=256):
+    def __init__(self, entries, max_batch=32, wait_ms=0.0, queue_size=256, make=None,
+                 log=print):
         entries = list(entries)
         if not entries:
             raise ValueError("`entries` must hold at least one (artefact, replicas). "
                              "Received: entries=[]")
         check_pairs([a for a, _ in entries])
-        self.models = [Model(a, r, Batcher(r, max_batch, wait_ms, queue_size), Attention(a))
-                       for a, r in entries]
+        self.make, self.log = make, log
+        names = [model_name(a) for a, _ in entries]
+        names = [n if names.count(n) == 1 else f"{n}-{a.source[0]}-{a.target[0]}"
+                 for n, (a, _) in zip(names, entries)]
+        self.models = [Model(a, r, Batcher(r, max_batch, wait_ms, queue_size), Attention(a),
+                             Versions(name, a, a.engine))
+                       for name, (a, r) in zip(names, entries)]
+        self.by_name = {m.versions.name: m for m in self.models}
         self.first = self.models[0]
         self.by_pair = {m.pair: m for m in self.models}
         self.sources = tuple(dict.fromkeys(s for s, _ in self.by_pair))

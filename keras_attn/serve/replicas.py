@@ -1,7 +1,7 @@
 """Copies of the engine that decode batches, one batch each at a time:
 :class:`InProcessReplicas` (``--replicas 1``) or :class:`ProcessReplicas` (worker
-processes). Both have ``size`` (batches decoded at once) and ``async translate(texts,
-options, confidence)``.
+processes, a dead one replaced). Both have ``size`` (batches decoded at once), ``async
+translate(texts, options, confidence)`` and ``close()``.
 
 Example:
     >>> replicas = ProcessReplicas(locate("exported"), size=2, threads=1)
@@ -10,6 +10,7 @@ Example:
 import asyncio
 import concurrent.futures
 import multiprocessing
+from concurrent.futures.process import BrokenProcessPool
 import os
 import signal
 import threading
@@ -21,19 +22,7 @@ from keras_attn.serve.api import check_int
 _ENGINE = None  # the engine of a worker process (ProcessReplicas)
 
 
-class _Replicas:
-    """Calls ``self._call(texts, options, confidence[, passthrough])`` in ``self._pool``."""
-
-    async def translate(self, texts, options, confidence=True, passthrough=None):
-        given = () if passthrough is None else (passthrough,)  # an engine's fourth argument
-        return await asyncio.get_running_loop().run_in_executor(
-            self._pool, self._call, texts, options, confidence, *given)
-
-    def close(self):
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-class InProcessReplicas(_Replicas):
+class InProcessReplicas:
     """One engine (or anything with ``translate(texts, options, confidence)``) in this
     process, called from a worker thread.
 
@@ -46,6 +35,14 @@ class InProcessReplicas(_Replicas):
     def __init__(self, engine):
         self.engine = engine
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
+
+    async def translate(self, texts, options, confidence=True, passthrough=None):
+        given = () if passthrough is None else (passthrough,)  # an engine's fourth argument
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, self._call, texts, options, confidence, *given)
+
+    def close(self):
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _call(self, *args):
         return self.engine.translate(*args)
@@ -93,36 +90,107 @@ def _translate(texts, options, confidence, *passthrough):
     return _ENGINE.translate(texts, options, confidence, *passthrough)
 
 
-def _ready(pause):
-    time.sleep(pause)  # holds this worker, so that the other calls find the others
-    return os.getpid()
+class ReplicaLost(Exception):
+    """A worker process stopped (killed, out of memory) while it decoded this batch; it is
+    being replaced (the server answers 503 with ``retry_after``)."""
+
+    def __init__(self, pid, retry_after=5):
+        super().__init__(f"the replica process {pid} decoding this request stopped; another "
+                         "is starting: retry")
+        self.retry_after = retry_after
 
 
-class ProcessReplicas(_Replicas):
-    """``size`` worker processes (``spawn``), each with its own engine.
+class ProcessReplicas:
+    """``size`` worker processes (``spawn``), each with its own engine, each in a pool of
+    its own: a worker that dies fails only the batch it held, and another is started in its
+    place (the others keep decoding).
 
     Args:
         artefact: a :class:`~keras_attn.serve.locate.Artefact`.
         size: worker processes. threads: intra-op threads of each (0: the engine's default).
         xla: as :func:`~keras_attn.serve.engines.load_engine`'s.
+        log: called with a line when a worker is replaced.
+
+    Attributes:
+        pids: the workers' process ids, once started. replaced: workers replaced so far.
     """
 
-    _call = staticmethod(_translate)
-
-    def __init__(self, artefact, size, threads=1, xla=False):
+    def __init__(self, artefact, size, threads=1, xla=False, log=print):
         self.size = check_int("replicas", size, 1)
-        self.pids = []  # the workers' process ids, once started
-        self._pool = concurrent.futures.ProcessPoolExecutor(
-            size, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-            initargs=(artefact, threads, xla))
+        self.pids = []
+        self.replaced = 0
+        self._initargs = (artefact, threads, xla)
+        self._log = log
+        self._workers = [self._new_worker() for _ in range(size)]
+        self._idle = None  # asyncio.Queue of the workers without a batch (made in the loop)
+        self._replacing = set()
+
+    def _new_worker(self):
+        return concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+            initargs=self._initargs)
 
     def start(self):
         """Start every worker and wait until each has loaded its engine (a worker answers
         only once its initializer has run); their process ids."""
-        pids = set()
-        while len(pids) < self.size:
-            futures = [self._pool.submit(_ready, 0.2) for _ in range(self.size)]
-            pids.update(f.result() for f in futures)
-        self.pids = sorted(pids)
-        return self.pids
+        self.pids = [worker.submit(os.getpid).result() for worker in self._workers]
+        return list(self.pids)
 
+    async def translate(self, texts, options, confidence=True, passthrough=None):
+        if self._idle is None:
+            self._idle = asyncio.Queue()
+            for worker in self._workers:
+                self._idle.put_nowait(worker)
+        given = () if passthrough is None else (passthrough,)
+        while True:
+            worker = await self._idle.get()
+            try:  # a worker that died while idle refuses at once: the batch goes to another
+                future = worker.submit(_translate, texts, options, confidence, *given)
+            except BrokenProcessPool:
+                self._replace(worker, "holding no batch")
+                continue
+            break
+        try:
+            result = await asyncio.wrap_future(future)
+        except BrokenProcessPool:
+            pid = self._replace(worker, f"while decoding a batch of {len(texts)} texts")
+            raise ReplicaLost(pid) from None
+        self._idle.put_nowait(worker)
+        return result
+
+    def _replace(self, worker, held):
+        """Start a worker in the place of ``worker`` (dead) in the background; its pid.
+        ``held``: what it held, for the log."""
+        index = self._workers.index(worker)
+        pid = self.pids[index] if index < len(self.pids) else None
+        if worker not in self._replacing:
+            self._replacing.add(worker)
+            self._log(f"replica process {pid} stopped {held}; starting another in its place")
+            asyncio.get_running_loop().create_task(self._restart(worker, index))
+        return pid
+
+    async def _restart(self, dead, index, pause=5.0):
+        dead.shutdown(wait=False, cancel_futures=True)
+        while True:
+            worker = self._new_worker()
+            try:
+                pid = await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: worker.submit(os.getpid).result())
+            except BrokenProcessPool as e:
+                self._log(f"a new replica process failed to start ({e}); trying again")
+                worker.shutdown(wait=False, cancel_futures=True)
+                await asyncio.sleep(pause)
+                continue
+            break
+        self._workers[index] = worker
+        if index < len(self.pids):
+            self.pids[index] = pid
+        self.replaced += 1
+        self._replacing.discard(dead)
+        self._log(f"replica process {pid} ready (replacing process {index + 1} of "
+                  f"{self.size})")
+        self._idle.put_nowait(worker)
+
+    def close(self):
+        for worker in self._workers:
+            worker.shutdown(wait=True, cancel_futures=True)

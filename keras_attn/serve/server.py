@@ -43,7 +43,7 @@ def make_replicas(artefact, replicas, threads=None, log=print, xla=False):
                 f"{len(engine.warm_sizes)} batch shape(s)")
         engines.warm_up(engine)
         return InProcessReplicas(engine)
-    pool = ProcessReplicas(artefact, replicas, threads, xla)
+    pool = ProcessReplicas(artefact, replicas, threads, xla, log=log)
     pids = pool.start()
     log(f"replicas ready: processes {pids}")
     return pool
@@ -64,7 +64,8 @@ def load_models(paths, engine="savedmodel", replicas=1, threads=None, log=print,
     """The :class:`~keras_attn.serve.models.Models` of ``paths`` (a path or a list:
     :func:`~keras_attn.serve.models.find_artefacts`), each with its replicas and batcher
     (sized by ``settings``), the memory each takes logged. ``make``: as
-    :func:`make_replicas` (the default)."""
+    :func:`make_replicas` (the default); it also loads a model's new versions
+    (:mod:`keras_attn.serve.versions`)."""
     from keras_attn.serve.models import Models, find_artefacts
 
     settings = settings or Settings()
@@ -84,7 +85,8 @@ def load_models(paths, engine="savedmodel", replicas=1, threads=None, log=print,
                       else "memory not measured here")
         log(f"loaded {artefact.source[0]}->{artefact.target[0]} from {path} ({memory})")
         entries.append((artefact, pool))
-    return Models(entries, settings.max_batch, settings.batch_wait_ms, settings.queue_size)
+    return Models(entries, settings.max_batch, settings.batch_wait_ms, settings.queue_size,
+                  make=lambda artefact: make(artefact, replicas, threads, log, xla), log=log)
 
 
 def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
@@ -114,8 +116,18 @@ def serve(path, engine="savedmodel", host="127.0.0.1", port=5000, replicas=None,
     pairs = ", ".join(f"{s} -> {t}" for s, t in models.by_pair)
     log(f"serving {pairs} on {base}/ (LibreTranslate's "
         f"API: POST /translate, /translate_file, /detect, ...; every route at {base}/docs)")
+    poll = settings.file_system_poll_wait_seconds
+    for model in models:
+        versions = model.versions
+        watched = (f"new versions in {versions.base} looked for every {poll:g} s"
+                   if versions.base and poll > 0 else "no new versions looked for")
+        log(f"model {versions.name}: {model.pair[0]} -> {model.pair[1]}, version "
+            f"{versions.serving} ({watched}; status at {base}/v1/models/{versions.name})")
+    # A proxy's headers (X-Forwarded-For, X-Forwarded-Proto: the scheme of the download
+    # links) are read only when told to trust them; uvicorn reads them by default.
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning",
+        proxy_headers=settings.trust_forwarded_for,
         timeout_graceful_shutdown=settings.timeout + 5 if graceful_s is None else graceful_s)
     uvicorn.Server(config).run()
     return 0

@@ -22,6 +22,11 @@ LANGUAGE = {"type": "object", "properties": {"code": {"type": "string"},
 DETECTIONS = {"type": "array", "items": {"type": "object", "properties": {
     "confidence": {"type": "number", "minimum": 0, "maximum": 100},
     "language": {"type": "string", "description": "ISO 639-1 code"}}}}
+VERSION_STATUS = {"type": "array", "items": {"type": "object", "properties": {
+    "version": {"type": "string"},
+    "state": {"type": "string", "enum": ["START", "LOADING", "AVAILABLE", "UNLOADING", "END"]},
+    "status": {"type": "object", "properties": {"error_code": {"type": "string"},
+                                                "error_message": {"type": "string"}}}}}}
 ERROR_TEXT = {400: "Invalid request (the message names the field)", 401: "Unauthorized",
               403: "Refused (a key, or a feature off)", 404: "Not found",
               405: "Wrong method", 413: "Body over --max-body-bytes",
@@ -118,9 +123,12 @@ ENDPOINTS = (
                  "supportedFilesFormat": {"type": "array", "items": {"type": "string"}},
                  "language": {"type": "object", "properties": {"source": LANGUAGE,
                                                                "target": LANGUAGE}},
-                 # ours: the engine and what it can do, the heatmap's availability
+                 # ours: the engine and what it can do, the heatmap's availability,
+                 # per "source-target" pair the folder of its web export (in-browser)
                  "engine": {"type": "string"}, "replicas": {"type": "integer"},
-                 "attention": _FLAG, **{f.name: _FLAG if f.type is bool else
+                 "attention": _FLAG, "webExports": {"type": "object",
+                                                    "additionalProperties": {"type": "string"}},
+                 **{f.name: _FLAG if f.type is bool else
                                         {"type": "integer", "nullable": True}
                                         for f in dataclasses.fields(Capabilities)}}}),
     Endpoint("/attention", "POST", "attention", "Cross-attention of a translation (the "
@@ -132,6 +140,22 @@ ENDPOINTS = (
     Endpoint("/health", "GET", "health", "Health check: always {\"status\": \"ok\"}",
              tag="misc", schema={"type": "object", "required": ["status"], "properties": {
                  "status": {"type": "string", "enum": ["ok"]}}}),
+    Endpoint("/v1/models", "GET", "list_models", "The served models, each with its name and "
+             "versions", tag="models", schema={"type": "object", "properties": {
+                 "models": {"type": "array", "items": {"type": "object", "properties": {
+                     "name": {"type": "string"}, "source": {"type": "string"},
+                     "target": {"type": "string"}, "engine": {"type": "string"},
+                     "model_version_status": VERSION_STATUS}}}}}),
+    Endpoint("/v1/models/{name}", "GET", "model_status", "A model's versions and their "
+             "states (TF Serving's model status)", tag="models",
+             in_path=(Field("name", required=True),),
+             schema={"type": "object", "properties": {
+                 "model_version_status": VERSION_STATUS}}, errors=(404, 405)),
+    Endpoint("/v1/models/{name}/versions/{version}", "GET", "version_status", "One version's "
+             "state (TF Serving's model status)", tag="models",
+             in_path=(Field("name", required=True), Field("version", required=True)),
+             schema={"type": "object", "properties": {
+                 "model_version_status": VERSION_STATUS}}, errors=(404, 405)),
     Endpoint("/metrics", "GET", "metrics", "Prometheus metrics", tag="misc",
              media="text/plain", errors=(401, 405)),
     Endpoint("/spec", "GET", "spec", "This OpenAPI document", tag="misc",

@@ -46,3 +46,12 @@ WORD_BOUND = ("number",)
 ``-`` before it): "COVID-19", "MP3", "3rd"."""
 
 KINDS = tuple(name for name, _ in RULES)
+
+# --- what the put-back reads (keras_attn.text.spans.put_back and every runtime of it) -------
+WORD_SPACE = " \t\n\r\f\v"
+"""What separates the words of a translation and of an alignment's sides: ASCII whitespace
+(Pharaoh pairs number these words)."""
+FINAL_STOP = "[.!?\u2026\u3002]+$"
+"""A translation's final stop, kept last when a group goes after its word."""
+THIN_SPACE = "\u202f\xa0\u2009"
+"""French spacing before "!", "?", ":": a group goes before it ("10:30\u202f!")."""

@@ -25,7 +25,8 @@ import unicodedata
 from typing import Tuple
 
 # The rules, as data (keras_attn.text.span_rules).
-from keras_attn.text.span_rules import KINDS, RULES, SPACE, WORD_BOUND  # noqa: F401
+from keras_attn.text.span_rules import (  # noqa: F401
+    FINAL_STOP, KINDS, RULES, SPACE, THIN_SPACE, WORD_BOUND, WORD_SPACE)
 
 
 @functools.lru_cache(maxsize=8)
@@ -119,10 +120,13 @@ def _punctuation(s):
     return bool(s) and all(unicodedata.category(c)[0] in "PS" for c in s)
 
 
+_WORD = re.compile(f"[^{WORD_SPACE}]+")
+
+
 def _words(text):
     """``(start, end)`` of each word: cut at ASCII whitespace (as the alignments number
     the words of a translation)."""
-    return [(m.start(), m.end()) for m in re.finditer(r"[^ \t\n\r\f\v]+", text)]
+    return [(m.start(), m.end()) for m in _WORD.finditer(text)]
 
 
 def cut(sentence, rules=RULES):
@@ -253,13 +257,13 @@ def put_back(c, translation, alignment=None):
         if group.closing and word.endswith(group.closing) and len(word) > len(group.closing):
             at = b - len(group.closing)
         elif group.mode == "after" and not group.closing:
-            tail = re.search(r"[.!?\u2026\u3002]+$", word)
+            tail = re.search(FINAL_STOP, word)
             # The translation's final stop stays last ("... at 10:30" -> "... à 10:30.");
             # emoji that ended the source end the translation.
             ends = group.anchor == n_source - 1 and set(group.kinds) == {"emoji"}
             if tail and j == len(words) - 1 and tail.start() > 0 and not ends:
                 at = a + tail.start()
-        while at < b and at > a + 1 and translation[at - 1] in "\u202f\xa0\u2009":
+        while at < b and at > a + 1 and translation[at - 1] in THIN_SPACE:
             at -= 1  # before French spacing ("\u202f!")
         inserts.append((at, order, (group.before or " ") + group.text
                         if group.mode == "after" else group.text))

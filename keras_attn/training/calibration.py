@@ -102,16 +102,18 @@ def calibrate(translator, pairs, task, seed=0, batch_size=256, log=print):
     return calibrator
 
 
-def calibrate_run(run_dir, log=print, batch_size=256):
-    """Fit a trained run's calibrator (:func:`calibrate`), save it and return it."""
+def calibrate_run(run_dir, log=print, batch_size=256, config=None):
+    """Fit a trained run's calibrator (:func:`calibrate`), save it and return it; ``config``:
+    the run's :class:`~keras_attn.core.config.TrainConfig` (default: its ``config.json``),
+    whose corpus is read (a relative path the run stored is found from ``run_dir``)."""
     from keras_attn.core.config import TrainConfig
     from keras_attn.data import load_splits
     from keras_attn.translator import Translator
 
     p = runs.paths(run_dir)
-    config = TrainConfig.from_dict(runs.read_json(p["config"]))
     translator = Translator.from_run_dir(run_dir, calibrated=False)  # fitted anew
-    splits, _ = load_splits(config, log=log)
+    config = config or TrainConfig.from_dict(runs.read_json(p["config"]))
+    splits, _ = load_splits(config, log=log, run_dir=run_dir)
     calibrator = calibrate(translator, splits["valid"], config.task, seed=config.seed,
                            batch_size=batch_size, log=log)
     calibrator.save(p["calibration"])

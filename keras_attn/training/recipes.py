@@ -104,7 +104,12 @@ def _prepare_run_dir(config, run_dir):
     if not os.access(run_dir, os.W_OK):
         raise OSError(f"the output directory {run_dir!r} is not writable")
     if os.path.exists(p["config"]):
-        old = dataclasses.asdict(TrainConfig.from_dict(runs.read_json(p["config"])))
+        old = TrainConfig.from_dict(runs.read_json(p["config"]))
+        try:  # a run trained before its corpus path was stored absolute: read from here
+            old = data.stored_corpus(old)
+        except ValueError:  # it read KERAS_ATTN_DATA, unset now: the diff shows it
+            pass
+        old = dataclasses.asdict(old)
         diff = {k: (old.get(k), v) for k, v in dataclasses.asdict(config).items()
                 if k not in TrainConfig.RESUMABLE and k not in ("src_vocab_size", "tgt_vocab_size")
                 and old.get(k) != v}
@@ -200,6 +205,9 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
     is_chief, worker_index = worker_info(strategy)
     _resolve_precision(config, run_dir, log)
     check_config(config)
+    # The corpus's absolute path, so evaluate and calibrate read it from any folder.
+    stored = data.stored_corpus(config)
+    config.data, config.target_data = stored.data, stored.target_data
     keras.utils.set_random_seed(config.seed)
     if config.mixed_precision:
         keras.config.set_dtype_policy(config.mixed_precision)

@@ -8,7 +8,7 @@ Example:
 """
 from starlette.responses import FileResponse, JSONResponse
 
-from keras_attn.serve import api, files, http, limits
+from keras_attn.serve import api, files, http, limits, untrusted
 from keras_attn.serve.routes.translating import best, routed, translated
 
 
@@ -45,7 +45,9 @@ async def translate_file(request):
 
     try:
         data = await files.translate_file(upload.filename, await upload.read(), plain,
-                                          as_html)
+                                          as_html, state.file_slots)
+    except untrusted.Refused as e:  # not what it says it is, malformed, or past a limit
+        raise api.ApiError(e.status, f"Invalid request: {e}") from None
     except ValueError as e:
         raise api.bad_request(f"Invalid request: {e}") from None
     name = state.downloads.put(upload.filename, data)

@@ -1,6 +1,8 @@
 """What a client reads about the server: ``GET /languages``, ``/frontend/settings`` (the
 engine's :class:`~keras_attn.serve.engines.Capabilities` for the page), ``/health``,
-``/metrics``, ``/spec``, ``/docs`` and ``/`` (the page).
+``/metrics``, ``/spec``, ``/docs``, ``/`` (the page) and ``/web/<source>-<target>/``, the
+static files of a served model's web export (:func:`web_mounts`), with which the page can
+translate in the browser instead of asking the server.
 
 Example:
     >>> httpx.get(url + "/health").json()
@@ -10,6 +12,8 @@ import dataclasses
 import os
 
 from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
 
 from keras_attn.serve import api, files
 
@@ -43,6 +47,9 @@ async def frontend_settings(request):
         # POST /attention has a Keras model to draw heatmaps with
         "engine": state.artefact.engine, "replicas": state.replicas.size,
         "attention": state.attention.unavailable is None,
+        # ours: per language pair, where the page finds the model's web export
+        "webExports": {} if settings.disable_web_ui else {
+            f"{a}-{b}": f"{WEB}/{a}-{b}/" for a, b in web_pairs(state.models)},
         **dataclasses.asdict(state.capabilities)})
 
 
@@ -73,3 +80,18 @@ async def page(request):
 
 
 ROUTES = (languages, frontend_settings, health, metrics, spec, docs, page)
+WEB = "web"  # the web exports' folder in the URL
+
+
+def web_pairs(models):
+    """``{(source, target): web folder}`` of the served models that have a web export."""
+    return {m.pair: m.artefact.web for m in models if getattr(m.artefact, "web", None)}
+
+
+def web_mounts(models, settings):
+    """A static ``Mount`` per web export (``/web/<source>-<target>/``); none when the page
+    is disabled."""
+    if settings.disable_web_ui:
+        return []
+    return [Mount(f"/{WEB}/{a}-{b}", app=StaticFiles(directory=folder), name=f"web-{a}-{b}")
+            for (a, b), folder in web_pairs(models).items()]
