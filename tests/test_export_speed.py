@@ -119,16 +119,22 @@ def test_direct_and_public_conversions_and_a_worker_make_the_same_file(
 
 @pytest.mark.heavy  # the committed text file unpacked into Python objects
 @pytest.mark.skipif(not os.path.exists(EXPORTED_TEXT), reason="exported/ is missing")
-def test_a_prepended_alias_is_the_appended_one(monkeypatch):
+def test_what_is_prepended_to_a_flatbuffer_is_what_the_object_api_appends(monkeypatch):
+    """An alias signature and the export settings, prepended as a new root table, read back
+    as those the flatbuffer object API appends: the same signatures, settings and
+    translations, the old file unchanged after the prefix."""
     with open(EXPORTED_TEXT, "rb") as f:
         content = f.read()
     key, alias = runtime.TFLITE_TEXT_SIGNATURE, "sentences_again"
-    prepended = conversion.alias_signature(content, key, alias, {"text": "again"})
+    aliases, settings = ((key, alias, {"text": "again"}),), {"passthrough": True, "x": [1]}
+    prepended = conversion.edit(content, aliases, settings)
     monkeypatch.setattr(conversion, "DIRECT_CONVERSION", False)
-    appended = conversion.alias_signature(content, key, alias, {"text": "again"})
+    appended = conversion.edit(content, aliases, settings)
     assert tflite.signatures_of(prepended) == tflite.signatures_of(appended)
     assert tflite.signatures_of(prepended)[alias]["inputs"] == {
         "again": {"dtype": "string", "shape": [-1]}}
+    assert runtime.tflite_settings(prepended) == runtime.tflite_settings(appended) == settings
+    assert runtime.tflite_settings(content) == {}
     # The old file follows the new root unchanged, at a 16-byte boundary.
     assert prepended.endswith(content) and (len(prepended) - len(content)) % 16 == 0
     texts = np.array([b"3 March 2021", b"le 4 juillet 1999"], dtype=object)
