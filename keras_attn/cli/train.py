@@ -245,10 +245,12 @@ def config_from_args(args):
     return TrainConfig(**values)
 
 
-def _export_elsewhere(run_dir):
-    """Export a run trained on another backend in a TensorFlow process."""
+def _export_elsewhere(run_dir, quantizations):
+    """Export a run trained on another backend in a TensorFlow process (no quantization:
+    the SavedModel alone)."""
     env = dict(os.environ, KERAS_BACKEND="tensorflow")
-    return subprocess.run([sys.executable, "-m", "keras_attn.cli", "export", run_dir],
+    alone = [] if quantizations else ["--format", "saved_model"]
+    return subprocess.run([sys.executable, "-m", "keras_attn.cli", "export", run_dir, *alone],
                           env=env).returncode
 
 
@@ -285,7 +287,7 @@ def _export(args, config, run_dir, start, metrics, quantizations):
     import keras
 
     if keras.backend.backend() != "tensorflow":
-        if _export_elsewhere(run_dir):
+        if _export_elsewhere(run_dir, quantizations):
             raise SystemExit(1)
         return
     from keras_attn import export
@@ -297,8 +299,10 @@ def _export(args, config, run_dir, start, metrics, quantizations):
         kwargs = {"quantizations": tuple(planned["quantizations"]),
                   "deadline": start + config.time_budget}
     report = export.export_run(run_dir, **kwargs)
-    skipped = set(quantizations) - set(kwargs["quantizations"]) or report.get("left_out")
-    if skipped:
+    if not quantizations:
+        print(f"the SavedModel alone (--export saved_model): keras-attn export {run_dir} "
+              "makes the TFLite files later, keeping it")
+    elif set(quantizations) - set(kwargs["quantizations"]) or report.get("left_out"):
         print(f"TFLite files left out for the time budget: keras-attn export {run_dir} makes "
               "them (the SavedModel is kept)")
     if metrics.get("phases"):
