@@ -174,18 +174,16 @@ class TFLiteExporter(Exporter):
         own = self.staging is None
         if own:
             self.staging = Staging()
+        out = {}
         try:
-            futures = self.start(parts)
-            answers = {name: future.result() for name, future in futures.items()}
+            for name, future in self.start(parts).items():
+                answer = future.result()
+                with open(answer["output"], "rb") as f:
+                    out[name] = (f.read(), answer)
         finally:
             if own:
                 self.staging.close()
                 self.staging = None
-        out = {}
-        for name, answer in answers.items():
-            with open(answer["output"], "rb") as f:
-                content = f.read()
-            out[name] = (content, answer)
         return out
 
     def convert(self, functions, trackables, name):
