@@ -146,7 +146,7 @@ def test_what_is_prepended_to_a_flatbuffer_is_what_the_object_api_appends(monkey
 
 
 def test_default_workers_follow_the_cores_and_the_memory():
-    assert workers.default_workers(4, cpus=2, available=16e9) == 2
+    assert workers.default_workers(4, cpus=2, available=16e9) == 1  # a core for the export
     assert workers.default_workers(4, cpus=16, available=16e9) == 4  # no more than the jobs
     assert workers.default_workers(4, cpus=8, available=6e9) == 2  # 2.5 GB each
     assert workers.default_workers(4, cpus=1, available=16e9) == 0  # one core: no worker

@@ -30,7 +30,8 @@ FLAGS = {"version": dict(type=int, help="SavedModel version"),
                                   "(auto: for subword and word models)"),
          "workers": dict(type=_workers, metavar="{auto,N}",
                          help="processes converting the TFLite files beside the export "
-                              "(auto: one per core, memory allowing; 0: in this one)"),
+                              "(auto: one per core but one, memory allowing; 0: in this "
+                              "one)"),
          "wasm": dict(choices=["plain", "all"],
                       help="LiteRT.js WebAssembly builds in the web folder: plain (browsers "
                            "with relaxed SIMD) or all (also the compat build)")}

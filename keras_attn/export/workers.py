@@ -2,14 +2,15 @@
 (TensorFlow-only): :class:`ConversionPool` (worker processes, or this one) and
 :class:`Staging` (what the TFLite exporters of one export share).
 
-Most of a TFLite conversion runs on one core, so on two cores the files convert in workers
+Most of a TFLite conversion runs on one core, so on two cores the files convert in a worker
 while the exporting process traces and saves the SavedModel. A worker is
 ``python -m keras_attn.export.conversion``, fed a job a line: no ``multiprocessing``, so a
 script that exports needs no ``if __name__ == "__main__"`` guard.
 
 Example:
     >>> with Staging(ConversionPool("auto", jobs=2), "export") as staging:
-    ...     path = staging.once("encoder", lambda folder: stage(functions, variables, folder))
+    ...     path = staging.once(key, lambda folder: stage(functions, variables, folder),
+    ...                         "encoder")
     ...     futures = staging.start("builtin_float32", {"encoder": Conversion(path, keys)})
     ...     seconds = futures["encoder"].result()["seconds"]
 """
@@ -33,20 +34,18 @@ WORKER_MEMORY = 2.5e9
 
 def default_workers(jobs, cpus=None, available=None):
     """Worker processes for ``jobs`` conversions: one per core but the exporting process's
-    share, as many as the free memory holds (:data:`WORKER_MEMORY` each), none on one core
-    (a worker would add its start to the same core's work).
+    (it traces and saves the SavedModel meanwhile; a third process on two cores only slows
+    both), as many as the free memory holds (:data:`WORKER_MEMORY` each), none on one core.
 
     Example:
         >>> default_workers(4, cpus=2, available=16e9)
-        2
+        1
         >>> default_workers(4, cpus=1, available=16e9)
         0
     """
     cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
     available = _available_memory() if available is None else available
-    if cpus < 2:
-        return 0
-    return max(0, min(jobs, cpus, int(available // WORKER_MEMORY)))
+    return max(0, min(jobs, cpus - 1, int(available // WORKER_MEMORY)))
 
 
 def _available_memory():
