@@ -27,9 +27,9 @@ UNIT_COSTS = {
     "valid_batch": ("step", 0.45),  # a validation batch (choosing the weights: two passes)
     "test": ("decode", 0.045),  # a test sentence decoded (greedy, batch 256)
     "valid": ("decode", 0.065),  # a validation sentence of the calibrator (and its noise)
-    "saved_model": ("probe", 36.0),  # the SavedModel: traced, saved, loaded, checked
-    "float32": ("probe", 30.0),  # the float32 TFLite files beside it (converted in workers)
-    "int8": ("probe", 20.0),    # the int8 ones
+    "saved_model": ("probe", 40.0),  # the SavedModel: traced, saved, loaded, checked
+    "float32": ("probe", 25.0),  # the float32 TFLite files beside it (converted in a worker)
+    "int8": ("probe", 12.0),    # the int8 ones
 }
 # How much faster a bfloat16 training step is than float32 on a CPU that has bfloat16 (a
 # decoding step runs in float32): pair 11 of docs/budget.md measured 1.57.
