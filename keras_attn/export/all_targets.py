@@ -220,7 +220,8 @@ def _phases(seconds):
     """What :func:`export_run` logs of its ``seconds``."""
     staged = [f"{name} {value:.1f} s" for name, value in seconds["trace_and_stage"].items()]
     converted = [f"{key} {value:.1f} s" for key, value in seconds["convert"].items()]
-    where = (f"in {seconds['workers']} processes" if seconds["workers"] else "in this process")
+    n = seconds["workers"]
+    where = f"in {n} process{'es' if n > 1 else ''} beside this one" if n else "in this process"
     return "; ".join(
         ([f"traced and staged {', '.join(staged)}"] if staged else [])
         + [f"SavedModel {seconds['saved_model']:.1f} s"]

@@ -62,8 +62,11 @@ class _Worker:
     answer a line on its stdout, its log in ``log_path``."""
 
     def __init__(self, log_path):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL",
-                                                                    "3"))
+        # The package this process runs first on the path: the worker runs the same code.
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        env = dict(os.environ, PYTHONPATH=path,
+                   TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"))
         self.log_path = log_path
         self.log = open(log_path, "ab")
         self.process = subprocess.Popen(
