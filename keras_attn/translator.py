@@ -77,18 +77,23 @@ class Translator:
         Args:
             texts: list of str. batch_size: sentences per decoder call.
             confidence: False skips the confidence's teacher-forced pass.
-            **options: the decoding options (``beam_size``, ``num_hypotheses``,
-                ``target_prefix``, ``return_alignments`` ...), and ``passthrough`` (URLs, code,
-                numbers ... pass through byte-identical; None: :attr:`passthrough`).
+            **options: the options of ``keras_attn.decoding.TranslationOptions``: the
+                decoding options (``beam_size``, ``num_hypotheses``, ``target_prefix``,
+                ``return_alignments`` ...), ``passthrough`` (URLs, code, numbers ... pass
+                through byte-identical; None: :attr:`passthrough`) and ``glossary``
+                (``{source term: target term}``: each term found comes out as its target).
 
         Returns:
             Per text ``num_hypotheses`` dicts ``{"translation", "score", "confidence"}``, best
             first for beam search; several sentences: scores summed, the lowest confidence, each
-            sentence's dict under ``"sentences"``.
+            sentence's dict under ``"sentences"``; with a glossary, ``"applied_terms"``
+            (``{source term: target term}`` of the terms found).
 
         Example:
             >>> tr.translate_nbest(["3 March 2021"], beam_size=4, num_hypotheses=2)
             [[{'translation': '2021-03-03', 'score': -0.01}, {...}]]
+            >>> tr.translate_nbest(["3 March 2021"], glossary={"March": "MARS"})[0][0]["applied_terms"]
+            {'March': 'MARS'}
         """
         return pipeline.translate_nbest(self.engine, texts, batch_size, confidence=confidence,
                                         **options)

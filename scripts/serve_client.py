@@ -35,9 +35,10 @@ import sys
 import urllib.error
 import urllib.request
 
-from keras_attn.decoding.options import OPTIONS
+from keras_attn.decoding.options import DECODING_NAMES, GLOSSARY_INPUTS, OPTIONS
 from keras_attn.export.contract import LATEST_OPTIONS_SIGNATURE, OPTION_SIGNATURES
-from keras_attn.export.option_sets import PASSTHROUGH_SIGNATURE
+from keras_attn.export.option_sets import GLOSSARY_SIGNATURE, PASSTHROUGH_SIGNATURE
+from keras_attn.text import glossary as glossaries
 
 MODEL_NAME = "translator"
 SIGNATURE = "serving_default"
@@ -49,16 +50,22 @@ TRANSLATE_SIGNATURE = LATEST_OPTIONS_SIGNATURE  # what ``options=`` go to by def
 # neither Keras nor TensorFlow): ``length_penalty`` -1 and ``max_length`` 0 mean the
 # export's own values, an empty ``target_prefix`` no prefix (one string: for every
 # sentence; B strings: one each).
-OPTION_DEFAULTS = {name: [] if opt.dtype == "string" else opt.signature_value(opt.default)
-                   for name, opt in OPTIONS.items()}
-# translate_v3's: spans pass through (only an export that passes them through has it).
+OPTION_DEFAULTS = {name: [] if OPTIONS[name].dtype == "string"
+                   else OPTIONS[name].signature_value(OPTIONS[name].default)
+                   for name in DECODING_NAMES}
+# translate_v3's: spans pass through (only an export that passes them through has it);
+# translate_v4's: a glossary, no term (``options={"glossary": {...}}`` fills both).
 OPTION_DEFAULTS["passthrough"] = True
+OPTION_DEFAULTS.update({name: [] for name in GLOSSARY_INPUTS})
 
 
 def options_signature(options):
-    """The signature ``options`` go to when none is named: :data:`TRANSLATE_SIGNATURE`, or
-    ``translate_v3`` when they set ``passthrough``."""
-    return PASSTHROUGH_SIGNATURE if "passthrough" in (options or {}) else TRANSLATE_SIGNATURE
+    """The signature ``options`` go to when none is named: :data:`TRANSLATE_SIGNATURE`,
+    ``translate_v3`` when they set ``passthrough``, ``translate_v4`` with a ``glossary``."""
+    options = options or {}
+    if "glossary" in options:
+        return GLOSSARY_SIGNATURE
+    return PASSTHROUGH_SIGNATURE if "passthrough" in options else TRANSLATE_SIGNATURE
 
 
 def _as_bytes(text):
@@ -85,6 +92,10 @@ def option_values(options, signature=TRANSLATE_SIGNATURE):
         ValueError: an unknown option name (or one ``signature`` does not take).
     """
     names = OPTION_SIGNATURES[signature]
+    options = dict(options)
+    if "glossary" in options and GLOSSARY_INPUTS[0] in names:  # (source, target) lists
+        pairs = glossaries.entries(options.pop("glossary"))
+        options.update(zip(GLOSSARY_INPUTS, ([s for s, _ in pairs], [t for _, t in pairs])))
     unknown = sorted(set(options) - set(names))
     if unknown:
         raise ValueError(f"unknown decoding option(s) {unknown}; the options of "
@@ -93,6 +104,8 @@ def option_values(options, signature=TRANSLATE_SIGNATURE):
     for name, value in options.items():
         if name == "target_prefix":
             value = [value] if isinstance(value, (str, bytes)) else list(value)
+        elif name in GLOSSARY_INPUTS:
+            value = list(value)
         else:
             value = type(OPTION_DEFAULTS[name])(value)
         values[name] = value
@@ -128,7 +141,9 @@ def build_rest_request(texts, model_name=MODEL_NAME, signature=None,
     url = f"http://{host}/v1/models/{model_name}:predict"
     if options is not None or signature in OPTION_SIGNATURES:
         inputs = option_values(options or {}, signature)
-        inputs["target_prefix"] = [_json_string(p) for p in inputs["target_prefix"]]
+        for name in ("target_prefix", *GLOSSARY_INPUTS):
+            if name in inputs:
+                inputs[name] = [_json_string(p) for p in inputs[name]]
         return url, {"signature_name": signature, "inputs": {INPUT_NAME: values, **inputs}}
     if columnar:
         return url, {"signature_name": signature, "inputs": {INPUT_NAME: values}}
@@ -219,7 +234,7 @@ def build_grpc_request(texts, model_name=MODEL_NAME, signature=None, options=Non
     request.inputs[INPUT_NAME].CopyFrom(strings(texts))
     if options is not None or signature in OPTION_SIGNATURES:
         for name, value in option_values(options or {}, signature).items():
-            if name == "target_prefix":
+            if name in ("target_prefix", *GLOSSARY_INPUTS):
                 tensor = strings(value)
             elif isinstance(value, bool):
                 tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_BOOL, bool_val=[value])
@@ -297,12 +312,16 @@ def main(argv=None):
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                         help="a decoding option of an options signature (repeat it): "
                              + ", ".join(OPTION_DEFAULTS))
+    parser.add_argument("--glossary", metavar="FILE.tsv", help="terms put in (source<TAB>target "
+                        "lines): the translate_v4 signature")
     parser.add_argument("--columnar", action="store_true", help="REST columnar format")
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(argv)
     try:
         options = dict(_parse_option(o) for o in args.option)
+        if args.glossary:
+            options["glossary"] = glossaries.read_tsv(args.glossary)
         signature = args.signature or (options_signature(options) if options else SIGNATURE)
         if options and signature not in OPTION_SIGNATURES:
             raise ValueError(f"--option is for an options signature {list(OPTION_SIGNATURES)}")

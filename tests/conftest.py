@@ -67,6 +67,7 @@ SMOKE = {
     "tests/test_passthrough.py::test_serve_passes_spans_through_when_asked",
     "tests/test_docs.py::test_the_site_builds_strictly",
     "tests/test_serve_fields.py",
+    "tests/test_glossary_serve.py::test_a_request_glossary_is_put_in_and_said",
     "tests/test_serve_versions.py::test_a_version_copied_beside_is_served_live_without_a_failed_request",
     "tests/test_hostile_files.py::test_the_server_answers_it_over_http[docx-member-declares-2GiB]",
     "tests/test_hostile_files.py::test_the_server_answers_it_over_http[docx-external-entity-http]",

@@ -270,3 +270,33 @@ def test_export_time_reports_the_median_command_and_the_report_s_breakdown(monke
     table = export_time.markdown(results)
     assert "| exported/run | 25.0 | 20.0 | 10.0 | text 3.0 | text_float32 4.0 | 1.0 | 40 / 20 |" \
         in table
+
+# --- benchmarks.glossary ---------------------------------------------------------------------
+def test_glossary_benchmark_builds_its_glossary_and_counts_what_came_back(tmp_path):
+    from benchmarks.glossary import build_glossary, held_out, markdown, rates
+
+    train = tmp_path / "train.txt"
+    train.write_text("".join(f"{en}\t{fr}\n" for en, fr in [
+        ("My umbrella is red.", "Mon parapluie est rouge."),
+        ("The umbrella broke.", "Le parapluie a cassé."),
+        ("Take the airport bus.", "Prends le bus de l'aéroport."),
+        ("The airport is far.", "L'aéroport est loin."),
+        ("Paris is big.", "Paris est grande.")] * 2), "utf-8")
+    glossary = build_glossary(train, min_count=2, min_dice=0.9)
+    assert glossary["umbrella"] == "parapluie" and "airport" not in glossary  # elided: left out
+    dev = tmp_path / "dev.txt"
+    dev.write_text("Where is my umbrella?\tOù est mon parapluie ?\n"
+                   "Where is my umbrella?\tOù est mon pépin ?\n"
+                   "An umbrella, please.\tUn riflard, s'il te plaît.\n"
+                   "Hello.\tBonjour.\n", "utf-8")
+    agree, hold, plain, refs = held_out(dev, glossary)
+    assert (agree, hold, plain) == (["Where is my umbrella?"],
+                                    ["Where is my umbrella?", "An umbrella, please."], ["Hello."])
+    assert len(refs["Where is my umbrella?"]) == 2
+    got = rates(hold, ["Où est mon parapluie ?", "Un parapluie parapluie."],
+                [{"umbrella": "parapluie"}, {}], glossary)
+    assert got == {"sentences": 2, "present": 1.0, "once": 0.5, "honest": 0.5}
+    row = {"reference": {**got, "without": {"bleu": 1.0}, "with": {"bleu": 2.0}},
+           "invented": got, "unchanged": {"identical": 1.0}}
+    assert "| ctranslate2 | 100.00% / 50.00% | 1.0 → 2.0 |" in markdown(
+        {"engines": {"ctranslate2": row}})

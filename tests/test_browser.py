@@ -241,6 +241,40 @@ def test_a_file_round_trip(driver, server, translator, tmp_path):
     assert response.text == "\n".join([translated[0], "", translated[1]]) + "\n"
 
 
+def test_the_glossary_box_sends_its_terms(driver, server, translator, tmp_path):
+    """The glossary box (one pair a line) goes with every text and file request; the page
+    says which terms were applied, and a line it cannot read."""
+    from selenium.webdriver.common.by import By
+
+    open_page(driver, server)
+    driver.find_element(By.CSS_SELECTOR, "#glossary-box summary").click()
+    driver.execute_script(
+        "const g = document.getElementById('glossary'); g.value = arguments[0];"
+        "g.dispatchEvent(new Event('input'));", "# terms\nMarch = MARS\nJuly\tJUL")
+    set_text(driver, SENTENCE)
+    terms = {"March": "MARS", "July": "JUL"}
+    shown_translation(driver, translator.translate([SENTENCE], glossary=terms)[0])
+    wait_for(driver, lambda d: d.find_element(By.ID, "glossary-note").text
+             == "Applied: March → MARS", "the applied terms")
+    assert driver.find_element(By.ID, "glossary-count").text == "(2 terms)"
+    path = tmp_path / "dates.txt"
+    path.write_text("14 July 1789\n", encoding="utf-8")
+    driver.find_element(By.ID, "tab-files").click()
+    driver.find_element(By.ID, "file").send_keys(str(path))
+    driver.find_element(By.ID, "translate-file").click()
+    link = wait_for(driver, lambda d: [e for e in d.find_elements(By.ID, "download")
+                                       if e.is_displayed()], "the download link")[0]
+    response = httpx.get(link.get_attribute("href"), timeout=guards.timeout(30))
+    assert response.text == translator.translate(["14 July 1789"], glossary=terms)[0] + "\n"
+    driver.find_element(By.ID, "tab-text").click()
+    driver.execute_script(
+        "const g = document.getElementById('glossary'); g.value = 'no pair here';"
+        "g.dispatchEvent(new Event('input'));")
+    wait_for(driver, lambda d: "source = target" in d.find_element(By.ID, "error").text,
+             "the glossary's error")
+    driver.execute_script("localStorage.removeItem('keras-attn.glossary')")
+
+
 def test_an_api_key_and_the_character_limit(driver, tmp_path):
     """A server that needs a key (--api-keys --req-limit 0): without one the page shows the
     server's error; with the key typed in the field (kept across a reload) the translation.

@@ -430,6 +430,9 @@ TRANSLATE_FLAGS = {
     "--sampling-topk": ([*SAMPLING, "--json"], ["--json"]),
     "--return-alignments": (["--return-alignments"], []),
     "--repetition-penalty": ([*CONTROLS, "--json"], ["--json"]),
+    "--passthrough": (["--passthrough", "on"], []),
+    "--glossary": (["--glossary", os.path.join(os.path.dirname(__file__), "data",
+                                               "glossary_dates.tsv")], []),
 }
 # The ones --file ignored (heavy: the committed model decodes a file); the rest: slow.
 FAST_FLAGS = ("--confidence", "--num-hypotheses")

@@ -38,7 +38,8 @@ COUNTS = (1, 3, COMPILED_BUCKETS[-1] + 1)
 
 def test_compiled_signature_names_its_twin():
     assert COMPILED_SIGNATURES == {COMPILED: LATEST_OPTIONS_SIGNATURE,
-                                   "translate_v3_xla": "translate_v3"}
+                                   "translate_v3_xla": "translate_v3",
+                                   "translate_v4_xla": "translate_v4"}
     assert compiled_signature("translate_v2", ["translate_v2", COMPILED]) == COMPILED
     assert compiled_signature("translate_v2", ["translate_v2"]) is None
     assert compiled_signature("translate", ["translate", COMPILED]) is None
@@ -146,9 +147,9 @@ def test_engine_calls_the_compiled_signature_when_told_to(exported):
 
     path, texts = exported[2], exported[3]
     compiled, plain = SavedModelEngine(path, xla=True), SavedModelEngine(path)
-    # The newest options signature: translate_v3 where the export passes spans through.
-    newest = "translate_v3" if "passthrough" in plain._dtypes else LATEST_OPTIONS_SIGNATURE
-    assert newest == ("translate_v2" if exported[0].passthrough is False else "translate_v3")
+    # The newest options signature: translate_v4 where the export passes spans through.
+    newest = "translate_v4" if "glossary_source" in plain._dtypes else LATEST_OPTIONS_SIGNATURE
+    assert newest == ("translate_v2" if exported[0].passthrough is False else "translate_v4")
     assert (compiled.signature_name, compiled.warm_sizes) == (newest + "_xla",
                                                               COMPILED_BUCKETS)
     assert (plain.signature_name, plain.warm_sizes) == (newest, (1,))

@@ -84,9 +84,13 @@ def test_every_option_is_declared_once_and_derived_everywhere():
         "docs/decoding.md's options table: paste keras_attn.decoding.options.docs_table()")
     from keras_attn.export import request, runtime
 
-    # The options signatures' inputs: every option, then translate_v3's passthrough.
-    assert list(request.OPTION_SPECS) == [*NAMES, "passthrough"]
-    assert list(runtime.option_inputs(DecodingOptions())) == list(NAMES)
+    # The options signatures' inputs: every decoding option, then translate_v3's
+    # passthrough and translate_v4's glossary.
+    from keras_attn.decoding.options import DECODING_NAMES, OPTIONS as ALL
+
+    assert list(request.OPTION_SPECS) == [*DECODING_NAMES, "passthrough",
+                                          *ALL["glossary"].inputs]
+    assert list(runtime.option_inputs(DecodingOptions())) == list(DECODING_NAMES)
     # The artefact's own values travel as the declared unset values.
     inputs = runtime.option_inputs(DecodingOptions())
     assert (inputs["max_length"], inputs["length_penalty"]) == (0, -1.0)

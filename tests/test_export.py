@@ -779,8 +779,10 @@ def test_translate_signature_requests_carry_every_option():
     _, payload = client.build_rest_request(["3 March 2021", b"\xff"], options=options)
     assert payload["signature_name"] == contract.LATEST_OPTIONS_SIGNATURE
     inputs = payload["inputs"]
-    # passthrough is translate_v3's alone (an export that passes spans through has it).
-    v2_defaults = {k: v for k, v in client.OPTION_DEFAULTS.items() if k != "passthrough"}
+    # passthrough is translate_v3's, the glossary translate_v4's (an export that passes
+    # spans through has them).
+    v2_defaults = {k: v for k, v in client.OPTION_DEFAULTS.items()
+                   if k not in ("passthrough", "glossary_source", "glossary_target")}
     assert set(inputs) == set(specs) == set(v2_defaults) | {"text"}
     json_types = {tf.int32: int, tf.float32: float, tf.bool: bool, tf.string: list}
     for name, value in inputs.items():

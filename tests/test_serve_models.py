@@ -54,10 +54,12 @@ class RecordingEngine:
 
     def translate(self, texts, options, confidence=True, passthrough=None):
         self.calls.append(list(texts))
+        if passthrough is not None:
+            options = dataclasses.replace(options, passthrough=passthrough)
         kwargs = {k: v for k, v in dataclasses.asdict(options).items() if v is not None}
         with self._lock:
             return self.translator.translate_nbest(list(texts), confidence=confidence,
-                                                   passthrough=passthrough, **kwargs)
+                                                   **kwargs)
 
 
 NAMES = {"en": "English", "fr": "French", "de": GERMAN_NAME}

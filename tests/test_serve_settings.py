@@ -29,6 +29,7 @@ BAD = {
     "--frontend-language-source": "en fr", "--frontend-language-target": "",
     "--url-prefix": "/lt?x=1", "--trust-forwarded-for": SWITCH, "--metrics": SWITCH,
     "--metrics-auth-token": "", "--file-system-poll-wait-seconds": "-1",
+    "--glossary": "/nonexistent/terms.tsv",
 }
 NOT_SETTINGS = {"--help": "help", "--verbose": "the console's, every command has it"}
 

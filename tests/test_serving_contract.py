@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from keras_attn.decoding.options import OPTIONS
+from keras_attn.decoding.options import DECODING_NAMES, OPTIONS
 from keras_attn.export import contract, option_sets
 from keras_attn.export.option_sets import COMPILED_SIGNATURES
 
@@ -85,19 +85,25 @@ def test_options_signatures_are_frozen_in_the_snapshot():
     """Each options signature's inputs are the code's frozen set; the newest takes every
     option (a new option of keras_attn.decoding.options needs a new signature)."""
     snapshot = contract.load_snapshot()
-    # The committed export is a character model: no pass-through, no translate_v3.
+    # The committed export is a character model: no pass-through, no translate_v3 or v4.
     shipped = option_sets.exported_options_signatures(for_tflite=False, passthrough=False)
     for artefact in ("saved_model", "tflite_text_float32", "tflite_text_int8"):
         for name in shipped:
             options = contract.OPTION_SIGNATURES[name]
             assert set(snapshot[artefact][name]["inputs"]) == {"text", *options}, (artefact,
                                                                                    name)
-        assert option_sets.PASSTHROUGH_SIGNATURE not in snapshot[artefact]
-    assert set(contract.OPTION_SIGNATURES[contract.LATEST_OPTIONS_SIGNATURE]) == set(OPTIONS)
-    assert list(contract.OPTION_SIGNATURES) == ["translate", "translate_v2", "translate_v3"]
+        for name in option_sets.TEXT_SIGNATURES:
+            assert name not in snapshot[artefact]
+    assert set(contract.OPTION_SIGNATURES[contract.LATEST_OPTIONS_SIGNATURE]) == set(
+        DECODING_NAMES)
+    assert list(contract.OPTION_SIGNATURES) == ["translate", "translate_v2", "translate_v3",
+                                                "translate_v4"]
     assert len(contract.OPTION_SIGNATURES["translate"]) == 10  # as it first shipped
     assert contract.OPTION_SIGNATURES["translate_v3"] == (
         *contract.OPTION_SIGNATURES["translate_v2"], "passthrough")
+    # Every option of the options object is an input of the newest: the glossary as two.
+    assert contract.OPTION_SIGNATURES["translate_v4"] == (
+        *contract.OPTION_SIGNATURES["translate_v3"], *OPTIONS["glossary"].inputs)
     assert option_sets.exported_options_signatures(True, True) == shipped
     # A compiled twin (translate_v2_xla) takes and gives exactly what its signature does.
     for name, twin in COMPILED_SIGNATURES.items():
@@ -155,4 +161,4 @@ def test_runtime_sends_only_what_a_signature_takes():
     assert inputs["target_prefix"].dtype == object and inputs["seed"].dtype == np.int32
     with pytest.raises(ValueError, match="`repetition_penalty` is not an input"):
         runtime.option_inputs(DecodingOptions(repetition_penalty=1.5), old)
-    assert set(runtime.option_inputs(DecodingOptions())) == set(OPTIONS)
+    assert set(runtime.option_inputs(DecodingOptions())) == set(DECODING_NAMES)

@@ -37,9 +37,28 @@ def default_text(value):
     return "none" if value == "" else str(value)
 
 
+def _on_off(name):
+    def parse(text):
+        if text not in ("on", "off"):
+            raise argparse.ArgumentTypeError(f"{flag(name)} takes on or off. Received: {text}")
+        return text == "on"
+    return parse
+
+
+def _glossary_file(path):
+    """A ``--glossary`` file's pairs (``argparse`` names the flag when it cannot be read)."""
+    from keras_attn.text import glossary
+
+    try:
+        return glossary.read_tsv(path)
+    except (OSError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_option_flags(parser, names=None, skip=()):
     """A flag per option of ``keras_attn.decoding.options.OPTIONS`` (``names``: only
-    these), its help and default from the declaration; booleans are switches. Every flag
+    these), its help and default from the declaration; booleans are switches (``on`` /
+    ``off`` where the artefact decides the default), a glossary a ``FILE.tsv``. Every flag
     defaults to None (not given: the artefact's or the Translator's default)."""
     from keras_attn.decoding.options import OPTIONS
 
@@ -48,13 +67,22 @@ def add_option_flags(parser, names=None, skip=()):
             continue
         help_text = opt.help
         if "(default:" not in help_text:  # some declarations say it themselves
-            help_text += f" (default: {'off' if opt.dtype == 'bool' else default_text(opt.default)})"
+            shown = {"bool": "off", "glossary": "none"}.get(opt.dtype)
+            help_text += f" (default: {shown or default_text(opt.default)})"
         flags = [flag(name)]
         if name in ALIASES:
             flags.append(ALIASES[name])
             help_text += f"; {ALIASES[name]}: its earlier name, deprecated"
         help_text = help_text.replace("%", "%%")
-        if opt.dtype == "bool":
+        if opt.dtype == "glossary":
+            parser.add_argument(*flags, dest=name, type=_glossary_file, default=None,
+                                metavar="FILE.tsv", help=help_text.replace(
+                                    " (default: none)", "; one source<TAB>target pair a "
+                                    "line (default: none)"))
+        elif opt.dtype == "bool" and opt.default is None:
+            parser.add_argument(*flags, dest=name, type=_on_off(name), default=None,
+                                metavar="on|off", help=help_text)
+        elif opt.dtype == "bool":
             parser.add_argument(*flags, dest=name, action="store_true", default=None,
                                 help=help_text)
         else:

@@ -6,6 +6,7 @@ service (:mod:`keras_attn.serve`), and ``keras-attn serve keys add/remove/list``
 """
 import argparse
 import dataclasses
+import os
 
 from keras_attn.cli import settings
 from keras_attn.cli.console import add_verbose
@@ -93,6 +94,14 @@ def add_parser(sub):
             "serving one and takes over without a restart or a failed request "
             "(docs/deploy.md); 0: never look (default: %(default)s)",
             read=settings.number(0))
+    setting("--glossary", "KERAS_ATTN_SERVE_GLOSSARY", None,
+            "terms every request gets (source<TAB>target lines, UTF-8; a term mapped to "
+            "itself is not translated), for every language pair or, as en-fr=FILE.tsv, for "
+            "one; repeatable (the variable: several separated by " + repr(os.pathsep) + "); "
+            "an API key's glossary (`keras-attn serve keys glossary`) and a request's "
+            "`glossary` win over it for a term they share (default: none)",
+            read=glossary_flag, env_read=glossary_variable, action=Appended,
+            dest="glossaries", metavar="[SRC-TGT=]FILE.tsv")
     add_libretranslate_options(p)
     add_verbose(p, argparse.SUPPRESS)
     return p
@@ -105,6 +114,32 @@ STORAGE = settings.pattern(r"memory://|(redis|rediss|unix)://\S+",
 URL_PREFIX = settings.pattern(
     r"/?([A-Za-z0-9._~!$&'()*+,;=:@%-]+/?)*", "a path such as /lt (empty: none)",
     convert=lambda t: ("/" + t.strip("/")) if t.strip("/") else "")
+
+
+def glossary_flag(text):
+    """One ``--glossary`` value read: ``(None or (source, target), entries)``."""
+    from keras_attn.serve import terms
+
+    try:
+        return terms.read_flag(text)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(
+            f"{e}; expected FILE.tsv or SRC-TGT=FILE.tsv (source<TAB>target lines)") from None
+
+
+def glossary_variable(text):
+    """``KERAS_ATTN_SERVE_GLOSSARY``: ``--glossary`` values separated by ``os.pathsep``."""
+    return [glossary_flag(item) for item in text.split(os.pathsep) if item.strip()]
+
+
+class Appended(argparse.Action):
+    """A repeatable setting: each value given is added to the list (the default, a
+    ``settings.Unset``, is none)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        items = getattr(namespace, self.dest, None)
+        items = list(items) if isinstance(items, list) else []
+        setattr(namespace, self.dest, items + [values])
 
 
 def key_file(text):
@@ -205,7 +240,7 @@ def add_libretranslate_options(p):
 
 
 def run(args):
-    from keras_attn.serve import limits, store
+    from keras_attn.serve import limits, store, terms
     from keras_attn.serve.app import Settings
     from keras_attn.serve.server import serve
 
@@ -224,7 +259,8 @@ def run(args):
         else None,
         "shared_storage": args.req_limit_storage if args.req_limit_storage != "memory://"
         else args.shared_storage,
-        "translation_cache": tuple(k for k in args.translation_cache.split(",") if k.strip())})
+        "translation_cache": tuple(k for k in args.translation_cache.split(",") if k.strip()),
+        "glossaries": terms.read_flags(args.glossaries)})
     return serve(paths[0] if len(paths) == 1 else paths, engine=args.engine, host=args.host,
                  port=args.port,
                  replicas=args.replicas, threads=args.threads, settings=server_settings,
@@ -232,12 +268,15 @@ def run(args):
 
 
 def manage(args):
-    """``keras-attn serve keys add/remove/list`` and ``... suggestions export FILE``."""
+    """``keras-attn serve keys add/remove/list``, ``... keys glossary set/remove/show`` and
+    ``... suggestions export FILE``."""
     from keras_attn.serve import store
 
     words = list(args.words)
     usage = ("usage: keras-attn serve keys add REQ_LIMIT [KEY] [--char-limit N] | keys "
-             "remove KEY | keys list | suggestions export FILE")
+             "remove KEY | keys list | keys glossary set KEY FILE.tsv [SRC-TGT] | keys "
+             "glossary remove KEY [SRC-TGT] | keys glossary show KEY | suggestions export "
+             "FILE")
     if args.path == "suggestions":
         if len(words) != 2 or words[0] != "export":
             raise ValueError(usage)
@@ -245,6 +284,8 @@ def manage(args):
         print(f"{count} suggestion(s) written to {words[1]}")
         return 0
     keys = store.KeyStore(args.api_keys_db_path)
+    if words[:1] == ["glossary"]:
+        return manage_glossary(keys, words[1:], usage)
     if words[:1] == ["add"] and len(words) in (2, 3):
         try:
             limit = int(words[1])
@@ -261,6 +302,34 @@ def manage(args):
         for key, limit, char_limit in keys.all():
             print(f"{key}\treq_limit={limit}\tchar_limit="
                   f"{'-' if char_limit is None else char_limit}")
+    else:
+        raise ValueError(usage)
+    return 0
+
+
+def manage_glossary(keys, words, usage):
+    """``keras-attn serve keys glossary set KEY FILE.tsv [SRC-TGT]``, ``remove KEY
+    [SRC-TGT]``, ``show KEY``: a key's terms, for every pair or one."""
+    from keras_attn.serve import store
+    from keras_attn.text import glossary
+
+    action, rest = (words[0], words[1:]) if words else (None, [])
+    pair = {"set": rest[2:3], "remove": rest[1:2]}.get(action, [])
+    pair = pair[0] if pair else store.EVERY_PAIR
+    if pair and len(pair.split("-")) != 2:
+        raise ValueError(f"a language pair is SRC-TGT (en-fr). Received: {pair}")
+    if action == "set" and len(rest) in (2, 3):
+        keys.set_glossary(rest[0], glossary.read_tsv(rest[1]), pair)
+        print(f"{rest[0]}: {len(glossary.read_tsv(rest[1]))} term(s) for "
+              f"{pair or 'every language pair'}")
+    elif action == "remove" and len(rest) in (1, 2):
+        if not keys.remove_glossary(rest[0], pair):
+            raise ValueError(f"{rest[0]} has no glossary for {pair or 'every language pair'}")
+        print(f"removed the glossary of {rest[0]} for {pair or 'every language pair'}")
+    elif action == "show" and len(rest) == 1:
+        for pair, terms in keys.glossaries(rest[0]).items():
+            for source, target in terms:
+                print(f"{pair or '*'}\t{source}\t{target}")
     else:
         raise ValueError(usage)
     return 0

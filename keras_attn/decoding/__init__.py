@@ -17,7 +17,7 @@ from keras_attn.core import lazy
 
 _NAMES = {
     "confidence": ("Calibrator", "hypothesis_features"),
-    "options": ("DecodingOptions", "length_penalty"),
+    "options": ("TranslationOptions", "DecodingOptions", "length_penalty"),
     "processors": ("LogitsProcessorList", "StepState", "log_probs", "processors_for"),
     "rng": ("uniform",),
     "samplers": ("BeamSampler", "GreedySampler", "RandomSampler", "Sampler", "take_beams"),

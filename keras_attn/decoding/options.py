@@ -1,17 +1,22 @@
-"""Decoding choices per request, as one validated object (API.md, "Decoding options per
-request").
+"""The choices of one request, as one validated object (API.md, "Decoding options per
+request"): the decoding options the search reads, and what the request pipeline reads
+around the model (``passthrough``, ``glossary``).
 
-Each option is declared once, as a field of :class:`DecodingOptions` made by :func:`option`;
-the ``Translator`` keywords, the CLI flags, the serving signatures' inputs and their checks
-and the docs table are derived from :data:`OPTIONS`. Names, meanings and defaults follow
-CTranslate2's ``translate_batch``. What an artefact fixes at export (the largest beam, the
-buffers' length) is passed to :meth:`DecodingOptions.validate`. Imports neither Keras nor
-TensorFlow.
+Each option is declared once, as a field of :class:`TranslationOptions` made by
+:func:`option`; the ``Translator`` keywords, the CLI flags, the HTTP fields, the serving
+signatures' inputs and their checks and the docs table are derived from :data:`OPTIONS`.
+Names, meanings and defaults follow CTranslate2's ``translate_batch``. What an artefact
+fixes at export (the largest beam, the buffers' length) is passed to
+:meth:`TranslationOptions.validate`; what it decides itself (``max_length``, the repetition
+controls, ``passthrough``) is filled in by :meth:`TranslationOptions.resolve`. Imports
+neither Keras nor TensorFlow. ``DecodingOptions`` is its earlier name.
 
 Example:
-    >>> opts = DecodingOptions(beam_size=4, num_hypotheses=2)
+    >>> opts = TranslationOptions(beam_size=4, num_hypotheses=2, glossary={"ticket": "billet"})
     >>> opts.validate(max_beam_size=8, max_length_limit=64).resolve(64).max_length
     64
+    >>> opts.glossary
+    (('ticket', 'billet'),)
 """
 import dataclasses
 import math
@@ -19,6 +24,7 @@ import numbers
 from typing import Any, Callable, Optional
 
 from keras_attn.core.deprecation import renamed
+from keras_attn.text import glossary as glossaries
 
 LENGTH_PENALTY = 0.6  # GNMT alpha (Wu et al. 2016) when a request or export names none
 # The repetition controls' defaults by the kind of target vocabulary
@@ -38,19 +44,26 @@ def control_defaults(tokenizer):
                             else "subword"]
 
 
-def option(default, dtype, rule, help, valid=None, unset=None, ct2=None):
-    """Declare one decoding option: a ``dataclasses.field`` whose metadata is an :class:`Option`.
+DECODING, TEXT = "decoding", "text"  # Option.stage: read by the search / around the model
+GLOSSARY_INPUTS = ("glossary_source", "glossary_target")  # a signature's glossary, (G,) each
+
+
+def option(default, dtype, rule, help, valid=None, unset=None, ct2=None, stage=DECODING):
+    """Declare one option: a ``dataclasses.field`` whose metadata is an :class:`Option`.
 
     Args:
         default: the Python default (None: the artefact's, sent as ``unset``).
-        dtype: ``"int32"``, ``"float32"``, ``"string"`` or ``"bool"``.
+        dtype: ``"int32"``, ``"float32"``, ``"string"``, ``"bool"`` or ``"glossary"`` (a
+            mapping of strings: two string inputs of a signature, :data:`GLOSSARY_INPUTS`).
         rule: what a valid value is, in words (the error message). help: one line.
         valid: ``value -> bool`` with comparisons and ``&`` only (it runs on tensors too).
         unset: the value a signature input takes for "the artefact's default".
         ct2: CTranslate2 ``translate_batch``'s name for the same meaning, or None.
+        stage: :data:`DECODING` (the search reads it) or :data:`TEXT` (the request
+            pipeline reads it around the model: :data:`DECODING_NAMES` leave it out).
     """
     return dataclasses.field(default=default, metadata={"option": Option(
-        "", dtype, default, rule, help, valid, unset, ct2)})
+        "", dtype, default, rule, help, valid, unset, ct2, stage)})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +78,19 @@ class Option:
     valid: Optional[Callable] = None
     unset: Any = None
     ct2: Optional[str] = None
+    stage: str = DECODING
+
+    @property
+    def inputs(self):
+        """The names of its inputs in a serving signature (``glossary``: two)."""
+        return GLOSSARY_INPUTS if self.dtype == "glossary" else (self.name,)
 
     def check(self, value):
         """``ValueError`` naming the option unless ``value`` is of its type and rule."""
         if value is None and self.default is None:
+            return
+        if self.dtype == "glossary":
+            glossaries.entries(value)
             return
         number = isinstance(value, numbers.Real) and not isinstance(value, bool)
         ok = {"int32": lambda: number and isinstance(value, numbers.Integral)
@@ -86,12 +108,19 @@ class Option:
 
 
 @dataclasses.dataclass(frozen=True)
-class DecodingOptions:
-    """The decoding options of one request (one field per option, declared once).
+class TranslationOptions:
+    """The options of one request (one field per option, declared once): the decoding
+    options, then ``passthrough`` and ``glossary``, which the request pipeline reads.
+
+    A ``glossary`` is kept as the ``(source, target)`` pairs of
+    :func:`keras_attn.text.glossary.entries` (the object stays hashable: requests with
+    equal options are batched together).
 
     Example:
-        >>> DecodingOptions(beam_size=4, num_hypotheses=2).sampling
+        >>> TranslationOptions(beam_size=4, num_hypotheses=2).sampling
         False
+        >>> TranslationOptions(glossary={"Tom": "Tom"}).glossary
+        (('Tom', 'Tom'),)
     """
 
     beam_size: int = option(
@@ -137,10 +166,23 @@ class DecodingOptions:
         None, "float32", "a number >= 0", "at most this many target tokens per source token "
         "(Marian's --max-length-factor), within max_length; 0 = off (default: the "
         "artefact's, 3 on subwords, 0 on characters)", lambda v: v >= 0, unset=-1.0)
+    passthrough: Optional[bool] = option(
+        None, "bool", "True or False", "URLs, e-mail addresses, code, tags, numbers and emoji "
+        "pass through unchanged (default: the artefact's, on for subword and word models, "
+        "off on characters)", stage=TEXT)
+    glossary: tuple = option(
+        (), "glossary", f"a mapping of source term -> target term strings (at most "
+        f"{glossaries.MAX_TERMS} terms of at most {glossaries.MAX_TERM_CHARS} characters)",
+        "terms that must come out as given: each source term found (whole words, any case, "
+        "the longest first) becomes its target term exactly once; a term mapped to itself "
+        "is not translated", stage=TEXT)
 
     def __post_init__(self):
+        # A mapping becomes its checked pairs (ValueError naming the problem).
+        object.__setattr__(self, "glossary", glossaries.entries(self.glossary))
         for opt in OPTIONS.values():
-            opt.check(getattr(self, opt.name))
+            if opt.dtype != "glossary":
+                opt.check(getattr(self, opt.name))
         if self.num_hypotheses > self.beam_size:
             raise ValueError(
                 "`num_hypotheses` must not exceed `beam_size` (n-best comes from the beam; "
@@ -156,15 +198,17 @@ class DecodingOptions:
     @classmethod
     def holding(cls, values, sampling=None):
         """Options whose values may be tensors (a traced decoder's inputs), taken unchecked
-        from the dict ``values``. ``sampling``: a Python bool the trace fixes, or None
-        (:attr:`sampling` is then ``sampling_topk > 1``).
+        from the dict ``values`` (every decoding option; the others default).
+        ``sampling``: a Python bool the trace fixes, or None (:attr:`sampling` is then
+        ``sampling_topk > 1``).
 
         Example:
             >>> DecodingOptions.holding({**vars(opts), "seed": seed_tensor}, opts.sampling)
         """
         opts = object.__new__(cls)
         for name in NAMES:
-            object.__setattr__(opts, name, values[name])
+            object.__setattr__(opts, name, values[name] if name in DECODING_NAMES
+                               else values.get(name, OPTIONS[name].default))
         object.__setattr__(opts, "_sampling", None if sampling is None else bool(sampling))
         return opts
 
@@ -177,28 +221,35 @@ class DecodingOptions:
         """These options with ``values`` replaced, unchecked (:meth:`holding`)."""
         if sampling is None:
             sampling = self.__dict__["_sampling"] if self._holds else self.sampling
-        return DecodingOptions.holding({**{n: getattr(self, n) for n in NAMES}, **values},
-                                       sampling)
+        return TranslationOptions.holding({**{n: getattr(self, n) for n in NAMES}, **values},
+                                          sampling)
 
     @classmethod
     def from_kwargs(cls, **kwargs):
-        """``DecodingOptions(**kwargs)`` with an unknown keyword named clearly."""
+        """``TranslationOptions(**kwargs)`` with an unknown keyword named clearly."""
         unknown = sorted(set(kwargs) - set(NAMES))
         if unknown:
-            raise ValueError(
-                f"Unknown decoding option(s) {unknown}; the options are {list(NAMES)}")
+            raise ValueError(f"Unknown option(s) {unknown}; the options are {list(NAMES)}")
         return cls(**kwargs)
 
-    def resolve(self, max_length_limit, length_penalty=LENGTH_PENALTY, controls=None):
+    @property
+    def decoding(self):
+        """The decoding options alone, by name (what the search and a signature read)."""
+        return {name: getattr(self, name) for name in DECODING_NAMES}
+
+    def resolve(self, max_length_limit, length_penalty=LENGTH_PENALTY, controls=None,
+                passthrough=False):
         """These options with what they leave to the artefact filled in: ``max_length``
-        (``max_length_limit``), ``length_penalty`` and the repetition controls
-        (``controls``: a dict of :data:`CONTROLS`; default: all off). Unset is None, or for
-        a tensor its :attr:`Option.unset` value."""
+        (``max_length_limit``), ``length_penalty``, the repetition controls (``controls``:
+        a dict of :data:`CONTROLS`; default: all off) and ``passthrough`` (the artefact's
+        default, a bool). Unset is None, or for a tensor its :attr:`Option.unset` value."""
         controls = CONTROL_DEFAULTS["character"] if controls is None else controls
         defaults = {"max_length": max_length_limit, "length_penalty": length_penalty,
                     **{name: controls[name] for name in CONTROLS}}
         values = {name: _resolved(getattr(self, name), OPTIONS[name], default)
                   for name, default in defaults.items()}
+        if self.passthrough is None:
+            values["passthrough"] = bool(passthrough)
         if self._holds:
             return self.replaced(**values)
         return dataclasses.replace(self, **values)
@@ -237,9 +288,12 @@ def _resolved(value, opt, default):
     return ops.where(ops.equal(value, opt.unset), ops.cast(default, value.dtype), value)
 
 
+DecodingOptions = TranslationOptions  # its earlier name (public: kept for code that uses it)
 OPTIONS = {f.name: dataclasses.replace(f.metadata["option"], name=f.name)
-           for f in dataclasses.fields(DecodingOptions)}  # name -> Option, declaration order
+           for f in dataclasses.fields(TranslationOptions)}  # name -> Option, declared order
 NAMES = tuple(OPTIONS)
+DECODING_NAMES = tuple(name for name, opt in OPTIONS.items() if opt.stage == DECODING)
+"""The decoding options: what the search reads (``translate_v2``'s inputs)."""
 
 
 def docs_table():
@@ -247,8 +301,10 @@ def docs_table():
     rows = ["| option | type, default | meaning | CTranslate2 `translate_batch` |",
             "| --- | --- | --- | --- |"]
     for opt in OPTIONS.values():
-        default = "the artefact's" if opt.default is None else repr(opt.default)
-        rows.append(f"| `{opt.name}` | {opt.dtype}, {default} | {opt.help} | "
+        default = ("the artefact's" if opt.default is None else
+                   "none" if opt.dtype == "glossary" else repr(opt.default))
+        kind = "mapping of strings" if opt.dtype == "glossary" else opt.dtype
+        rows.append(f"| `{opt.name}` | {kind}, {default} | {opt.help} | "
                     f"{'`' + opt.ct2 + '`' if opt.ct2 else '—'} |")
     return "\n".join(rows)
 

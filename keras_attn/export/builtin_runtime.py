@@ -199,26 +199,30 @@ class BuiltinTextRuntime:
         """``texts`` (str or UTF-8 bytes) translated.
 
         Args:
-            passthrough: spans pass through (None: as the export's ``serving_default``,
-                the folder's ``metadata.json``).
+            passthrough: spans pass through (None: the option's, else as the export's
+                ``serving_default``, the folder's ``metadata.json``).
             options: ``DecodingOptions`` keywords; the loop honours ``max_length``,
                 ``max_length_factor`` and ``return_alignments`` (:func:`check_loop_options`
-                refuses what the step fixes).
+                refuses what the step fixes); a ``glossary``'s terms are put in by the word
+                alignment of the step's ``attention``.
 
         Returns:
             dict of numpy arrays ``translation`` (bytes), ``score``, ``confidence``,
-            ``truncated`` ``(B,)``; ``alignment`` (bytes) with ``return_alignments``.
+            ``truncated`` ``(B,)``; ``alignment`` (bytes) with ``return_alignments``;
+            ``applied_terms`` (a list of dicts) with a ``glossary``.
         """
         from keras_attn.decoding.options import DecodingOptions
         from keras_attn.export import runtime
 
         opts = DecodingOptions.from_kwargs(**options)
         check_loop_options(opts, self.controls)
-        passthrough = self.passthrough if passthrough is None else bool(passthrough)
+        passthrough = next(p for p in (passthrough, opts.passthrough, self.passthrough)
+                           if p is not None)
         names = {**runtime._SINGLE, "alignment": "alignment"}
         out = runtime.by_document(texts, lambda s: self._sentences(s, opts), names,
-                                  passthrough=passthrough,
-                                  keep_alignments=opts.return_alignments)
+                                  passthrough=bool(passthrough),
+                                  keep_alignments=opts.return_alignments,
+                                  glossary=opts.glossary)
         if not opts.return_alignments:
             out.pop("alignment")
         return out

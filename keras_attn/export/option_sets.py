@@ -27,17 +27,27 @@ OPTION_SIGNATURES = {
                      "sampling_temperature", "seed", "return_alignments",
                      "repetition_penalty", "no_repeat_ngram_size", "max_length_factor",
                      "passthrough"),
+    # And a glossary (keras_attn.export.glossary_graph): GLOSSARY_SIGNATURE.
+    "translate_v4": ("beam_size", "num_hypotheses", "length_penalty", "max_length",
+                     "target_prefix", "sampling_topk", "sampling_topp",
+                     "sampling_temperature", "seed", "return_alignments",
+                     "repetition_penalty", "no_repeat_ngram_size", "max_length_factor",
+                     "passthrough", "glossary_source", "glossary_target"),
 }
 # The newest signature every export with options signatures has (TFLite's newest).
 LATEST_OPTIONS_SIGNATURE = "translate_v2"
 # The signature with a `passthrough` input: only in a SavedModel whose serving_default
 # passes spans through.
 PASSTHROUGH_SIGNATURE = "translate_v3"
+# The signature with a glossary (and its output `applied_terms`): in the same SavedModels
+# (its graph reads text with the same regex ops).
+GLOSSARY_SIGNATURE = "translate_v4"
+TEXT_SIGNATURES = (PASSTHROUGH_SIGNATURE, GLOSSARY_SIGNATURE)
 # The SavedModel's XLA-compiled twins: the inputs and outputs of the signature they are
 # named after, greedy decoding compiled by XLA (keras_attn.export.request).
 COMPILED_SUFFIX = "_xla"
 COMPILED_SIGNATURES = {name + COMPILED_SUFFIX: name
-                       for name in (LATEST_OPTIONS_SIGNATURE, PASSTHROUGH_SIGNATURE)}
+                       for name in (LATEST_OPTIONS_SIGNATURE, *TEXT_SIGNATURES)}
 # The numbers of sentences their compiled decoding runs (XLA compiles once per shape).
 COMPILED_BUCKETS = (1, 2, 4, 8, 16, 32)
 
@@ -67,6 +77,6 @@ def compiled_signature(name, available):
 
 def exported_options_signatures(for_tflite, passthrough):
     """The options signatures an export carries, oldest first: every one but
-    :data:`PASSTHROUGH_SIGNATURE`, which only a SavedModel with ``passthrough`` has."""
+    :data:`TEXT_SIGNATURES`, which only a SavedModel with ``passthrough`` has."""
     return [name for name in OPTION_SIGNATURES
-            if name != PASSTHROUGH_SIGNATURE or (passthrough and not for_tflite)]
+            if name not in TEXT_SIGNATURES or (passthrough and not for_tflite)]

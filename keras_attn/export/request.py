@@ -8,7 +8,8 @@ options (:func:`checks`), then decodes with ``Translator.search``. The compiled 
 (``translate_v2_xla``) decode a greedy request in one XLA cluster.
 
 Outputs: ``translations``, ``alignments`` (Pharaoh pairs, empty unless asked) string
-``(B, N)``, ``scores``, ``confidences`` float32 ``(B, N)``, ``truncated`` bool ``(B,)``.
+``(B, N)``, ``scores``, ``confidences`` float32 ``(B, N)``, ``truncated`` bool ``(B,)``;
+with a glossary's inputs (``translate_v4``), ``applied_terms`` int32 ``(B, G)``.
 """
 import inspect
 
@@ -21,29 +22,35 @@ from keras_attn.translation import alignment
 from keras_attn.kernels import fastpath
 
 from keras_attn.text import tokenizers as text
-from keras_attn.decoding.options import OPTIONS, DecodingOptions
+from keras_attn.decoding.options import (DECODING_NAMES, GLOSSARY_INPUTS, OPTIONS,
+                                         DecodingOptions)
 from keras_attn.export.option_sets import (COMPILED_BUCKETS, LATEST_OPTIONS_SIGNATURE,
                                             OPTION_SIGNATURES)
 
-# Every input of an options signature but ``text``, and its dtype.
-OPTION_SPECS = {**{name: tf.as_dtype(opt.dtype) for name, opt in OPTIONS.items()},
-                "passthrough": tf.bool}
+# Every input of an options signature but ``text``, and its dtype: the decoding options,
+# then ``passthrough`` (translate_v3) and the glossary's two (translate_v4).
+OPTION_SPECS = {**{name: tf.as_dtype(OPTIONS[name].dtype) for name in DECODING_NAMES},
+                "passthrough": tf.bool, **{name: tf.string for name in GLOSSARY_INPUTS}}
+VECTORS = ("target_prefix", *GLOSSARY_INPUTS)  # the inputs of shape (None,)
 TRANSLATE_SIGNATURE = "translate"  # the first options signature (frozen, as all are)
 
 
 def input_signature(batch_size=None, signature=LATEST_OPTIONS_SIGNATURE):
     """``tf.TensorSpec`` s of an options signature: ``text (B,)`` then its options as
-    scalars, but ``target_prefix``: strings ``(P,)`` (none, one for all, or ``P = B``)."""
+    scalars, but ``target_prefix``: strings ``(P,)`` (none, one for all, or ``P = B``) and
+    the glossary's: strings ``(G,)``."""
     return [tf.TensorSpec([batch_size], tf.string, name="text")] + [
-        tf.TensorSpec([None] if name == "target_prefix" else [], OPTION_SPECS[name],
-                      name=name)
+        tf.TensorSpec([None] if name in VECTORS else [], OPTION_SPECS[name], name=name)
         for name in OPTION_SIGNATURES[signature]]
 
 
 def unset_value(name):
-    """The tensor that leaves option ``name`` to the export (``passthrough``: False)."""
+    """The tensor that leaves option ``name`` to the export (``passthrough``: False; a
+    glossary: no term)."""
     if name == "passthrough":
         return tf.constant(False)
+    if name in GLOSSARY_INPUTS:
+        return tf.constant([], tf.string)
     opt = OPTIONS[name]
     value = opt.signature_value(opt.default)
     return tf.constant([] if opt.dtype == "string" else value, OPTION_SPECS[name])
@@ -58,7 +65,10 @@ def signature_function(translate, signature, name=None, newest=LATEST_OPTIONS_SI
     def call(text_input, *options):
         values = {name: unset_value(name) for name in OPTION_SIGNATURES[newest]}
         values.update(zip(names, options))
-        return translate(text_input, **values)
+        out = translate(text_input, **values)
+        if GLOSSARY_INPUTS[0] not in names:  # an older signature answers as it did
+            out.pop("applied_terms", None)
+        return out
 
     def default(name):
         return tf.constant(True) if name == "passthrough" else unset_value(name)
@@ -82,8 +92,8 @@ def checks(options, max_beam_size, max_len, prefix_len, for_tflite):
     """The ops that refuse bad options (messages as ``DecodingOptions``'s ``ValueError``):
     each option's rule (its ``unset`` value allowed), then what the export fixed."""
     rules = []
-    for name, opt in OPTIONS.items():
-        value = options[name]
+    for name in DECODING_NAMES:
+        opt, value = OPTIONS[name], options[name]
         ok = tf.math.is_finite(value) if opt.dtype == "float32" else None
         if opt.valid is not None:
             valid = opt.valid(value)
@@ -138,7 +148,7 @@ class RequestDecoder:
             # The greedy search of the compiled signatures (:meth:`translate_compiled`):
             # one XLA cluster, traced once; XLA compiles it for each bucket's shape.
             options = {name: tf.TensorSpec([], OPTION_SPECS[name], name=name)
-                       for name in OPTIONS if name != "target_prefix"}
+                       for name in DECODING_NAMES if name != "target_prefix"}
             rows = tf.TensorSpec([None, module.max_len], tf.int32)
             self._compiled_greedy = fastpath.graph_function(
                 fastpath.under(self._greedy_search, dynamic_shapes=False, compiled=True,
@@ -153,11 +163,14 @@ class RequestDecoder:
         return tf.cond(search, lambda: fallback(strings, **options),
                        lambda: self.translate(strings, compiled=True, **options))
 
-    def translate(self, strings, compiled=False, passthrough=False, **options):
+    def translate(self, strings, compiled=False, passthrough=False, glossary_source=None,
+                  glossary_target=None, **options):
         """The options signatures' body: a SavedModel splits texts into sentences and joins
         them back, a TFLite file translates sentences and returns ``needs_split``.
         ``compiled``: :meth:`translate_compiled`'s. ``passthrough``: a bool (tensor), spans
-        pass through (:func:`keras_attn.export.spans_graph.passed_through`; SavedModel)."""
+        pass through (:func:`keras_attn.export.spans_graph.passed_through`; SavedModel).
+        ``glossary_source``, ``glossary_target``: strings ``(G,)``, the terms put in
+        (:func:`keras_attn.export.glossary_graph.with_glossary`; SavedModel)."""
         from keras_attn.export import documents
 
         if self.module.for_tflite:  # True where a text may not be one sentence: split first
@@ -172,12 +185,20 @@ class RequestDecoder:
                                                 **dict(options,
                                                        return_alignments=return_alignments))
 
-            if passthrough is False:
-                return decode(sentences.flat_values, options["return_alignments"])
-            from keras_attn.export import spans_graph
+            def spans_kept(flat, keep_alignments):
+                if passthrough is False:
+                    return decode(flat, keep_alignments)
+                from keras_attn.export import spans_graph
 
-            return spans_graph.passed_through(sentences.flat_values, decode, passthrough,
-                                              options["return_alignments"])
+                return spans_graph.passed_through(flat, decode, passthrough, keep_alignments)
+
+            if glossary_source is None:
+                return spans_kept(sentences.flat_values, options["return_alignments"])
+            from keras_attn.export import glossary_graph
+
+            return glossary_graph.with_glossary(
+                sentences.flat_values, spans_kept, glossary_source, glossary_target,
+                passthrough, options["return_alignments"])
 
         return documents.translate_documents_tensor(strings, sentences_of)
 
@@ -257,7 +278,7 @@ class RequestDecoder:
         rows = tf.shape(source)[0]
         source, prefix = (tf.pad(t, [[0, tf.maximum(1 - rows, 0)],  # no sentence: one row
                                      [0, length - tf.shape(t)[1]]]) for t in (source, prefix))
-        options = {name: getattr(o, name) for name in OPTIONS if name != "target_prefix"}
+        options = {name: getattr(o, name) for name in DECODING_NAMES if name != "target_prefix"}
         largest = COMPILED_BUCKETS[-1]
 
         def bucket(size):

@@ -85,7 +85,7 @@ def tflite_settings(content):
     return {}
 
 
-def run_tflite_text(model, texts, split=True, passthrough=None):
+def run_tflite_text(model, texts, split=True, passthrough=None, glossary=None):
     """Translate with a text-target flatbuffer (a path or its bytes): each text is split as
     the SavedModel splits it, its sentences translated in one batch and joined back.
 
@@ -98,11 +98,16 @@ def run_tflite_text(model, texts, split=True, passthrough=None):
             back by the file's word alignment as the SavedModel's ``serving_default`` does;
             None: as the export's ``serving_default`` does (:func:`tflite_settings`; off for
             a file exported before them).
+        glossary: ``{source term: target term}`` put in by the file's word alignment
+            (:func:`keras_attn.translation.glossary.with_glossary`).
 
     Returns:
         dict of numpy arrays ``translation`` (bytes), ``score``, ``confidence`` and
-        ``truncated`` ``(B,)``; with ``split=False`` the file's outputs, ``needs_split`` too.
+        ``truncated`` ``(B,)``; with ``split=False`` the file's outputs, ``needs_split`` too;
+        with a glossary, ``applied_terms`` (per text the terms put in, a list of dicts).
     """
+    from keras_attn.text.glossary import entries
+
     from keras_attn.translation import pipeline
 
     interpreter, settings = _text_file(model)
@@ -113,11 +118,13 @@ def run_tflite_text(model, texts, split=True, passthrough=None):
         passthrough = bool(settings.get("passthrough", False))
     run, names = (lambda sentences: _run_sentences(runner, sentences)), _SINGLE
     aligned = _aligned_sentences(interpreter, settings)
-    if passthrough and aligned is not None and pipeline.has_spans(_decoded(texts)):
+    glossary = entries(glossary)
+    if aligned is not None and ((passthrough and pipeline.has_spans(_decoded(texts)))
+                                or pipeline.has_terms(_decoded(texts), glossary)):
         # serving_default's graph places spans by the alignment: the options signature
-        # gives the same decoding with its alignments.
+        # gives the same decoding with its alignments (and they place a glossary's terms).
         run, names = aligned, {**_SINGLE, "alignment": "alignment"}
-    out = by_document(texts, run, names, passthrough=passthrough)
+    out = by_document(texts, run, names, passthrough=passthrough, glossary=glossary)
     out.pop("alignment", None)
     return out
 
@@ -158,12 +165,14 @@ def run_tflite_options(model, texts, passthrough=None, **options):
     options (API.md), n-best and alignments.
 
     Args:
-        model, passthrough: as :func:`run_tflite_text`'s. texts: strings.
-        options: keyword arguments of ``DecodingOptions``.
+        model, passthrough: as :func:`run_tflite_text`'s (``passthrough`` given wins over
+            the option's). texts: strings.
+        options: keyword arguments of ``DecodingOptions`` (``glossary`` too).
 
     Returns:
         dict of numpy arrays ``translations`` (bytes), ``scores``, ``confidences``,
-        ``alignments`` (bytes, empty unless asked) ``(B, N)`` and ``truncated`` ``(B,)``.
+        ``alignments`` (bytes, empty unless asked) ``(B, N)`` and ``truncated`` ``(B,)``;
+        with a ``glossary``, ``applied_terms``: per text ``{source term: target term}``.
 
     Raises:
         ValueError: a bad option (checked before the file runs).
@@ -181,15 +190,17 @@ def run_tflite_options(model, texts, passthrough=None, **options):
     opts = DecodingOptions.from_kwargs(**options)
     interpreter, settings = _text_file(model)
     if passthrough is None:
+        passthrough = opts.passthrough
+    if passthrough is None:
         passthrough = bool(settings.get("passthrough", False))
+    opts = dataclasses.replace(opts, passthrough=bool(passthrough))
     runner = interpreter.get_signature_runner(
         newest_options_signature(interpreter.get_signature_list()))
-    decode = opts
-    if passthrough and not opts.return_alignments and pipeline.has_spans(_decoded(texts)):
-        decode = dataclasses.replace(opts, return_alignments=True)
+    decode = pipeline.needs_alignments(None, _decoded(texts), opts)
     inputs = option_inputs(decode, runner.get_input_details())
     return by_document(texts, lambda sentences: runner(text=sentences, **inputs), _NBEST,
-                       opts.num_hypotheses, passthrough, opts.return_alignments)
+                       opts.num_hypotheses, opts.passthrough, opts.return_alignments,
+                       opts.glossary)
 
 
 def run_tflite_score(model, sources, targets):
@@ -214,22 +225,26 @@ def run_tflite_score(model, sources, targets):
     return runner(source=text_array(sources), target=text_array(targets))
 
 
-def option_inputs(opts, accepted=None, passthrough=False):
+def option_inputs(opts, accepted=None, passthrough=False, glossary=()):
     """An options signature's inputs (numpy scalars) for ``DecodingOptions`` ``opts``, one
-    per ``keras_attn.decoding.options.OPTIONS`` entry (``target_prefix``: a list of no string
-    or one).
+    per decoding option (``keras_attn.decoding.options.DECODING_NAMES``; ``target_prefix``:
+    a list of no string or one).
 
     Args:
-        accepted: the input names of the signature called (None: every option).
+        accepted: the input names of the signature called (None: every decoding option).
         passthrough: the ``passthrough`` input, where ``accepted`` has it.
+        glossary: ``(source, target)`` pairs: the ``glossary_source`` and
+            ``glossary_target`` inputs (strings ``(G,)``), where ``accepted`` has them.
 
     Raises:
-        ValueError: ``opts`` sets an option that ``accepted`` lacks (an older export).
+        ValueError: ``opts`` sets a decoding option that ``accepted`` lacks (an older
+            export).
     """
-    from keras_attn.decoding.options import OPTIONS
+    from keras_attn.decoding.options import DECODING_NAMES, GLOSSARY_INPUTS, OPTIONS
 
     inputs = {}
-    for name, opt in OPTIONS.items():
+    for name in DECODING_NAMES:
+        opt = OPTIONS[name]
         if accepted is not None and name not in accepted:
             if getattr(opts, name) != opt.default:
                 raise ValueError(f"`{name}` is not an input of this artefact's options "
@@ -243,6 +258,9 @@ def option_inputs(opts, accepted=None, passthrough=False):
             inputs[name] = np.dtype(opt.dtype).type(value)  # int32, float32 or bool
     if accepted is not None and "passthrough" in accepted:
         inputs["passthrough"] = np.bool_(passthrough)
+    if accepted is not None and GLOSSARY_INPUTS[0] in accepted:
+        for name, side in zip(GLOSSARY_INPUTS, (0, 1)):
+            inputs[name] = np.array([p[side].encode("utf-8") for p in glossary], dtype=object)
     return inputs
 
 
@@ -260,10 +278,11 @@ _NBEST = {"translation": "translations", "score": "scores", "confidence": "confi
 
 
 def by_document(texts, run, names, num_hypotheses=None, passthrough=False,
-                keep_alignments=True):
+                keep_alignments=True, glossary=()):
     """``run(sentences)``'s per-sentence outputs joined into B documents by
     :func:`keras_attn.translation.pipeline.split_and_join`: ``(B,)`` or ``(B, N)`` under the
-    names of ``names`` (:data:`_SINGLE`, or :data:`_NBEST` with ``num_hypotheses``)."""
+    names of ``names`` (:data:`_SINGLE`, or :data:`_NBEST` with ``num_hypotheses``); with
+    a ``glossary`` (its pairs), ``applied_terms`` too (a list of B dicts)."""
     from keras_attn.translation import pipeline
 
     n = num_hypotheses or 1
@@ -278,9 +297,11 @@ def by_document(texts, run, names, num_hypotheses=None, passthrough=False,
                 for s in range(len(sentences))]
 
     docs = pipeline.split_and_join(_decoded(texts), translate, n, passthrough,
-                                   keep_alignments, confidence="confidence" in names)
+                                   keep_alignments, "confidence" in names, glossary)
     shape = (len(docs),) if num_hypotheses is None else (len(docs), n)
     result = {"truncated": np.array([hyps[0]["truncated"] for hyps in docs], bool)}
+    if glossary:
+        result["applied_terms"] = [hyps[0]["applied_terms"] for hyps in docs]
     for k, name in names.items():
         if k in ("translation", "alignment"):  # "": a text of no sentence aligns nothing
             values = [[h.get(k, "").encode("utf-8") for h in hyps] for hyps in docs]

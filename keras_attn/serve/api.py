@@ -1,9 +1,10 @@
 """LibreTranslate's ``POST /translate`` fields, read and checked, and its answer built.
 
 Fields: LibreTranslate's (``q``, ``source``, ``target``, ``format``, ``alternatives``,
-``api_key``) and ours (every option of :data:`keras_attn.decoding.options.OPTIONS`,
-``return_scores``, ``passthrough``). The answer: ``translatedText``, and ``alternatives``,
-``detectedLanguage``, ``pivot`` and ``hypotheses`` where asked. Errors: :class:`ApiError`.
+``api_key``) and ours (every option of :data:`keras_attn.decoding.options.OPTIONS`, such as
+``passthrough`` and ``glossary``; ``return_scores``). The answer: ``translatedText``, and
+``alternatives``, ``detectedLanguage``, ``pivot``, ``hypotheses`` and ``appliedTerms``
+where asked. Errors: :class:`ApiError`.
 
 Example:
     >>> request = parse_fields({"q": "3 March 2021", "source": "dates", "target": "iso",
@@ -12,14 +13,16 @@ Example:
     3
 """
 import dataclasses
+import json
 from typing import Optional
 
-from keras_attn.decoding.options import OPTIONS, DecodingOptions
+from keras_attn.decoding.options import DECODING_NAMES, OPTIONS, DecodingOptions
 
 FORMATS = ("text", "html")  # html: markup kept, text translated (keras_attn.serve.markup)
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 _WORDS = {"int32": "an integer", "float32": "a number", "bool": "true or false",
-          "string": "a string"}
+          "string": "a string", "glossary": "an object of source term -> target term "
+          "strings (in a form: that object as JSON text)"}
 
 
 class ApiError(Exception):
@@ -52,8 +55,8 @@ def check_int(name, value, low, note=""):
 @dataclasses.dataclass
 class TranslateRequest:
     """A checked ``POST /translate`` (:func:`parse_fields`): the texts (``batch``: ``q`` was
-    a list), ``hypotheses``: the n-best lists are returned; ``passthrough`` None: the
-    engine's default."""
+    a list), ``hypotheses``: the n-best lists are returned. Its ``options`` hold every
+    per-request choice (``passthrough``, ``glossary`` too)."""
 
     texts: list
     batch: bool
@@ -64,14 +67,26 @@ class TranslateRequest:
     options: DecodingOptions
     hypotheses: bool
     api_key: Optional[str]
-    passthrough: Optional[bool] = None
+
+    @property
+    def passthrough(self):
+        """``options.passthrough`` (None: the engine's default)."""
+        return self.options.passthrough
 
 
 def _typed(name, dtype, value, form=False):
-    """``value`` of field ``name`` as ``dtype`` (a decoding option's); a form's strings are
-    parsed."""
+    """``value`` of field ``name`` as ``dtype`` (an option's); a form's strings are parsed
+    (a glossary's as JSON)."""
     if dtype == "string" and isinstance(value, str):
         return value
+    if dtype == "glossary":
+        if form and isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                pass
+        if isinstance(value, dict):
+            return value
     if dtype == "bool" and isinstance(value, bool):
         return value
     if dtype in ("int32", "float32") and not isinstance(value, bool) and isinstance(
@@ -158,7 +173,6 @@ def parse_fields(fields, languages, form=False):
     return_scores = fields.get("return_scores")
     return_scores = return_scores is not None and _typed("return_scores", "bool",
                                                          return_scores, form)
-    passthrough = _optional(fields, "passthrough", "bool", form)
     hypotheses = bool(return_scores or options.get("return_alignments")
                       or options.get("num_hypotheses", 1) > 1)
     if alternatives:  # the n-best list after the best: a beam (or samples) that long
@@ -169,13 +183,20 @@ def parse_fields(fields, languages, form=False):
     except ValueError as e:
         raise bad_request(f"Invalid request: {e}") from None
     return TranslateRequest(texts, batch, source, target, text_format, alternatives,
-                            decoding, hypotheses, api_key, passthrough)
+                            decoding, hypotheses, api_key)
 
 
-def passthrough_of(request):
-    """``Batcher.submit``'s ``passthrough`` keyword, when the request says."""
-    passthrough = getattr(request, "passthrough", None)
-    return {} if passthrough is None else {"passthrough": passthrough}
+def text_options(fields, form=False):
+    """The options of a body that are not decoding options (``passthrough``,
+    ``glossary``: what ``POST /translate_file`` takes), checked: a dict by name."""
+    values = {name: _typed(name, opt.dtype, fields[name], form)
+              for name, opt in OPTIONS.items() if name not in DECODING_NAMES
+              and fields.get(name) not in (None, "")}
+    try:
+        DecodingOptions.from_kwargs(**values)
+    except ValueError as e:
+        raise bad_request(f"Invalid request: {e}") from None
+    return values
 
 
 def parse_attention_fields(fields, languages):
@@ -214,6 +235,10 @@ def answer(request, results, source_code, confidence=100.0, pivot=None):
         body["pivot"] = pivot
     if request.hypotheses:
         body["hypotheses"] = one(results)
+    if request.options.glossary or any("applied_terms" in hyps[0] for hyps in results
+                                       if hyps):
+        body["appliedTerms"] = one([hyps[0].get("applied_terms", {}) if hyps else {}
+                                    for hyps in results])
     return body
 
 

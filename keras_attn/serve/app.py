@@ -46,6 +46,9 @@ class Settings:
         shared_storage: ``memory://`` or a ``redis://`` URL (``--shared-storage`` or
             ``--req-limit-storage``).
         translation_cache: ``("all",)`` or the API keys whose answers are cached.
+        glossaries: ``{None or (source, target): entries}``: the server's glossary for
+            every request (``None``: of every pair), under the API key's and the
+            request's (:func:`keras_attn.serve.terms.read_flags` reads ``--glossary``).
         file_system_poll_wait_seconds: seconds between two looks for a model's new version
             (:class:`~keras_attn.serve.versions.Watcher`; 0: none).
 
@@ -76,6 +79,7 @@ class Settings:
     get_api_key_link: str = ""
     metrics_auth_token: str = ""
     translation_cache: tuple = ()
+    glossaries: Optional[dict] = None
     file_system_poll_wait_seconds: float = 1.0
 
 

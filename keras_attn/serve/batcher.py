@@ -1,6 +1,6 @@
 """Requests of concurrent clients decoded together (as TF Serving's ``--enable_batching``).
 
-Requests are grouped by decoding options, confidence and passthrough. A free replica takes
+Requests are grouped by options (glossary and passthrough included) and confidence. A free replica takes
 whole requests, up to ``max_batch`` texts, of the group whose oldest request came first,
 once it holds ``max_batch`` texts or its oldest waited ``wait_ms``. At most ``queue_size``
 requests wait (:class:`QueueFull`: 503); one past its ``timeout`` raises
@@ -110,7 +110,7 @@ class Batcher:
                      passthrough=None):
         """Per text of ``texts``, its hypotheses, decoded with other clients' requests.
         ``timing``: a dict that receives the seconds waited (``"queue"``) and decoded
-        (``"engine"``). ``passthrough``: None: the engine's default.
+        (``"engine"``). ``passthrough``: given, it replaces ``options.passthrough``.
 
         Raises:
             QueueFull: ``queue_size`` requests are waiting already.
@@ -120,7 +120,9 @@ class Batcher:
         if self.waiting >= self.queue_size:
             raise QueueFull(self.queue_size, self.retry_after())
         future = asyncio.get_running_loop().create_future()
-        key = (options, bool(confidence)) + (() if passthrough is None else (bool(passthrough),))
+        if passthrough is not None:
+            options = dataclasses.replace(options, passthrough=bool(passthrough))
+        key = (options, bool(confidence))
         self._groups.setdefault(key, collections.deque()).append(
             _Request(list(texts), options, future, time.monotonic(), timing))
         self.waiting += 1

@@ -43,10 +43,12 @@ class TranslationCache:
                                      and request.api_key in self.who)
 
     @staticmethod
-    def key(request):
+    def key(request, *more):
+        """The digest of the request but its API key, and of ``more`` (what else the
+        answer depends on: the key's glossaries)."""
         fields = dataclasses.asdict(request)
         fields.pop("api_key")
-        return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str)
+        return hashlib.sha256(json.dumps([fields, *more], sort_keys=True, default=str)
                               .encode("utf-8")).hexdigest()
 
     def get(self, key):

@@ -17,7 +17,7 @@ import re
 from typing import ClassVar, Optional, Protocol
 
 from keras_attn.core.runs import read_json
-from keras_attn.decoding.options import DecodingOptions
+from keras_attn.decoding.options import OPTIONS, DecodingOptions
 from keras_attn.text import spans
 
 # The names the exporters write (their modules import TensorFlow or CTranslate2;
@@ -78,9 +78,10 @@ class Engine(Protocol):
 
     def translate(self, texts, options, confidence=True, passthrough=None):
         """Per text, its hypotheses best first (``Translator.translate_nbest``'s shape),
-        with ``"alignment"`` when ``options.return_alignments`` and ``"confidence"`` when
-        ``confidence``. ``passthrough``: URLs, code, numbers... pass through (None: the
-        engine's default). Bad options raise ``ValueError`` naming the option (a 400)."""
+        with ``"alignment"`` when ``options.return_alignments``, ``"confidence"`` when
+        ``confidence`` and ``"applied_terms"`` when ``options.glossary``. ``options``
+        hold ``passthrough`` (None: the engine's default; the ``passthrough`` argument,
+        given, replaces it). Bad options raise ``ValueError`` naming the option (a 400)."""
 
 
 class SavedModelEngine:
@@ -170,25 +171,37 @@ class SavedModelEngine:
 
     def translate(self, texts, options, confidence=True, passthrough=None):
         """:meth:`Engine.translate`: the graph answers sentences, the pipeline splits and
-        joins documents; spans pass through in the graph where it has a ``passthrough``
-        input, else in the pipeline, placed by the graph's alignments."""
+        joins documents; spans pass through and a glossary's terms are put in by the graph
+        where its signature takes them (``translate_v3``: ``passthrough``; ``translate_v4``:
+        the glossary too), else by the pipeline, placed by the graph's alignments."""
         if not texts:
             return []
-        passthrough = self.passthrough if passthrough is None else bool(passthrough)
-        in_graph = "passthrough" in self._dtypes
+        if passthrough is not None:
+            options = dataclasses.replace(options, passthrough=bool(passthrough))
+        if options.passthrough is None:
+            options = dataclasses.replace(options, passthrough=self.passthrough)
+        in_graph = {name: name in self._dtypes for name in ("passthrough", "glossary_source")}
+        graph_glossary = options.glossary if in_graph["glossary_source"] else ()
+        graph_passthrough = options.passthrough and in_graph["passthrough"]
+        python = dataclasses.replace(options, glossary=() if graph_glossary else
+                                     options.glossary,
+                                     passthrough=options.passthrough and not graph_passthrough)
         asked = options.return_alignments
-        if passthrough and not in_graph and not asked and self._pipeline.has_spans(texts):
-            options = dataclasses.replace(options, return_alignments=True)
-        return self._pipeline.answers(self._pipeline.split_and_join(
-            texts, lambda sentences: self._sentences(sentences, options, confidence,
-                                                     passthrough and in_graph),
-            options.num_hypotheses, passthrough and not in_graph, asked, confidence))
+        decode = self._pipeline.needs_alignments(self, texts, python)
+        docs = self._pipeline.split_and_join(
+            texts, lambda sentences: self._sentences(sentences, decode, confidence,
+                                                     graph_passthrough, graph_glossary),
+            options.num_hypotheses, python.passthrough, asked, confidence, python.glossary)
+        for hyps in docs if graph_glossary else ():  # a text of no sentence applied none
+            for h in hyps:
+                h.setdefault("applied_terms", {})
+        return self._pipeline.answers(docs)
 
-    def _sentences(self, sentences, options, confidence, passthrough=False):
+    def _sentences(self, sentences, options, confidence, passthrough=False, glossary=()):
         strings = self._np.array([t.encode("utf-8") for t in sentences], dtype=object)
         try:
             out = self._signature(text=strings, **self._option_inputs(
-                options, self._dtypes, passthrough))
+                options, self._dtypes, passthrough, glossary))
         except self._tf.errors.InvalidArgumentError as e:
             raise ValueError(_graph_message(e.message)) from None
         utf8 = lambda t: t.decode("utf-8", errors="replace")  # noqa: E731
@@ -198,8 +211,13 @@ class SavedModelEngine:
             out["confidences"] if confidence and "confidences" in out else None,
             [[utf8(a) for a in row] for row in out["alignments"]]
             if options.return_alignments else None)
-        return [[dict(h, truncated=bool(cut)) for h in row]
-                for row, cut in zip(hyps, out["truncated"])]
+        extra = [{}] * len(hyps)
+        if glossary:  # the graph's count of each term per sentence
+            extra = [{"applied_terms": {glossary[g][0]: glossary[g][1]
+                                        for g in self._np.flatnonzero(row)}}
+                     for row in out["applied_terms"]]
+        return [[dict(h, truncated=bool(cut), **more) for h in row]
+                for row, cut, more in zip(hyps, out["truncated"], extra)]
 
 
 def _highest_version(base, files):
@@ -279,10 +297,11 @@ class CTranslate2Engine:
     def translate(self, texts, options, confidence=True, passthrough=None):
         if not texts:
             return []
-        kwargs = {k: v for k, v in dataclasses.asdict(options).items() if v is not None}
+        if passthrough is not None:
+            options = dataclasses.replace(options, passthrough=bool(passthrough))
+        kwargs = {k: getattr(options, k) for k in OPTIONS if getattr(options, k) is not None}
         return self._translator.translate_nbest(list(texts), batch_size=max(len(texts), 1),
-                                                confidence=confidence,
-                                                passthrough=passthrough, **kwargs)
+                                                confidence=confidence, **kwargs)
 
 
 ENGINES = {e.name: e for e in (SavedModelEngine, CTranslate2Engine)}  # the registry
@@ -319,7 +338,7 @@ def warm_up(engine):
     or a compile), then :func:`trim_heap` (loading leaves hundreds of MB freed but held)."""
     for size in engine.warm_sizes:
         # passthrough off: "1" is a number, which would pass through without the graph
-        engine.translate(["1"] * size, DecodingOptions(), True, False)
+        engine.translate(["1"] * size, DecodingOptions(passthrough=False), True)
     trim_heap()
 
 

@@ -15,7 +15,6 @@ import html
 import html.parser
 import re
 
-from keras_attn.serve.api import passthrough_of
 from keras_attn.translation.pipeline import answers, join_documents
 
 # Most inline elements in one segment: placing them is quadratic in their number, so a
@@ -233,8 +232,7 @@ async def translate_html(batcher, request, timeout, alignments=True):
         documents = [split_inline(d) for d in documents]
     segments = [s for d in documents for s in d if isinstance(s, Segment) and s.text.strip()]
     results = await batcher.submit([s.text.strip() for s in segments], options, timeout,
-                                   confidence=request.hypotheses, **passthrough_of(request)) \
-        if segments else []
+                                   confidence=request.hypotheses) if segments else []
     n = options.num_hypotheses
     translated = _translated_segments(documents, segments, results, n)
     per_sentence, counts = [], []  # per sentence (every document's), its n hypotheses

@@ -36,10 +36,9 @@ class InProcessReplicas:
         self.engine = engine
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
 
-    async def translate(self, texts, options, confidence=True, passthrough=None):
-        given = () if passthrough is None else (passthrough,)  # an engine's fourth argument
+    async def translate(self, texts, options, confidence=True):
         return await asyncio.get_running_loop().run_in_executor(
-            self._pool, self._call, texts, options, confidence, *given)
+            self._pool, self._call, texts, options, confidence)
 
     def close(self):
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -86,8 +85,8 @@ def _import_quietly(name):
         os.close(devnull)
 
 
-def _translate(texts, options, confidence, *passthrough):
-    return _ENGINE.translate(texts, options, confidence, *passthrough)
+def _translate(texts, options, confidence):
+    return _ENGINE.translate(texts, options, confidence)
 
 
 class ReplicaLost(Exception):
@@ -136,16 +135,15 @@ class ProcessReplicas:
         self.pids = [worker.submit(os.getpid).result() for worker in self._workers]
         return list(self.pids)
 
-    async def translate(self, texts, options, confidence=True, passthrough=None):
+    async def translate(self, texts, options, confidence=True):
         if self._idle is None:
             self._idle = asyncio.Queue()
             for worker in self._workers:
                 self._idle.put_nowait(worker)
-        given = () if passthrough is None else (passthrough,)
         while True:
             worker = await self._idle.get()
             try:  # a worker that died while idle refuses at once: the batch goes to another
-                future = worker.submit(_translate, texts, options, confidence, *given)
+                future = worker.submit(_translate, texts, options, confidence)
             except BrokenProcessPool:
                 self._replace(worker, "holding no batch")
                 continue

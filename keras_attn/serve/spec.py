@@ -10,7 +10,7 @@ Example:
 import dataclasses
 from typing import Optional
 
-from keras_attn.decoding.options import OPTIONS
+from keras_attn.decoding.options import DECODING_NAMES, OPTIONS
 from keras_attn.serve.engines import Capabilities
 
 ERROR = {"type": "object", "properties": {"error": {"type": "string",
@@ -70,14 +70,15 @@ _SOURCE = Field("source", required=True, description="Source language code, or a
                 example="en")
 _TARGET = Field("target", required=True, description="Target language code", example="fr")
 _LIMITED = (400, 403, 405, 413, 429)
-JSON_TYPES = {"int32": "integer", "float32": "number", "string": "string", "bool": "boolean"}
-# Every decoding option, from its one declaration (keras_attn.decoding.options), then ours.
-_DECODING = tuple(Field(o.name, JSON_TYPES[o.dtype], description=o.help)
-                  for o in OPTIONS.values()) + (
-    Field("return_scores", "boolean", description="The n-best list with scores"),
-    Field("passthrough", "boolean", description="URLs, e-mail addresses, code, tags, "
-          "numbers and emoji pass through unchanged (default: on for subword and word "
-          "models, off on characters)"),)
+JSON_TYPES = {"int32": "integer", "float32": "number", "string": "string", "bool": "boolean",
+              "glossary": "object"}
+# Every option, from its one declaration (keras_attn.decoding.options), then ours.
+_OPTIONS = tuple(Field(o.name, JSON_TYPES[o.dtype], description=o.help)
+                 for o in OPTIONS.values())
+_DECODING = _OPTIONS + (
+    Field("return_scores", "boolean", description="The n-best list with scores"),)
+# What a file's translation takes of them: those that are no decoding option.
+_FILE_OPTIONS = tuple(f for f in _OPTIONS if f.name not in DECODING_NAMES)
 _FLAG = {"type": "boolean"}
 
 ENDPOINTS = (
@@ -91,11 +92,14 @@ ENDPOINTS = (
             "alternatives": {"type": "array"}, "detectedLanguage": {},
             "hypotheses": {"type": "array"},
             "pivot": {"type": "string", "description": "The language between the two "
-                      "models that translated (no one model translates the pair)"}}},
+                      "models that translated (no one model translates the pair)"},
+            "appliedTerms": {"description": "With a glossary (the request's, the API "
+                             "key's or the server's): per text, the terms found and put "
+                             "in, source term -> target term"}}},
         errors=_LIMITED + (500, 503, 504)),
     Endpoint("/translate_file", "POST", "translate_file", "Translate a file (.txt, .html, "
              ".docx, .odt)", fields=(Field("file", "file", True, "File to translate"),
-                                    _SOURCE, _TARGET, _KEY),
+                                    _SOURCE, _TARGET, _KEY) + _FILE_OPTIONS,
              schema={"type": "object", "properties": {"translatedFileUrl": {
                  "type": "string", "description": "Where to download the translation"}}},
              errors=_LIMITED + (500, 503, 504)),
@@ -168,9 +172,13 @@ ENDPOINTS = (
 
 
 def _schema(field, form=False):
-    """A field's JSON Schema (a form's ``text`` field is one string)."""
+    """A field's JSON Schema (a form's ``text`` field is one string, its ``object`` the
+    object as JSON text)."""
     schema = {"text": {"type": "string"} if form else TEXTS,
-              "file": {"type": "string", "format": "binary"}}.get(field.type, {"type": field.type})
+              "file": {"type": "string", "format": "binary"},
+              "object": {"type": "string", "format": "json"} if form else {
+                  "type": "object", "additionalProperties": {"type": "string"}},
+              }.get(field.type, {"type": field.type})
     extra = {"description": field.description, "example": field.example}
     return {**schema, **{k: v for k, v in extra.items() if v not in (None, "")}}
 

@@ -1,12 +1,17 @@
-"""State several servers can share: API keys (:class:`KeyStore`) and suggestions
-(:class:`SuggestionStore`) in SQLite files, in LibreTranslate's tables. Every call opens
-its own connection (SQLite locks the file; WAL mode lets readers run beside a writer).
+"""State several servers can share: API keys (:class:`KeyStore`, with each key's glossary)
+and suggestions (:class:`SuggestionStore`) in SQLite files, in LibreTranslate's tables (a
+key's glossary in a table of ours beside them, which LibreTranslate never reads). Every
+call opens its own connection (SQLite locks the file; WAL mode lets readers run beside a
+writer).
 
 Example:
     >>> keys = KeyStore("db/api_keys.db")
     >>> key = keys.add(req_limit=120)        # a new uuid4
     >>> key in keys, keys[key], keys.char_limit(key)
     (True, 120, None)
+    >>> keys.set_glossary(key, {"ticket": "billet"})
+    >>> keys.glossary(key, ("en", "fr"))
+    (('ticket', 'billet'),)
 """
 import contextlib
 import os
@@ -14,6 +19,9 @@ import sqlite3
 import uuid
 
 from keras_attn.serve.api import check_int
+from keras_attn.text import glossary as glossaries
+
+EVERY_PAIR = ""  # a key's glossary for every language pair it translates
 
 
 @contextlib.contextmanager
@@ -30,14 +38,16 @@ def _connect(path):
 
 
 class _Table:
-    """A table of LibreTranslate's in the SQLite file ``path``."""
+    """A table of LibreTranslate's in the SQLite file ``path`` (and ours: ``more``)."""
 
     schema = ""
+    more = ()
 
     def __init__(self, path):
         self.path = str(path)
         with _connect(self.path) as db:
-            db.execute(f"CREATE TABLE IF NOT EXISTS {self.schema}")
+            for schema in (self.schema, *self.more):
+                db.execute(f"CREATE TABLE IF NOT EXISTS {schema}")
 
 
 class KeyStore(_Table):
@@ -50,6 +60,10 @@ class KeyStore(_Table):
 
     schema = ('api_keys ("api_key" TEXT NOT NULL, "req_limit" INTEGER NOT NULL, '
               '"char_limit" INTEGER DEFAULT NULL, PRIMARY KEY("api_key"))')
+    # Each key's glossary: one row a term, per language pair ("src-tgt", or EVERY_PAIR).
+    more = ('glossaries ("api_key" TEXT NOT NULL, "pair" TEXT NOT NULL, '
+            '"source_term" TEXT NOT NULL, "target_term" TEXT NOT NULL, '
+            'PRIMARY KEY("api_key", "pair", "source_term"))',)
 
     def _row(self, key):
         with _connect(self.path) as db:
@@ -84,9 +98,46 @@ class KeyStore(_Table):
         return key
 
     def remove(self, key):
-        """Remove ``key``; False when it was not there."""
+        """Remove ``key`` (and its glossaries); False when it was not there."""
         with _connect(self.path) as db:
+            db.execute("DELETE FROM glossaries WHERE api_key = ?", (key,))
             return db.execute("DELETE FROM api_keys WHERE api_key = ?", (key,)).rowcount > 0
+
+    def set_glossary(self, key, glossary, pair=EVERY_PAIR):
+        """Give ``key`` (one of the store's) ``glossary`` (a dict, or
+        :func:`keras_attn.text.glossary.entries` pairs) for requests of ``pair``
+        (``"src-tgt"``; :data:`EVERY_PAIR`: all), in place of the one it had."""
+        entries = glossaries.entries(glossary)
+        if key not in self:
+            raise ValueError(f"no such key in {self.path}: {key}")
+        with _connect(self.path) as db:
+            db.execute("DELETE FROM glossaries WHERE api_key = ? AND pair = ?", (key, pair))
+            db.executemany("INSERT INTO glossaries (api_key, pair, source_term, target_term) "
+                           "VALUES (?, ?, ?, ?)", [(key, pair, s, t) for s, t in entries])
+
+    def remove_glossary(self, key, pair=EVERY_PAIR):
+        """Remove ``key``'s glossary of ``pair``; False when it had none."""
+        with _connect(self.path) as db:
+            return db.execute("DELETE FROM glossaries WHERE api_key = ? AND pair = ?",
+                              (key, pair)).rowcount > 0
+
+    def glossaries(self, key):
+        """``{pair: entries}`` of ``key``'s glossaries."""
+        with _connect(self.path) as db:
+            rows = db.execute("SELECT pair, source_term, target_term FROM glossaries WHERE "
+                              "api_key = ? ORDER BY pair, rowid", (key,)).fetchall()
+        out = {}
+        for pair, source, target in rows:
+            out.setdefault(pair, []).append((source, target))
+        return {pair: tuple(terms) for pair, terms in out.items()}
+
+    def glossary(self, key, pair):
+        """The terms of ``key`` for a request of ``pair`` (``(source, target)`` codes): its
+        glossary for every pair, under the one of that pair."""
+        if key is None:
+            return ()
+        found = self.glossaries(key)
+        return glossaries.merged(found.get(EVERY_PAIR, ()), found.get("-".join(pair), ()))
 
     def all(self):
         """``[(key, req_limit, char_limit)]`` in key order."""

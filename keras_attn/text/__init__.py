@@ -3,7 +3,8 @@
 ``tokenizers`` (normalisation, the in-graph WordPiece and character :class:`Tokenizer`),
 ``subword`` (SentencePiece), ``vocab`` (vocabularies), ``python_tokenizers`` (the same ids
 in plain Python, for CTranslate2), ``documents`` (sentences and the whitespace between
-them), ``spans`` (what must not be translated). The reserved tokens are
+them), ``spans`` (what must not be translated), ``glossary`` and ``term_placement`` (terms
+that must come out as given). The reserved tokens are
 :mod:`keras_attn.core.special_tokens` (re-exported here).
 
 May import: :mod:`keras_attn.core`, TensorFlow and tensorflow-text (``tokenizers`` and

@@ -1,6 +1,6 @@
 """Translation: text in, text out, on any engine.
 
-``pipeline`` (with ``passthrough``): the request pipeline every engine runs; ``alignment``:
+``pipeline`` (with ``passthrough`` and ``glossary``): the request pipeline every engine runs; ``alignment``:
 word alignments; ``run``, ``engine`` (with scoring), ``search``: the Keras engine's parts.
 
 May import: :mod:`keras_attn.decoding`, :mod:`keras_attn.text`, :mod:`keras_attn.core`,

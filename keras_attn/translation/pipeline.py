@@ -19,6 +19,7 @@ import numpy as np
 from keras_attn.text import documents
 from keras_attn.translation.passthrough import (  # noqa: F401  (read here by engines)
     has_spans, passed_through, passthrough_default)
+from keras_attn.translation.glossary import has_terms, with_glossary
 from keras_attn.decoding.confidence import NumpyOps
 from keras_attn.decoding.options import DecodingOptions
 from keras_attn.core.special_tokens import END_ID
@@ -26,12 +27,25 @@ from keras_attn.core.special_tokens import END_ID
 
 def resolve(engine, options, refuse=None):
     """Resolved :class:`DecodingOptions` from keyword arguments (``refuse(opts)`` raises
-    ``ValueError`` for what the engine cannot do)."""
+    ``ValueError`` for what the engine cannot do); ``passthrough`` left unset is the
+    engine's (:func:`passthrough_default`)."""
     opts = DecodingOptions.from_kwargs(**options)
     if refuse is not None:
         refuse(opts)
     opts.validate(max_length_limit=engine.max_len)
-    return opts.resolve(engine.max_len, controls=engine.controls)
+    return opts.resolve(engine.max_len, controls=engine.controls,
+                        passthrough=passthrough_default(engine))
+
+
+def needs_alignments(engine, texts, opts):
+    """``opts`` with ``return_alignments`` where the request asks, or where a text holds a
+    span to pass through or a term of the glossary and the engine aligns (the put-back
+    places them by the alignments)."""
+    if opts.return_alignments or not getattr(engine, "aligns", True):
+        return opts
+    if (opts.passthrough and has_spans(texts)) or has_terms(texts, opts.glossary):
+        return dataclasses.replace(opts, return_alignments=True)
+    return opts
 
 
 def pad(rows, width=1, dtype=np.int32):
@@ -119,19 +133,18 @@ def hypotheses(translations, scores, confidences=None, alignments=None):
 
 def translate_nbest(engine, texts, batch_size=128, progress=None, confidence=True,
                     passthrough=None, **options):
-    """Every engine's ``translate_nbest`` (``Translator.translate_nbest`` documents it)."""
+    """Every engine's ``translate_nbest`` (``Translator.translate_nbest`` documents it);
+    ``passthrough``: the option's, by position too."""
+    if passthrough is not None:
+        options["passthrough"] = passthrough
     opts = engine.options(**options)
     prefix = engine.tokenize_target([opts.target_prefix])[0] if opts.target_prefix else []
     opts.validate(max_length_limit=engine.max_len, prefix_tokens=len(prefix))
     texts = list(texts)
-    passthrough = passthrough_default(engine) if passthrough is None else bool(passthrough)
-    decode = opts
-    if passthrough and not opts.return_alignments and getattr(engine, "aligns", True) \
-            and has_spans(texts):
-        decode = dataclasses.replace(opts, return_alignments=True)
+    decode = needs_alignments(engine, texts, opts)
     docs = translate_documents(engine, texts, lambda s, ids=None: translate_sentences(
         engine, s, batch_size, decode, prefix, confidence, progress, ids), opts.num_hypotheses,
-        passthrough, opts.return_alignments, confidence)
+        opts.passthrough, opts.return_alignments, confidence, opts.glossary)
     return answers(docs)
 
 
@@ -157,7 +170,7 @@ def cut_long(engine, sentences):
 
 
 def translate_documents(engine, texts, translate, num_hypotheses=1, passthrough=False,
-                        keep_alignments=True, confidence=None):
+                        keep_alignments=True, confidence=None, glossary=()):
     """:func:`split_and_join`, a sentence too long for the model cut at clause boundaries
     (``engine.split_long``; ``"cut": True``) or read in part (``"truncated": True``).
 
@@ -173,7 +186,7 @@ def translate_documents(engine, texts, translate, num_hypotheses=1, passthrough=
         ('HI. BYE.', -2.0)
     """
     return split_and_join(texts, lambda sentences: _long_aware(engine, sentences, translate),
-                          num_hypotheses, passthrough, keep_alignments, confidence)
+                          num_hypotheses, passthrough, keep_alignments, confidence, glossary)
 
 
 def _long_aware(engine, sentences, translate):
@@ -203,7 +216,7 @@ def _long_aware(engine, sentences, translate):
 
 
 def split_and_join(texts, translate, num_hypotheses=1, passthrough=False,
-                   keep_alignments=True, confidence=None):
+                   keep_alignments=True, confidence=None, glossary=()):
     """Documents from a sentence translator: the texts split into sentences, all translated in
     one call, joined by :func:`join_documents`.
 
@@ -211,6 +224,9 @@ def split_and_join(texts, translate, num_hypotheses=1, passthrough=False,
         texts: sequence of str. translate: ``sentences -> per sentence num_hypotheses
             dicts``. num_hypotheses: per sentence.
         passthrough, keep_alignments, confidence: :func:`passed_through`'s.
+        glossary: :func:`keras_attn.text.glossary.entries` pairs put in by
+            :func:`keras_attn.translation.glossary.with_glossary` (each hypothesis then
+            says its ``"applied_terms"``).
 
     Example:
         >>> split_and_join(["Hi. Bye."], lambda s: [[{"translation": x, "score": -1.0,
@@ -218,14 +234,21 @@ def split_and_join(texts, translate, num_hypotheses=1, passthrough=False,
         '0-0 | 0-0'
     """
     sentences, counts, separators = documents.split_batch(list(texts))
-    if passthrough and sentences:
+    if glossary:
+        per_sentence = with_glossary(sentences, translate, glossary, num_hypotheses,
+                                     keep_alignments, confidence, passthrough)
+    elif passthrough and sentences:
         per_sentence = passed_through(sentences, translate, num_hypotheses, keep_alignments,
                                       confidence)
     else:
         per_sentence = translate(sentences) if sentences else []
     per_sentence = [[dict(h, source=s) for h in hyps]
                     for s, hyps in zip(sentences, per_sentence)]
-    return join_documents(per_sentence, counts, separators, num_hypotheses)
+    docs = join_documents(per_sentence, counts, separators, num_hypotheses)
+    for hyps in docs if glossary else ():  # a text of no sentence applied none
+        for h in hyps:
+            h.setdefault("applied_terms", {})
+    return docs
 
 
 ALIGNMENT_SEPARATOR = " | "
@@ -252,6 +275,9 @@ def join_documents(per_sentence, counts, separators, num_hypotheses=1):
             out = joined(parts, seps)
             if parts and all("alignment" in p for p in parts):
                 out["alignment"] = ALIGNMENT_SEPARATOR.join(p["alignment"] for p in parts)
+            if parts and "applied_terms" in parts[0]:  # every sentence's terms
+                out["applied_terms"] = {k: v for p in parts
+                                        for k, v in p["applied_terms"].items()}
             doc.append({**out, "truncated": any(p.get("truncated", False) for p in parts),
                         "sentences": parts})
         results.append(doc)

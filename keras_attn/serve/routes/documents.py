@@ -8,13 +8,14 @@ Example:
 """
 from starlette.responses import FileResponse, JSONResponse
 
+from keras_attn.decoding.options import DecodingOptions
 from keras_attn.serve import api, files, http, limits, untrusted
 from keras_attn.serve.routes.translating import best, routed, translated
 
 
 async def translate_file(request):
     state = request.app.state
-    fields, _, uploads = await http.read_fields(request)
+    fields, form, uploads = await http.read_fields(request)
     if state.settings.disable_files_translation:
         raise api.ApiError(403, "Files translation are disabled on this server.")
     limits.check_access(request, fields)
@@ -26,6 +27,8 @@ async def translate_file(request):
         raise api.bad_request("Invalid request: empty file")
     if files.extension(upload.filename) is None:
         raise api.bad_request("Invalid request: file format not supported")
+    chosen = api.text_options(fields, form)  # passthrough, glossary
+    api_key = fields.get("api_key") or None
 
     route = []  # the models, routed at the first texts (``auto``: detected on them)
 
@@ -35,11 +38,12 @@ async def translate_file(request):
         return route
 
     async def plain(texts):
-        return await best(state, texts, await hops(texts))
+        return await best(state, texts, await hops(texts), DecodingOptions(**chosen), api_key)
 
     async def as_html(fragments):
         req = api.parse_fields({"q": fragments, "source": source, "target": target,
-                                "format": "html"}, state.languages)
+                                "format": "html", "api_key": api_key, **chosen},
+                               state.languages)
         return [hyps[0]["translation"]
                 for hyps in await translated(state, req, hops=await hops(fragments))]
 

@@ -12,7 +12,7 @@ import time
 from starlette.responses import JSONResponse
 
 from keras_attn.decoding.options import DecodingOptions
-from keras_attn.serve import api, engines, http, limits, markup
+from keras_attn.serve import api, engines, http, limits, markup, terms
 from keras_attn.serve import detect as identify
 
 
@@ -36,8 +36,10 @@ async def routed(state, source, target, texts):
     return models.route(source, target), detected
 
 
-async def _hop(state, model, req, timing=None):
-    """``req`` through one model (its options checked against that model's artefact)."""
+async def _hop(state, model, req, timing=None, hops=1):
+    """``req`` through one model of ``hops`` (its options checked against that model's
+    artefact; the glossary of :func:`keras_attn.serve.terms.for_model`)."""
+    req = dataclasses.replace(req, options=terms.for_model(state, req, model, hops))
     try:
         engines.check_options(model.artefact, req.options)
     except ValueError as e:
@@ -48,8 +50,7 @@ async def _hop(state, model, req, timing=None):
     # Confidences only when the answer shows them (``hypotheses``): on CTranslate2 they
     # are one more pass over every hypothesis.
     return await model.batcher.submit(req.texts, req.options, state.settings.timeout,
-                                      confidence=req.hypotheses, timing=timing,
-                                      **api.passthrough_of(req))
+                                      confidence=req.hypotheses, timing=timing)
 
 
 async def translated(state, req, timing=None, hops=None):
@@ -59,21 +60,22 @@ async def translated(state, req, timing=None, hops=None):
     if hops is None:
         hops, _ = await routed(state, req.source, req.target, req.texts)
     for model in hops[:-1]:
-        first = dataclasses.replace(req, options=DecodingOptions(), alternatives=0,
-                                    hypotheses=False)
-        results = await _hop(state, model, first)
+        first = dataclasses.replace(req, options=DecodingOptions(
+            passthrough=req.options.passthrough, glossary=req.options.glossary),
+            alternatives=0, hypotheses=False)
+        results = await _hop(state, model, first, hops=len(hops))
         req = dataclasses.replace(req, texts=[hyps[0]["translation"] for hyps in results])
-    return await _hop(state, hops[-1], req, timing)
+    return await _hop(state, hops[-1], req, timing, len(hops))
 
 
-async def best(state, texts, hops=None):
-    """The engine's translation of each text with the default options (greedy); through
-    ``hops`` (default: the first model)."""
-    for model in hops or [state.models.first]:
-        results = await model.batcher.submit(texts, DecodingOptions(), state.settings.timeout,
-                                             confidence=False)
-        texts = [hyps[0]["translation"] for hyps in results]
-    return texts
+async def best(state, texts, hops=None, options=None, api_key=None):
+    """The engine's translation of each text with the default options (greedy) or
+    ``options`` (``passthrough`` and ``glossary``, with the server's and ``api_key``'s
+    glossaries); through ``hops`` (default: the first model)."""
+    hops = hops or [state.models.first]
+    req = api.TranslateRequest(list(texts), True, hops[0].pair[0], hops[-1].pair[1], "text",
+                               0, options or DecodingOptions(), False, api_key)
+    return [hyps[0]["translation"] for hyps in await translated(state, req, hops=hops)]
 
 
 async def translate(request):
@@ -84,7 +86,8 @@ async def translate(request):
     req = api.parse_fields(fields, state.languages, form)
     api.check_limits(req, char_limit, settings.batch_limit, settings.alternatives_limit)
     timing = {"read": time.perf_counter() - started}
-    key = state.cache.key(req) if state.cache.applies(req) else None
+    key = state.cache.key(req, terms.key_glossaries(state, req)) \
+        if state.cache.applies(req) else None
     answer = None if key is None else state.cache.get(key)
     if answer is not None:
         timing["cache"] = time.perf_counter() - started - timing["read"]
