@@ -27,7 +27,7 @@ UNIT_COSTS = {
     "valid_batch": ("step", 0.45),  # a validation batch (choosing the weights: two passes)
     "test": ("decode", 0.045),  # a test sentence decoded (greedy, batch 256)
     "valid": ("decode", 0.065),  # a validation sentence of the calibrator (and its noise)
-    "saved_model": ("probe", 40.0),  # the SavedModel: traced, saved, loaded, checked
+    "saved_model": ("probe", 50.0),  # the SavedModel: traced, saved, loaded, checked
     "float32": ("probe", 35.0),  # the float32 TFLite files beside it (converted in a worker)
     "int8": ("probe", 15.0),    # the int8 ones
 }
