@@ -28,7 +28,8 @@ from keras_attn.export.base import (QUANTIZATIONS, Exporter, as_parts, check_len
                                     check_beam, check_choice, decoding_info, tokenizer_files,
                                     write_files)
 from keras_attn.export.builtin import BuiltinModule
-from keras_attn.export.conversion import Conversion, convert, stage
+from keras_attn.export.conversion import (  # noqa: F401  (tflite.with_settings: its old home)
+    Conversion, convert, stage, with_settings)
 from keras_attn.export.modules import TranslatorModule
 from keras_attn.export.workers import Staging
 
