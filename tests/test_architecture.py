@@ -81,11 +81,12 @@ def test_no_module_passes_400_lines():
 
 
 def test_benchmarks_stay_within_their_bounds():
-    # benchmarks/ keeps what is rerun: at most 3,200 lines (the serve soak, the web
-    # export's benchmark in a browser and the glossary's among them), no module over 400.
+    # benchmarks/ keeps what is rerun: at most 3,300 lines (the serve soak, the web
+    # export's benchmark in a browser, the glossary's and the export's time among them), no
+    # module over 400.
     sizes = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines())
              for p in (ROOT / "benchmarks").rglob("*.py")}
-    assert sum(sizes.values()) <= 3200, f"benchmarks/ has {sum(sizes.values())} lines"
+    assert sum(sizes.values()) <= 3300, f"benchmarks/ has {sum(sizes.values())} lines"
     long = {name: n for name, n in sizes.items() if n > 400}
     assert not long, f"benchmark modules over 400 lines: {long}"
 

@@ -8,6 +8,7 @@ import collections
 import json
 import os
 import pathlib
+import types
 
 import numpy as np
 import pytest
@@ -248,6 +249,27 @@ def test_plain_bleu_scores_every_reference_with_and_without(tmp_path):
     assert report["passthrough"]["bleu"] == 100.0
     assert report["passthrough_off"]["bleu"] < 100.0
 
+
+# --- benchmarks.export_time ------------------------------------------------------------------
+def test_export_time_reports_the_median_command_and_the_report_s_breakdown(monkeypatch):
+    from benchmarks import export_time
+
+    seconds = iter([30.0, 10.0, 20.0])
+
+    def once(run_dir, workers):
+        wall = next(seconds)
+        return {"command": wall + 5, "total": wall, "saved_model": wall / 2, "samples": 1.0,
+                "cpu": 2 * wall, "workers_cpu": wall, "trace_and_stage": {"text": 3.0},
+                "convert": {"text_float32": 4.0}, "artefacts": {}}
+
+    monkeypatch.setattr(export_time, "export_once", once)
+    args = types.SimpleNamespace(run_dirs=["exported/run"], repeats=3, workers="auto")
+    results = export_time.run(args, log=lambda *a: None)
+    median = results["runs"]["exported/run"]["median"]
+    assert (median["command"], median["total"], median["saved_model"]) == (25.0, 20.0, 10.0)
+    table = export_time.markdown(results)
+    assert "| exported/run | 25.0 | 20.0 | 10.0 | text 3.0 | text_float32 4.0 | 1.0 | 40 / 20 |" \
+        in table
 
 # --- benchmarks.glossary ---------------------------------------------------------------------
 def test_glossary_benchmark_builds_its_glossary_and_counts_what_came_back(tmp_path):

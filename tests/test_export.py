@@ -318,6 +318,8 @@ def test_builtin_check_rejects_flex_and_custom_ops(exported):
 class _Shout(tf.Module):
     """A text module whose graph needs a Flex op (``StaticRegexReplace``)."""
 
+    captured_variables, src_tokenizer, tgt_tokenizer, max_beam_size = [], None, None, 1
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def serve(self, text):
         return {"translation": tf.strings.regex_replace(text, "a", "A")}
@@ -330,7 +332,7 @@ def test_text_target_refuses_flex_ops(translator, tmp_path, monkeypatch):
     module = _Shout()
     exporter = export.TFLiteTextExporter()
     with pytest.raises(ValueError, match=r"Flex \(Select TF\) ops \['StaticRegexReplace'\]"):
-        exporter.convert(module.serve.get_concrete_function(), module, "shout")
+        exporter.convert(module.tflite_functions(), [], "shout")
     # Through the whole export: refused before anything is published.
     monkeypatch.setattr(export.TFLiteTextExporter, "build_module", lambda self, parts: module)
     with pytest.raises(ValueError, match="StaticRegexReplace"):
@@ -481,9 +483,12 @@ def test_interrupted_builtin_export_leaves_no_folder(translator, tmp_path, monke
     # Conversion is stubbed: what is tested is writing the folder (files, then fail).
     from keras_attn.export import tflite as tflite_export
 
-    monkeypatch.setattr(export.TFLiteBuiltinExporter, "convert",
-                        lambda self, fn, module, name: (b"tflite", {}))
-    monkeypatch.setattr(tflite_export, "_rename_signatures", lambda content, new_key: content)
+    answer = {"output": "", "seconds": 1.0, "cpu_seconds": 1.0}
+    monkeypatch.setattr(export.TFLiteBuiltinExporter, "converted", lambda self, parts: setattr(
+        self, "_metadata", {}) or {name: (b"tflite", answer)
+                                   for name in ("encoder", "decoder_step")})
+    monkeypatch.setattr(export.TFLiteBuiltinExporter, "check_ops",
+                        staticmethod(lambda content, name: {}))
     monkeypatch.setattr(tflite_export, "signatures_of", lambda content: {})
 
     def fail(path, obj):

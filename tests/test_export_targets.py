@@ -98,8 +98,8 @@ def test_passthrough_reaches_the_savedmodel_exporter(monkeypatch, tmp_path):
 
 def test_a_deadline_leaves_out_the_int8_files_their_float32_twins_say_will_not_fit(
         monkeypatch, tmp_path):
-    """export_run(deadline=...): float32 first; an int8 file is made only when its float32
-    twin's measured time still fits before the deadline."""
+    """export_run(deadline=..., workers=0): float32 first; an int8 file is made only when its
+    float32 twin's measured time still fits before the deadline."""
     from keras_attn.export import all_targets
 
     now = [0.0]
@@ -112,12 +112,18 @@ def test_a_deadline_leaves_out_the_int8_files_their_float32_twins_say_will_not_f
         def supports(self, parts):
             return None
 
+        def settings(self):
+            return {"key": self.key}
+
+        def start(self, parts):
+            pass
+
         def path_in(self, folder):
             return str(tmp_path / "never" / self.key)
 
         def export(self, parts, path):
             now[0] += took.get(self.key, 1.0)
-            return {"path": path, "total_bytes": 0}
+            return {"path": path, "total_bytes": 0, "seconds": {}}
 
     class Text(Fake):
         target, key = "text", property(lambda self: f"text_{self.quantization}")
@@ -130,8 +136,8 @@ def test_a_deadline_leaves_out_the_int8_files_their_float32_twins_say_will_not_f
     monkeypatch.setattr(all_targets, "TFLiteTextExporter", Text)
     monkeypatch.setattr(all_targets, "TFLiteBuiltinExporter", Builtin)
     monkeypatch.setattr(all_targets, "SavedModelExporter", lambda *a, **k: types.SimpleNamespace(
-        destination=lambda base: str(tmp_path / "never"), export=lambda parts, base: {
-            "path": base}))
+        destination=lambda base: str(tmp_path / "never"), settings=lambda: {},
+        export=lambda parts, base: {"path": base}))
     monkeypatch.setattr(all_targets, "run_parts", lambda run_dir: (
         types.SimpleNamespace(normalize=False), types.SimpleNamespace(languages={})))
     monkeypatch.setattr(all_targets, "sample_sources", lambda run_dir: [])
@@ -142,14 +148,48 @@ def test_a_deadline_leaves_out_the_int8_files_their_float32_twins_say_will_not_f
     # 40 s of float32 files end at 40; the text twin (30 s) does not fit before 60, the
     # builtin one (10 s) does.
     report = all_targets.export_run(str(tmp_path), export_dir=str(tmp_path / "x"),
-                                    log=lambda *a: None, deadline=60.0)
+                                    log=lambda *a: None, deadline=60.0, workers=0)
     assert report["left_out"] == ["text_int8"]
     assert made == [["text_float32", "builtin_float32", "builtin_int8"]]
     now[0] = 0.0
     everything = all_targets.export_run(str(tmp_path), export_dir=str(tmp_path / "y"),
-                                        log=lambda *a: None)
+                                        log=lambda *a: None, workers=0)
     assert everything["left_out"] == [] and list(everything["tflite"]) == [
         "text_float32", "builtin_float32", "text_int8", "builtin_int8"]
+
+
+def test_with_workers_a_deadline_leaves_out_the_files_not_converted_by_then(monkeypatch):
+    """Converting in worker processes, a file whose conversions have not all ended at the
+    deadline is left out (its conversions are abandoned), the others are written."""
+    import concurrent.futures
+    import time
+
+    from keras_attn.export import all_targets
+
+    def future(done):
+        f = concurrent.futures.Future()
+        if done:
+            f.set_result({})
+        return f
+
+    futures = {"text_float32": {"text": future(True)},
+               "builtin_float32": {"encoder": future(True), "decoder_step": future(False)},
+               "text_int8": {"text": future(False)}}
+    staging = types.SimpleNamespace(pool=types.SimpleNamespace(workers=2),
+                                    started=futures.__getitem__)
+    written = []
+
+    def exporter(key):
+        return types.SimpleNamespace(
+            key=key, target=key.split("_")[0], path_in=lambda folder: key,
+            export=lambda parts, path: written.append(path) or {
+                "path": path, "total_bytes": 0, "seconds": {}})
+
+    report = {"tflite": {}, "left_out": []}
+    all_targets._collect([exporter(k) for k in futures], None, "tflite", time.monotonic(),
+                         staging, report, log=lambda *a: None)
+    assert written == ["text_float32"] and list(report["tflite"]) == ["text_float32"]
+    assert report["left_out"] == ["builtin_float32", "text_int8"]
 
 
 def test_the_web_target_refuses_what_its_javascript_cannot_run():

@@ -5,6 +5,19 @@ import functools
 from keras_attn.cli.console import add_verbose
 from keras_attn.export import DEFAULT_TARGET, EXPORT_TARGETS
 
+def _workers(value):
+    """``auto`` or a number of processes (argparse's type of ``--workers``)."""
+    if value == "auto":
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be auto or an integer >= 0. Received: {value!r}")
+    return number
+
+
 # The options a target may take (keras_attn.export.ExportTarget.options), as flags.
 FLAGS = {"version": dict(type=int, help="SavedModel version"),
          "beam_size": dict(type=int, help="decoding inside the SavedModel/TFLite graphs"),
@@ -15,6 +28,10 @@ FLAGS = {"version": dict(type=int, help="SavedModel version"),
                                   "passed through in serving_default's graph, and a "
                                   "translate_v3 signature that lets a request turn it off "
                                   "(auto: for subword and word models)"),
+         "workers": dict(type=_workers, metavar="{auto,N}",
+                         help="processes converting the TFLite files beside the export "
+                              "(auto: one per core but one, memory allowing; 0: in this "
+                              "one)"),
          "wasm": dict(choices=["plain", "all"],
                       help="LiteRT.js WebAssembly builds in the web folder: plain (browsers "
                            "with relaxed SIMD) or all (also the compat build)")}

@@ -14,6 +14,8 @@ BACKENDS = ("tensorflow", "jax", "torch")
 LANGUAGE_OPTIONS = ("source_lang", "target_lang", "columns", "target_data", "source_name",
                     "target_name")
 SUBWORD_TOKENIZERS = ("sentencepiece", "wordpiece")
+# --export: the TFLite quantizations each exports beside the SavedModel.
+EXPORTS = {"all": ("float32", "int8"), "saved_model": ()}
 
 # Options whose default depends on --task: (name, type, what it sets).
 TASK_OPTIONS = [
@@ -179,6 +181,10 @@ def add_parser(sub):
     p.add_argument("--output", default=None, help="run directory (default: runs/<task>)")
     p.add_argument("--no-export", action="store_true",
                    help="skip exporting after training (default: export)")
+    p.add_argument("--export", choices=EXPORTS, default="all",
+                   help="what is exported after training: all (the SavedModel and the TFLite "
+                        "files), or saved_model alone (quicker; `keras-attn export RUN` makes "
+                        "the rest later, keeping the SavedModel) (default: %(default)s)")
     p.add_argument("--distribute", type=_choice("none", "mirrored", "multiworker"),
                    metavar="{none,mirrored,multiworker}", default="",
                    help="mirrored: all local GPUs (or --cpu-devices); multiworker: "
@@ -199,6 +205,9 @@ def check_args(parser, args):
     if args.time_budget and args.steps:
         parser.error("--time-budget and --steps both say when training ends; give one. "
                      f"Received: --time-budget {args.time_budget:g}s --steps {args.steps}")
+    if args.no_export and args.export != "all":
+        parser.error(f"--no-export exports nothing; --export {args.export} says what to "
+                     "export: give one")
     if args.tokenizer is not None and args.task != "tatoeba":
         parser.error(f"--tokenizer applies to --task tatoeba only (the {args.task} task uses "
                      f"characters). Received: --task {args.task} --tokenizer {args.tokenizer}")
@@ -236,10 +245,12 @@ def config_from_args(args):
     return TrainConfig(**values)
 
 
-def _export_elsewhere(run_dir):
-    """Export a run trained on another backend in a TensorFlow process."""
+def _export_elsewhere(run_dir, quantizations):
+    """Export a run trained on another backend in a TensorFlow process (no quantization:
+    the SavedModel alone)."""
     env = dict(os.environ, KERAS_BACKEND="tensorflow")
-    return subprocess.run([sys.executable, "-m", "keras_attn.cli", "export", run_dir],
+    alone = [] if quantizations else ["--format", "saved_model"]
+    return subprocess.run([sys.executable, "-m", "keras_attn.cli", "export", run_dir, *alone],
                           env=env).returncode
 
 
@@ -249,37 +260,14 @@ def run(args):
     config = config_from_args(args)
     run_dir = args.output or os.path.join("runs", config.task)
     start = getattr(args, "started", None) or time.monotonic()
-    reserve = None
-    if config.time_budget:
-        from keras_attn.training import budget
-
-        reserve = budget.reserve_seconds(config.time_budget, export=not args.no_export)
+    quantizations = EXPORTS[args.export]
     metrics = training.train(config, run_dir, distribute=args.distribute,
-                             cpu_devices=args.cpu_devices, start=start, reserve=reserve,
-                             export=not args.no_export)
+                             cpu_devices=args.cpu_devices, start=start,
+                             export=not args.no_export, quantizations=quantizations)
     if metrics and metrics.get("chief") is False:
         return 0  # a non-chief worker: the chief evaluates and exports
     if not args.no_export:
-        import keras
-
-        if keras.backend.backend() != "tensorflow":
-            if _export_elsewhere(run_dir):
-                return 1
-        else:
-            from keras_attn import export
-
-            # A budgeted run makes the TFLite files its time left allows: none (the
-            # SavedModel alone) or the float32 ones as planned, then the int8 ones when
-            # their float32 twins' measured time still fits before the budget's end.
-            planned = (metrics or {}).get("budget", {}).get("after_training", {})
-            kwargs = {}
-            if config.time_budget and "quantizations" in planned:
-                kwargs = {"quantizations": ("float32", "int8") if planned["quantizations"]
-                          else (), "deadline": start + config.time_budget}
-            report = export.export_run(run_dir, **kwargs)
-            if kwargs and (not kwargs["quantizations"] or report["left_out"]):
-                print(f"TFLite files left out for the time budget: keras-attn export "
-                      f"{run_dir} --overwrite makes them all")
+        _export(args, config, run_dir, start, metrics or {}, quantizations)
     if config.time_budget:
         from keras_attn.core.config import format_duration
 
@@ -291,3 +279,35 @@ def run(args):
               f"({100 * trained / config.time_budget:.1f} %)")
     print(f"run directory: {run_dir}")
     return 0 if metrics else 1
+
+
+def _export(args, config, run_dir, start, metrics, quantizations):
+    """Export after training: the TFLite files a budgeted run's time left allows (planned,
+    then those converted by the budget's end), their seconds added to metrics.json."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        if _export_elsewhere(run_dir, quantizations):
+            raise SystemExit(1)
+        return
+    from keras_attn import export
+    from keras_attn.core import runs
+
+    planned = metrics.get("budget", {}).get("after_training", {})
+    kwargs = {"quantizations": quantizations}
+    if config.time_budget and "quantizations" in planned:
+        kwargs = {"quantizations": tuple(planned["quantizations"]),
+                  "deadline": start + config.time_budget}
+    report = export.export_run(run_dir, **kwargs)
+    if not quantizations:
+        print(f"the SavedModel alone (--export saved_model): keras-attn export {run_dir} "
+              "makes the TFLite files later, keeping it")
+    elif set(quantizations) - set(kwargs["quantizations"]) or report.get("left_out"):
+        print(f"TFLite files left out for the time budget: keras-attn export {run_dir} makes "
+              "them (the SavedModel is kept)")
+    if metrics.get("phases"):
+        metrics["phases"]["export"] = report.get("seconds", {}).get("total")
+        metrics["phases"]["total"] = round(time.monotonic() - start, 1)
+        runs.write_json(runs.paths(run_dir)["metrics"], metrics)
+        print("phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in metrics["phases"].items()
+                                     if v is not None))

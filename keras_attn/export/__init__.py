@@ -91,7 +91,8 @@ class ExportTarget:
 EXPORT_TARGETS = {}
 """Every export target by name (:func:`register_target`); ``keras-attn export`` reads it."""
 DEFAULT_TARGET = "tf"  # keras-attn export's --format
-_RUN_OPTIONS = {"version": 1, "beam_size": 1, "passthrough": "auto"}  # export_run's
+_RUN_OPTIONS = {"version": 1, "beam_size": 1, "passthrough": "auto",  # export_run's
+                "workers": "auto"}
 
 
 def register_target(name, writes, function, options=None, fixed=None):

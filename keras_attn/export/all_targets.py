@@ -16,15 +16,18 @@ text target on the raw strings, a builtin target on ``Translator.encode``'s ids)
 does not give the SavedModel's output on every sample fails the export
 (:func:`check_agreement`, :class:`ExportCheckError`, after the report is written).
 """
+import concurrent.futures
 import json
 import os
 import shlex
 import time
 
 from keras_attn.core import runs
+from keras_attn.export import reuse
 from keras_attn.export.base import QUANTIZATIONS, now, run_parts, sample_sources, versions
 from keras_attn.export.saved_model import MODEL_NAME, SERVING_DOCKER, SavedModelExporter
 from keras_attn.export.tflite import TFLiteBuiltinExporter, TFLiteTextExporter
+from keras_attn.export.workers import ConversionPool, Staging
 
 MEASURED_ON = {"translation": "raw text: the file vs serving_default",
                "ids": "Translator.encode ids: the loop vs translate_ids"}
@@ -36,9 +39,12 @@ class ExportCheckError(RuntimeError):
 
 def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1,
                quantizations=("float32", "int8"), log=print, request_signature=True,
-               passthrough="auto", deadline=None):
+               passthrough="auto", deadline=None, workers="auto", reuse=True):
     """Export a training run: the layout of the module docstring under ``export_dir``
     (builtin files only for Transformers), and how to serve it printed.
+
+    The TFLite files are traced and staged first, then converted in worker processes while
+    this process saves and checks the SavedModel (:mod:`keras_attn.export.workers`).
 
     Args:
         run_dir: a run directory. export_dir: output folder (default ``RUN_DIR/export``).
@@ -46,8 +52,14 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
         quantizations: TFLite variants (of ``QUANTIZATIONS``); ``()``: the SavedModel alone.
         passthrough: ``"auto"``, ``"on"`` or ``"off"`` (or a bool): the SavedModel's
             ``serving_default`` passes spans through.
-        deadline: ``time.monotonic()`` by which the export should end: a quantized file is
-            left out (``report["left_out"]``) when its float32 twin took longer than is left.
+        deadline: ``time.monotonic()`` by which the export should end: a TFLite file not
+            converted by then is left out (``report["left_out"]``; in this process, a
+            quantized file whose float32 twin took longer than is left).
+        workers: conversion processes (``"auto"``: :func:`workers.default_workers`; 0: in
+            this process).
+        reuse: keep an artefact that an earlier export made from the same run, code and
+            settings (its fingerprint in ``export_report.json``; :mod:`reuse`), even
+            without ``overwrite``.
 
     Returns:
         The combined report dict (also ``export_dir/export_report.json``).
@@ -55,6 +67,7 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
     Example:
         >>> export_run("runs/dates")          # CLI: keras-attn export runs/dates
     """
+    began, cpu = time.monotonic(), time.process_time()
     # Every option is checked (by the exporters' constructors) before any work.
     switch = {"auto": None, "on": True, "off": False}
     if not isinstance(passthrough, bool) and passthrough not in switch:
@@ -73,39 +86,62 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
                   + [TFLiteBuiltinExporter(q, overwrite=overwrite, passthrough=passthrough)
                      for q in quantizations])
     translator, parts = run_parts(run_dir)
-    tflite = [e for e in candidates if e.supports(parts) is None]
-    shared = {}  # the text targets' traced modules, one per model
-    for exporter in tflite:
-        if isinstance(exporter, TFLiteTextExporter):
-            exporter.module_cache = shared
+    # float32 first: under a deadline an int8 file is what is left out.
+    tflite = sorted((e for e in candidates if e.supports(parts) is None),
+                    key=lambda e: e.quantization != "float32")
     export_dir = os.path.abspath(export_dir or runs.paths(run_dir)["export"])
     saved_base = os.path.join(export_dir, "saved_model")
     tflite_dir = os.path.join(export_dir, "tflite")
-    if not overwrite:
-        existing = [p for p in [saved.destination(saved_base)]
-                    + [e.path_in(tflite_dir) for e in tflite] if os.path.exists(p)]
-        if existing:
-            raise FileExistsError(f"{', '.join(existing)} already exist(s); pass "
-                                  "overwrite=True (CLI: --overwrite) or another --version")
+    paths = {"saved_model": saved.destination(saved_base),
+             **{e.key: e.path_in(tflite_dir) for e in tflite}}
+    fingerprints = _fingerprints(run_dir, saved, tflite)
+    kept = _reused(export_dir, fingerprints, paths) if reuse else {}
+    existing = [p for key, p in paths.items() if key not in kept and os.path.exists(p)]
+    if existing and not overwrite:
+        raise FileExistsError(f"{', '.join(existing)} already exist(s) and were made from "
+                              "another run, code or settings; pass overwrite=True (CLI: "
+                              "--overwrite) or another --version")
     report = {"run_dir": os.path.abspath(run_dir), "export_dir": export_dir,
-              "created": now(), "versions": versions(), "languages": parts.languages}
-    log(f"exporting {run_dir} -> {export_dir}")
-    report["saved_model"] = saved.export(parts, saved_base)
-    log(f"  SavedModel: {report['saved_model']['path']}")
-    report["tflite"], report["left_out"], took = {}, [], {}
-    # float32 first: under a deadline, each quantized file's estimate is its twin's time.
-    for exporter in sorted(tflite, key=lambda e: e.quantization != "float32"):
-        twin = took.get(f"{exporter.target}_float32")
-        if deadline is not None and twin is not None and time.monotonic() + twin > deadline:
-            report["left_out"].append(exporter.key)
-            continue
-        began = time.monotonic()
-        rep = report["tflite"][exporter.key] = exporter.export(parts, exporter.path_in(tflite_dir))
-        took[exporter.key] = time.monotonic() - began
-        log(f"  TFLite {exporter.key}: {rep['path']} ({rep['total_bytes'] / 1e6:.2f} MB)")
+              "created": now(), "versions": versions(), "languages": parts.languages,
+              "reused": sorted(kept)}
+    seconds = {"run_parts": round(time.monotonic() - began, 2)}
+    log(f"exporting {run_dir} -> {export_dir}" + (f" (kept from the last export: "
+                                                   f"{', '.join(sorted(kept))})" if kept else ""))
+    made = [e for e in tflite if e.key not in kept]
+    os.makedirs(export_dir, exist_ok=True)
+    with Staging(ConversionPool(workers, jobs=2 * len(made)), export_dir) as staging:
+        # Cheapest trace first: the builtin files convert while the text graphs are traced.
+        for exporter in sorted(made, key=lambda e: e.target != "builtin"):
+            exporter.staging = staging
+            exporter.start(parts)
+        seconds["trace_and_stage"] = dict(staging.seconds)
+        report["saved_model"] = kept.get("saved_model") or saved.export(parts, saved_base)
+        report["saved_model"]["fingerprint"] = fingerprints["saved_model"]
+        log(f"  SavedModel: {report['saved_model']['path']} ({_took(report['saved_model'])})")
+        report["tflite"], report["left_out"] = {}, []
+        _collect(made, parts, tflite_dir, deadline, staging, report, log)
+        if report["left_out"]:
+            staging.close(kill=True)  # their conversions abandoned, not awaited
+    for exporter in tflite:
+        if exporter.key in kept:
+            report["tflite"][exporter.key] = kept[exporter.key]
+        if exporter.key in report["tflite"]:
+            report["tflite"][exporter.key]["fingerprint"] = fingerprints[exporter.key]
     tflite = [e for e in tflite if e.key in report["tflite"]]
+    compared = time.monotonic()
     report["samples"] = compare_samples(translator, saved, report, tflite,
                                         sample_sources(run_dir))
+    converted = {key: rep["seconds"] for key, rep in report["tflite"].items() if key not in kept}
+    seconds.update(
+        saved_model=(0.0 if "saved_model" in kept
+                     else report["saved_model"].get("seconds", {}).get("total", 0.0)),
+        convert={key: round(sum(s.get("convert", {}).values()), 2)
+                 for key, s in converted.items()},
+        samples=round(time.monotonic() - compared, 2), total=round(time.monotonic() - began, 2),
+        cpu=round(time.process_time() - cpu, 2), workers=staging.pool.workers,
+        workers_cpu=round(sum(sum(s.get("convert_cpu", {}).values())
+                              for s in converted.values()), 2))
+    report["seconds"] = seconds
     report["warnings"] = [f"{key}: {w}" for key, rep in
                           [("saved_model", report["saved_model"]), *report["tflite"].items()]
                           for w in rep.get("warnings", [])]
@@ -117,6 +153,7 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
             f"({report['samples']['agreement_measured_on'][key]}): {check[key]}")
     for warning in report["warnings"]:
         log(f"  warning: {warning}")
+    log(f"  export: {seconds['total']:.1f} s in all ({_phases(seconds)})")
     runs.write_json(os.path.join(export_dir, "export_report.json"), report)
     failed = {key: verdict for key, verdict in check.items() if verdict.startswith("FAILED")}
     if failed:
@@ -126,6 +163,71 @@ def export_run(run_dir, export_dir=None, version=1, overwrite=False, beam_size=1
             + f" (the translations: {os.path.join(export_dir, 'export_report.json')})")
     _log_serving(report, saved_base, log)
     return report
+
+
+def _fingerprints(run_dir, saved, tflite):
+    """``{artefact key: fingerprint}`` (:mod:`keras_attn.export.reuse`)."""
+    run = reuse.run_fingerprint(run_dir)
+    return {key: reuse.artefact_fingerprint(run, exporter.settings())
+            for key, exporter in [("saved_model", saved), *((e.key, e) for e in tflite)]}
+
+
+def _reused(export_dir, fingerprints, paths):
+    """``{artefact key: its earlier report}`` of the artefacts an earlier export made at the
+    same paths with today's fingerprints."""
+    previous = reuse.previous_report(export_dir)
+    entries = {"saved_model": previous.get("saved_model"), **(previous.get("tflite") or {})}
+    return {key: dict(entries[key], reused=True) for key in fingerprints
+            if reuse.reusable(entries.get(key), fingerprints[key])
+            and os.path.abspath(entries[key]["path"]) == paths[key]}
+
+
+def _collect(exporters, parts, tflite_dir, deadline, staging, report, log):
+    """Write each TFLite artefact once its files are converted; under ``deadline`` leave out
+    those not converted by then (in this process: a quantized file whose float32 twin took
+    longer than is left)."""
+    took = {}
+    for exporter in exporters:
+        futures = staging.started(exporter.key)
+        if deadline is not None:
+            twin = took.get(f"{exporter.target}_float32")
+            if staging.pool.workers:
+                waited = concurrent.futures.wait(
+                    list(futures.values()), timeout=max(deadline - time.monotonic(), 0.0))
+                late = bool(waited.not_done)
+            else:
+                late = twin is not None and time.monotonic() + twin > deadline
+            if late:
+                report["left_out"].append(exporter.key)
+                continue
+        started = time.monotonic()
+        rep = report["tflite"][exporter.key] = exporter.export(parts,
+                                                               exporter.path_in(tflite_dir))
+        took[exporter.key] = time.monotonic() - started
+        converting = sum(rep["seconds"].get("convert", {}).values())
+        log(f"  TFLite {exporter.key}: {rep['path']} ({rep['total_bytes'] / 1e6:.2f} MB, "
+            f"converted in {converting:.1f} s)")
+
+
+def _took(report):
+    """``12.3 s``: an artefact's seconds, or ``kept`` (reused)."""
+    if report.get("reused"):
+        return "kept"
+    return f"{report.get('seconds', {}).get('total', 0.0):.1f} s"
+
+
+def _phases(seconds):
+    """What :func:`export_run` logs of its ``seconds``."""
+    staged = [f"{name} {value:.1f} s" for name, value in seconds["trace_and_stage"].items()]
+    converted = [f"{key} {value:.1f} s" for key, value in seconds["convert"].items()]
+    n = seconds["workers"]
+    where = f"in {n} process{'es' if n > 1 else ''} beside this one" if n else "in this process"
+    return "; ".join(
+        ([f"traced and staged {', '.join(staged)}"] if staged else [])
+        + [f"SavedModel {seconds['saved_model']:.1f} s"]
+        + ([f"converted {', '.join(converted)} {where}"] if converted else [])
+        + [f"samples {seconds['samples']:.1f} s",
+           f"CPU {seconds['cpu']:.0f} s here, {seconds['workers_cpu']:.0f} s converting"])
 
 
 def check_agreement(samples, exporters, normalize):

@@ -12,6 +12,7 @@ import datetime
 import os
 import shutil
 import tempfile
+import time
 
 from keras_attn.core import runs
 
@@ -129,6 +130,14 @@ class Exporter:
         May return report fields."""
         raise NotImplementedError
 
+    def settings(self):
+        """What makes the artefact besides the run: the class and every option (the
+        artefact's fingerprint, :mod:`keras_attn.export.reuse`)."""
+        return {"class": type(self).__name__, **{
+            k: v for k, v in vars(self).items()
+            if k != "overwrite" and not k.startswith("_")
+            and isinstance(v, (bool, int, float, str, type(None)))}}
+
     def finish(self, path, report):
         """Last writes inside the artefact, once the report is complete (default: none)."""
 
@@ -164,8 +173,15 @@ class Exporter:
                       **self.options()}
             if parts.languages:
                 report["languages"] = parts.languages
+            began, cpu = time.monotonic(), time.process_time()
             report.update(self.write(parts, staged) or {})
+            wrote = time.monotonic()
             report.update(self.check(parts, staged, list(samples or SMOKE_INPUTS)) or {})
+            # Wall seconds: writing (tracing, saving, converting), checking, in all; this
+            # process's CPU seconds.
+            report["seconds"] = dict(report.get("seconds") or {},
+                                     write=round(wrote - began, 2),
+                                     check=round(time.monotonic() - wrote, 2))
             report["files"] = file_sizes(staged)
             report["total_bytes"] = sum(report["files"].values())
             self.finish(staged, report)
@@ -173,6 +189,8 @@ class Exporter:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         report["path"] = final
+        report["seconds"].update(total=round(time.monotonic() - began, 2),
+                                 cpu=round(time.process_time() - cpu, 2))
         self.published(final, report)
         return report
 

@@ -10,6 +10,7 @@ from keras_attn.decoding.options import CONTROL_DEFAULTS, DecodingOptions
 from keras_attn.export.modules import _Untracked, forward_only, track_variables
 from keras_attn.export.runtime import (TFLITE_ALIGNED_STEP_SIGNATURE, TFLITE_ENCODER_SIGNATURE,
                                        TFLITE_FROZEN_STEP_SIGNATURE, TFLITE_STEP_SIGNATURE)
+from keras_attn.kernels import fastpath
 from keras_attn.kernels.kv_cache import HeadsFirstCache
 
 
@@ -55,7 +56,8 @@ class BuiltinModule(tf.Module):
         self.num_layers = self.decoder.num_layers
         k, _ = self.decoder.blks[0].attention1.init_cache(1, max_len, layout=HeadsFirstCache)
         self.kv_shape = tuple(k.shape)
-        self.encode = tf.function(forward_only(self._encode, False), input_signature=[
+        graph_function = fastpath.graph_function
+        self.encode = graph_function(forward_only(self._encode, False), input_signature=[
             tf.TensorSpec((1, max_len), tf.int32, name="source")])
         kv = [tf.TensorSpec(self.kv_shape, tf.float32, name=f"{kind}_{i}")
               for kind in ("cross_k", "cross_v", "cache_k", "cache_v")
@@ -68,27 +70,25 @@ class BuiltinModule(tf.Module):
         tail = [tf.TensorSpec((1,), tf.float32, name="source_length"),
                 tf.TensorSpec((1,), tf.float32, name="unknown")]
         mask = tf.TensorSpec((1, max_len), tf.float32, name="source_mask")
-        self.step = tf.function(forward_only(self._step, False), input_signature=[
+        self.step = graph_function(forward_only(self._step, False), input_signature=[
             *head, tf.TensorSpec((1, max_len), tf.int32, name="history"), *tail,
             tf.TensorSpec((1,), tf.int32, name="length_limit"), mask, *kv])
-        self.step_aligned = tf.function(forward_only(self._step_aligned, False),
-                                        input_signature=self.step.input_signature)
+        self.step_aligned = graph_function(forward_only(self._step_aligned, False),
+                                           input_signature=self.step.input_signature)
         # The step's first shipped inputs, frozen (keras_attn.export.contract).
-        self.step_frozen = tf.function(forward_only(self._step_without_controls, False),
-                                       input_signature=[*head, *tail, mask, *kv])
+        self.step_frozen = graph_function(forward_only(self._step_without_controls, False),
+                                          input_signature=[*head, *tail, mask, *kv])
 
     def tflite_functions(self, aligned_only=False):
-        """``{file name: (signature key, concrete function)}`` (variables tracked);
+        """``{file name: {signature key: concrete function}}`` (variables tracked);
         ``aligned_only``: the step file holds ``decode_step_v3`` alone (the web's)."""
         steps = {TFLITE_ALIGNED_STEP_SIGNATURE: self.step_aligned.get_concrete_function()}
         if not aligned_only:
             steps = {TFLITE_FROZEN_STEP_SIGNATURE: self.step_frozen.get_concrete_function(),
                      TFLITE_STEP_SIGNATURE: self.step.get_concrete_function(), **steps}
-        # One signature is converted as serving_default and renamed; several keep their keys.
-        step = (TFLITE_ALIGNED_STEP_SIGNATURE, *steps.values()) if aligned_only else (None, steps)
-        functions = {"encoder": (TFLITE_ENCODER_SIGNATURE, self.encode.get_concrete_function()),
-                     "decoder_step": step}
-        track_variables(self, [self.encode.get_concrete_function(), *steps.values()])
+        functions = {"encoder": {TFLITE_ENCODER_SIGNATURE: self.encode.get_concrete_function()},
+                     "decoder_step": steps}
+        track_variables(self, [fn for file in functions.values() for fn in file.values()])
         return functions
 
     def metadata(self, step_signature=TFLITE_STEP_SIGNATURE):

@@ -35,6 +35,13 @@ def forward_only(fn, dynamic_shapes):
     return fastpath.under(fn, dynamic_shapes=dynamic_shapes, custom_gradients=False)
 
 
+def model_variables(model):
+    """The ``tf.Variable`` s behind ``model.weights``: every variable a serving graph of the
+    model can capture, tracked before any is traced (the Keras wrappers are not: a SavedModel
+    would hold a second copy)."""
+    return [getattr(w, "value", w) for w in model.weights]
+
+
 def track_variables(module, concrete_functions):
     """Attach the variables that ``concrete_functions`` capture to ``module`` (SavedModel
     and TFLite conversion both find variables through the tracked objects)."""
@@ -99,15 +106,15 @@ class TranslatorModule(tf.Module):
         self.src_tokenizer = graph_tokenizer(parts.src_tokenizer)
         self.tgt_tokenizer = graph_tokenizer(parts.tgt_tokenizer)
         dynamic = not self.for_tflite
-        self.serve = tf.function(
+        self.serve = fastpath.graph_function(
             forward_only(self._serve, dynamic),
             input_signature=[tf.TensorSpec([batch_size], tf.string, name="text")])
-        self.translate_ids = tf.function(
+        self.translate_ids = fastpath.graph_function(
             forward_only(self._translate_ids, dynamic),
             input_signature=[tf.TensorSpec([None, None], tf.int32, name="source")])
         # The target vocabulary's pieces, "" for padding: the `score` signature's tokens.
         self._target_pieces = _Untracked([""] + list(parts.tgt_tokenizer.vocab)[1:])
-        self.score = tf.function(
+        self.score = fastpath.graph_function(
             forward_only(self._score, dynamic),
             input_signature=[tf.TensorSpec([batch_size], tf.string, name="source"),
                              tf.TensorSpec([batch_size], tf.string, name="target")])
@@ -120,9 +127,9 @@ class TranslatorModule(tf.Module):
                                                  parts.tgt_tokenizer, self.max_len))
         self._request = _Untracked(request.RequestDecoder(self, max_beam_size))
         # The options signatures, newest first, then a SavedModel's compiled twins
-        # (``translate_v2_xla``: greedy decoding in one XLA cluster). In a SavedModel an older
-        # one calls the newest (one decoder in the file); TFLite's converter refuses a call of
-        # another function.
+        # (``translate_v2_xla``: greedy decoding in one XLA cluster). An older one calls the
+        # newest: one trace; one decoder in a SavedModel, a copy per signature in a TFLite
+        # file (the converter inlines the call: keras_attn.export.conversion.convert).
         self.requests = {}
         names = exported_options_signatures(self.for_tflite, self.passthrough)
         newest = names[-1]
@@ -132,14 +139,14 @@ class TranslatorModule(tf.Module):
         for key in keys:
             name = COMPILED_SIGNATURES.get(key, key)
             suffix = key[len(name):]  # "" or COMPILED_SUFFIX
-            if name == newest or self.for_tflite:
+            if name == newest:
                 translate = self._compiled_body(name) if suffix else self._request.value.translate
                 body = forward_only(request.signature_function(translate, name, key,
                                                                newest=newest), dynamic)
             else:
                 body = request.signature_function(self.requests[newest + suffix], name, key,
                                                   newest=newest)
-            self.requests[key] = tf.function(
+            self.requests[key] = fastpath.graph_function(
                 body, input_signature=request.input_signature(batch_size, name))
 
     def _compiled_body(self, name):
@@ -169,14 +176,14 @@ class TranslatorModule(tf.Module):
         return self._translator.value
 
     def signatures(self):
-        """``{signature name: concrete function}`` of the SavedModel (variables tracked)."""
-        functions = {SERVING_SIGNATURE: self.serve.get_concrete_function(),
-                     IDS_SIGNATURE: self.translate_ids.get_concrete_function(),
-                     SCORE_SIGNATURE: self.score.get_concrete_function()}
-        track_variables(self, [*functions.values(), *(
-            fn.get_concrete_function() for fn in self.requests.values())])
-        # As tf.functions, the options signatures' input defaults become the SignatureDef's.
-        return {**functions, **self.requests}
+        """``{signature name: tf.function}`` of the SavedModel, the model's variables tracked.
+
+        Traced by ``tf.saved_model.save`` itself: a function traced before it would be traced
+        again there (a save keys its traces apart), so nothing is traced here. As
+        tf.functions, the options signatures' input defaults become the SignatureDef's."""
+        self.captured_variables = model_variables(self.model)
+        return {SERVING_SIGNATURE: self.serve, IDS_SIGNATURE: self.translate_ids,
+                SCORE_SIGNATURE: self.score, **self.requests}
 
     def tflite_functions(self):
         """``{signature key: concrete function}`` of the TFLite text target. A fixed batch (a

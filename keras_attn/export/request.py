@@ -150,7 +150,7 @@ class RequestDecoder:
             options = {name: tf.TensorSpec([], OPTION_SPECS[name], name=name)
                        for name in DECODING_NAMES if name != "target_prefix"}
             rows = tf.TensorSpec([None, module.max_len], tf.int32)
-            self._compiled_greedy = tf.function(
+            self._compiled_greedy = fastpath.graph_function(
                 fastpath.under(self._greedy_search, dynamic_shapes=False, compiled=True,
                                custom_gradients=False),
                 input_signature=[rows, rows, options], jit_compile=True)

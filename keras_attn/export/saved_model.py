@@ -109,11 +109,18 @@ class SavedModelExporter(Exporter):
                             .SaveOptions(experimental_custom_gradients=False))
 
     def check(self, parts, path, samples):
-        loaded = tf.saved_model.load(path)
-        out = loaded.signatures[SERVING_SIGNATURE](text=tf.constant(samples, tf.string))
+        probe = _start_probe(saved_model_ops(path))  # a process, while this one loads
+        try:
+            loaded = tf.saved_model.load(path)
+            out = loaded.signatures[SERVING_SIGNATURE](text=tf.constant(samples, tf.string))
+        except BaseException:
+            probe.kill()
+            raise
         if out["translation"].shape != (len(samples),):
+            probe.kill()
             raise RuntimeError(f"the exported SavedModel at {path} returned {out}")
-        report = saved_model_report(path)
+        self._loaded = loaded  # run_samples' (the files are renamed, the graph stays loaded)
+        report = saved_model_report(path, probe)
         if report["xla_ops"]:
             raise RuntimeError(f"the SavedModel graph uses XLA ops {report['xla_ops']} that TF "
                                "Serving runs only with XLA JIT (keras_attn.ops.slice_update "
@@ -130,8 +137,9 @@ class SavedModelExporter(Exporter):
 
     def run_samples(self, path, translator, sources):
         """``serving_default`` on the raw ``sources``; ``translate_ids`` on
-        ``translator.encode(sources)`` (the reference of ``export_run``'s agreement)."""
-        loaded = tf.saved_model.load(path)
+        ``translator.encode(sources)`` (the reference of ``export_run``'s agreement). The
+        SavedModel this exporter checked is not loaded again."""
+        loaded = getattr(self, "_loaded", None) or tf.saved_model.load(path)
         out = loaded.signatures[SERVING_SIGNATURE](text=tf.constant(sources, tf.string))
         ids = loaded.signatures[IDS_SIGNATURE](source=translator.encode(sources))["tokens"]
         return {"translation": [t.decode("utf-8", "replace")
@@ -224,16 +232,31 @@ print(json.dumps({"core": None if asked is not None else sorted(n for n in dir(t
 """
 
 
+def _start_probe(ops):
+    """:func:`_probe` started in its process (:func:`_probe_answer` reads it)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    process = subprocess.Popen([sys.executable, "-c", _REGISTRY_PROBE], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    process.asked = json.dumps(ops)
+    return process
+
+
+def _probe_answer(process):
+    try:
+        out, err = process.communicate(process.asked, timeout=300)
+        if process.returncode:
+            raise subprocess.CalledProcessError(process.returncode, "probe", out, err)
+        return json.loads(out.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError) as e:
+        process.kill()
+        raise RuntimeError(f"could not list the ops a bare TensorFlow registers: {e}") from None
+
+
 def _probe(ops):
     """Which ops a fresh Python registers with ``tensorflow`` alone, then with
     ``tensorflow_text`` (what a serving process without keras_attn has)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    try:
-        proc = subprocess.run([sys.executable, "-c", _REGISTRY_PROBE], input=json.dumps(ops),
-                              capture_output=True, text=True, env=env, timeout=300, check=True)
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (subprocess.SubprocessError, ValueError, IndexError) as e:
-        raise RuntimeError(f"could not list the ops a bare TensorFlow registers: {e}") from None
+    return _probe_answer(_start_probe(ops))
 
 
 def core_ops():
@@ -247,12 +270,13 @@ def serving_allowlist():
     return frozenset(op for op in core_ops() if not op.startswith("Xla")) | TF_SERVING_TFTEXT_OPS
 
 
-def classify_ops(ops):
+def classify_ops(ops, probe=None):
     """``{"non_core": [{"op", "registered_by", "version"}], "unregistered": [...]}``: the op
-    types beyond core TensorFlow and the library that registers them."""
+    types beyond core TensorFlow and the library that registers them (``probe``: a
+    :func:`_start_probe` of ``ops`` already running)."""
     import tensorflow_text
 
-    probe = _probe(list(ops))
+    probe = _probe_answer(probe) if probe is not None else _probe(list(ops))
     unregistered = probe["missing_with_tensorflow_text"]
     non_core = [{"op": op, "registered_by": "tensorflow_text",
                  "version": tensorflow_text.__version__}
@@ -261,10 +285,11 @@ def classify_ops(ops):
     return {"non_core": non_core, "unregistered": unregistered}
 
 
-def saved_model_report(path):
-    """Report of a SavedModel folder: signatures, ops (non-core ones flagged), sizes."""
+def saved_model_report(path, probe=None):
+    """Report of a SavedModel folder: signatures, ops (non-core ones flagged), sizes
+    (``probe``: :func:`classify_ops`')."""
     ops = saved_model_ops(path)
-    classes = classify_ops(ops)
+    classes = classify_ops(ops, probe)
     sizes = file_sizes(path)
     xla = [op for op in ops if op.startswith("Xla")]
     return {

@@ -15,6 +15,7 @@ Quantization: ``float32``; ``float16`` (float16 weights, dequantized at load); `
 (dynamic-range: int8 weights, float activations).
 """
 import os
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -27,7 +28,10 @@ from keras_attn.export.base import (QUANTIZATIONS, Exporter, as_parts, check_len
                                     check_beam, check_choice, decoding_info, tokenizer_files,
                                     write_files)
 from keras_attn.export.builtin import BuiltinModule
+from keras_attn.export.conversion import (  # noqa: F401  (tflite.with_settings: its old home)
+    Conversion, convert, stage, with_settings)
 from keras_attn.export.modules import TranslatorModule
+from keras_attn.export.workers import Staging
 
 TARGETS = ("builtin", "text")
 # Custom ops that tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS registers.
@@ -101,54 +105,6 @@ def signatures_of(content):
             for key, runner in runners.items()}
 
 
-def _alias_signature(content, key, alias, inputs):
-    """The flatbuffer with one more signature, ``alias``, on the subgraph of ``key`` (no
-    second copy of the graph): ``inputs`` ``{name in key: name in alias}`` renames inputs."""
-    import copy
-
-    from tensorflow.lite.tools import flatbuffer_utils
-
-    model = flatbuffer_utils.read_model_from_bytearray(bytearray(content))
-    original = next(s for s in model.signatureDefs if s.signatureKey.decode("utf-8") == key)
-    sig = copy.deepcopy(original)
-    sig.signatureKey = alias.encode("utf-8")
-    for tensor in sig.inputs:
-        name = tensor.name.decode("utf-8")
-        tensor.name = inputs.get(name, name).encode("utf-8")
-    model.signatureDefs.append(sig)
-    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
-
-
-def with_settings(content, settings):
-    """The flatbuffer with ``settings`` (JSON) as its :data:`runtime.TFLITE_SETTINGS`
-    metadata (``runtime.tflite_settings`` reads it back)."""
-    import json
-
-    from tensorflow.lite.python import schema_py_generated as schema
-    from tensorflow.lite.tools import flatbuffer_utils
-
-    model = flatbuffer_utils.read_model_from_bytearray(bytearray(content))
-    buffer = schema.BufferT()
-    buffer.data = np.frombuffer(json.dumps(settings, sort_keys=True).encode("utf-8"), np.uint8)
-    model.buffers.append(buffer)
-    entry = schema.MetadataT()
-    entry.name = runtime.TFLITE_SETTINGS.encode("utf-8")
-    entry.buffer = len(model.buffers) - 1
-    model.metadata = [*(model.metadata or []), entry]
-    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
-
-
-def _rename_signatures(content, new_key):
-    """The flatbuffer with every signature key ``k`` renamed ``new_key(k)``. (Converted
-    from several concrete functions, signatures are keyed by the functions' graph names.)"""
-    from tensorflow.lite.tools import flatbuffer_utils
-
-    model = flatbuffer_utils.read_model_from_bytearray(bytearray(content))
-    for sig in model.signatureDefs:
-        sig.signatureKey = new_key(sig.signatureKey.decode("utf-8")).encode("utf-8")
-    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
-
-
 # --- the exporters -------------------------------------------------------------------------
 class TFLiteExporter(Exporter):
     """Shared by the TFLite targets: quantization and the converter.
@@ -170,6 +126,9 @@ class TFLiteExporter(Exporter):
     format = "tflite"
     target = None
     suffix = ""
+    # Set by export_run to one workers.Staging for all its TFLite exporters: traced graphs
+    # staged once per model, conversions in worker processes. None: this process.
+    staging = None
 
     @renamed(alpha="length_penalty")
     def __init__(self, quantization="float32", beam_size=1, length_penalty=LENGTH_PENALTY,
@@ -200,28 +159,51 @@ class TFLiteExporter(Exporter):
     def options(self):
         return {"target": self.target, "quantization": self.quantization}
 
-    def convert(self, concrete_fn, module, name):
-        """The flatbuffer of ``concrete_fn`` (variables found through ``module``), its ops
-        checked by :meth:`check_ops`. ``concrete_fn`` may be a dict ``{signature key:
-        concrete function}``: one file with those signatures."""
-        functions = concrete_fn if isinstance(concrete_fn, dict) else {None: concrete_fn}
-        converter = tf.lite.TFLiteConverter.from_concrete_functions(
-            list(functions.values()), module)
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-        converter.allow_custom_ops = self.allow_custom_ops
-        if self.quantization == "float16":
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
-            converter.target_spec.supported_types = [tf.float16]
-        elif self.quantization == "int8":
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]  # dynamic-range int8 weights
+    def conversions(self, parts, staging):
+        """``{file: Conversion}`` of this artefact, its graphs traced and staged once per
+        model in ``staging`` (the quantizations of a target share them)."""
+        raise NotImplementedError
+
+    def start(self, parts):
+        """Trace, stage and start converting this artefact's files in :attr:`staging` (once;
+        ``write`` collects them), so that they convert while other artefacts are made."""
+        return self.staging.start(self.key, self.conversions(parts, self.staging))
+
+    def converted(self, parts):
+        """``{file: (flatbuffer, its conversion's answer)}``, converted in :attr:`staging`
+        (default: this process, one file after another)."""
+        own = self.staging is None
+        if own:
+            self.staging = Staging()
+        out = {}
         try:
-            content = converter.convert()
-        except Exception as e:  # the converter raises ConverterError with the op list
-            raise ValueError(f"TFLite conversion of {name} failed: {e}") from e
-        if len(functions) > 1:
-            keys = {fn.graph.name: key for key, fn in functions.items()}
-            content = _rename_signatures(content, keys.__getitem__)
+            for name, future in self.start(parts).items():
+                answer = future.result()
+                with open(answer["output"], "rb") as f:
+                    out[name] = (f.read(), answer)
+        finally:
+            if own:
+                self.staging.close()
+                self.staging = None
+        return out
+
+    def convert(self, functions, trackables, name):
+        """The flatbuffer of ``{signature key: concrete function}`` (capturing the variables
+        of ``trackables``) in this process, and its ops (:attr:`check_ops`)."""
+        with tempfile.TemporaryDirectory() as folder:
+            path = stage(functions, trackables, os.path.join(folder, "staged"))
+            content = convert(Conversion(path, tuple(functions), self.quantization,
+                                         self.allow_custom_ops, name=name))
         return content, self.check_ops(content, name)
+
+    def _report_seconds(self, converted):
+        """The report's ``seconds``: the tracing and staging shared by the target's files
+        (in the report of the first quantization written), each file's conversion."""
+        staged = self.staging.seconds.pop(self.target, 0.0) if self.staging else 0.0
+        return {"trace_and_stage": staged,
+                "convert": {name: answer["seconds"] for name, (_, answer) in converted.items()},
+                "convert_cpu": {name: answer["cpu_seconds"]
+                                for name, (_, answer) in converted.items()}}
 
 
 class TFLiteTextExporter(TFLiteExporter):
@@ -232,9 +214,6 @@ class TFLiteTextExporter(TFLiteExporter):
     allow_custom_ops = True  # tensorflow-text's kernels; anything else is refused
     check_ops = staticmethod(check_text_ops)
     agreement_on = "translation"
-    # Set by export_run to one dict for all its text exporters: the quantizations of one
-    # model share the traced module.
-    module_cache = None
 
     @renamed(alpha="length_penalty")
     def __init__(self, quantization="float32", beam_size=1, length_penalty=LENGTH_PENALTY,
@@ -247,34 +226,46 @@ class TFLiteTextExporter(TFLiteExporter):
     def build_module(self, parts):
         from keras_attn.models import model_kind
 
-        cache = {} if self.module_cache is None else self.module_cache
-        key = (id(parts.model), parts.max_len, self.beam_size, self.length_penalty,
-               self.request_signature)
-        if key not in cache:
-            # Keras's GRU loops need a static batch in TFLite: one sentence for a Bahdanau.
-            batch_size = 1 if model_kind(parts.model) == "bahdanau" else None
-            cache[key] = TranslatorModule(parts, self.beam_size, self.length_penalty,
-                                          for_tflite=True, text_ops="tftext", batch_size=batch_size,
-                                          request_signature=self.request_signature)
-        return cache[key]
+        # Keras's GRU loops need a static batch in TFLite: one sentence for a Bahdanau.
+        batch_size = 1 if model_kind(parts.model) == "bahdanau" else None
+        return TranslatorModule(parts, self.beam_size, self.length_penalty, for_tflite=True,
+                                text_ops="tftext", batch_size=batch_size,
+                                request_signature=self.request_signature)
+
+    def _staged_key(self, parts):
+        return ("text", id(parts.model), parts.max_len, self.beam_size, self.length_penalty,
+                self.request_signature)
+
+    def conversions(self, parts, staging):
+        def make(folder):
+            module = self.build_module(parts)
+            functions = module.tflite_functions()
+            path = stage(functions, [module.captured_variables, module.src_tokenizer,
+                                     module.tgt_tokenizer], os.path.join(folder, "text"))
+            return path, tuple(functions), module.max_beam_size
+
+        path, keys, self._max_beam_size = staging.once(self._staged_key(parts), make,
+                                                        self.target)
+        # serving_default takes sentences in TFLite: a signature that says so by its name.
+        alias = (runtime.TFLITE_TEXT_SIGNATURE, runtime.TFLITE_SENTENCES_SIGNATURE,
+                 (("text", "sentences"),))
+        settings = {"passthrough": self.passes_through(parts), "beam_size": self.beam_size}
+        return {"text": Conversion(path, keys, self.quantization, self.allow_custom_ops,
+                                   (alias,), settings, name="the text target")}
 
     def write(self, parts, path):
-        module = self.build_module(parts)
-        functions = module.tflite_functions()
-        content, ops = self.convert(functions, module, "the text target")
-        # serving_default takes sentences in TFLite: a signature that says so by its name.
-        content = _alias_signature(content, runtime.TFLITE_TEXT_SIGNATURE,
-                                   runtime.TFLITE_SENTENCES_SIGNATURE, {"text": "sentences"})
-        content = with_settings(content, {"passthrough": self.passes_through(parts),
-                                          "beam_size": self.beam_size})
+        converted = self.converted(parts)
+        content, _ = converted["text"]
+        ops = self.check_ops(content, "the text target")
         runs.atomic_write_bytes(path, content)
         decoding = dict(decoding_info(parts, self.beam_size, self.length_penalty, False),
-                        max_beam_size=module.max_beam_size)
+                        max_beam_size=self._max_beam_size)
         report = {"ops": ops, "decoding": decoding,
                   "runtime": "ai_edge_litert InterpreterWithCustomOps with tensorflow_text."
                              "tflite_registrar.SELECT_TFTEXT_OPS (keras_attn.export.runtime."
                              "run_tflite_text, run_tflite_options)",
-                  "signatures": signatures_of(content)}
+                  "signatures": signatures_of(content),
+                  "seconds": self._report_seconds(converted)}
         if parts.normalize:
             report["warnings"] = [
                 "this file expects normalised input: the model was trained on text normalised "
@@ -324,20 +315,35 @@ class TFLiteBuiltinExporter(TFLiteExporter):
                     f"Received: a {kind} model")
         return None
 
+    def _staged_key(self, parts):
+        return ("builtin", id(parts.model), parts.max_len, self.aligned_only)
+
+    def conversions(self, parts, staging):
+        def make(folder):
+            module = BuiltinModule(parts.model, parts.max_len, parts.calibrator,
+                                   control_defaults(parts.tgt_tokenizer))
+            staged = {}
+            for name, functions in module.tflite_functions(self.aligned_only).items():
+                path = stage(functions, [module.captured_variables], os.path.join(folder, name))
+                staged[name] = (path, tuple(functions))
+            return staged, module.metadata(runtime.TFLITE_ALIGNED_STEP_SIGNATURE
+                                           if self.aligned_only else runtime.TFLITE_STEP_SIGNATURE)
+
+        staged, self._metadata = staging.once(self._staged_key(parts), make,
+                                                self.target)
+        return {name: Conversion(path, keys, self.quantization, self.allow_custom_ops,
+                                 name=f"builtin {name}.tflite")
+                for name, (path, keys) in staged.items()}
+
     def write(self, parts, path):
-        module = BuiltinModule(parts.model, parts.max_len, parts.calibrator,
-                               control_defaults(parts.tgt_tokenizer))
+        converted = self.converted(parts)
         files, ops, signatures = {}, {}, {}
-        for name, (key, fn) in module.tflite_functions(self.aligned_only).items():
-            content, ops[name] = self.convert(fn, module, f"builtin {name}.tflite")
-            if key is not None:  # one signature, converted as serving_default
-                content = _rename_signatures(content, lambda _, key=key: key)
+        for name, (content, _) in converted.items():
+            ops[name] = self.check_ops(content, f"builtin {name}.tflite")
             files[f"{name}.tflite"] = content
             signatures.update(signatures_of(content))
         tokenizers = tokenizer_files(parts)
-        meta = dict(module.metadata(runtime.TFLITE_ALIGNED_STEP_SIGNATURE if self.aligned_only
-                                    else runtime.TFLITE_STEP_SIGNATURE),
-                    tgt_vocab_size=parts.tgt_tokenizer.vocab_size,
+        meta = dict(self._metadata, tgt_vocab_size=parts.tgt_tokenizer.vocab_size,
                     normalize_input=bool(parts.normalize),
                     passthrough=self.passes_through(parts),
                     src_vocab=next(n for n in tokenizers if n.startswith("src")),
@@ -350,7 +356,8 @@ class TFLiteBuiltinExporter(TFLiteExporter):
         return {"ops": ops, "metadata": meta, "signatures": signatures,
                 "runtime": "ai_edge_litert Interpreter (builtin ops only; the application "
                            "runs the greedy loop, see keras_attn.export.runtime."
-                           "run_tflite_builtin)"}
+                           "run_tflite_builtin)",
+                "seconds": self._report_seconds(converted)}
 
     def check(self, parts, path, samples):
         out = runtime.run_tflite_builtin(path, np.full((1, 2), 4, np.int32), max_len=2)

@@ -119,6 +119,28 @@ def under(fn, **changes):
     return run
 
 
+# Whether our graphs (the export's, the Translator's decoding) are traced through AutoGraph
+# (:func:`graph_function`). Their code says where a tensor decides (tf.cond, tf.while_loop),
+# so AutoGraph converts nothing in them; it only rewrites the source of every function a trace
+# meets (Keras layers, decoding) and calls each through its wrappers, a fifth to a third of
+# the trace's time. False: a Python ``if`` on a tensor fails the trace instead of being
+# converted (tests/test_export_speed.py traces both ways and compares the graphs).
+AUTOGRAPH = False
+
+
+def graph_function(fn, input_signature, jit_compile=None):
+    """``fn`` as the ``tf.function`` our graphs are traced as (:data:`AUTOGRAPH`).
+
+    Example:
+        >>> serve = fastpath.graph_function(fastpath.under(decode, dynamic_shapes=True),
+        ...                                 [tf.TensorSpec([None, None], tf.int32)])
+    """
+    import tensorflow as tf
+
+    return tf.function(fn, input_signature=input_signature, autograph=AUTOGRAPH,
+                       jit_compile=jit_compile)
+
+
 def enabled():
     """True when the fast paths are on and the Keras backend is TensorFlow."""
     return current().fast()

@@ -6,20 +6,34 @@ from keras_attn.decoding.options import LENGTH_PENALTY
 
 
 def evaluate(translator, pairs, task, references=None, beam_size=1, batch_size=256,
-             length_penalty=LENGTH_PENALTY):
+             length_penalty=LENGTH_PENALTY, deadline=None, min_sentences=0,
+             clock=time.monotonic):
     """Exact match, and on text corpus BLEU/chrF (:func:`corpus_scores`), on ``pairs``.
 
     ``translator``: anything with ``translate(sources, beam_size=, batch_size=)`` (a
     ``Translator``, a SavedModel wrapper); ``length_penalty`` (GNMT's alpha) goes to a beam
-    search only.
+    search only. ``deadline`` (a ``clock()`` value): the pairs are decoded a batch at a
+    time, and decoding stops before a batch that would end past it (never before
+    ``min_sentences``); the scores are on the pairs decoded (``num_sentences``).
     """
     sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
     beam = {"length_penalty": length_penalty} if beam_size > 1 else {}
-    t0 = time.time()
-    hyps = translator.translate(sources, beam_size=beam_size, batch_size=batch_size, **beam)
-    result = {"num_sentences": len(pairs), "decode_seconds": round(time.time() - t0, 2),
+    t0 = clock()
+    if deadline is None:
+        hyps = translator.translate(sources, beam_size=beam_size, batch_size=batch_size, **beam)
+    else:
+        hyps, batch_seconds = [], 0.0
+        while len(hyps) < len(sources) and (len(hyps) < min_sentences
+                                            or clock() + batch_seconds <= deadline):
+            began = clock()
+            hyps += translator.translate(sources[len(hyps): len(hyps) + batch_size],
+                                         beam_size=beam_size, batch_size=batch_size, **beam)
+            batch_seconds = clock() - began  # the first holds the trace: the next is faster
+        sources, targets = sources[:len(hyps)], targets[:len(hyps)]
+        references = references[:len(hyps)] if references else references
+    result = {"num_sentences": len(hyps), "decode_seconds": round(clock() - t0, 2),
               "beam_size": beam_size, **beam,
-              "exact_match": sum(h == t for h, t in zip(hyps, targets)) / max(len(pairs), 1)}
+              "exact_match": sum(h == t for h, t in zip(hyps, targets)) / max(len(hyps), 1)}
     if task != "dates":
         result.update(corpus_scores(hyps, references or [[t] for t in targets]))
     result["samples"] = [{"source": s, "target": t, "output": h}

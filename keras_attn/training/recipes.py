@@ -173,15 +173,17 @@ def check_config(config):
 
 
 def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
-          reserve=None, export=True):
+          reserve=None, export=True, quantizations=budget.QUANTIZATIONS):
     """Train ``config`` into ``run_dir``; returns the metrics dict (also in metrics.json).
 
     With ``config.time_budget`` (seconds) training runs under
-    :class:`schedules.BudgetSchedule` until the budget less ``reserve`` seconds (default:
-    :func:`budget.reserve_seconds`) has passed since ``start`` (``time.monotonic()``; default
-    now); the last snapshots' average then replaces the final weights if its validation loss is
-    lower, epochs are :data:`budget.EPOCH_STEPS` steps, and the work after training is sized to
-    the time left (:class:`budget.AfterTraining`; ``export``: the caller exports after).
+    :class:`schedules.BudgetSchedule` until the budget less a reserve has passed since
+    ``start`` (``time.monotonic()``; default now): ``reserve`` seconds, or (default) the
+    reserve :class:`budget.Estimator` sizes from a trace probe and the first steps' time. The
+    last snapshots' average then replaces the final weights if its validation loss is lower,
+    epochs are :data:`budget.EPOCH_STEPS` steps, and the work after training is sized to the
+    time left (:class:`budget.AfterTraining`; ``export``: the caller exports after, the
+    TFLite ``quantizations`` too).
 
     ``distribute``/``cpu_devices``: see :func:`make_strategy`; ``batch_size`` is global. In a
     multi-worker run only the chief writes ``run_dir``; the others back up to
@@ -190,12 +192,13 @@ def train(config, run_dir, log=print, distribute="", cpu_devices=0, start=None,
     policy = keras.config.dtype_policy()
     try:
         return _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export,
-                      policy)
+                      quantizations, policy)
     finally:  # the process's policy as it was, whether training ended or raised
         keras.config.set_dtype_policy(policy)
 
 
-def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export, policy):
+def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export,
+           quantizations, policy):
     # First: the strategy must exist before TensorFlow creates any tensor or device.
     start = time.monotonic() if start is None else start
     strategy = make_strategy(distribute, cpu_devices)
@@ -281,10 +284,13 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
     verbose = 1 if sys.stdout.isatty() else 2
     clock = snapshots = None
     if config.time_budget:
-        if reserve is None:
-            reserve = budget.reserve_seconds(config.time_budget, export=export)
-        clock = budget.BudgetClock.from_run_dir(run_dir, schedule, config.time_budget, start,
-                                                reserve, log)
+        estimator = budget.Estimator(
+            budget.trace_probe(model), int(valid_ds.cardinality()), len(splits["test"]),
+            len(splits["valid"]), config.time_budget, config.mixed_precision == "mixed_bfloat16",
+            export, quantizations, log)
+        clock = budget.BudgetClock.from_run_dir(
+            run_dir, schedule, config.time_budget, start, reserve, log,
+            replan=estimator.reserve_for if reserve is None else None)
         snapshots = budget.Snapshots(BUDGET_AVERAGE)
         # After the backup (saved with the same epoch), before the CSV row (the clock adds
         # to the logs); no best-by-validation checkpoint: the run ends at the rate's floor.
@@ -295,6 +301,7 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
     if clock is not None or not sys.stdout.isatty():
         callbacks.append(budget.ProgressLine(budget=clock, total_seconds=config.time_budget))
     t0 = time.time()
+    phases = {"startup": round(time.monotonic() - start, 1)}
     fit_model.fit(train_ds, validation_data=valid_ds, epochs=epochs,
                   steps_per_epoch=(steps_per_epoch if config.steps or config.time_budget
                                    else None),
@@ -302,13 +309,13 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
                   validation_freq=list(range(1, 10**4, 4)) if config.time_budget else 1,
                   callbacks=callbacks, shuffle=False, verbose=verbose)
     train_seconds = time.time() - t0
+    phases["training"] = round(train_seconds, 1)
     keras.config.set_dtype_policy(policy)  # what follows (evaluation, export) is float32
     if not is_chief:
         return {"chief": False, "worker": worker_index, "train_seconds": round(train_seconds, 1)}
-    chosen, after = {}, None
+    chosen, after, began = {}, None, time.monotonic()
     if config.time_budget:
-        after = budget.AfterTraining(start + config.time_budget, len(splits["test"]),
-                                     len(splits["valid"]), export=export)
+        after = estimator.after_training(start + config.time_budget, clock.step_seconds)
         chosen = _keep_final_or_average(model, snapshots, valid_ds, log)
         chosen["steps"] = budget.optimizer_step(model.optimizer)
     elif os.path.exists(p["best"]):
@@ -321,8 +328,14 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
     translator = Translator(float32_model(model, config), src_tok, tgt_tok, config.max_len,
                             normalize=config.tokenizer == "wordpiece")
     n = after.test_sentences() if after else None  # None: every test pair
-    metrics = evaluate(translator, splits["test"][:n], config.task, refs[:n] if refs else refs)
+    phases["weights"], began = round(time.monotonic() - began, 1), time.monotonic()
+    metrics = evaluate(translator, splits["test"][:n], config.task, refs[:n] if refs else refs,
+                       **({"deadline": after.evaluation_deadline(),
+                           "min_sentences": budget.MIN_SENTENCES} if after else {}))
+    if after:
+        after.decoded(metrics["num_sentences"], metrics["decode_seconds"])
     metrics["train_seconds"] = round(train_seconds, 1)
+    phases["evaluation"], began = round(time.monotonic() - began, 1), time.monotonic()
     if splits["valid"]:
         from keras_attn.training.calibration import calibrate
 
@@ -330,6 +343,7 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
         calibrator = calibrate(translator, valid, config.task, seed=config.seed, log=log)
         calibrator.save(p["calibration"])
         metrics["calibration"] = calibrator.report
+    phases["calibration"] = round(time.monotonic() - began, 1)
     if config.time_budget:
         after.quantizations()
         metrics["budget"] = {**chosen, "time_budget": config.time_budget,
@@ -337,6 +351,8 @@ def _train(config, run_dir, log, distribute, cpu_devices, start, reserve, export
                              "evaluated_at": round(clock.elapsed(), 1),
                              "after_training": after.chosen}
     metrics["task"] = config.task
+    metrics["phases"] = phases
+    log("phases: " + ", ".join(f"{name} {sec:.1f} s" for name, sec in phases.items()))
     runs.write_json(p["metrics"], metrics)
     log(json.dumps({k: v for k, v in metrics.items() if k != "samples"}))
     for sample in metrics["samples"][:5]:

@@ -24,7 +24,7 @@ def traced(fn, input_signature):
     """``fn`` as a ``tf.function`` traced with ``dynamic_shapes`` on (TensorFlow; else ``fn``)."""
     if keras.backend.backend() != "tensorflow":
         return fn
-    return tf.function(fastpath.under(fn, dynamic_shapes=True), input_signature=input_signature)
+    return fastpath.graph_function(fastpath.under(fn, dynamic_shapes=True), input_signature)
 
 
 class GraphSearch:
@@ -97,7 +97,10 @@ class GraphSearch:
         if isinstance(opts.return_alignments, bool):
             out["codes"] = codes() if opts.return_alignments else keras.ops.zeros_like(tokens)
         else:
-            out["codes"] = tf.cond(opts.return_alignments, codes, lambda: tf.zeros_like(tokens))
+            # zeros of the tokens' shape, not zeros_like: inlined in a TFLite signature that
+            # calls another (export.modules), a branch of ZerosLike alone kept a Flex op.
+            out["codes"] = tf.cond(opts.return_alignments, codes,
+                                   lambda: tf.zeros(tf.shape(tokens), tokens.dtype))
         if confidence:
             signals = hypothesis_features(self.model, source, flat, START_ID, END_ID, encoded)
             out["features"] = keras.ops.reshape(signals, (shape[0], shape[1], -1))
