@@ -142,6 +142,6 @@ def test_exported_is_small_and_documented():
     # its decoders and the confidence's teacher-forced pass; research/NOTES.md).
     total = sum(p.stat().st_size for p in EXPORTED.rglob("*") if p.is_file())
     assert total < 30e6
-    for name in ("README.md", "MODEL_CARD.md", "metrics.json", "export_report.json"):
+    for name in ("README.md", "metrics.json", "export_report.json"):
         assert (EXPORTED / name).exists()
     assert json.loads((EXPORTED / "metrics.json").read_text())["exact_match"] >= 0.99
