@@ -1,4 +1,4 @@
-"""Write tests/data/glossary_cases.json: sentences, a glossary, a translation and an
+"""Write tests/fixtures/glossary_cases.json: sentences, a glossary, a translation and an
 alignment given for each, and what keras_attn.text.glossary and term_placement (the
 reference) find and put in.
 
@@ -14,7 +14,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-PATH = os.path.join(ROOT, "tests", "data", "glossary_cases.json")
+PATH = os.path.join(ROOT, "tests", "fixtures", "glossary_cases.json")
 
 from keras_attn.text import glossary as g, term_placement  # noqa: E402
 from keras_attn.translation.glossary import outside_spans  # noqa: E402

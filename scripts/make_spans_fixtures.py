@@ -1,4 +1,4 @@
-"""Write tests/data/spans_fixtures.json: sentences with spans, a translation and an
+"""Write tests/fixtures/spans_fixtures.json: sentences with spans, a translation and an
 alignment given for each, and what keras_attn.text.spans (the reference) cuts and puts back.
 
 Every runtime of the rule loads the file in its tests: Python (tests/test_passthrough.py),
@@ -15,7 +15,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-PATH = os.path.join(ROOT, "tests", "data", "spans_fixtures.json")
+PATH = os.path.join(ROOT, "tests", "fixtures", "spans_fixtures.json")
 
 # Odd sentences, written for the rule's corners.
 ODD = [

@@ -134,7 +134,7 @@ def fixture_key():
     import tensorflow as tf
 
     digest = hashlib.sha256(f"{tf.__version__} {keras.__version__}".encode())
-    sources = sorted((REPO / "keras_attn").rglob("*.py")) + sorted((TESTS / "data").rglob("*"))
+    sources = sorted((REPO / "keras_attn").rglob("*.py")) + sorted((TESTS / "fixtures").rglob("*"))
     for path in sources + [TESTS / "run_fixtures.py", TESTS / "conftest.py"]:
         if path.is_file():
             digest.update(path.relative_to(REPO).as_posix().encode() + b"\0")
@@ -178,7 +178,7 @@ def build_once(tmp_path_factory, name, build):
 
 @pytest.fixture(scope="session")
 def tiny_dates(tmp_path_factory):
-    """The committed tiny dates run (``tests/data/tiny_dates_run``, copied) and
+    """The committed tiny dates run (``tests/fixtures/tiny_dates_run``, copied) and
     ``export_run``'s float32 output (SavedModel, TFLite text and builtin files, report; no
     ``translate`` signature): ``{"run_dir", "export_dir", "inputs"}`` (held-out source
     dates). int8 and the ``translate`` signature are checked on the committed ``exported/``

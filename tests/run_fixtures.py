@@ -1,13 +1,13 @@
 """The small trained runs the export, CTranslate2 and request tests share.
 
-- The tiny dates run is committed (``tests/data/tiny_dates_run``): training it in every
+- The tiny dates run is committed (``tests/fixtures/tiny_dates_run``): training it in every
   session proves nothing that the training tests do not, and cost a fifth of the README
   command's time. Rebuild it after a change to the model or its saving format with
   ``python tests/run_fixtures.py`` (the weights differ from CPU to CPU; the tests only
   compare our artefacts with each other on whatever weights it holds).
 - The tiny SentencePiece run is trained per session (the slow pass): it is the test of
   the SentencePiece training path end to end. A copy of one is committed too
-  (``tests/data/tiny_sentencepiece_run``, without its optimizer's state): the browser pass
+  (``tests/fixtures/tiny_sentencepiece_run``, without its optimizer's state): the browser pass
   exports it without training (``python tests/run_fixtures.py sentencepiece`` rebuilds it).
 """
 import dataclasses
@@ -22,10 +22,10 @@ from keras_attn.core import runs
 from keras_attn.text import tokenizers as text
 from keras_attn.training import recipes as training
 
-TINY_DATES_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+TINY_DATES_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
                               "tiny_dates_run")
 TINY_DATES_SPLITS = dict(num_train=3000, num_valid=100, num_test=200)
-TINY_SENTENCEPIECE_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+TINY_SENTENCEPIECE_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
                                       "tiny_sentencepiece_run")
 # What a run directory needs to load, translate and export (no checkpoints or logs).
 RUN_FILES = ("config.json", "model.keras", "src.model", "tgt.model", "calibration.json",

@@ -14,7 +14,7 @@ from keras_attn import export
 from keras_attn.decoding.options import CONTROL_DEFAULTS
 from keras_attn.translator import Translator
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 # The committed tiny dates run's builtin int8 files as exported before the step took the
 # tokens so far (no `history`, `length_limit` or `finished`): an app's files of that time.
 BEFORE_HISTORY = os.path.join(DATA, "builtin_before_history")

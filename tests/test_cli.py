@@ -431,7 +431,7 @@ TRANSLATE_FLAGS = {
     "--return-alignments": (["--return-alignments"], []),
     "--repetition-penalty": ([*CONTROLS, "--json"], ["--json"]),
     "--passthrough": (["--passthrough", "on"], []),
-    "--glossary": (["--glossary", os.path.join(os.path.dirname(__file__), "data",
+    "--glossary": (["--glossary", os.path.join(os.path.dirname(__file__), "fixtures",
                                                "glossary_dates.tsv")], []),
 }
 # The ones --file ignored (heavy: the committed model decodes a file); the rest: slow.

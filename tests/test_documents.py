@@ -1,7 +1,7 @@
 """keras_attn.text.documents (the sentence split and join), its TF graph twin and the TFLite fallback.
 
 The golden cases are the Pragmatic Segmenter's English "Golden Rules" as shipped by pySBD
-(tests/data/golden_rules_en.json, MIT); the rest are the cases issue 40 names.
+(tests/fixtures/golden_rules_en.json, MIT); the rest are the cases issue 40 names.
 """
 import json
 import os
@@ -18,7 +18,7 @@ import guards
 from keras_attn.text import documents
 from keras_attn.text.documents import Segments, cut_long, join, join_batch, split, split_batch
 
-GOLDEN = json.load(open(os.path.join(os.path.dirname(__file__), "data", "golden_rules_en.json"),
+GOLDEN = json.load(open(os.path.join(os.path.dirname(__file__), "fixtures", "golden_rules_en.json"),
                         encoding="utf-8"))
 GOLDEN_CASES = {c["id"]: c for c in GOLDEN["cases"]}
 # The case the rules get wrong (docs/documents.md): "at 5 a.m. Mr. Smith" is one sentence

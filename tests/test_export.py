@@ -1,6 +1,6 @@
 """keras_attn.export: SavedModel (TF Serving), TFLite text/builtin targets, serving client.
 
-One small dates Transformer (committed in tests/data) is exported once per test session
+One small dates Transformer (committed in tests/fixtures) is exported once per test session
 (conftest's ``tiny_dates``, shared with the CTranslate2 tests); every
 artefact is compared with ``Translator.translate`` (``keras_attn.decoding``) on the same
 inputs.

@@ -1,7 +1,7 @@
 """Glossaries (issue 70): the rules (keras_attn.text.glossary), the request pipeline's step
 (keras_attn.translation.glossary) and the SavedModel graph's ops
 (keras_attn.export.glossary_graph) held equal on the shared cases of
-tests/data/glossary_cases.json; bad glossaries named; the options object, the HTTP fields,
+tests/fixtures/glossary_cases.json; bad glossaries named; the options object, the HTTP fields,
 the key store and the CLI flags that carry them."""
 import json
 import os
@@ -15,7 +15,7 @@ from keras_attn.text import glossary as g
 from keras_attn.text.term_placement import apply
 from keras_attn.translation.glossary import outside_spans, with_glossary
 
-CASES = json.loads((pathlib.Path(__file__).parent / "data" / "glossary_cases.json")
+CASES = json.loads((pathlib.Path(__file__).parent / "fixtures" / "glossary_cases.json")
                    .read_text("utf-8"))
 ENTRIES = g.entries(CASES["glossary"])
 IDS = [c["name"] for c in CASES["cases"]]

@@ -3,7 +3,7 @@
 merged under it, ``appliedTerms`` in the answer, bad glossaries a 400 naming the problem,
 the key store's table beside LibreTranslate's and ``keras-attn serve keys glossary``.
 
-The model is the committed tiny dates run (tests/data/tiny_dates_run) as in
+The model is the committed tiny dates run (tests/fixtures/tiny_dates_run) as in
 tests/test_serve_models.py: one Keras ``Translator`` behind a recording engine per pair. On
 characters a whole translation is one word: a term of the source ("March") takes it over,
 which is all the routes need to show.

@@ -1,7 +1,7 @@
 """What must not be translated passes through (keras_attn.text.spans, the pipeline's
 ``passed_through``): the rules on each kind of span, against spans written here; the cut
 and the put-back on odd input and on the fixture file every runtime's tests load
-(tests/data/spans_fixtures.json); the option reaching Translator, the SavedModel engine, the
+(tests/fixtures/spans_fixtures.json); the option reaching Translator, the SavedModel engine, the
 TFLite runtimes (on by default where the export's ``serving_default`` passes through) and
 ``POST /translate``; on the tiny SentencePiece run (slow), every span of each kind back
 byte-identical, the option off changing that, and the runtimes around the TFLite files
@@ -18,11 +18,11 @@ from keras_attn.translation import pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPORTED = os.path.join(ROOT, "exported")
-FIXTURES = os.path.join(ROOT, "tests", "data", "spans_fixtures.json")
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "spans_fixtures.json")
 
 
 def fixture_cases():
-    """The cases of tests/data/spans_fixtures.json (scripts/make_spans_fixtures.py)."""
+    """The cases of tests/fixtures/spans_fixtures.json (scripts/make_spans_fixtures.py)."""
     with open(FIXTURES, encoding="utf-8") as f:
         return json.load(f)["cases"]
 

@@ -3,7 +3,7 @@ routing by ``source``/``target``, a pivot language between two chained models, `
 among the served sources, ``/detect`` and ``/languages`` of several models and of one, the
 errors, the memory logged per model, and LibreTranslate's published client over real HTTP.
 
-The models are the committed tiny dates run (tests/data/tiny_dates_run) relabelled: one
+The models are the committed tiny dates run (tests/fixtures/tiny_dates_run) relabelled: one
 Keras ``Translator`` behind an engine per pair, each engine recording what it was sent, so
 that the test sees which model answered (their weights are the same). Paths are resolved
 for real (``locate`` on copies of the run with an export folder); only loading is the

@@ -1,7 +1,7 @@
 """What must not be translated, passed through inside the SavedModel's graph
 (keras_attn.export.spans_graph): the TensorFlow cut and put-back give what the Python ones
 (keras_attn.text.spans, the reference) give, on the fixture file every runtime's tests load
-(tests/data/spans_fixtures.json), on odd sentences written here and on held-out sentences
+(tests/fixtures/spans_fixtures.json), on odd sentences written here and on held-out sentences
 with spans inserted, with translations and alignments made up here; the tiny SentencePiece
 run's ``serving_default`` gives every span back as the Translator does, and the runtimes
 around its TFLite files, with their defaults, give ``serving_default``'s text (slow).

@@ -2,7 +2,7 @@
 served by a plain static file server on loopback that is stopped once the page's model is
 loaded (``window.kerasAttn.ready``), then translating on its own, as the SavedModel's
 ``serving_default`` does: the committed dates model (``exported/run`` against the committed
-SavedModel) and the committed tiny SentencePiece run (``tests/data/tiny_sentencepiece_run``,
+SavedModel) and the committed tiny SentencePiece run (``tests/fixtures/tiny_sentencepiece_run``,
 spans passed through, against ``Translator``, which the slow pass holds equal to
 ``serving_default``: tests/test_spans_graph.py); bad input answered with a readable message
 while the page keeps working; and ``keras-attn serve``'s page switched to translate in the

@@ -1,7 +1,7 @@
 """The web export's JavaScript (keras_attn/export/webapp/), its pure parts run by node: the
 third runtime of the rules that Python and the SavedModel's graph run.
 
-The spans' cut and put-back give the fixture file's answers (tests/data/spans_fixtures.json,
+The spans' cut and put-back give the fixture file's answers (tests/fixtures/spans_fixtures.json,
 the file the Python and graph tests load); the sentence split gives
 keras_attn.text.documents.split's sentences and separators; the tokenizers give
 keras_attn.text's ids and texts (the character vocabulary of the committed dates run, and
@@ -22,7 +22,7 @@ from test_passthrough import fixture_cases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNNER = os.path.join(ROOT, "tests", "js", "run_rules.mjs")
-GOLDEN = os.path.join(ROOT, "tests", "data", "golden_rules_en.json")
+GOLDEN = os.path.join(ROOT, "tests", "fixtures", "golden_rules_en.json")
 DATES_RUN = os.path.join(ROOT, "exported", "run")
 MESSY = ["", "   ", "Hello   world  ", "\ufb01ne \u216b \uff21\uff22\uff23 caf\u00e9",
          "\u00a0x\u2003y", "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8", "a\u0301",

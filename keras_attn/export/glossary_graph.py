@@ -7,7 +7,7 @@ of ``translate_v4`` sends its terms (``glossary_source``, ``glossary_target``: s
 
 The same rules, read by RE2 (the patterns keep to what Python's ``re`` and RE2 read alike);
 positions are bytes here, characters there. ``tests/test_glossary.py`` holds the two equal
-on the shared fixture file ``tests/data/glossary_cases.json``.
+on the shared fixture file ``tests/fixtures/glossary_cases.json``.
 
 Example:
     >>> terms = checked(tf.constant(["ticket"]), tf.constant(["billet"]))
