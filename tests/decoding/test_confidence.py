@@ -1,4 +1,4 @@
-"""Confidence (issue 40, "Confidence a service can act on"; API.md ``confidences``):
+"""Confidence a service can act on (API.md ``confidences``):
 the features against NumPy written here, the calibrator's fit against a known logistic
 model, AUROC against its pairwise definition, the ECE against a worked example; every
 artefact's confidence against the Translator's (the SavedModel's and TFLite text file's

@@ -1,4 +1,4 @@
-"""Greedy and beam search (issue 5): cache vs reference, beam vs greedy, graph modes, a
+"""Greedy and beam search: cache vs reference, beam vs greedy, graph modes, a
 trained model through ``translate``."""
 import collections
 import pathlib

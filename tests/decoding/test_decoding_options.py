@@ -1,4 +1,4 @@
-"""Decoding options per request (issue 29): one validated object, ValueError naming the
+"""Decoding options per request: one validated object, ValueError naming the
 option and its value for every bad choice."""
 import pytest
 

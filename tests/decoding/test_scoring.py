@@ -1,6 +1,6 @@
-"""Scoring given translations (issue 40, "Score a given translation"; API.md, "Scoring a
-given translation"): ``keras_attn.decoding.score`` against a NumPy log-softmax of the
-model's logits written here and against the searches' own scores; ``Translator.score``
+"""Scoring given translations (API.md, "Scoring a given translation"):
+``keras_attn.decoding.score`` against a NumPy log-softmax of the model's logits written here
+and against the searches' own scores; ``Translator.score``
 against ``translate_nbest`` (greedy: the summed log-probability, beam: the normalised
 score) on the committed dates model and the committed tiny dates run, with the fast paths
 and on the reference; the SavedModel's ``score`` signature, ``keras-attn score`` and

@@ -1,4 +1,4 @@
-"""One decoder (issue 29): every architecture the builders allow decodes the same tokens
+"""One decoder: every architecture the builders allow decodes the same tokens
 eagerly, from the SavedModel and from the TFLite files (float32).
 
 The step all of them run is the decoder's own cached call; the artefacts differ only in

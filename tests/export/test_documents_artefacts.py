@@ -1,4 +1,4 @@
-"""Documents in every artefact (issue 40): text of several sentences and paragraphs is split
+"""Documents in every artefact: text of several sentences and paragraphs is split
 by keras_attn.text.documents, translated as one batch and joined with the input's whitespace, the
 same in the Translator, the SavedModel's serving_default and translate signatures (split in
 the graph), the TFLite text file (split by keras_attn.export.runtime) and CTranslate2.

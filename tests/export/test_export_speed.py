@@ -1,4 +1,4 @@
-"""What makes the export fast does not change what it makes (issue 72).
+"""What makes the export fast does not change what it makes.
 
 - The serving graphs traced without AutoGraph (``kernels.fastpath.AUTOGRAPH``) hold the same
   ops as with it.

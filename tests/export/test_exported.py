@@ -1,4 +1,4 @@
-"""The committed artefacts in exported/ translate held-out dates (issue 6).
+"""The committed artefacts in exported/ translate held-out dates.
 
 The SavedModel is loaded in a subprocess that imports only TensorFlow; the builtin-ops
 TFLite target is driven by the reference Python loop; the one-file text TFLite target is

@@ -1,4 +1,4 @@
-"""A glossary in every artefact (issue 70): ``Translator``, the SavedModel's
+"""A glossary in every artefact: ``Translator``, the SavedModel's
 ``translate_v4`` (terms put in inside its graph), the SavedModel engine around an older
 signature, the TFLite text file's and the builtin files' runtimes and CTranslate2 give the
 same answers to the same requests where they decode and align alike, and each puts every

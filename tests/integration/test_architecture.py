@@ -74,7 +74,7 @@ def test_every_package_says_what_it_holds_and_may_import():
 
 
 def test_no_module_passes_400_lines():
-    # Issue 53's bound: a module past it holds more than one job (split it by job).
+    # A module past 400 lines holds more than one job (split it by job).
     long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
     assert not long, f"modules over 400 lines: {long}"

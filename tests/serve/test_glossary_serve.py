@@ -1,4 +1,4 @@
-"""Glossaries over HTTP (issue 70): a request's ``glossary`` on ``/translate`` and
+"""Glossaries over HTTP: a request's ``glossary`` on ``/translate`` and
 ``/translate_file``, the server's (``--glossary``) and an API key's (stored with the keys)
 merged under it, ``appliedTerms`` in the answer, bad glossaries a 400 naming the problem,
 the key store's table beside LibreTranslate's and ``keras-attn serve keys glossary``.

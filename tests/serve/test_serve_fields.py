@@ -1,4 +1,4 @@
-"""Issue 53 over HTTP: one multi-sentence text, n-best, through ``POST /translate`` of the
+"""The answer's fields over HTTP: one multi-sentence text, n-best, through ``POST /translate`` of the
 SavedModel engine and of the CTranslate2 engine of the committed run, as plain text and as
 ``format=html``: every hypothesis of every answer holds the same fields with the same
 types (keras_attn.translation.pipeline.join_documents makes them all, HTML's too), and an

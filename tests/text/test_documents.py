@@ -1,7 +1,8 @@
 """keras_attn.text.documents (the sentence split and join), its TF graph twin and the TFLite fallback.
 
 The golden cases are the Pragmatic Segmenter's English "Golden Rules" as shipped by pySBD
-(tests/fixtures/golden_rules_en.json, MIT); the rest are the cases issue 40 names.
+(tests/fixtures/golden_rules_en.json, MIT); the rest are written here, one or more per rule
+(abbreviations, numbers, lists, stops, quotes, paragraphs).
 """
 import json
 import os
@@ -26,7 +27,7 @@ GOLDEN_CASES = {c["id"]: c for c in GOLDEN["cases"]}
 KNOWN_FAILURES = {18}
 MEASURED_SHARE = 47 / 48  # docs/benchmarks/segmentation.json (the retired segmentation study)
 
-# (text, sentences, separators): the rules issue 40 names, one case each or more.
+# (text, sentences, separators): one case or more for each rule of the split.
 CASES = [
     # abbreviations and initials
     ("Mr. Smith met Mrs. Jones and Dr. Who.", ["Mr. Smith met Mrs. Jones and Dr. Who."],
@@ -104,7 +105,7 @@ def test_golden_rule(case_id):
     assert join(*segments) == case["text"]
 
 
-# --- the issue's cases ----------------------------------------------------------------------
+# --- one case or more per rule -------------------------------------------------------------
 @pytest.mark.parametrize("text,sentences,separators", CASES)
 def test_split_cases(text, sentences, separators):
     segments = split(text)

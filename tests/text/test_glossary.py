@@ -1,4 +1,4 @@
-"""Glossaries (issue 70): the rules (keras_attn.text.glossary), the request pipeline's step
+"""Glossaries: the rules (keras_attn.text.glossary), the request pipeline's step
 (keras_attn.translation.glossary) and the SavedModel graph's ops
 (keras_attn.export.glossary_graph) held equal on the shared cases of
 tests/fixtures/glossary_cases.json; bad glossaries named; the options object, the HTTP fields,
