@@ -11,6 +11,7 @@ from keras_attn import decoding
 from keras_attn.decoding import processors
 from keras_attn.decoding.options import DecodingOptions
 from keras_attn.decoding.processors import NEG, StepState
+from tests.decoding.test_repetition import reference_penalty
 
 START = 2
 RNG = np.random.default_rng(0)
@@ -87,10 +88,8 @@ def test_list_applies_each_in_order():
     out = np.asarray(procs(logits, StepState(index, history)))
     expected = logits.copy()
     expected[:, [0, START]] = NEG
+    expected = reference_penalty(expected, history, index, 1.5)
     for row in range(2):
-        for i in set(history[row, :index].tolist()) - {0}:
-            x = expected[row, i]
-            expected[row, i] = x * 1.5 if x < 0 else x / 1.5
         seq = history[row, :index].tolist()
         for j in range(index - 2):  # no_repeat_ngram_size 3: a bigram seen before
             if seq[j:j + 2] == seq[index - 2:]:

@@ -15,20 +15,26 @@ from keras_attn.decoding.processors import NEG, StepState
 START, END = 2, 3
 
 
+def reference_penalty(logits, history, length, penalty):
+    """CTranslate2 (and CTRL), in numpy: the logit of an id seen in ``history[:, :length]`` is
+    divided by the penalty when positive, multiplied when negative; padding (0) is not seen."""
+    expected = logits.copy()
+    for row, ids in enumerate(history[:, :length]):
+        for i in set(ids.tolist()) - {0}:
+            x = logits[row, i]
+            expected[row, i] = x * penalty if x < 0 else x / penalty
+    return expected
+
+
 def test_repetition_penalty_follows_ctranslate2():
-    """CTranslate2 (and CTRL): a seen id's logit is divided by the penalty when positive,
-    multiplied when negative; unseen ids and padding in the history change nothing."""
+    """A seen id's logit is divided by the penalty when positive, multiplied when negative;
+    unseen ids and padding in the history change nothing."""
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(3, 10)).astype("float32")
     history = np.array([[4, 5, 4, 0], [7, 0, 0, 0], [9, 1, 6, 8]], "int32")
     length = 3  # position 3 is not written yet (row 2's 8 does not count)
     out = np.asarray(processors.RepetitionPenalty(1.5)(logits, StepState(length, history)))
-    expected = logits.copy()
-    for row, ids in enumerate(history[:, :length]):
-        for i in set(ids.tolist()) - {0}:
-            x = logits[row, i]
-            expected[row, i] = x * 1.5 if x < 0 else x / 1.5
-    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(out, reference_penalty(logits, history, length, 1.5))
 
 
 def reference_banned(history, length, n):
