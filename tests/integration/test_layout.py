@@ -72,7 +72,8 @@ def issue_numbers(source):
 
 
 def test_the_tests_mirror_the_package():
-    assert layout_problems(TESTS, PACKAGE) == []
+    problems = layout_problems(TESTS, PACKAGE)
+    assert not problems, "CONTRIBUTING.md, \"Where a test goes\":\n" + "\n".join(problems)
 
 
 def test_the_layout_check_finds_what_is_misplaced(tmp_path):
