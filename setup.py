@@ -81,7 +81,7 @@ setup(
                  "tensorflow-serving-api==2.21.*", "httpx", "libretranslatepy",
                  "selenium>=4.11", "openapi-spec-validator", "python-docx", "odfpy", "psutil"],
         "ctranslate2": ["ctranslate2>=4.5,<5"],
-        # pysbd: the reference of the retired segmentation study (docs/benchmarks/).
+        # pysbd: the reference of the retired segmentation study (research/).
         "bench": ["keras-hub", "pysbd", "psutil"],
         "serving": ["tensorflow-serving-api==2.21.*"],
         # The documentation site (mkdocs.yml): MkDocs with the Material theme, and

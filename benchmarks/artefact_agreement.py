@@ -223,7 +223,7 @@ def main(argv=None):
                              "default: EXPORT_DIR/ctranslate2")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--json", default="", help="write the report here (default: a new "
-                                                   "folder under benchmarks/results/)")
+                                                   "folder under research/results/)")
     args = parser.parse_args(argv)
     for flag, least in (("limit", 0), ("builtin_limit", 0), ("batch_size", 1)):
         if getattr(args, flag) < least:

@@ -73,7 +73,7 @@ def parse_args(argv=None):
     ap.add_argument("--render", metavar="JSON", default=None,
                     help="only rewrite --md from an existing results file")
     ap.add_argument("--json", default="", help="results file (default: bench.json in a new "
-                    "benchmarks/results/ folder)")
+                    "research/results/ folder)")
     ap.add_argument("--md", default="", help="Markdown table (default: bench.md beside --json)")
     args = ap.parse_args(argv)
     bad = sorted(set(args.sections) - set(SECTIONS))

@@ -1,14 +1,15 @@
 """Where a benchmark writes when no output is given: a new folder per run,
-``benchmarks/results/<UTC date and time>-<random>-<name>/`` (ignored by git), never the figures
-committed under ``docs/benchmarks/``.
+``research/results/<UTC date and time>-<random>-<name>/`` (ignored by git), never over the
+measurements committed under ``research/``.
 """
 import datetime
 import json
 import os
 import tempfile
 
+# Beside the research log, out of the documentation site; not committed until chosen.
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                    "benchmarks", "results")
+                    "research", "results")
 
 
 def fresh_dir(name, root=ROOT):
@@ -22,7 +23,7 @@ def add_output_args(parser, name):
     """``--name`` (default ``name``) and ``--out-dir`` (default: :func:`fresh_dir`)."""
     parser.add_argument("--name", default=name)
     parser.add_argument("--out-dir", default="", help="folder for NAME.json and NAME.md "
-                        "(default: a new benchmarks/results/ folder)")
+                        "(default: a new research/results/ folder)")
 
 
 def run_and_write(args, run, markdown):

@@ -15,7 +15,7 @@ replacement, and a last load of ``--after-duration`` s on all workers (none may 
 
 Inputs: ``--data`` (a Tatoeba file's English column, or one text a line), else generated
 dates (the committed ``exported`` model's). Writes ``NAME.json`` and ``NAME.md`` into
-``--out-dir`` (default: a new ``benchmarks/results/<date>-NAME/`` folder).
+``--out-dir`` (default: a new ``research/results/<date>-NAME/`` folder).
 """
 import argparse
 import json

@@ -5,7 +5,7 @@ at ``max_length`` a and b (both below its translation's length); a step costs th
 difference of the two runs' traced ops and median milliseconds over ``b - a``.
 
     python -m benchmarks.step_ops exported/saved_model/translator/1 --text "3 March 2021" \\
-        --json docs/benchmarks/step_ops.json
+        --json research/step_ops.json
 
 With ``--settings FILE`` it measures instead what TF Serving's speed flags change: milliseconds
 per sentence at batch 1, 8 and 32 (the batching parameters' ``max_batch_size``) under each

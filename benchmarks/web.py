@@ -212,7 +212,7 @@ def main(argv=None):
                         help="the first N inputs timed one at a time (default: 100)")
     parser.add_argument("--export-dir", default="", help="default: RUN_DIR/export")
     parser.add_argument("--web-dir", default="", help="default: EXPORT_DIR/web")
-    parser.add_argument("--json", default="", help="default: a new benchmarks/results/ folder")
+    parser.add_argument("--json", default="", help="default: a new research/results/ folder")
     args = parser.parse_args(argv)
     if args.limit < 0 or args.timed < 0:
         parser.error("--limit and --timed must be >= 0")

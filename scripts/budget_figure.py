@@ -11,7 +11,7 @@ its output is lower case, so only its D2L-normalised BLEU compares).
 Usage:
     keras-attn evaluate runs/fra5 > fra5_scores.json
     python scripts/budget_figure.py runs/fra5:fra5_scores.json runs/fra20 runs/fra60 \\
-        --kerashub docs/benchmarks/kerashub_recipe_2.json --output budget_bleu.png
+        --kerashub research/kerashub_recipe_2.json --output budget_bleu.png
 """
 import argparse
 import json

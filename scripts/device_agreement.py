@@ -12,7 +12,7 @@ flip has a margin of the order of 1e-4; a margin above 1e-3 is a bug, not roundi
 
 Usage:
     python scripts/device_agreement.py runs/fra --data fra-eng/dev.txt \
-        --json docs/benchmarks/device_agreement.json
+        --json research/device_agreement.json
 """
 import argparse
 import json

@@ -6,7 +6,8 @@
 
 Writes ``exported/saved_model/translator/1/`` (TF Serving layout), ``exported/tflite/``
 (text-to-text and builtin-ops targets, float32 and int8), ``exported/export_report.json``,
-``exported/metrics.json``, ``exported/MODEL_CARD.md`` and ``exported/run/`` (a minimal run
+``exported/metrics.json``, ``exported/README.md`` (the model card, from
+``scripts/exported_card.md``) and ``exported/run/`` (a minimal run
 directory for ``keras-attn translate exported/run ...``). The training is the README's main
 job (``keras-attn train`` with defaults, seed 0), so the artefacts are reproducible up to
 floating-point non-determinism of multi-threaded CPU kernels.
@@ -14,37 +15,59 @@ floating-point non-determinism of multi-threaded CPU kernels.
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-CARD = """# Model card: keras_attn default dates translator
+# The model card, exported/README.md: this template with the run's figures filled in
+# ({{name}}: card_fields). Its examples show this model's answers, which the tests check
+# (tests/integration/test_exported_readme.py): a model trained anew may need them updated here.
+CARD_TEMPLATE = os.path.join(HERE, "exported_card.md")
 
-- **Task**: date normalisation — dates as people write them in English and French, in
-  {num_formats} formats ("3 March 2021", "le 3 mars 2021", "03/03/2021", "Wed, 3 Mar 2021", …),
-  to ISO 8601 ("2021-03-03"). Numeric dates are day-first. Years 1900–2099.
-- **Data**: generated in code by `keras_attn.data.dates_splits` (seed {seed}):
-  {num_train} train, {num_valid} valid, {num_test} test pairs, disjoint by source string.
-- **Model**: `keras_attn.models.transformer_seq2seq`, post-norm, d={num_hiddens},
-  FFN {ffn_num_hiddens}, {num_heads} heads, {num_layers}+{num_layers} layers, dropout {dropout};
-  character vocabularies (source {src_vocab_size}, target {tgt_vocab_size} ids).
-- **Training**: Adam (0.9, 0.98, 1e-9), Noam schedule (warmup {warmup}), label smoothing
-  {label_smoothing}, batch {batch_size}, {epochs} epochs, {train_seconds} s on the machine that made it.
-- **Results (test split, greedy)**: exact match {exact_match:.2%} on {num_sentences} dates.
-- **Confidence**: every translation's calibrated probability of being exactly right, from a
-  logistic calibrator fitted on the validation split (`run/calibration.json`,
-  docs/confidence.md); inputs that are not dates get a confidence near 0.
-- **Artefacts**: SavedModel `saved_model/translator/1` (signatures `serving_default`:
-  strings -> strings + scores + confidences, `translate`, `translate_v2`, `score`, `translate_ids`), TFLite `tflite/text_*.tflite` (one file,
-  strings in, strings out) and `tflite/builtin_*/` (encoder + one-step decoder, builtin ops
-  only). See `README.md` here for serving and `export_report.json` for ops and sizes.
-- **Limits**: inputs outside the formats above (other languages, month-first numeric dates,
-  years outside 1900–2099) are not supported; characters outside printable ASCII and French
-  letters map to `[UNK]`.
-- **Regenerate**: `python scripts/make_exported.py`.
-"""
+
+def _mb(num_bytes):
+    return f"{num_bytes / 1e6:.1f}"
+
+
+def card_fields(config, metrics, report, num_formats):
+    """The values the card's ``{{name}}`` placeholders take: the run's ``config.json`` and
+    ``metrics.json``, the export's ``export_report.json``, the number of date formats."""
+    tflite = report["tflite"]
+    saved = report["saved_model"]
+
+    def names(signatures):
+        return ", ".join(f"`{s}`" for s in sorted(signatures))
+
+    def text(value):  # 30000 -> "30,000"
+        return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+    return {**{k: text(v) for k, v in config.items()},
+            **report["versions"],
+            "num_formats": text(num_formats),
+            "exact_match": f"{metrics['exact_match']:.2%}".replace("%", " %"),
+            "num_sentences": text(metrics["num_sentences"]),
+            "train_seconds": text(metrics["train_seconds"]),
+            "saved_model_signatures": names(saved["signatures"]),
+            "saved_model_mb": _mb(sum(saved["files"].values())),
+            "text_signatures": names(tflite["text_float32"]["signatures"]),
+            "builtin_signatures": names(tflite["builtin_float32"]["signatures"]),
+            "text_custom_ops": ", ".join(f"`{op}`" for op in
+                                         sorted(tflite["text_float32"]["ops"]["custom"])),
+            **{f"{name}_mb": _mb(tflite[name]["total_bytes"]) for name in tflite}}
+
+
+def render_card(fields, template_path=CARD_TEMPLATE):
+    """The card: the template with every ``{{name}}`` replaced; a name without a value is
+    an error, so the card never shows a placeholder."""
+    with open(template_path, encoding="utf-8") as f:
+        template = f.read()
+    missing = sorted(set(re.findall(r"{{(\w+)}}", template)) - set(fields))
+    if missing:
+        raise KeyError(f"the card's template names values it is not given: {missing}")
+    return re.sub(r"{{(\w+)}}", lambda m: fields[m.group(1)], template)
 
 
 def _copy_run(run_dir, out):
@@ -88,9 +111,9 @@ def main():
     export.export_run(args.run_dir, export_dir=args.out, overwrite=True)
     runs.write_json(os.path.join(args.out, "metrics.json"), metrics)
     _copy_run(args.run_dir, os.path.join(args.out, "run"))
-    card = CARD.format(num_formats=len(data.DATE_FORMATS), **config,
-                       **{k: metrics[k] for k in ("exact_match", "num_sentences", "train_seconds")})
-    runs.atomic_write_text(os.path.join(args.out, "MODEL_CARD.md"), card)
+    report = runs.read_json(os.path.join(args.out, "export_report.json"))
+    card = render_card(card_fields(config, metrics, report, len(data.DATE_FORMATS)))
+    runs.atomic_write_text(os.path.join(args.out, "README.md"), card)
     print(json.dumps({k: v for k, v in metrics.items() if k != "samples"}))
     return 0
 

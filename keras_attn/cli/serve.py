@@ -48,7 +48,7 @@ def add_parser(sub):
             "engine copies decoding batches at once; more than 1 runs them in worker "
             "processes, each holding its own engine (one that dies is replaced): about 1.2 "
             "GB of memory per SavedModel replica (TensorFlow; 1.4 GB with --xla), 0.1 GB per "
-            "CTranslate2 replica (docs/benchmarks/serve_load_*.md) (default: %(default)s, "
+            "CTranslate2 replica (research/serve_load_*.md) (default: %(default)s, "
             "the fastest measured on 2 cores)", read=settings.integer(1))
     setting("--threads", "LT_THREADS", None,
             "intra-op threads of each replica; 0 = the engine's default (every core) "

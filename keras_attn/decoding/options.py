@@ -28,7 +28,7 @@ from keras_attn.text import glossary as glossaries
 
 LENGTH_PENALTY = 0.6  # GNMT alpha (Wu et al. 2016) when a request or export names none
 # The repetition controls' defaults by the kind of target vocabulary
-# (docs/benchmarks/repetition.md); on characters a repeated n-gram is normal ("2010-10-10").
+# (research/repetition.md); on characters a repeated n-gram is normal ("2010-10-10").
 CONTROLS = ("repetition_penalty", "no_repeat_ngram_size", "max_length_factor")
 CONTROL_DEFAULTS = {
     "subword": {"repetition_penalty": 1.2, "no_repeat_ngram_size": 4, "max_length_factor": 3.0},

@@ -6,7 +6,7 @@ cache layout (:mod:`keras_attn.kernels.kv_cache`) or one position per row
 layers' own calls. Heads-first caches make a step's scores and context two batched
 matmuls with no transpose; a ``GrowingCache`` grows by concat (plain graphs only), a
 ``HeadsFirstCache`` is a ``max_len`` buffer written with ``tensor_scatter_nd_update``.
-Every op is one that oneDNN's rewrite leaves alone (docs/benchmarks/NOTES.md, "Decoding
+Every op is one that oneDNN's rewrite leaves alone (research/NOTES.md, "Decoding
 step").
 """
 import weakref

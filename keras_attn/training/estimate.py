@@ -285,6 +285,15 @@ class Estimator:
         """The reserve (seconds) for a mean training step of ``step_seconds``."""
         reserve = reserve_seconds(self.time_budget, self.costs(step_seconds), self.export,
                                   self.num_test, self.num_valid, self.quantizations)
+        if reserve >= self.time_budget:
+            self.log(f"time budget: {format_duration(self.time_budget)} is shorter than the work "
+                     f"after training takes on this machine (about {format_duration(reserve)}, "
+                     f"sized from a step of {step_seconds:.3f} s and a trace of {self.probe:.2f} s):"
+                     f" training stops now; give a --time-budget of at least "
+                     f"{format_duration(2 * reserve)}"
+                     + (", or export less (--export saved_model, --no-export)"
+                        if self.export else ""))
+            return reserve
         self.log(f"time budget: training until {format_duration(self.time_budget - reserve)} (reserve "
                  f"{format_duration(reserve)} for choosing weights, evaluation and export, sized from "
                  f"a step of {step_seconds:.3f} s and a trace of {self.probe:.2f} s)")

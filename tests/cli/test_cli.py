@@ -317,7 +317,7 @@ def test_help_has_no_doubled_default_and_no_empty_choice(helps, sub):
 
 
 def test_serve_runs_one_replica_by_default_and_says_what_a_replica_costs(helps):
-    """One replica was the fastest on 2 cores (docs/benchmarks/serve_load_*.md); each
+    """One replica was the fastest on 2 cores (research/serve_load_*.md); each
     SavedModel replica holds about 1.2 GB, a CTranslate2 one 0.1 GB, which the help says."""
     from keras_attn import cli
 

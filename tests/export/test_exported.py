@@ -139,9 +139,9 @@ def test_saved_model_ops_run_on_stock_tf_serving():
 
 def test_exported_is_small_and_documented():
     # A budget that keeps the repository light (26.4 MB now: every signature's graph holds
-    # its decoders and the confidence's teacher-forced pass; docs/benchmarks/NOTES.md).
+    # its decoders and the confidence's teacher-forced pass; research/NOTES.md).
     total = sum(p.stat().st_size for p in EXPORTED.rglob("*") if p.is_file())
     assert total < 30e6
-    for name in ("README.md", "MODEL_CARD.md", "metrics.json", "export_report.json"):
+    for name in ("README.md", "metrics.json", "export_report.json"):
         assert (EXPORTED / name).exists()
     assert json.loads((EXPORTED / "metrics.json").read_text())["exact_match"] >= 0.99

@@ -120,13 +120,14 @@ def test_keras_hub_sampler_decoding_equals_the_hand_written_loop():
 
 
 def test_a_benchmark_without_an_output_writes_to_a_new_folder(tmp_path):
-    """The default output is a new folder per run, never the committed docs/benchmarks/."""
+    """The default output is a new folder per run, never over the committed
+    measurements in research/."""
     from benchmarks.results import ROOT, fresh_dir
 
     first, second = fresh_dir("bench", root=tmp_path), fresh_dir("bench", root=tmp_path)
     assert first != second and os.listdir(first) == os.listdir(second) == []
     assert os.path.basename(first).endswith("-bench")
-    assert os.path.relpath(ROOT, REPO) == os.path.join("benchmarks", "results")
+    assert os.path.relpath(ROOT, REPO) == os.path.join("research", "results")
 
 
 def test_benchmarks_never_import_scripts():

@@ -30,10 +30,8 @@ from tests.support.comment_checks import run_and_check
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
-# docs/benchmarks/ holds results files and the measurement log, kept out of the site
-# (mkdocs.yml's exclude_docs).
-PAGES = [README] + sorted(p for p in DOCS.rglob("*.md")
-                          if DOCS / "benchmarks" not in p.parents)
+# The research log and raw measurements (research/, outside docs/) are not pages.
+PAGES = [README] + sorted(DOCS.rglob("*.md"))
 def _examples(pages=PAGES):
     """Every example block of ``pages``."""
     return doc_examples.examples(pages)

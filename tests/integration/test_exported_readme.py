@@ -1,5 +1,9 @@
-"""Every command and code block of exported/README.md runs against the committed export as
-written (tests/support/doc_examples.py), or says in the page why it cannot run here."""
+"""exported/README.md, the committed model's card: it is what scripts/make_exported.py
+writes from the run's figures, and every command and code block of it runs against the
+committed export as written (tests/support/doc_examples.py), or says in the page why it
+cannot run here."""
+import importlib.util
+import json
 import os
 
 import pytest
@@ -19,20 +23,68 @@ def test_every_block_runs_or_says_why_not():
         else:
             assert block.lang in ("python", *doc_examples.SHELL), block.id
     langs = [b.lang for b in RUN]
-    assert langs.count("python") >= 4 and len(RUN) >= 10, [b.id for b in RUN]
-    # What the page promises is run: every REST body, saved_model_cli and the TFLite example.
+    assert langs.count("python") >= 4 and len(RUN) >= 8, [b.id for b in RUN]
+    # What the card promises is run: a call of each artefact, every REST body, saved_model_cli.
     text = "".join(b.text for b in RUN)
-    for needed in ('"instances"', '"inputs"', '"b64"', '"translate"', '"translate_v2"',
-                   "saved_model_cli run", 'get_signature_runner("translate")'):
+    for needed in ("keras-attn translate exported/run", 'signatures["serving_default"]',
+                   '"instances"', '"inputs"', '"b64"', '"translate"', '"translate_v2"',
+                   "saved_model_cli run", 'get_signature_runner("translate")',
+                   '"translate_sentences"', "run_tflite_builtin"):
         assert needed in text, needed
+
+
+def test_the_card_is_short():
+    with open(PAGE, encoding="utf-8") as f:
+        assert len(f.read().splitlines()) <= 150
+
+
+def _make_exported():
+    spec = importlib.util.spec_from_file_location(
+        "make_exported", os.path.join(doc_examples.ROOT, "scripts", "make_exported.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _committed(path):
+    with open(os.path.join(doc_examples.ROOT, "exported", path), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_the_card_is_what_make_exported_writes_from_the_committed_run():
+    """The card's figures are the committed run's (config, metrics, export report): the
+    template filled in from them is the card, and other figures give another card."""
+    from keras_attn import data
+
+    make = _make_exported()
+    config, metrics = _committed("run/config.json"), _committed("run/metrics.json")
+    report = _committed("export_report.json")
+    fields = make.card_fields(config, metrics, report, len(data.DATE_FORMATS))
+    with open(PAGE, encoding="utf-8") as f:
+        card = f.read()
+    assert make.render_card(fields) == card, "run the card's template again: " \
+        "python scripts/make_exported.py --run-dir exported/run (or edit scripts/exported_card.md)"
+    assert f"{metrics['exact_match']:.2%}".replace("%", " %") in card
+    assert f"{metrics['num_sentences']:,} held-out test dates" in card
+    other = make.card_fields(config, dict(metrics, exact_match=0.5), report,
+                             len(data.DATE_FORMATS))
+    assert "50.00 %" in make.render_card(other) and make.render_card(other) != card
+
+
+def test_the_card_refuses_a_placeholder_it_has_no_value_for(tmp_path):
+    make = _make_exported()
+    template = tmp_path / "card.md"
+    template.write_text("# {{title}}\n{{missing}}\n", encoding="utf-8")
+    assert make.render_card({"title": "T", "missing": "m"}, str(template)) == "# T\nm\n"
+    with pytest.raises(KeyError, match="missing"):
+        make.render_card({"title": "T"}, str(template))
 
 
 def test_commands_and_expected_outputs_are_read():
     block = next(b for b in RUN if "saved_model_cli run" in b.text)
     commands = doc_examples.commands(block.text)
-    assert [c.split()[0] for c, _ in commands] == ["saved_model_cli"] * 2 + [
-        "python", "saved_model_cli", "saved_model_cli"]
-    assert commands[3][1][2] == "Result for output key translations: [[b'2021-03-03' " \
+    assert [c.split()[0] for c, _ in commands] == ["saved_model_cli"]
+    assert commands[0][1][1] == "Result for output key translations: [[b'2021-03-03' " \
                                 "b'2021-03-23']]"
     doc_examples.check_output(["Result for output key scores: [[-0.4608 -3.3092]]"],
                               "Result for output key scores:\n[[-0.46077 -3.30923]]\n")

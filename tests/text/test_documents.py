@@ -25,7 +25,7 @@ GOLDEN_CASES = {c["id"]: c for c in GOLDEN["cases"]}
 # The case the rules get wrong (docs/documents.md): "at 5 a.m. Mr. Smith" is one sentence
 # and "at 6 P.M. Mr. Smith" two; the rules keep both whole (pySBD splits both).
 KNOWN_FAILURES = {18}
-MEASURED_SHARE = 47 / 48  # docs/benchmarks/segmentation.json (the retired segmentation study)
+MEASURED_SHARE = 47 / 48  # research/segmentation.json (the retired segmentation study)
 
 # (text, sentences, separators): one case or more for each rule of the split.
 CASES = [

@@ -661,3 +661,25 @@ def test_budgeted_run_stops_at_the_budget_and_decays_to_the_floor(tmp_path, caps
     assert metrics["budget"]["steps"] == steps[-1]
     assert metrics["budget"]["weights"] in ("final", "average")
     assert metrics["budget"]["time_budget"] == seconds
+
+
+@pytest.mark.parametrize("export", [True, False])
+def test_a_budget_shorter_than_the_work_after_training_says_so(export):
+    """A budget the work after training alone exceeds on this machine: the reserve is the
+    whole budget or more, the log says training stops now and what to give instead (never a
+    negative 'training until'), and a budget that fits keeps the usual line."""
+    lines = []
+    estimator = budget.Estimator(2.0, 45, 2000, 2823, 10.0, export=export, log=lines.append)
+    reserve = estimator.reserve_for(0.5)
+    assert reserve >= 10.0
+    (line,) = lines
+    assert "training until" not in line and "-" not in line.split("(")[0], line
+    assert "training stops now" in line and "--time-budget of at least" in line, line
+    parts = [int(x) for x in re.search(r"at least ([\d:]+)", line).group(1).split(":")]
+    least = sum(x * 60 ** i for i, x in enumerate(reversed(parts)))
+    assert least >= reserve, line
+    assert ("--export saved_model" in line) == export, line
+    lines.clear()
+    long = budget.Estimator(2.0, 45, 2000, 2823, 3600.0, export=export, log=lines.append)
+    assert long.reserve_for(0.5) < 3600.0
+    assert re.match(r"time budget: training until \d+:\d\d \(reserve ", lines[0]), lines
