@@ -62,17 +62,17 @@ setup(
         "redis>=4",
     ],
     extras_require={
-        # import-linter: the packages' import contracts (tests/test_architecture.py);
-        # torch: the reference of the parity tests (tests/block_checks.py); jax: the backend
+        # import-linter: the packages' import contracts (tests/integration/test_architecture.py);
+        # torch: the reference of the parity tests (tests/support/block_checks.py); jax: the backend
         # tests; ctranslate2: the CTranslate2 export tests; keras-hub: the benchmark suite's
         # references; tensorflow-serving-api: the gRPC client tests; httpx: Starlette's
         # TestClient; libretranslatepy: the published LibreTranslate client the serve tests
-        # drive; selenium: the web page's test in headless Chromium (tests/test_browser.py,
+        # drive; selenium: the web page's test in headless Chromium (tests/serve/test_browser.py,
         # with Debian's chromium and chromium-driver: CI's browser pass installs them and
         # runs it); openapi-spec-validator: GET /spec checked; python-docx and odfpy: the
         # .docx and .odt files of /translate_file written and read by other code than the
-        # server's (tests/test_serve_api.py); psutil: the memory of a served process tree
-        # (benchmarks.serve_load, tests/test_serve_load.py). All must run, not skip.
+        # server's (tests/serve/test_serve_api.py); psutil: the memory of a served process tree
+        # (benchmarks.serve_load, tests/serve/test_serve_load.py). All must run, not skip.
         # torch==2.13.0 is met by 2.13.0+cpu, which the README's test command installs from
         # PyTorch's CPU index first (from PyPI alone it is the CUDA build); jax[cpu] is the
         # CPU build.
@@ -85,8 +85,9 @@ setup(
         "bench": ["keras-hub", "pysbd", "psutil"],
         "serving": ["tensorflow-serving-api==2.21.*"],
         # The documentation site (mkdocs.yml): MkDocs with the Material theme, and
-        # mkdocstrings for the API reference read from the docstrings. tests/test_docs.py
-        # builds it with --strict (skipped without these unless KERAS_ATTN_REQUIRE_DOCS=1).
+        # mkdocstrings for the API reference read from the docstrings.
+        # tests/integration/test_docs.py builds it with --strict (skipped without these unless
+        # KERAS_ATTN_REQUIRE_DOCS=1).
         "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],
     },
     entry_points={"console_scripts": ["keras-attn=keras_attn.cli:main"]},

@@ -6,7 +6,7 @@ file it left out of the site (``exclude_docs``), a link written as HTML, or a li
 anchor of a page that mkdocstrings renders; this reads the HTML that ships.
 
 Usage: ``python docs_tools/links.py SITE_DIR`` prints one line per broken link and exits 1
-when there is one (tests/test_docs.py runs it on a fresh build).
+when there is one (tests/integration/test_docs.py runs it on a fresh build).
 """
 import html.parser
 import pathlib

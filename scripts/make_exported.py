@@ -24,7 +24,7 @@ ROOT = os.path.dirname(HERE)
 
 # The model card, exported/README.md: this template with the run's figures filled in
 # ({{name}}: card_fields). Its examples show this model's answers, which the tests check
-# (tests/test_exported_readme.py): a model trained anew may need them updated here.
+# (tests/integration/test_exported_readme.py): a model trained anew may need them updated here.
 CARD_TEMPLATE = os.path.join(HERE, "exported_card.md")
 
 

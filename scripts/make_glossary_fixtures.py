@@ -1,9 +1,9 @@
-"""Write tests/data/glossary_cases.json: sentences, a glossary, a translation and an
+"""Write tests/fixtures/glossary_cases.json: sentences, a glossary, a translation and an
 alignment given for each, and what keras_attn.text.glossary and term_placement (the
 reference) find and put in.
 
 The Python rules and the SavedModel's graph both load the file in their tests
-(tests/test_glossary.py). Run it again after a deliberate change of the rule, and read the
+(tests/text/test_glossary.py). Run it again after a deliberate change of the rule, and read the
 diff:
 
     python scripts/make_glossary_fixtures.py
@@ -14,7 +14,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-PATH = os.path.join(ROOT, "tests", "data", "glossary_cases.json")
+PATH = os.path.join(ROOT, "tests", "fixtures", "glossary_cases.json")
 
 from keras_attn.text import glossary as g, term_placement  # noqa: E402
 from keras_attn.translation.glossary import outside_spans  # noqa: E402
@@ -60,7 +60,8 @@ def main():
     with open(PATH, "w", encoding="utf-8") as f:
         json.dump({"about": "Glossary cases every implementation must agree on "
                             "(keras_attn.text.glossary and term_placement, keras_attn.export."
-                            "glossary_graph and term_placement_graph): tests/test_glossary.py. "
+                            "glossary_graph and term_placement_graph): "
+                            "tests/text/test_glossary.py. "
                             "found: character offsets and the glossary's source term; "
                             "expected: the translation with the terms put in, given the "
                             "translation and alignment (over the whole sentence). Written by "

@@ -1,9 +1,9 @@
-"""Write tests/data/spans_fixtures.json: sentences with spans, a translation and an
+"""Write tests/fixtures/spans_fixtures.json: sentences with spans, a translation and an
 alignment given for each, and what keras_attn.text.spans (the reference) cuts and puts back.
 
-Every runtime of the rule loads the file in its tests: Python (tests/test_passthrough.py),
-the SavedModel's graph (tests/test_spans_graph.py) and the web export's JavaScript
-(tests/test_web_js.py). Run it again after a deliberate change of the rule, and read the
+Every runtime of the rule loads the file in its tests: Python (tests/text/test_passthrough.py),
+the SavedModel's graph (tests/export/test_spans_graph.py) and the web export's JavaScript
+(tests/export/test_web_js.py). Run it again after a deliberate change of the rule, and read the
 diff:
 
     python scripts/make_spans_fixtures.py
@@ -15,7 +15,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-PATH = os.path.join(ROOT, "tests", "data", "spans_fixtures.json")
+PATH = os.path.join(ROOT, "tests", "fixtures", "spans_fixtures.json")
 
 # Odd sentences, written for the rule's corners.
 ODD = [

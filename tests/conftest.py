@@ -33,20 +33,26 @@ import keras  # noqa: E402  (after the log level, so TensorFlow starts quiet)
 import pytest  # noqa: E402
 import unittest.mock  # noqa: E402
 
-# Every test of these files compares floats (tolerances derived in tests/layer_checks.py).
+TESTS = pathlib.Path(__file__).resolve().parent
+REPO = TESTS.parent
+
+# Files by their path under tests/ (TESTS).
+# Every test of these files compares floats (tolerances derived in tests/support/layer_checks.py).
 KERNEL_FILES = {
-    "test_ops.py", "test_dot_product_attention.py", "test_additive_attention.py",
-    "test_multi_head_attention.py", "test_nadaraya_watson.py", "test_tf_attention.py",
-    "test_ffn.py", "test_add_norm.py", "test_transformer_blocks.py", "test_transformer.py",
-    "test_bahdanau.py", "test_losses.py", "test_dropout.py", "test_positional.py",
-    "test_schedules.py", "test_fastpath.py", "test_decoding.py",
+    "layers/test_add_norm.py", "layers/test_additive_attention.py", "layers/test_bahdanau.py",
+    "layers/test_dot_product_attention.py", "layers/test_dropout.py", "layers/test_ffn.py",
+    "layers/test_multi_head_attention.py", "layers/test_nadaraya_watson.py",
+    "layers/test_positional.py", "layers/test_transformer.py", "layers/test_transformer_blocks.py",
+    "kernels/test_fastpath.py", "kernels/test_tf_attention.py", "ops/test_ops.py",
+    "schedules/test_schedules.py", "training/test_losses.py", "decoding/test_decoding.py",
 }
 # Every test of these files loads an export or traces decoders for seconds (the committed
 # model's SavedModel, TFLite files and CTranslate2 model; searches under XLA).
 HEAVY_FILES = {
-    "test_export.py", "test_exported.py", "test_signature.py", "test_request.py",
-    "test_scoring.py", "test_ctranslate2.py", "test_documents_artefacts.py",
-    "test_decoding.py", "test_decoding_options.py", "test_repetition.py",
+    "export/test_export.py", "export/test_exported.py", "export/test_request.py",
+    "export/test_ctranslate2.py", "export/test_documents_artefacts.py", "serve/test_signature.py",
+    "decoding/test_scoring.py", "decoding/test_decoding.py", "decoding/test_decoding_options.py",
+    "decoding/test_repetition.py",
 }
 # The slow and heavy tests CI runs (a test id, or a file for all of its tests): a route, a
 # command or an artefact of the committed export per end-to-end path, each a minute or less
@@ -56,25 +62,33 @@ HEAVY_FILES = {
 # artefacts, training for minutes, every architecture through every artefact, killed and
 # resumed runs, every page's examples) run in ``.ci/run --extended``.
 SMOKE = {
-    "tests/test_exported.py",
-    "tests/test_engines_agree.py::test_savedmodel_engine_and_its_graph",
-    "tests/test_exported_readme.py::test_rest_stand_in_maps_json_as_tf_serving",
-    "tests/test_models.py::test_trained_model_save_load[bahdanau]",
-    "tests/test_cli.py::test_translate_file_mode_honours_every_flag[plain]",
-    "tests/test_serve_load.py::test_wrk_counts_what_the_server_answered",
-    "tests/test_serve_models.py::test_the_command_serves_two_savedmodels_from_one_process",
-    "tests/test_translation.py::test_serve_ctranslate2_imports_no_tensorflow[1]",
-    "tests/test_passthrough.py::test_serve_passes_spans_through_when_asked",
-    "tests/test_docs.py::test_the_site_builds_strictly",
-    "tests/test_serve_fields.py",
-    "tests/test_glossary_serve.py::test_a_request_glossary_is_put_in_and_said",
-    "tests/test_serve_versions.py::test_a_version_copied_beside_is_served_live_without_a_failed_request",
-    "tests/test_hostile_files.py::test_the_server_answers_it_over_http[docx-member-declares-2GiB]",
-    "tests/test_hostile_files.py::test_the_server_answers_it_over_http[docx-external-entity-http]",
-    "tests/test_hostile_files.py::test_the_server_answers_it_over_http[odt-billion-laughs]",
-    "tests/test_hostile_files.py::test_the_server_answers_it_over_http[txt-line-flood]",
-    "tests/test_hostile_files.py::test_the_server_answers_it_over_http[docx-near-every-limit]",
+    "tests/export/test_exported.py",
+    "tests/integration/test_engines_agree.py::test_savedmodel_engine_and_its_graph",
+    "tests/integration/test_exported_readme.py::test_rest_stand_in_maps_json_as_tf_serving",
+    "tests/models/test_models.py::test_trained_model_save_load[bahdanau]",
+    "tests/cli/test_cli.py::test_translate_file_mode_honours_every_flag[plain]",
+    "tests/serve/test_serve_load.py::test_wrk_counts_what_the_server_answered",
+    "tests/serve/test_serve_models.py::test_the_command_serves_two_savedmodels_from_one_process",
+    "tests/translation/test_translation.py::test_serve_ctranslate2_imports_no_tensorflow[1]",
+    "tests/text/test_passthrough.py::test_serve_passes_spans_through_when_asked",
+    "tests/integration/test_docs.py::test_the_site_builds_strictly",
+    "tests/serve/test_serve_fields.py",
+    "tests/serve/test_glossary_serve.py::test_a_request_glossary_is_put_in_and_said",
+    "tests/serve/test_serve_versions.py::test_a_version_copied_beside_is_served_live_without_a_failed_request",
+    "tests/serve/test_hostile_files.py::test_the_server_answers_it_over_http[docx-member-declares-2GiB]",
+    "tests/serve/test_hostile_files.py::test_the_server_answers_it_over_http[docx-external-entity-http]",
+    "tests/serve/test_hostile_files.py::test_the_server_answers_it_over_http[odt-billion-laughs]",
+    "tests/serve/test_hostile_files.py::test_the_server_answers_it_over_http[txt-line-flood]",
+    "tests/serve/test_hostile_files.py::test_the_server_answers_it_over_http[docx-near-every-limit]",
 }
+
+
+def _under_tests(item):
+    """The test file's path under tests/, as KERNEL_FILES and HEAVY_FILES name it."""
+    try:
+        return item.path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:  # a file collected from outside tests/
+        return None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -87,11 +101,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid in SMOKE or item.nodeid.split("::")[0] in SMOKE:
             item.add_marker(pytest.mark.smoke)
-        if item.path.name in KERNEL_FILES:
+        if _under_tests(item) in KERNEL_FILES:
             item.add_marker(pytest.mark.kernels)
         if item.get_closest_marker("slow") is not None:
             continue  # slow in its own right (a run trained for the session): not heavy
-        if item.path.name in HEAVY_FILES or "tiny_dates" in getattr(item, "fixturenames", ()):
+        if _under_tests(item) in HEAVY_FILES or "tiny_dates" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.heavy)
         if item.get_closest_marker("heavy") is not None:
             item.add_marker(pytest.mark.slow)
@@ -120,8 +134,6 @@ def _seed():
         _TF_SEEDED.append(True)
 
 
-TESTS = pathlib.Path(__file__).resolve().parent
-REPO = TESTS.parent
 # Where the shared runs are kept between test sessions (CI's passes share them): one folder
 # per run and version of the code that builds it. KERAS_ATTN_TEST_FIXTURE_CACHE=0 builds
 # them in the session's temporary folder instead.
@@ -134,8 +146,8 @@ def fixture_key():
     import tensorflow as tf
 
     digest = hashlib.sha256(f"{tf.__version__} {keras.__version__}".encode())
-    sources = sorted((REPO / "keras_attn").rglob("*.py")) + sorted((TESTS / "data").rglob("*"))
-    for path in sources + [TESTS / "run_fixtures.py", TESTS / "conftest.py"]:
+    sources = sorted((REPO / "keras_attn").rglob("*.py")) + sorted((TESTS / "fixtures").rglob("*"))
+    for path in sources + [TESTS / "support" / "run_fixtures.py", TESTS / "conftest.py"]:
         if path.is_file():
             digest.update(path.relative_to(REPO).as_posix().encode() + b"\0")
             digest.update(path.read_bytes())
@@ -178,14 +190,14 @@ def build_once(tmp_path_factory, name, build):
 
 @pytest.fixture(scope="session")
 def tiny_dates(tmp_path_factory):
-    """The committed tiny dates run (``tests/data/tiny_dates_run``, copied) and
+    """The committed tiny dates run (``tests/fixtures/tiny_dates_run``, copied) and
     ``export_run``'s float32 output (SavedModel, TFLite text and builtin files, report; no
     ``translate`` signature): ``{"run_dir", "export_dir", "inputs"}`` (held-out source
     dates). int8 and the ``translate`` signature are checked on the committed ``exported/``
     files (test_exported, test_request), made by the same ``export_run``."""
 
     def build(root):
-        import run_fixtures
+        from tests.support import run_fixtures
         from keras_attn import export
 
         run_dir, export_dir = str(root / "run"), str(root / "export")
@@ -203,7 +215,7 @@ def tiny_sentencepiece(tmp_path_factory):
     exported into ``RUN/export``: ``{"run_dir"}``."""
 
     def build(root):
-        import run_fixtures
+        from tests.support import run_fixtures
 
         return {"run_dir": run_fixtures.train_tiny_sentencepiece_run(root)}
 

@@ -24,7 +24,7 @@ import time
 # signatures and once for error messages' debug information, a third of a conversion's time;
 # the direct path reads the graph once, as the converter itself does, and leaves out the
 # flatbuffer's ``CONVERSION_METADATA`` entry (the converter's options, which the export
-# report records). tests/test_export_speed.py converts both ways and compares the files.
+# report records). tests/export/test_export_speed.py converts both ways and compares the files.
 DIRECT_CONVERSION = True
 REPLY = "keras_attn.conversion "  # a worker's answer line (TensorFlow may write others)
 

@@ -6,8 +6,8 @@ of ``translate_v4`` sends its terms (``glossary_source``, ``glossary_target``: s
 ``(G,)``) and gets them back in place (docs/real_text.md, "Glossaries").
 
 The same rules, read by RE2 (the patterns keep to what Python's ``re`` and RE2 read alike);
-positions are bytes here, characters there. ``tests/test_glossary.py`` holds the two equal
-on the shared fixture file ``tests/data/glossary_cases.json``.
+positions are bytes here, characters there. ``tests/text/test_glossary.py`` holds the two equal
+on the shared fixture file ``tests/fixtures/glossary_cases.json``.
 
 Example:
     >>> terms = checked(tf.constant(["ticket"]), tf.constant(["billet"]))

@@ -1,7 +1,7 @@
 """A glossary's found terms put into translations inside the SavedModel's graph
 (TensorFlow-only): the TensorFlow ops of :func:`keras_attn.text.term_placement.apply`, one
 hypothesis at a time (:func:`apply`), for :func:`keras_attn.export.glossary_graph.
-with_glossary`. Positions are bytes here, characters there; tests/test_glossary.py holds
+with_glossary`. Positions are bytes here, characters there; tests/text/test_glossary.py holds
 the two equal.
 
 Example:

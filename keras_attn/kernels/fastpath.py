@@ -124,7 +124,7 @@ def under(fn, **changes):
 # so AutoGraph converts nothing in them; it only rewrites the source of every function a trace
 # meets (Keras layers, decoding) and calls each through its wrappers, a fifth to a third of
 # the trace's time. False: a Python ``if`` on a tensor fails the trace instead of being
-# converted (tests/test_export_speed.py traces both ways and compares the graphs).
+# converted (tests/export/test_export_speed.py traces both ways and compares the graphs).
 AUTOGRAPH = False
 
 

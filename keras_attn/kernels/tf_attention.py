@@ -1,5 +1,5 @@
 """TensorFlow only: multi-head attention over whole sequences, the fast path of
-``MultiHeadAttention._compute_attention`` (``tests/test_fastpath.py`` checks they agree).
+``MultiHeadAttention._compute_attention`` (``tests/kernels/test_fastpath.py`` checks they agree).
 
 All heads are attended as batched matmuls over ``(B, H)``; scores larger than the CPU's
 cache are attended in chunks (:func:`attention_chunks`).

@@ -2,7 +2,7 @@
 
 What the attention, FFN, LayerNorms and output projection run on TensorFlow with a fast
 cache layout (:mod:`keras_attn.kernels.kv_cache`) or one position per row
-(:mod:`keras_attn.layers._step`); ``tests/test_fastpath.py`` checks them against the
+(:mod:`keras_attn.layers._step`); ``tests/kernels/test_fastpath.py`` checks them against the
 layers' own calls. Heads-first caches make a step's scores and context two batched
 matmuls with no transpose; a ``GrowingCache`` grows by concat (plain graphs only), a
 ``HeadsFirstCache`` is a ``max_len`` buffer written with ``tensor_scatter_nd_update``.

@@ -21,8 +21,8 @@ from keras_attn.decoding.options import OPTIONS, DecodingOptions
 from keras_attn.text import spans
 
 # The names the exporters write (their modules import TensorFlow or CTranslate2;
-# tests/test_translation.py checks these agree with keras_attn.export.saved_model.MODEL_NAME
-# and keras_attn.export.ctranslate2_runtime.METADATA).
+# tests/translation/test_translation.py checks these agree with
+# keras_attn.export.saved_model.MODEL_NAME and keras_attn.export.ctranslate2_runtime.METADATA).
 MODEL_NAME = "translator"
 CT2_METADATA = "keras_attn.json"
 

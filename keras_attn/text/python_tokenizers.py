@@ -1,5 +1,5 @@
 """The in-graph tokenizers' ids and texts in plain Python, for an engine without TensorFlow
-(CTranslate2); ``tests/test_translation.py`` holds them equal.
+(CTranslate2); ``tests/translation/test_translation.py`` holds them equal.
 
 :class:`PieceTokenizer` (a SentencePiece model, through ``sentencepiece``) and
 :class:`CharTokenizer` (a character vocabulary) have ``vocab``, ``char_level``,

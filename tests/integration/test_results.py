@@ -42,11 +42,11 @@ ALLOWED = [
     ("docs/train_your_pair.md", "keeps 80 % of them", "what that setting leaves"),
     ("docs/export.md", "0.75^10 = 5.6 %, one in three with 1.7 %",
      "the chance ten samples miss a fault, arithmetic"),
-    # The committed files' sizes, checked against exported/ by tests/test_docs.py.
+    # The committed files' sizes, checked against exported/ by tests/integration/test_docs.py.
     ("docs/export.md", "| 11.52 MB |", "a committed file's size, tested"),
     ("docs/export.md", "| 5.46 MB / 3.47 MB |", "committed files' sizes, tested"),
     ("docs/export.md", "| 2.96 MB / 0.96 MB |", "committed files' sizes, tested"),
-    ("docs/budget.md", "ends within 5 % of it", "the goal tests/test_budget.py holds"),
+    ("docs/budget.md", "ends within 5 % of it", "the goal tests/training/test_budget.py holds"),
     ("docs/budget.md", "at least 5 % and at most 25 % of the budget", "the reserve's bounds"),
     ("docs/budget.md", "first 10 % of the training", "the schedule's warm-up share, a setting"),
     ("docs/benchmarks.md", "the goal: within 5 % of it", "the soak's goal"),

@@ -1,7 +1,7 @@
 // The sentence split and the spans' cut and put-back of keras_attn.text.documents and
 // keras_attn.text.spans, read from the same rules (rules.json, keras_attn.text.rules) and
 // held equal to them by the fixture files the Python and TensorFlow runtimes' tests load
-// too (tests/data/spans_fixtures.json). Pure JavaScript: runs in a browser and in node.
+// too (tests/fixtures/spans_fixtures.json). Pure JavaScript: runs in a browser and in node.
 //
 // Positions are code points, as Python's str indexes them: each string is read as an
 // array of code points (Array.from) and regex matches are mapped onto it.

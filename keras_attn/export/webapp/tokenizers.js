@@ -1,6 +1,6 @@
 // The tokenizers of keras_attn.text in JavaScript, held equal to the Python ones
 // (keras_attn.text.python_tokenizers, the sentencepiece library) and to the SavedModel's
-// graph by tests on the same inputs (tests/test_web_js.py):
+// graph by tests on the same inputs (tests/export/test_web_js.py):
 //
 // * CharTokenizer: a character vocabulary (*_vocab.txt, the dates model);
 // * SentencePieceTokenizer: a unigram SentencePiece model (*.model): its normalizer (the
