@@ -61,6 +61,8 @@ def make_dataset(pairs, src_tokenizer, tgt_tokenizer, batch_size, shuffle=True, 
     (B, T))`, with the conventions of the module docstring. With `bucket=True` sequences of
     similar length are batched together (`Dataset.bucket_by_sequence_length`), so some batches
     are smaller. The order is deterministic for a seed; `cardinality()` is the batch count.
+    tf.data's autotuning thread is off (`options().autotune.enabled` is False): destroying an
+    iterator waited for it, up to a minute.
 
     Args:
         pairs: list of `(source_text, target_text)`, already normalised.
@@ -118,4 +120,10 @@ def make_dataset(pairs, src_tokenizer, tgt_tokenizer, batch_size, shuffle=True, 
     # warning "Your input ran out of data" after the first epoch.
     num_batches = ds.reduce(tf.constant(0, tf.int64), lambda count, *_: count + 1)
     ds = ds.apply(tf.data.experimental.assert_cardinality(num_batches))
-    return ds.prefetch(tf.data.AUTOTUNE)
+    # tf.data's autotuning thread sleeps between optimisation rounds, up to a minute, and an
+    # iterator's destruction waits for it: a budgeted run's training iterator, dropped while
+    # the evaluation traces, held the command that long. AUTOTUNE then takes tf.data's static
+    # defaults (a parallel call per core).
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return ds.prefetch(tf.data.AUTOTUNE).with_options(options)

@@ -513,3 +513,15 @@ def test_pipeline_states_its_number_of_batches(date_pairs, char_tok, bucket):
         warnings.simplefilter("always")
         model.fit(ds.map(lambda x, y: (x["target_in"], y)), epochs=2, verbose=0)
     assert not [w for w in caught if "ran out of data" in str(w.message)]
+
+
+def test_pipeline_runs_without_the_autotuning_thread(date_pairs, char_tok):
+    """The dataset (and what training makes of it: repeated, given distribution options)
+    has tf.data's autotuning thread off, whose sleep an iterator's destruction waited for; a
+    pass still gives every pair."""
+    ds = data.make_dataset(date_pairs, char_tok, char_tok, batch_size=32, seed=0)
+    assert ds.options().autotune.enabled is False
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    assert ds.repeat().with_options(options).options().autotune.enabled is False
+    assert sum(int(x["source"].shape[0]) for x, _ in ds) == len(date_pairs)
